@@ -1,0 +1,381 @@
+"""Benchmark lazygrad against NumPy, PyTorch (CPU) and tinygrad on a few core workloads.
+
+Every number in the table is measured in the same process, so read the ratios, not the absolute
+times: the machines this project runs on are shared and noisy.
+
+Per case the table shows:
+
+- lazygrad's warm time: the median of several calls of ``f(inputs).realize()``, which covers building
+  the lazy graph, scheduling, looking up (already compiled) kernels and running them. Inputs are
+  realized once beforehand, so copying the input data in is not timed.
+- lazygrad's cold time: the first call of that case in this process, including compilation. The first
+  case also pays one-time start-up costs (device and compiler initialization). A compiled-program
+  cache on disk from an earlier run makes cold times shorter; run with ``CACHELEVEL=0`` to turn it off.
+- the number of kernels lazygrad ran for one call of the case, and how many programs it compiled
+  over all calls of the case (normally all in the cold call; 0 when the disk cache had them all).
+- NumPy's, PyTorch's and tinygrad's warm medians (a column is left out when its library is missing).
+- the ratio lazygrad / torch (below 1 means lazygrad is faster).
+
+Each lazygrad result is checked against NumPy once; a mismatch is printed loudly and makes the script
+exit with status 1.
+
+Usage::
+
+    python extra/bench.py            # full sizes
+    python extra/bench.py --quick    # small sizes, few repeats
+    python extra/bench.py --json results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lazygrad import Tensor
+from lazygrad.helpers import GlobalCounters
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+try:
+    import tinygrad
+except ImportError:
+    tinygrad = None
+
+
+WARMUP_MIN_CALLS = 2
+WARMUP_MAX_CALLS = 50
+WARMUP_SECONDS = 0.2
+
+
+@dataclass
+class Case:
+    """One workload: its inputs and the same computation written for every library."""
+
+    name: str
+    make_inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    tensor_fn: Callable[..., Any]  # works on lazygrad, tinygrad and torch tensors
+    numpy_fn: Callable[..., np.ndarray]
+    torch_fn: Callable[..., Any] | None = None  # defaults to tensor_fn
+    flops: float | None = None  # floating-point operations per call, for GFLOP/s
+    rtol: float = 1e-3
+    atol: float = 1e-4  # scaled by the largest magnitude of the expected result
+
+
+@dataclass
+class Timing:
+    """Warm median and first-call time of one library on one case, in milliseconds."""
+
+    warm_ms: float | None = None
+    cold_ms: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class CaseResult:
+    """Everything measured for one case; this is what ``--json`` writes."""
+
+    name: str
+    lazygrad: Timing = field(default_factory=Timing)
+    numpy: Timing = field(default_factory=Timing)
+    torch: Timing | None = None
+    tinygrad: Timing | None = None
+    kernel_count: int | None = None
+    compile_count: int | None = None  # programs compiled in all calls of the case (the cold one, normally)
+    matches_numpy: bool | None = None
+    max_abs_error: float | None = None
+    ratio_lazygrad_over_torch: float | None = None
+    gflops: dict[str, float] = field(default_factory=dict)
+
+
+def elementwise_chain(a, b, c):
+    """The fused elementwise case; the same expression works on lazygrad, tinygrad and torch tensors."""
+    return ((a * b + c).relu() * 0.5 + a.exp()).sqrt()
+
+
+def elementwise_chain_numpy(a, b, c):
+    """NumPy version of :func:`elementwise_chain`."""
+    return np.sqrt(np.maximum(a * b + c, 0) * 0.5 + np.exp(a))
+
+
+def softmax_numpy(x):
+    """Numerically stable softmax over the last axis."""
+    exponentials = np.exp(x - x.max(axis=-1, keepdims=True))
+    return exponentials / exponentials.sum(axis=-1, keepdims=True)
+
+
+def make_cases(quick: bool) -> list[Case]:
+    """The benchmark cases, at full or ``--quick`` sizes."""
+    vector_size = 1 << 20 if quick else 1 << 24
+    square = 1024 if quick else 4096
+    matmul_size = 256 if quick else 1024
+    softmax_shape = (1024, 256) if quick else (4096, 1024)
+
+    def normal(*shape):
+        return lambda rng: [rng.standard_normal(shape, dtype=np.float32) for _ in range(3)]
+
+    def uniform(*shape):
+        # sums of values in [0, 1) are well conditioned, so a loose tolerance still catches wrong answers
+        return lambda rng: [rng.random(shape, dtype=np.float32)]
+
+    def matmul_inputs(rng):
+        return [rng.standard_normal((matmul_size, matmul_size), dtype=np.float32) for _ in range(2)]
+
+    million = vector_size / (1 << 20)
+    return [
+        Case(f"elementwise chain {million:g}M", normal(vector_size), elementwise_chain, elementwise_chain_numpy),
+        Case(f"sum {million:g}M", uniform(vector_size), lambda a: a.sum(), lambda a: a.sum()),
+        Case(
+            f"sum axis=1 {square}x{square}",
+            uniform(square, square),
+            lambda a: a.sum(axis=1),
+            lambda a: a.sum(axis=1),
+            torch_fn=lambda a: a.sum(dim=1),
+        ),
+        Case(
+            f"matmul {matmul_size}^3",
+            matmul_inputs,
+            lambda a, b: a @ b,
+            lambda a, b: a @ b,
+            flops=2.0 * matmul_size**3,
+        ),
+        Case(
+            f"softmax {softmax_shape[0]}x{softmax_shape[1]} axis=-1",
+            lambda rng: [rng.standard_normal(softmax_shape, dtype=np.float32)],
+            lambda x: x.softmax(-1),
+            softmax_numpy,
+            torch_fn=lambda x: torch.softmax(x, -1),
+        ),
+    ]
+
+
+def synchronize_lazygrad() -> None:
+    """Wait for queued lazygrad work where the device runs asynchronously (no-op otherwise)."""
+    try:
+        from lazygrad import Device
+
+        device = Device[Device.DEFAULT]
+    except (ImportError, KeyError, AttributeError, TypeError):
+        return
+    if hasattr(device, "synchronize"):
+        device.synchronize()
+
+
+def time_calls(call: Callable[[], Any], repeats: int) -> Timing:
+    """Time the first (cold) call, warm up, then report the median of ``repeats`` timed calls."""
+    start = time.perf_counter()
+    call()
+    cold_ms = (time.perf_counter() - start) * 1e3
+    # some libraries need a few calls before they settle (torch's matmul takes several), so warm up for a while
+    warmup_started = time.perf_counter()
+    for count in range(WARMUP_MAX_CALLS):
+        if count >= WARMUP_MIN_CALLS and time.perf_counter() - warmup_started > WARMUP_SECONDS:
+            break
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return Timing(warm_ms=statistics.median(times), cold_ms=cold_ms)
+
+
+def run_lazygrad(case: Case, arrays: list[np.ndarray], repeats: int, result: CaseResult) -> None:
+    """Time lazygrad on one case, count its kernels and check its answer against NumPy."""
+    inputs = [Tensor(array).realize() for array in arrays]
+
+    def call():
+        output = case.tensor_fn(*inputs).realize()
+        synchronize_lazygrad()
+        return output
+
+    GlobalCounters.reset()
+    result.lazygrad = time_calls(call, repeats)
+    result.compile_count = getattr(GlobalCounters, "compile_count", None)
+
+    GlobalCounters.reset()
+    output = call()
+    result.kernel_count = GlobalCounters.kernel_count
+    if result.kernel_count == 0:
+        print(f"!!! WARNING [{case.name}]: a warm call ran 0 kernels -- was the result cached?", file=sys.stderr)
+
+    expected = np.asarray(case.numpy_fn(*arrays))
+    got = np.asarray(output.numpy())
+    if got.shape != expected.shape:
+        result.matches_numpy = False
+        print(f"!!! MISMATCH [{case.name}]: shape {got.shape}, expected {expected.shape}", file=sys.stderr)
+        return
+    difference = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    result.max_abs_error = float(np.nanmax(difference)) if difference.size else 0.0
+    atol = case.atol * max(1.0, float(np.abs(expected).max()))
+    result.matches_numpy = bool(np.allclose(got, expected, rtol=case.rtol, atol=atol))
+    if not result.matches_numpy:
+        print(
+            f"!!! MISMATCH [{case.name}]: lazygrad differs from NumPy, max abs error {result.max_abs_error:.3g}\n"
+            f"    got      {got.ravel()[:6]}\n    expected {expected.ravel()[:6]}",
+            file=sys.stderr,
+        )
+
+
+def run_torch(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
+    """Time PyTorch (CPU) on one case."""
+    inputs = [torch.from_numpy(array) for array in arrays]
+    function = case.torch_fn or case.tensor_fn
+    with torch.no_grad():
+        return time_calls(lambda: function(*inputs), repeats)
+
+
+def run_tinygrad(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
+    """Time tinygrad on one case, the same way as lazygrad."""
+    inputs = [tinygrad.Tensor(array).realize() for array in arrays]
+    return time_calls(lambda: case.tensor_fn(*inputs).realize(), repeats)
+
+
+def measure(label: str, function: Callable[[], Timing]) -> Timing:
+    """Run one library's timing, turning an exception into a recorded error instead of a crash."""
+    try:
+        return function()
+    except Exception as error:  # noqa: BLE001 -- one failing library must not stop the benchmark
+        traceback.print_exc()
+        print(f"!!! ERROR [{label}]: {type(error).__name__}: {error}", file=sys.stderr)
+        return Timing(error=f"{type(error).__name__}: {error}")
+
+
+def run_case(case: Case, repeats: int, seed: int) -> CaseResult:
+    """Measure every available library on one case."""
+    arrays = case.make_inputs(np.random.default_rng(seed))
+    result = CaseResult(case.name)
+
+    try:
+        run_lazygrad(case, arrays, repeats, result)
+    except Exception as error:  # noqa: BLE001 -- report the error in the table and go on
+        traceback.print_exc()
+        print(f"!!! ERROR [lazygrad {case.name}]: {type(error).__name__}: {error}", file=sys.stderr)
+        result.lazygrad.error = f"{type(error).__name__}: {error}"
+    result.numpy = measure(f"numpy {case.name}", lambda: time_calls(lambda: case.numpy_fn(*arrays), repeats))
+    if torch is not None:
+        result.torch = measure(f"torch {case.name}", lambda: run_torch(case, arrays, repeats))
+    if tinygrad is not None:
+        result.tinygrad = measure(f"tinygrad {case.name}", lambda: run_tinygrad(case, arrays, repeats))
+
+    if result.torch and result.torch.warm_ms and result.lazygrad.warm_ms is not None:
+        result.ratio_lazygrad_over_torch = result.lazygrad.warm_ms / result.torch.warm_ms
+    if case.flops:
+        for library in ("lazygrad", "numpy", "torch", "tinygrad"):
+            timing = getattr(result, library)
+            if timing is not None and timing.warm_ms:
+                result.gflops[library] = case.flops / (timing.warm_ms * 1e-3) / 1e9
+    return result
+
+
+def format_ms(value: float | None) -> str:
+    """A time in milliseconds with three significant digits, or '-' when missing."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+
+
+def format_table(results: list[CaseResult]) -> str:
+    """The results as an aligned text table (times in ms)."""
+    header = ["case", "lazygrad", "lg cold", "kernels", "compiles", "numpy"]
+    if torch is not None:
+        header.append("torch")
+    if tinygrad is not None:
+        header += ["tinygrad", "tg cold"]
+    header += ["lg/torch", "check"]
+    rows = [header]
+    for result in results:
+        lazygrad = result.lazygrad
+        row = [
+            result.name,
+            "ERROR" if lazygrad.error else format_ms(lazygrad.warm_ms),
+            format_ms(lazygrad.cold_ms),
+            "-" if result.kernel_count is None else str(result.kernel_count),
+            "-" if result.compile_count is None else str(result.compile_count),
+            format_ms(result.numpy.warm_ms),
+        ]
+        if torch is not None:
+            row.append(format_ms(result.torch.warm_ms))
+        if tinygrad is not None:
+            row += [format_ms(result.tinygrad.warm_ms), format_ms(result.tinygrad.cold_ms)]
+        ratio = result.ratio_lazygrad_over_torch
+        row.append("-" if ratio is None else f"{ratio:.2f}x")
+        row.append({True: "ok", False: "MISMATCH", None: "-"}[result.matches_numpy])
+        rows.append(row)
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells))
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def describe_setup() -> str:
+    """One line naming the device and library versions."""
+    try:
+        from lazygrad import Device
+
+        device = Device.DEFAULT
+    except (ImportError, AttributeError):
+        device = "?"
+    parts = [f"lazygrad device {device}", f"numpy {np.__version__}"]
+    if torch is not None:
+        parts.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    else:
+        parts.append("torch not installed")
+    parts.append("tinygrad installed" if tinygrad is not None else "tinygrad not installed")
+    return ", ".join(parts)
+
+
+def main() -> int:
+    """Parse flags, run every case, print the table and optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--repeats", type=int, help="warm calls per case (default 20, or 5 with --quick)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
+    args = parser.parse_args()
+    repeats = args.repeats or (5 if args.quick else 20)
+
+    print(describe_setup())
+    print(f"times in ms: median of {repeats} calls after warm-up; 'lg cold' = first call, including compile\n")
+    results = []
+    for case in make_cases(args.quick):
+        print(f"running {case.name} ...", file=sys.stderr, flush=True)
+        results.append(run_case(case, repeats, args.seed))
+
+    print(format_table(results))
+    for result in results:
+        if result.gflops:
+            rates = ", ".join(f"{library} {rate:.1f}" for library, rate in result.gflops.items())
+            print(f"{result.name} GFLOP/s: {rates}")
+
+    failed = [result.name for result in results if result.matches_numpy is False or result.lazygrad.error]
+    if failed:
+        print(f"\n!!! {len(failed)} case(s) failed or mismatched NumPy: {', '.join(failed)}")
+    if args.json:
+        report = {"setup": describe_setup(), "quick": args.quick, "repeats": repeats}
+        report["cases"] = [asdict(result) for result in results]
+        Path(args.json).write_text(json.dumps(report, indent=2))
+        print(f"wrote {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Linearizing: the kernel graph becomes a list of UOps in execution order, with explicit loops.
+
+Global loops open first and close last. A RANGE_REDUCE becomes an accumulator (DEFINE_ACC) set before its loops,
+updated inside them (LOAD/STORE on the accumulator) and read after them. Before a reduce's loops open, every part
+of its body that does not depend on them is emitted, so each value is computed once, in the outermost loop where
+it can be, and every use of a value comes after it in a scope that contains it.
+"""
+
+from __future__ import annotations
+
+from lazygrad.codegen.lower import reduce_identity
+from lazygrad.uop.ops import UOp, Ops
+
+
+def ranges_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """The loops each node's value depends on."""
+    used: dict[UOp, frozenset[UOp]] = {}
+    for node in sink.toposort:
+        if node.op is Ops.RANGE:
+            used[node] = frozenset([node])
+        elif node.op is Ops.RANGE_REDUCE:
+            used[node] = used[node.src[0]] - frozenset(node.src[1:])
+        else:
+            used[node] = frozenset().union(*(used[source] for source in node.src))
+    return used
+
+
+def toposort_until_reduce(root: UOp) -> list[UOp]:
+    """Nodes reachable from `root` without entering a RANGE_REDUCE's sources, sources first."""
+    order, visited, stack = [], set(), [(root, False)]
+    while stack:
+        node, sources_done = stack.pop()
+        if sources_done:
+            order.append(node)
+        elif node not in visited:
+            visited.add(node)
+            stack.append((node, True))
+            if node.op is not Ops.RANGE_REDUCE:
+                stack.extend((source, False) for source in reversed(node.src) if source not in visited)
+    return order
+
+
+class Linearizer:
+    def __init__(self, sink: UOp):
+        self.sink = sink
+        self.used = ranges_used(sink)
+        self.program: list[UOp] = []
+        self.linear: dict[UOp, UOp] = {}  # graph node -> its UOp in the program
+        self.accumulators = 0
+
+    def emit_node(self, node: UOp) -> None:
+        if node in self.linear:
+            return
+        if node.op is Ops.RANGE_REDUCE:
+            self.emit_reduce(node)
+            return
+        if node.op is Ops.RANGE:
+            raise RuntimeError("a loop must be opened by its reduce or as a global loop")
+        linear = node.replace(src=tuple(self.linear[source] for source in node.src))
+        self.linear[node] = linear
+        if node.op is not Ops.CONST:
+            self.program.append(linear)
+
+    def emit(self, root: UOp) -> None:
+        for node in toposort_until_reduce(root):
+            self.emit_node(node)
+
+    def open_loop(self, loop: UOp) -> None:
+        self.linear[loop] = loop
+        self.program.append(loop)
+
+    def emit_reduce(self, node: UOp) -> None:
+        body, loops = node.src[0], node.src[1:]
+        # hoist what does not depend on this reduce's loops
+        for inner in toposort_until_reduce(body):
+            if inner.op is not Ops.RANGE and not (self.used[inner] & frozenset(loops)):
+                self.emit_node(inner)
+        identity = reduce_identity(node.arg, node.dtype)
+        accumulator = UOp(Ops.DEFINE_ACC, node.dtype, (), (UOp.const(node.dtype, identity).arg, self.accumulators))
+        self.accumulators += 1
+        self.program.append(accumulator)
+        for loop in loops:
+            self.open_loop(loop)
+        self.emit(body)
+        current = UOp(Ops.LOAD, node.dtype, (accumulator, *loops))
+        updated = current.alu(node.arg, self.linear[body])
+        self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
+        for loop in reversed(loops):
+            self.program.append(UOp(Ops.ENDRANGE, src=(loop,)))
+        self.linear[node] = UOp(Ops.LOAD, node.dtype, (accumulator,))
+        self.program.append(self.linear[node])
+
+    def run(self) -> list[UOp]:
+        self.program.extend(node for node in self.sink.toposort if node.op is Ops.DEFINE_GLOBAL)
+        for node in self.program:
+            self.linear[node] = node
+        global_loops = sorted((n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])
+        for loop in global_loops:
+            self.open_loop(loop)
+        for store in self.sink.src:
+            self.emit(store)
+        for loop in reversed(global_loops):
+            self.program.append(UOp(Ops.ENDRANGE, src=(loop,)))
+        return self.program
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """The kernel graph as a list of UOps in execution order."""
+    return Linearizer(sink).run()

@@ -1,0 +1,91 @@
+"""Kernel optimizations that keep the math and change the loops (NOOPT=1 turns them off):
+
+- merge adjacent loops whose indices only appear together as `outer*size + inner`, so a contiguous kernel runs
+  one flat loop indexed by the counter alone (and LLVM can vectorize it);
+- unroll small reduce loops into straight-line code.
+"""
+
+from __future__ import annotations
+
+from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.symbolic import simplify
+
+UNROLL_LIMIT = 4
+
+
+def count_divmod(sink: UOp) -> int:
+    return sum(node.op in (Ops.IDIV, Ops.MOD) for node in sink.toposort)
+
+
+def replace_ranges(sink: UOp, replacements: dict[UOp, UOp], reduce_ranges: dict[UOp, tuple[UOp, ...]]) -> UOp:
+    """`sink` with ranges replaced by expressions; a RANGE_REDUCE's own range list is given by `reduce_ranges`."""
+    done: dict[UOp, UOp] = {}
+    for node in sink.toposort:
+        if node in replacements:
+            done[node] = replacements[node]
+        elif node.op is Ops.RANGE_REDUCE:
+            ranges = reduce_ranges.get(node, tuple(done[source] for source in node.src[1:]))
+            done[node] = node.replace(src=(done[node.src[0]], *ranges))
+        else:
+            new_src = tuple(done[source] for source in node.src)
+            done[node] = node if new_src == node.src else node.replace(src=new_src)
+    return simplify(done[sink])
+
+
+def merge_pair(sink: UOp, outer: UOp, inner: UOp) -> UOp | None:
+    """`sink` with two loops fused into one, or None when that would add divisions."""
+    inner_size = inner.src[0].arg
+    merged = UOp(Ops.RANGE, outer.dtype, (UOp.const(outer.dtype, outer.src[0].arg * inner_size),), outer.arg)
+    reduce_ranges = {}
+    for node in sink.toposort:
+        if node.op is Ops.RANGE_REDUCE and outer in node.src[1:] and inner in node.src[1:]:
+            reduce_ranges[node] = tuple(merged if r is outer else r for r in node.src[1:] if r is not inner)
+    candidate = replace_ranges(sink, {outer: merged // inner_size, inner: merged % inner_size}, reduce_ranges)
+    return candidate if count_divmod(candidate) <= count_divmod(sink) else None
+
+
+def merge_loops(sink: UOp) -> UOp:
+    """Merge neighbouring global loops, then neighbouring loops of each reduce, innermost first."""
+    global_ranges = sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])
+    groups = [global_ranges] + [list(n.src[1:]) for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
+    for group in groups:
+        position = len(group) - 1
+        while position > 0:
+            outer, inner = group[position - 1], group[position]
+            merged = merge_pair(sink, outer, inner)
+            if merged is not None:
+                sink = merged
+                new_range = next(n for n in sink.toposort if n.op is Ops.RANGE and n.arg == outer.arg)
+                group[position - 1 : position + 1] = [new_range]
+            position -= 1
+    return sink
+
+
+def unroll_reduces(sink: UOp) -> UOp:
+    """Replace each small reduce loop by the reduction of its copies (range = 0, 1, ...)."""
+    while True:
+        target = next(
+            (
+                (node, r)
+                for node in sink.toposort
+                if node.op is Ops.RANGE_REDUCE
+                for r in node.src[1:]
+                if r.src[0].arg <= UNROLL_LIMIT
+            ),
+            None,
+        )
+        if target is None:
+            return sink
+        node, loop = target
+        copies = [replace_ranges(node.src[0], {loop: UOp.const(loop.dtype, i)}, {}) for i in range(loop.src[0].arg)]
+        combined = copies[0]
+        for copy in copies[1:]:
+            combined = combined.alu(node.arg, copy)
+        rest = tuple(r for r in node.src[1:] if r is not loop)
+        replacement = node.replace(src=(combined, *rest)) if rest else combined
+        sink = replace_ranges(sink, {node: replacement}, {})
+
+
+def optimize(sink: UOp) -> UOp:
+    """The optimized kernel graph."""
+    return unroll_reduces(merge_loops(sink))

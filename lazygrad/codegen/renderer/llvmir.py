@@ -1,0 +1,204 @@
+"""LLVM IR for the LLVM device: one function per kernel, loops with phi counters, accumulators as allocas that
+LLVM's mem2reg turns into registers. Rendering is table driven: per op and dtype kind, an instruction template."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from lazygrad.codegen.renderer import Renderer
+from lazygrad.dtype import DType, dtypes
+from lazygrad.uop.ops import UOp, Ops
+
+LLVM_TYPES = {
+    dtypes.bool: "i1",
+    dtypes.int32: "i32",
+    dtypes.uint32: "i32",
+    dtypes.int64: "i64",
+    dtypes.float16: "half",
+    dtypes.float32: "float",
+}
+MEMORY_TYPES = LLVM_TYPES | {dtypes.bool: "i8"}
+
+# op -> template per kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} operands, {t} the type
+ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
+    Ops.ADD: {"float": "fadd {t} {a}, {b}", "int": "add {t} {a}, {b}", "uint": "add {t} {a}, {b}", "bool": "or i1 {a}, {b}"},
+    Ops.MUL: {"float": "fmul {t} {a}, {b}", "int": "mul {t} {a}, {b}", "uint": "mul {t} {a}, {b}", "bool": "and i1 {a}, {b}"},
+    Ops.NEG: {"float": "fneg {t} {a}", "int": "sub {t} 0, {a}", "uint": "sub {t} 0, {a}", "bool": "xor i1 {a}, true"},
+    Ops.MAX: {
+        "float": "call {t} @llvm.maximum.{tn}({t} {a}, {t} {b})",
+        "int": "call {t} @llvm.smax.{tn}({t} {a}, {t} {b})",
+        "uint": "call {t} @llvm.umax.{tn}({t} {a}, {t} {b})",
+        "bool": "or i1 {a}, {b}",
+    },
+    Ops.CMPLT: {"float": "fcmp olt {t} {a}, {b}", "int": "icmp slt {t} {a}, {b}", "uint": "icmp ult {t} {a}, {b}", "bool": "icmp ult i1 {a}, {b}"},
+    Ops.CMPNE: {"float": "fcmp une {t} {a}, {b}", "int": "icmp ne {t} {a}, {b}", "uint": "icmp ne {t} {a}, {b}", "bool": "icmp ne i1 {a}, {b}"},
+    Ops.AND: {"int": "and {t} {a}, {b}", "uint": "and {t} {a}, {b}", "bool": "and i1 {a}, {b}"},
+    Ops.OR: {"int": "or {t} {a}, {b}", "uint": "or {t} {a}, {b}", "bool": "or i1 {a}, {b}"},
+    Ops.XOR: {"int": "xor {t} {a}, {b}", "uint": "xor {t} {a}, {b}", "bool": "xor i1 {a}, {b}"},
+    Ops.SHL: {"int": "shl {t} {a}, {b}", "uint": "shl {t} {a}, {b}"},
+    Ops.SHR: {"int": "ashr {t} {a}, {b}", "uint": "lshr {t} {a}, {b}"},
+    Ops.WHERE: {kind: "select i1 {a}, {t} {b}, {t} {c}" for kind in ("float", "int", "uint", "bool")},
+    Ops.RECIP: {"float": "fdiv {t} {one}, {a}"},
+    Ops.SQRT: {"float": "call {t} @llvm.sqrt.{tn}({t} {a})"},
+    Ops.EXP2: {"float": "call {t} @llvm.exp2.{tn}({t} {a})"},
+    Ops.LOG2: {"float": "call {t} @llvm.log2.{tn}({t} {a})"},
+    Ops.SIN: {"float": "call {t} @llvm.sin.{tn}({t} {a})"},
+}
+INTRINSIC_NAMES = {"half": "f16", "float": "f32", "i32": "i32", "i64": "i64"}
+
+
+def kind_of(dtype: DType) -> str:
+    return "bool" if dtype == dtypes.bool else ("float" if dtype.is_float else ("uint" if dtype.is_unsigned else "int"))
+
+
+def render_const(value, dtype: DType) -> str:
+    if dtype == dtypes.bool:
+        return "true" if value else "false"
+    if dtype.is_int:
+        bits = dtype.bits
+        value = int(value) & ((1 << bits) - 1)
+        return str(value - (1 << bits) if value >= 1 << (bits - 1) else value)
+    if dtype == dtypes.float16:
+        return "0xH" + np.array(value, dtype=np.float16).view(np.uint16).item().to_bytes(2, "big").hex().upper()
+    # float constants are written as the hex of the double holding the exactly-rounded float value
+    rounded = float(np.float32(value)) if not math.isnan(value) else math.nan
+    return "0x" + struct.pack(">d", rounded).hex().upper()
+
+
+def cast_instruction(source: str, from_dtype: DType, to_dtype: DType) -> str:
+    a, ft, tt = source, LLVM_TYPES[from_dtype], LLVM_TYPES[to_dtype]
+    from_kind, to_kind = kind_of(from_dtype), kind_of(to_dtype)
+    if to_kind == "bool":
+        return f"fcmp une {ft} {a}, 0.0" if from_kind == "float" else f"icmp ne {ft} {a}, 0"
+    if from_kind == "float" and to_kind == "float":
+        return f"{'fpext' if to_dtype.itemsize > from_dtype.itemsize else 'fptrunc'} {ft} {a} to {tt}"
+    if from_kind == "float":
+        return f"{'fptoui' if to_kind == 'uint' else 'fptosi'} {ft} {a} to {tt}"
+    if to_kind == "float":
+        return f"{'sitofp' if from_kind == 'int' else 'uitofp'} {ft} {a} to {tt}"
+    if from_dtype.bits == to_dtype.bits:
+        return f"add {tt} {a}, 0"
+    if from_dtype.bits > to_dtype.bits:
+        return f"trunc {ft} {a} to {tt}"
+    return f"{'sext' if from_kind == 'int' else 'zext'} {ft} {a} to {tt}"
+
+
+class LLVMRenderer(Renderer):
+    """Renders a linear program as an LLVM IR module with one `void name(ptr, ptr, ...)` function."""
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        names: dict[UOp, str] = {}
+        lines: list[str] = []
+        allocas: list[str] = []
+        declarations: set[str] = set()
+
+        def value(node: UOp) -> str:
+            return render_const(node.arg, node.dtype) if node.op is Ops.CONST else names[node]
+
+        for position, node in enumerate(program):
+            out = f"%v{position}"
+            names[node] = out
+            op, dtype, src = node.op, node.dtype, node.src
+            if op is Ops.DEFINE_GLOBAL:
+                names[node] = f"%data{node.arg[0]}"
+            elif op is Ops.RANGE:
+                label, end = f"L{position}", value(src[0])
+                names[node] = f"%{label}_i"
+                lines += [
+                    f"  br label %{label}_pre",
+                    f"{label}_pre:",
+                    f"  br label %{label}_head",
+                    f"{label}_head:",
+                    f"  %{label}_i = phi i64 [0, %{label}_pre], [%{label}_next, %{label}_latch]",
+                    f"  %{label}_go = icmp slt i64 %{label}_i, {end}",
+                    f"  br i1 %{label}_go, label %{label}_body, label %{label}_exit",
+                    f"{label}_body:",
+                ]
+            elif op is Ops.ENDRANGE:
+                label = names[src[0]][1:-2]
+                lines += [
+                    f"  br label %{label}_latch",
+                    f"{label}_latch:",
+                    f"  %{label}_next = add nsw i64 %{label}_i, 1",
+                    f"  br label %{label}_head",
+                    f"{label}_exit:",
+                ]
+            elif op is Ops.DEFINE_ACC:
+                allocas.append(f"  {out} = alloca {LLVM_TYPES[dtype]}")
+                lines.append(f"  store {LLVM_TYPES[dtype]} {render_const(node.arg[0], dtype)}, ptr {out}")
+            elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
+                lines.append(f"  {out} = load {LLVM_TYPES[dtype]}, ptr {names[src[0]]}")
+            elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
+                lines.append(f"  store {LLVM_TYPES[src[1].dtype]} {value(src[1])}, ptr {names[src[0]]}")
+            elif op is Ops.LOAD:
+                lines += self.render_load(out, node, value)
+            elif op is Ops.STORE:
+                memory_type = MEMORY_TYPES[src[2].dtype]
+                stored = value(src[2])
+                if src[2].dtype == dtypes.bool:
+                    lines.append(f"  {out}_byte = zext i1 {stored} to i8")
+                    stored = f"{out}_byte"
+                lines.append(f"  {out}_ptr = getelementptr inbounds {memory_type}, ptr {names[src[0]]}, i64 {value(src[1])}")
+                lines.append(f"  store {memory_type} {stored}, ptr {out}_ptr")
+            elif op is Ops.CAST:
+                lines.append(f"  {out} = {cast_instruction(value(src[0]), src[0].dtype, dtype)}")
+            elif op in (Ops.IDIV, Ops.MOD):
+                lines += self.render_division(out, node, value)
+            else:
+                operand_dtype = src[-1].dtype
+                t = LLVM_TYPES[operand_dtype]
+                template = ALU_TEMPLATES[op][kind_of(operand_dtype)]
+                if "@llvm." in template:
+                    intrinsic = template.split("@")[1].split("(")[0].replace("{tn}", INTRINSIC_NAMES[t])
+                    arity = template.count("{t} {")
+                    declarations.add(f"declare {t} @{intrinsic}({', '.join([t] * arity)})")
+                operands = dict(zip("abc", (value(s) for s in src)))
+                instruction = template.format(t=t, tn=INTRINSIC_NAMES.get(t, ""), one=render_const(1.0, operand_dtype), **operands)
+                # accumulator updates may be reassociated, which lets LLVM vectorize reductions
+                if op in (Ops.ADD, Ops.MUL) and dtype.is_float and src[0].op is Ops.LOAD and src[0].src[0].op is Ops.DEFINE_ACC:
+                    instruction = instruction.replace("fadd ", "fadd reassoc nsz ").replace("fmul ", "fmul reassoc nsz ")
+                lines.append(f"  {out} = {instruction}")
+        params = ", ".join(
+            f"ptr noalias align 64 %data{node.arg[0]}" for node in sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
+        )
+        body = "\n".join([f"define void @{name}({params}) #0 {{", "entry:", *allocas, *lines, "  ret void", "}"])
+        attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
+        return "\n".join([body, *sorted(declarations), attributes]) + "\n"
+
+    @staticmethod
+    def render_load(out: str, node: UOp, value) -> list[str]:
+        buffer, index = node.src[0], node.src[1]
+        memory_type, register_type = MEMORY_TYPES[node.dtype], LLVM_TYPES[node.dtype]
+        lines, index_text = [], value(index)
+        if len(node.src) == 3:  # a gated load reads element 0 when invalid, then selects zero
+            lines.append(f"  {out}_index = select i1 {value(node.src[2])}, i64 {index_text}, i64 0")
+            index_text = f"{out}_index"
+        loaded = out if len(node.src) == 2 and node.dtype != dtypes.bool else f"{out}_raw"
+        lines.append(f"  {out}_ptr = getelementptr inbounds {memory_type}, ptr %data{buffer.arg[0]}, i64 {index_text}")
+        lines.append(f"  {loaded} = load {memory_type}, ptr {out}_ptr")
+        if node.dtype == dtypes.bool:
+            target = out if len(node.src) == 2 else f"{out}_bool"
+            lines.append(f"  {target} = trunc i8 {loaded} to i1")
+            loaded = target
+        if len(node.src) == 3:
+            lines.append(f"  {out} = select i1 {value(node.src[2])}, {register_type} {loaded}, {register_type} {render_const(0, node.dtype)}")
+        return lines
+
+    @staticmethod
+    def render_division(out: str, node: UOp, value) -> list[str]:
+        a, b = node.src
+        t = LLVM_TYPES[node.dtype]
+        signed = not node.dtype.is_unsigned
+        instruction = ("sdiv" if signed else "udiv") if node.op is Ops.IDIV else ("srem" if signed else "urem")
+        if b.op is Ops.CONST and b.arg != 0:
+            return [f"  {out} = {instruction} {t} {value(a)}, {value(b)}"]
+        # dividing by zero is undefined in LLVM: divide by one instead and give 0, like the PYTHON device
+        return [
+            f"  {out}_zero = icmp eq {t} {value(b)}, 0",
+            f"  {out}_divisor = select i1 {out}_zero, {t} 1, {t} {value(b)}",
+            f"  {out}_quotient = {instruction} {t} {value(a)}, {out}_divisor",
+            f"  {out} = select i1 {out}_zero, {t} 0, {t} {out}_quotient",
+        ]

@@ -1,0 +1,191 @@
+"""Devices: the registry with env-var selection, `Buffer`, and `Compiled` — a renderer, a compiler with a
+content-keyed cache, an allocator and a program runner."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import tempfile
+from typing import Any, Callable
+
+import numpy as np
+
+from lazygrad.dtype import DType
+from lazygrad.helpers import CACHEDIR, CACHELEVEL, DEVICE_ENV_VARS, GlobalCounters, device_env_vars
+
+KNOWN_DEVICES = ("LLVM", "GPU", "CUDA", "CPU", "PYTHON")
+
+
+class DeviceUnavailable(RuntimeError):
+    """A device that cannot run here; the message says why and how to fix it."""
+
+
+class _DeviceRegistry:
+    """`Device.DEFAULT` names the default device; `Device["LLVM"]` is the (lazily created) device object."""
+
+    def __init__(self):
+        self._opened: dict[str, Compiled] = {}
+        self._default: str | None = None
+
+    @staticmethod
+    def canonicalize(name: str) -> str:
+        """The registry name for a user's device string: "llvm" → "LLVM", "clang" → "CPU"."""
+        upper = name.upper().split(":")[0]
+        upper = DEVICE_ENV_VARS.get(upper, upper)
+        if upper not in KNOWN_DEVICES:
+            raise ValueError(f"unknown device {name!r}: choose one of {', '.join(KNOWN_DEVICES)}")
+        return upper
+
+    def __getitem__(self, name: str) -> Compiled:
+        name = self.canonicalize(name)
+        if name not in self._opened:
+            module = importlib.import_module(f"lazygrad.runtime.ops_{name.lower()}")
+            self._opened[name] = module.open_device()
+        return self._opened[name]
+
+    @property
+    def DEFAULT(self) -> str:
+        if self._default is None:
+            chosen = device_env_vars()
+            devices = sorted({DEVICE_ENV_VARS[var] for var in chosen})
+            if len(devices) > 1:
+                raise ValueError(
+                    f"device variables {' and '.join(f'{var}=1' for var in chosen)} are both set: pick one device"
+                )
+            self._default = devices[0] if devices else "LLVM"
+        return self._default
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str) -> None:
+        self._default = self.canonicalize(name)
+
+
+Device = _DeviceRegistry()
+
+
+class Buffer:
+    """Memory on a device holding `size` elements of `dtype`; allocated on first use."""
+
+    def __init__(self, device: str, size: int, dtype: DType):
+        self.device, self.size, self.dtype = device, size, dtype
+        self._handle: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def handle(self) -> Any:
+        if self._handle is None:
+            self._handle = Device[self.device].allocator.alloc(max(self.nbytes, 1))
+        return self._handle
+
+    @property
+    def is_allocated(self) -> bool:
+        return self._handle is not None
+
+    def copyin(self, data: np.ndarray) -> Buffer:
+        array = np.ascontiguousarray(data, dtype=self.dtype.np).reshape(-1)
+        if array.size != self.size:
+            raise ValueError(f"copyin of {array.size} elements into a buffer of {self.size}")
+        Device[self.device].allocator.copyin(self.handle, array)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.size, dtype=self.dtype.np)
+        if self.size:
+            Device[self.device].allocator.copyout(out, self.handle)
+        return out
+
+    def __del__(self):
+        if self._handle is not None:
+            try:
+                Device[self.device].allocator.free(self._handle)
+            except Exception:  # interpreter shutdown
+                pass
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.device} {self.size} {self.dtype}>"
+
+
+class Allocator:
+    """Allocates device memory and copies NumPy arrays in and out of it."""
+
+    def alloc(self, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def free(self, handle: Any) -> None:
+        pass
+
+    def copyin(self, handle: Any, array: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def copyout(self, out: np.ndarray, handle: Any) -> None:
+        raise NotImplementedError
+
+
+class HostAllocator(Allocator):
+    """Memory in this process, as NumPy byte arrays (used by the CPU-side devices)."""
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        # 64-byte alignment so 512-bit vector loads never straddle
+        raw = np.empty(nbytes + 64, dtype=np.uint8)
+        offset = (-raw.ctypes.data) % 64
+        return raw[offset : offset + nbytes]
+
+    def copyin(self, handle: np.ndarray, array: np.ndarray) -> None:
+        handle[: array.nbytes] = array.view(np.uint8)
+
+    def copyout(self, out: np.ndarray, handle: np.ndarray) -> None:
+        out.view(np.uint8)[:] = handle[: out.nbytes]
+
+
+class Compiler:
+    """Turns source text into a binary, cached in memory and on disk by the hash of (compiler, source)."""
+
+    cache_name = "compiler"
+
+    def compile(self, source: str) -> bytes:
+        raise NotImplementedError
+
+    def compile_cached(self, source: str) -> bytes:
+        key = hashlib.sha256(f"{self.cache_name}\n{source}".encode()).hexdigest()
+        path = os.path.join(CACHEDIR, self.cache_name, key)
+        if CACHELEVEL >= 1 and os.path.exists(path):
+            GlobalCounters.compile_cache_hits += 1
+            with open(path, "rb") as file:
+                return file.read()
+        binary = self.compile(source)
+        GlobalCounters.compile_count += 1
+        if CACHELEVEL >= 1:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            # write then rename, so a concurrent reader never sees half a file
+            with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as file:
+                file.write(binary)
+            os.replace(file.name, path)
+        return binary
+
+
+class Compiled:
+    """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner."""
+
+    def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable):
+        self.name, self.allocator, self.renderer, self.compiler, self.runtime = name, allocator, renderer, compiler, runtime
+
+
+def describe_devices() -> list[tuple[str, str]]:
+    """Each known device with "available" or the reason it is not."""
+    rows = []
+    for name in KNOWN_DEVICES:
+        try:
+            Device[name]
+            rows.append((name, "available"))
+        except (DeviceUnavailable, ImportError) as error:
+            rows.append((name, f"unavailable: {error}"))
+    return rows
+
+
+if __name__ == "__main__":
+    for device_name, state in describe_devices():
+        print(f"{device_name:8s} {state}")

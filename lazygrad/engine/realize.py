@@ -1,0 +1,120 @@
+"""Running a schedule: each kernel AST is lowered, optimized, linearized, rendered and compiled once per device
+(cached by the AST's content hash), then launched on its buffers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.lower import lower_kernel
+from lazygrad.codegen.opt import optimize
+from lazygrad.codegen.renderer import kernel_name
+from lazygrad.device import Device
+from lazygrad.engine.buffers import buffer_of
+from lazygrad.engine.schedule import ScheduleItem
+from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters
+from lazygrad.uop.ops import ALU, UOp, Ops
+
+
+@dataclass
+class CompiledKernel:
+    """A kernel ready to launch, with what DEBUG=2 reports about it."""
+
+    name: str
+    program: Any
+    source: str
+    ops: int  # arithmetic ops per launch
+    memory: int  # bytes read and written per launch
+    global_size: int
+
+
+_programs: dict[tuple[str, bytes, bool], CompiledKernel] = {}
+
+
+def count_work(program: list[UOp], sink: UOp) -> tuple[int, int]:
+    """Floating/integer ops and bytes moved by one launch, estimated from loop trip counts."""
+    ops = memory = 0
+    trips = 1
+    trip_stack = []
+    for node in program:
+        if node.op is Ops.RANGE:
+            trip_stack.append(trips)
+            trips *= node.src[0].arg
+        elif node.op is Ops.ENDRANGE:
+            trips = trip_stack.pop()
+        elif node.op in ALU and node.dtype.is_float or (node.op in ALU and node.src and node.src[-1].dtype.is_float):
+            ops += trips
+    for node in sink.toposort:
+        if node.op is Ops.DEFINE_GLOBAL:
+            memory += node.arg[1] * node.dtype.itemsize
+    return ops, memory
+
+
+def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
+    """The compiled kernel for `ast` on a device, built once per process (and compiled once per machine)."""
+    key = (device_name, ast.key, bool(NOOPT))
+    if key in _programs:
+        GlobalCounters.compile_cache_hits += 1
+        return _programs[key]
+    device = Device[device_name]
+    if DEBUG >= 5:
+        print_graph(ast)
+    kernel_graph = lower_kernel(ast)
+    if not NOOPT:
+        kernel_graph = optimize(kernel_graph)
+    program = linearize(kernel_graph)
+    if DEBUG >= 6:
+        for position, node in enumerate(program):
+            print(f"{position:4d} {node.op.name:14s} {str(node.dtype):18s} {[program.index(s) if s in program else s.arg for s in node.src]} {node.arg}")
+    name = kernel_name(program)
+    source = device.renderer.render(name, program)
+    if DEBUG >= 4:
+        print(source)
+    binary = device.compiler.compile_cached(source)
+    ops, memory = count_work(program, kernel_graph)
+    global_size = 1
+    for node in program:
+        if node.op is Ops.RANGE and node.arg[1] == "global":
+            global_size *= node.src[0].arg
+    kernel = CompiledKernel(name, device.runtime(name, binary), source, ops, memory, global_size)
+    _programs[key] = kernel
+    return kernel
+
+
+def print_graph(root: UOp) -> None:
+    numbers = {node: i for i, node in enumerate(root.toposort)}
+    for node in root.toposort:
+        print(f"{numbers[node]:4d} {node.op.name:14s} {str(node.dtype):18s} {[numbers[s] for s in node.src]} {node.arg}")
+
+
+def run_item(item: ScheduleItem) -> None:
+    buffers = [buffer_of(node) for node in item.buffers]
+    if item.kind == "copy":
+        destination, source = buffers
+        destination.copyin(source.numpy()[: destination.size])
+        return
+    kernel = get_kernel(item.device, item.ast)
+    if buffers[0].size == 0:
+        return
+    device = Device[item.device]
+    start = time.perf_counter()
+    kernel.program(*(buffer.handle for buffer in buffers))
+    elapsed = time.perf_counter() - start
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += kernel.ops
+    GlobalCounters.global_mem += kernel.memory
+    GlobalCounters.time_sum_s += elapsed
+    if DEBUG >= 2:
+        print(
+            f"*** {device.name:6s} {GlobalCounters.kernel_count:4d} {kernel.name:28s} global {kernel.global_size:<10d} "
+            f"{elapsed * 1e3:9.3f} ms {kernel.ops / elapsed / 1e9 if elapsed else 0:8.2f} GFLOP/s "
+            f"{kernel.memory / elapsed / 1e9 if elapsed else 0:8.2f} GB/s"
+        )
+
+
+def run_schedule(schedule: list[ScheduleItem]) -> None:
+    """Run every item in order."""
+    for item in schedule:
+        run_item(item)

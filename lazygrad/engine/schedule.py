@@ -1,0 +1,147 @@
+"""The scheduler: decides which nodes of a tensor graph become buffers and groups the rest into kernels.
+
+Rules (DESIGN.md rule 5): elementwise chains fuse; movement ops never copy; a kernel holds at most one reduce on any
+path to its output, with the reduce's elementwise prologue and epilogue fused; a reduce is realized on its own when
+fusing it would recompute it (it is expanded afterwards, another reduce consumes it, or two kernels read it);
+outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier is read, never recomputed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from lazygrad.engine.buffers import is_buffer_view, new_buffer, realized
+from lazygrad.helpers import DEBUG, prod
+from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.pattern import substitute
+
+
+@dataclass
+class ScheduleItem:
+    """One kernel (or copy) to run: its AST over DEFINE_GLOBAL parameters, and the BUFFER UOps bound to them, the
+    output first."""
+
+    ast: UOp | None
+    buffers: list[UOp]
+    device: str
+    kind: str = "kernel"  # or "copy"
+    outputs: list[UOp] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return "copy" if self.kind == "copy" else f"kernel {self.ast.key.hex()[:8]}"
+
+
+def _expands(node: UOp) -> bool:
+    return node.op is Ops.EXPAND and prod(node.arg) > prod(node.src[0].shape)
+
+
+def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
+    """Reduces that must become buffers: reached from more than one kernel, or below an expand or another reduce
+    inside the kernel that would fuse them (both would compute the reduce many times)."""
+    reached_by: dict[UOp, set[UOp]] = {}
+    unsafe: set[UOp] = set()
+    for root in roots:
+        seen: set[tuple[UOp, bool]] = set()
+        # below a root that is itself a reduce, any other reduce would be nested in its loop
+        stack = [(source, True) for source in root.src] if root.op is Ops.REDUCE else [(root, False)]
+        while stack:
+            node, below_expand_or_reduce = stack.pop()
+            if (node, below_expand_or_reduce) in seen or (node in to_realize and node is not root):
+                continue
+            seen.add((node, below_expand_or_reduce))
+            if node.op is Ops.REDUCE and node is not root:
+                reached_by.setdefault(node, set()).add(root)
+                if below_expand_or_reduce:
+                    unsafe.add(node)
+            flag = below_expand_or_reduce or _expands(node) or node.op is Ops.REDUCE
+            stack.extend((source, flag) for source in node.src)
+    unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
+    return unsafe
+
+
+def _kernel_roots(sink: UOp, outputs: list[UOp]) -> list[UOp]:
+    """Every node that gets its own buffer, sources before users."""
+    to_realize = {node for node in outputs if not is_buffer_view(node)}
+    to_realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.COPY)}
+    # a copy moves memory as it is, so its source must sit in a buffer
+    to_realize |= {node.src[0] for node in sink.toposort if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
+    while True:
+        roots = [node for node in sink.toposort if node in to_realize]
+        unsafe = _unsafe_reduces(roots, to_realize)
+        if not unsafe:
+            return roots
+        to_realize |= unsafe
+
+
+def _device_of(root: UOp, default: str) -> str:
+    for node in root.toposort:
+        if node.op is Ops.BUFFER:
+            return node.arg[2]
+        if node.op is Ops.COPY:
+            return node.arg
+    return default
+
+
+def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """The kernels that compute `outputs`, in order, and the map from each computed node to the buffer view that
+    will hold its value."""
+    start = time.perf_counter()
+    # graphs may contain nodes realized earlier: read those from their buffers
+    originals = outputs
+    sink = UOp(Ops.SINK, src=tuple(outputs))
+    sink = substitute(sink, {node: realized[node] for node in sink.toposort if node in realized})
+    outputs = list(sink.src)
+    roots = _kernel_roots(sink, outputs)
+
+    # allocate an output buffer per root, then build each kernel with earlier roots as inputs
+    buffer_views: dict[UOp, UOp] = {}
+    schedule: list[ScheduleItem] = []
+    for root in roots:
+        root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
+        buffer = new_buffer(root_device, prod(root.shape), root.dtype)
+        buffer_views[root] = buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
+        schedule.append(_build_item(root, buffer, buffer_views, root_device))
+    if DEBUG >= 1:
+        print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+    becomes = {original: buffer_views[new] for original, new in zip(originals, outputs) if new in buffer_views}
+    return schedule, becomes | {node: buffer_views[node] for node in roots}
+
+
+def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: str) -> ScheduleItem:
+    """The kernel AST for `root`: its graph down to buffers and earlier roots, those replaced by parameters."""
+    if root.op is Ops.COPY:
+        source = root.src[0]
+        source_view = buffer_views.get(source, source)
+        if not is_buffer_view(source_view):
+            raise RuntimeError("COPY source must be realized first")  # the scheduler realizes it: see _kernel_roots
+        return ScheduleItem(None, [output, source_view.base], device, kind="copy")
+    buffers: list[UOp] = [output]
+    replacements: dict[UOp, UOp] = {}
+
+    def parameter(view: UOp) -> UOp:
+        buffer = view.base
+        if buffer not in buffers:
+            buffers.append(buffer)
+        param = UOp(Ops.DEFINE_GLOBAL, buffer.dtype, (), (buffers.index(buffer), buffer.arg[1]))
+        return substitute(view, {buffer: param}) if view is not buffer else param
+
+    # walk down from the value, stopping at buffers and at nodes other kernels compute
+    value = root.src[0] if root.op is Ops.CONTIGUOUS else root
+    stack, seen = [value], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node is not root and node in buffer_views:
+            replacements[node] = parameter(buffer_views[node])
+        elif node.op is Ops.BUFFER:
+            replacements[node] = parameter(node)
+        else:
+            stack.extend(reversed(node.src))
+    kernel_value = substitute(value, replacements)
+    store = UOp(Ops.STORE, src=(UOp(Ops.DEFINE_GLOBAL, root.dtype, (), (0, output.arg[1])), kernel_value))
+    return ScheduleItem(UOp(Ops.SINK, src=(store,)), buffers, device, outputs=[root])
+

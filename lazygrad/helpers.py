@@ -1,0 +1,101 @@
+"""Small utilities and every environment variable lazygrad reads, with its default and meaning."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+from typing import Iterable
+
+
+@functools.cache
+def getenv(key: str, default=0):
+    """An environment variable converted to the type of `default`."""
+    return type(default)(os.getenv(key, default))
+
+
+class ContextVar:
+    """A setting read once from the environment and changeable at run time with `Context`."""
+
+    registry: dict[str, ContextVar] = {}
+
+    def __init__(self, key: str, default: int, meaning: str):
+        self.key, self.value, self.meaning = key, getenv(key, default), meaning
+        ContextVar.registry[key] = self
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, other: int) -> bool:
+        return self.value >= other
+
+    def __gt__(self, other: int) -> bool:
+        return self.value > other
+
+    def __le__(self, other: int) -> bool:
+        return self.value <= other
+
+    def __lt__(self, other: int) -> bool:
+        return self.value < other
+
+
+# Every environment variable, in one place.
+DEBUG = ContextVar("DEBUG", 0, "1: schedule summary, 2: a line per kernel, 4: source, 5: kernel AST, 6: linear program")
+NOOPT = ContextVar("NOOPT", 0, "1 turns kernel optimizations (loop merging, unrolling) off")
+CACHELEVEL = ContextVar("CACHELEVEL", 1, "0 disables the on-disk compile cache")
+CACHEDIR = os.path.expanduser(os.getenv("LAZYGRAD_CACHE", "~/.cache/lazygrad"))
+# Device selection variables: exactly one of these may be set (read in device.py through `device_env_vars`).
+DEVICE_ENV_VARS = {"LLVM": "LLVM", "GPU": "GPU", "CUDA": "CUDA", "CPU": "CPU", "CLANG": "CPU", "PYTHON": "PYTHON"}
+
+
+def device_env_vars() -> list[str]:
+    """The device variables set to a true value in the environment."""
+    return [name for name in DEVICE_ENV_VARS if getenv(name, 0)]
+
+
+@contextlib.contextmanager
+def Context(**settings: int):
+    """Temporarily change settings: `with Context(DEBUG=2): ...`."""
+    old = {key: ContextVar.registry[key].value for key in settings}
+    try:
+        for key, value in settings.items():
+            ContextVar.registry[key].value = value
+        yield
+    finally:
+        for key, value in old.items():
+            ContextVar.registry[key].value = value
+
+
+class GlobalCounters:
+    """Totals since the last `reset()`: kernels run, floating ops and bytes moved, kernel time, compiles."""
+
+    kernel_count = 0
+    global_ops = 0
+    global_mem = 0
+    time_sum_s = 0.0
+    compile_count = 0
+    compile_cache_hits = 0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
+        GlobalCounters.time_sum_s = 0.0
+        GlobalCounters.compile_count = GlobalCounters.compile_cache_hits = 0
+
+
+def prod(values: Iterable[int]) -> int:
+    """The product of integers (1 for none)."""
+    return math.prod(values)
+
+
+def all_same(items: list) -> bool:
+    return all(item == items[0] for item in items)
+
+
+def flatten(nested: Iterable[Iterable]) -> list:
+    return [item for inner in nested for item in inner]
+
+
+def argsort(values: list) -> list[int]:
+    return sorted(range(len(values)), key=values.__getitem__)

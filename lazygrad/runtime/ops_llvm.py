@@ -1,0 +1,74 @@
+"""The LLVM device (the default): LLVM IR optimized for this CPU by llvmlite, compiled to machine code, run
+through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator
+
+
+@functools.cache
+def target_machine():
+    try:
+        import llvmlite.binding as llvm
+    except ImportError as error:
+        raise DeviceUnavailable("LLVM: llvmlite is not installed — pip install llvmlite") from error
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    features = llvm.get_host_cpu_features().flatten()
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=True)
+
+
+class LLVMCompiler(Compiler):
+    """IR text → O3-optimized object code for the host CPU."""
+
+    def __init__(self):
+        self.machine = target_machine()
+        self.cache_name = f"llvm-{self.machine.triple}-{hash_of(self.machine)}"
+
+    def compile(self, source: str) -> bytes:
+        import llvmlite.binding as llvm
+
+        module = llvm.parse_assembly(source)
+        module.verify()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        builder = llvm.create_pass_builder(self.machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        return self.machine.emit_object(module)
+
+
+def hash_of(machine) -> str:
+    import hashlib
+
+    import llvmlite.binding as llvm
+
+    return hashlib.sha256(f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}".encode()).hexdigest()[:12]
+
+
+class LLVMProgram:
+    """A compiled kernel: object code loaded into an MCJIT engine, called with the buffers' addresses."""
+
+    def __init__(self, name: str, binary: bytes):
+        import llvmlite.binding as llvm
+
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
+        self.engine.finalize_object()
+        self.address = self.engine.get_function_address(name)
+        self.functions: dict[int, ctypes._CFuncPtr] = {}
+
+    def __call__(self, *buffers) -> None:
+        count = len(buffers)
+        if count not in self.functions:
+            self.functions[count] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * count))(self.address)
+        self.functions[count](*(buffer.ctypes.data for buffer in buffers))
+
+
+def open_device() -> Compiled:
+    return Compiled("LLVM", HostAllocator(), LLVMRenderer(), LLVMCompiler(), LLVMProgram)

@@ -1,0 +1,565 @@
+"""Tensor: the user API. Every method builds UOps from a few primitives; nothing runs until a result is asked for
+(`realize`, `numpy`, `item`, `tolist`)."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from lazygrad.device import Device
+from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, to_dtype
+from lazygrad.engine.buffers import buffer_from_numpy, buffer_of, is_buffer_view, realized
+from lazygrad.engine.realize import run_schedule
+from lazygrad.engine.schedule import ScheduleItem, create_schedule
+from lazygrad.helpers import DEBUG, GlobalCounters, prod
+from lazygrad.tensor_math import MathMixin
+from lazygrad.tensor_movement import MovementMixin
+from lazygrad.tensor_reduce import ReduceMixin
+from lazygrad.uop.ops import UOp, Ops
+
+Scalar = int | float | bool
+_live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+def _broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
+    ndim = max(len(shape) for shape in shapes)
+    padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
+    result = []
+    for sizes in zip(*padded):
+        others = {size for size in sizes if size != 1}
+        if len(others) > 1:
+            raise ValueError(
+                f"{op_name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together "
+                "(each dimension must be equal or 1); reshape or expand one operand"
+            )
+        result.append(others.pop() if others else 1)
+    return tuple(result)
+
+
+def _data_to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        array = data
+    else:
+        try:
+            array = np.array(data)
+        except ValueError as error:
+            raise ValueError(f"Tensor: nested lists must be rectangular (ragged input): {error}") from None
+        if array.dtype == object:
+            raise ValueError("Tensor: nested lists must be rectangular and hold only numbers (ragged input)")
+    if array.dtype.kind in "US":
+        raise TypeError(f"Tensor: cannot make a tensor from strings ({array.dtype})")
+    if dtype is None:
+        if array.dtype == np.float64 or array.dtype.kind == "f" and array.dtype.itemsize > 4:
+            dtype = dtypes.default_float
+        elif array.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+            dtype = dtypes.default_int
+        elif array.dtype == np.int64:
+            dtype = dtypes.default_int
+        else:
+            dtype = dtypes.from_numpy(array.dtype)
+    if array.size == 0 and array.dtype == np.float64 and not isinstance(data, np.ndarray):
+        array = array.astype(np.float32)
+    return np.ascontiguousarray(array.astype(dtype.np, copy=False)), dtype
+
+
+def _mix32(value: int) -> int:
+    """A 32-bit integer hash of a Python int (the one `_hash32` computes in kernels)."""
+    value &= 0xFFFFFFFF
+    value ^= value >> 16
+    value = (value * 0x7FEB352D) & 0xFFFFFFFF
+    value ^= value >> 15
+    value = (value * 0x846CA68B) & 0xFFFFFFFF
+    return value ^ (value >> 16)
+
+
+def _hash32(bits: Tensor) -> Tensor:
+    """The same 32-bit hash on a uint32 tensor, built from shifts, xors and wrapping multiplies."""
+    bits = bits ^ (bits >> 16)
+    bits = bits * 0x7FEB352D
+    bits = bits ^ (bits >> 15)
+    bits = bits * 0x846CA68B
+    return bits ^ (bits >> 16)
+
+
+class Tensor(MathMixin, MovementMixin, ReduceMixin):
+    """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
+
+    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    training: bool = False
+    _seed: int = 0
+    _rng_counter: int = 0
+
+    def __init__(
+        self,
+        data: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ):
+        self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        self.requires_grad, self.grad = requires_grad, None
+        dtype = to_dtype(dtype) if dtype is not None else None
+        if isinstance(data, UOp):
+            self.uop = data
+        elif isinstance(data, Tensor):
+            raise TypeError("Tensor(Tensor): use .detach(), .contiguous() or .to(device) instead")
+        else:
+            if not isinstance(data, (list, tuple, np.ndarray, int, float, bool, np.generic)):
+                raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; pass a list, tuple, number or numpy array")
+            if isinstance(data, np.ndarray) and data.dtype.kind == "c" or isinstance(data, complex):
+                raise TypeError(f"Tensor: unsupported dtype {getattr(data, 'dtype', 'complex')}: lazygrad has no complex numbers")
+            array, dtype = _data_to_numpy(data, dtype)
+            self.uop = buffer_from_numpy(array, self.device, dtype)
+        _live_tensors.add(self)
+
+    # ---- basic properties --------------------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.uop.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def _new(self, uop: UOp) -> Tensor:
+        return Tensor(uop, device=self.device)
+
+    # ---- realizing ---------------------------------------------------------------------------------------------
+
+    def schedule(self, *others: Tensor) -> list[ScheduleItem]:
+        """The kernels `realize` would run, without running them."""
+        return create_schedule([t.uop for t in (self, *others)], self.device)[0]
+
+    def realize(self, *others: Tensor) -> Tensor:
+        """Compute this tensor (and `others`) now, in one schedule. Returns self."""
+        Tensor.realize_all(self, *others)
+        return self
+
+    @staticmethod
+    def realize_all(*tensors: Tensor) -> None:
+        outputs = [t.uop for t in tensors if not is_buffer_view(t.uop)]
+        if not outputs:
+            return
+        schedule, becomes = create_schedule(outputs, tensors[0].device)
+        run_schedule(schedule)
+        # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
+        # and the weak `realized` map lets deeper graphs that still contain the node read it too.
+        for node, view in becomes.items():
+            realized[node] = view
+        for tensor in list(_live_tensors):
+            if tensor.uop in becomes:
+                tensor.uop = becomes[tensor.uop]
+        if DEBUG >= 1:
+            print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
+
+    def contiguous(self) -> Tensor:
+        """This tensor laid out in its own buffer in row-major order (a no-op for one already laid out so)."""
+        if is_buffer_view(self.uop):
+            return self
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def numpy(self) -> np.ndarray:
+        """The values as a NumPy array (runs the graph)."""
+        tensor = self.contiguous().realize()
+        return buffer_of(tensor.uop.base).numpy().reshape(self.shape)
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def item(self) -> Scalar:
+        """The single value of a one-element tensor as a Python number."""
+        if self.numel() != 1:
+            raise ValueError(f"item(): only one-element tensors can be converted to a Python scalar, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def detach(self) -> Tensor:
+        """The same values, excluded from gradients."""
+        result = self._new(self.uop)
+        result.requires_grad = False
+        return result
+
+    def to(self, device: str) -> Tensor:
+        """A copy on another device (or self when it is already there)."""
+        device = Device.canonicalize(device)
+        if device == self.device:
+            return self
+        result = Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device), device=device)
+        return result
+
+    # ---- creation ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _shape_arg(shape: tuple) -> tuple[int, ...]:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        for size in shape:
+            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
+                raise ValueError(f"shape sizes must be non-negative ints, got {shape}")
+        return tuple(int(size) for size in shape)
+
+    @staticmethod
+    def full(shape: Sequence[int] | int, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """A tensor of `shape` filled with `fill_value` (a constant: it costs no memory until realized)."""
+        shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+        dtype = to_dtype(dtype) if dtype is not None else python_type_dtype(fill_value)
+        const = Tensor(UOp.const(dtype, fill_value), device=device, **kwargs)
+        return const.reshape((1,) * len(shape)).expand(shape) if shape else const
+
+    @staticmethod
+    def zeros(*shape, dtype=None, device=None, **kwargs) -> Tensor:
+        return Tensor.full(Tensor._shape_arg(shape), 0.0, dtype=dtype or dtypes.default_float, device=device, **kwargs)
+
+    @staticmethod
+    def ones(*shape, dtype=None, device=None, **kwargs) -> Tensor:
+        return Tensor.full(Tensor._shape_arg(shape), 1.0, dtype=dtype or dtypes.default_float, device=device, **kwargs)
+
+    @staticmethod
+    def empty(*shape, dtype=None, device=None, **kwargs) -> Tensor:
+        return Tensor.zeros(*shape, dtype=dtype, device=device, **kwargs)
+
+    def full_like(self, fill_value: Scalar, dtype=None, **kwargs) -> Tensor:
+        return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=self.device, **kwargs)
+
+    def zeros_like(self, **kwargs) -> Tensor:
+        return self.full_like(0, **kwargs)
+
+    def ones_like(self, **kwargs) -> Tensor:
+        return self.full_like(1, **kwargs)
+
+    @staticmethod
+    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype=None, device=None, **kwargs) -> Tensor:
+        """Evenly spaced values in [start, stop) (computed inside the kernel that uses them)."""
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange: step must not be zero")
+        count = max(0, math.ceil((stop - start) / step))
+        is_float = any(isinstance(value, float) for value in (start, stop, step))
+        dtype = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+        counter = Tensor(UOp(Ops.ARANGE, dtypes.int32, (), count), device=device, **kwargs)
+        return (counter.cast(dtype) * step + start).cast(dtype) if (start, step) != (0, 1) else counter.cast(dtype)
+
+    @staticmethod
+    def linspace(start: Scalar, stop: Scalar, steps: int, dtype=None, device=None) -> Tensor:
+        if steps < 0:
+            raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+        if steps == 1:
+            return Tensor.full((1,), float(start), dtype=dtype, device=device)
+        step = (stop - start) / (steps - 1) if steps > 1 else 0.0
+        return (Tensor.arange(steps, device=device).float() * step + start).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+
+    @staticmethod
+    def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+        """The identity matrix (n × m)."""
+        m = n if m is None else m
+        rows = Tensor.arange(n, device=device).reshape(n, 1)
+        cols = Tensor.arange(m, device=device).reshape(1, m)
+        return (rows == cols).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Make the random numbers that follow repeatable."""
+        Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+    @staticmethod
+    def _random_bits(count: int, device: str | None) -> Tensor:
+        """`count` pseudo-random uint32 values: a counter-based hash of (seed, counter), computed in the kernel.
+        The counter advances, so each call gives new numbers; the same seed gives the same sequence everywhere."""
+        base = Tensor._rng_counter
+        Tensor._rng_counter += count
+        counter = Tensor.arange(count, device=device).cast(dtypes.uint32)
+        key = _mix32((Tensor._seed * 0x9E3779B9 + 0x7F4A7C15) & 0xFFFFFFFF)
+        mixed = _hash32(counter + ((base + key) & 0xFFFFFFFF))
+        return _hash32(mixed ^ key)
+
+    @staticmethod
+    def rand(*shape, dtype=None, device=None, **kwargs) -> Tensor:
+        """Uniform random numbers in [0, 1)."""
+        shape = Tensor._shape_arg(shape)
+        bits = Tensor._random_bits(prod(shape), device)
+        # the top 24 bits give every float32 in [0, 1) with a step of 2**-24
+        values = (bits >> 8).cast(dtypes.float32) * (2.0**-24)
+        result = values.reshape(shape).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        result.requires_grad = kwargs.get("requires_grad")
+        return result
+
+    @staticmethod
+    def randn(*shape, dtype=None, device=None, **kwargs) -> Tensor:
+        """Standard normal random numbers (Box-Muller)."""
+        shape = Tensor._shape_arg(shape)
+        uniform = Tensor.rand(2, *shape, device=device)
+        radius = (-2.0 * (1.0 - uniform[0]).log()).sqrt()
+        result = (radius * (2 * math.pi * uniform[1]).cos()).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        result.requires_grad = kwargs.get("requires_grad")
+        return result
+
+    @staticmethod
+    def randint(*shape, low: int = 0, high: int = 10, dtype=dtypes.int32, device=None) -> Tensor:
+        """Random integers in [low, high)."""
+        if high <= low:
+            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+        return (Tensor.rand(*shape, device=device) * (high - low)).floor().cast(to_dtype(dtype)) + low
+
+    @staticmethod
+    def uniform(*shape, low: float = 0.0, high: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
+        return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+
+    @staticmethod
+    def normal(*shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
+        return (Tensor.randn(*shape, device=device) * std + mean).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+
+    # ---- elementwise primitives ----------------------------------------------------------------------------------
+
+    def _unary(self, op: Ops) -> Tensor:
+        return self._new(UOp(op, self.dtype, (self.uop,)))
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        """The values converted to `dtype` (floats to ints truncate toward zero)."""
+        dtype = to_dtype(dtype)
+        return self if dtype == self.dtype else self._new(UOp(Ops.CAST, dtype, (self.uop,)))
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def _to_float(self) -> Tensor:
+        return self if self.dtype.is_float else self.cast(dtypes.default_float)
+
+    def _operands(self, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands of a binary op, promoted to one dtype and broadcast to one shape."""
+        if isinstance(other, Tensor):
+            if other.device != self.device:
+                raise ValueError(f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()")
+            dtype = least_upper_dtype(self.dtype, other.dtype)
+        elif isinstance(other, (int, float, bool, np.generic)):
+            other = other.item() if isinstance(other, np.generic) else other
+            scalar_dtype = python_type_dtype(other)
+            dtype = self.dtype if scalar_dtype <= self.dtype or (scalar_dtype.is_int and self.dtype.is_float) else least_upper_dtype(self.dtype, scalar_dtype)
+            if isinstance(other, float) and not self.dtype.is_float:
+                dtype = dtypes.default_float
+            other = Tensor(UOp.const(dtype, other), device=self.device)
+        else:
+            raise TypeError(f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number")
+        x, y = (other, self) if reverse else (self, other)
+        x, y = x.cast(dtype), y.cast(dtype)
+        shape = _broadcast_shape(op_name, x.shape, y.shape)
+        return x._broadcast_to(shape), y._broadcast_to(shape)
+
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        if self.shape == shape:
+            return self
+        padded = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
+        return padded.expand(shape)
+
+    def _binary(self, op: Ops, other: Tensor | Scalar, reverse: bool = False, op_name: str | None = None) -> Tensor:
+        x, y = self._operands(other, op_name or op.name.lower(), reverse)
+        return x._new(x.uop.alu(op, y.uop))
+
+    def add(self, other, reverse: bool = False) -> Tensor:
+        return self._binary(Ops.ADD, other, reverse, "add")
+
+    def mul(self, other, reverse: bool = False) -> Tensor:
+        return self._binary(Ops.MUL, other, reverse, "mul")
+
+    def sub(self, other, reverse: bool = False) -> Tensor:
+        x, y = self._operands(other, "sub", reverse)
+        return x + (-y)
+
+    def neg(self) -> Tensor:
+        if self.dtype == dtypes.bool:
+            raise TypeError("neg: cannot negate a bool tensor; use ~ (logical not) instead")
+        return self._unary(Ops.NEG)
+
+    def div(self, other, reverse: bool = False) -> Tensor:
+        """True division: integers are divided as floats."""
+        x, y = self._operands(other, "div", reverse)
+        x, y = x._to_float(), y._to_float()
+        return x * y.reciprocal()
+
+    def floordiv(self, other, reverse: bool = False) -> Tensor:
+        """Division rounded down (Python's `//`)."""
+        x, y = self._operands(other, "floordiv", reverse)
+        if x.dtype.is_float:
+            return (x / y).floor()
+        if x.dtype == dtypes.bool:
+            raise TypeError("floordiv: not defined for bool tensors; cast to int first")
+        quotient = x._new(x.uop.alu(Ops.IDIV, y.uop))
+        # the kernel truncates toward zero; step down where the signs differ and it did not divide evenly
+        inexact = (quotient * y) != x
+        return (inexact & ((x < 0) != (y < 0))).where(quotient - 1, quotient)
+
+    def mod(self, other, reverse: bool = False) -> Tensor:
+        """Remainder with the divisor's sign (Python's `%`)."""
+        x, y = self._operands(other, "mod", reverse)
+        return x - x.floordiv(y) * y
+
+    def reciprocal(self) -> Tensor:
+        return self._to_float()._unary(Ops.RECIP)
+
+    def maximum(self, other) -> Tensor:
+        return self._binary(Ops.MAX, other, op_name="maximum")
+
+    def minimum(self, other) -> Tensor:
+        x, y = self._operands(other, "minimum")
+        if x.dtype == dtypes.bool:
+            return x & y
+        return -((-x).maximum(-y))
+
+    def where(self, true_value: Tensor | Scalar, false_value: Tensor | Scalar) -> Tensor:
+        """`true_value` where this (bool) tensor is true, else `false_value`."""
+        condition = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
+        if isinstance(true_value, Tensor):
+            a, b = true_value._operands(false_value, "where")
+        elif isinstance(false_value, Tensor):
+            b, a = false_value._operands(true_value, "where")
+        else:
+            a = Tensor(UOp.const(least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value)), true_value), device=self.device)
+            a, b = a._operands(false_value, "where")
+        shape = _broadcast_shape("where", condition.shape, a.shape)
+        condition, a, b = condition._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+        return a._new(condition.uop.alu(Ops.WHERE, a.uop, b.uop))
+
+    # comparisons and bitwise ops
+    def __lt__(self, other):
+        return self._binary(Ops.CMPLT, other, op_name="<")
+
+    def __gt__(self, other):
+        return self._binary(Ops.CMPLT, other, reverse=True, op_name=">")
+
+    def __ne__(self, other):  # type: ignore[override]
+        return self._binary(Ops.CMPNE, other, op_name="!=")
+
+    def __eq__(self, other):  # type: ignore[override]
+        return ~(self != other)
+
+    def __le__(self, other):
+        return (self < other) | (self == other)
+
+    def __ge__(self, other):
+        return (self > other) | (self == other)
+
+    def _bitwise(self, op: Ops, other, reverse: bool, name: str) -> Tensor:
+        x, y = self._operands(other, name, reverse)
+        if x.dtype.is_float:
+            raise TypeError(f"{name}: bitwise ops need int or bool tensors, got {x.dtype}")
+        return x._new(x.uop.alu(op, y.uop))
+
+    def __and__(self, other):
+        return self._bitwise(Ops.AND, other, False, "&")
+
+    def __rand__(self, other):
+        return self._bitwise(Ops.AND, other, True, "&")
+
+    def __or__(self, other):
+        return self._bitwise(Ops.OR, other, False, "|")
+
+    def __ror__(self, other):
+        return self._bitwise(Ops.OR, other, True, "|")
+
+    def __xor__(self, other):
+        return self._bitwise(Ops.XOR, other, False, "^")
+
+    def __rxor__(self, other):
+        return self._bitwise(Ops.XOR, other, True, "^")
+
+    def __lshift__(self, other):
+        return self._bitwise(Ops.SHL, other, False, "<<")
+
+    def __rshift__(self, other):
+        return self._bitwise(Ops.SHR, other, False, ">>")
+
+    def __invert__(self):
+        if self.dtype.is_float:
+            raise TypeError(f"~: needs a bool or int tensor, got {self.dtype}")
+        return self ^ (True if self.dtype == dtypes.bool else -1)
+
+    def logical_not(self) -> Tensor:
+        return self.cast(dtypes.bool) ^ True
+
+    # arithmetic operators
+    def __add__(self, other):
+        return self.add(other)
+
+    def __radd__(self, other):
+        return self.add(other, True)
+
+    def __sub__(self, other):
+        return self.sub(other)
+
+    def __rsub__(self, other):
+        return self.sub(other, True)
+
+    def __mul__(self, other):
+        return self.mul(other)
+
+    def __rmul__(self, other):
+        return self.mul(other, True)
+
+    def __truediv__(self, other):
+        return self.div(other)
+
+    def __rtruediv__(self, other):
+        return self.div(other, True)
+
+    def __floordiv__(self, other):
+        return self.floordiv(other)
+
+    def __rfloordiv__(self, other):
+        return self.floordiv(other, True)
+
+    def __mod__(self, other):
+        return self.mod(other)
+
+    def __rmod__(self, other):
+        return self.mod(other, True)
+
+    def __pow__(self, other):
+        return self.pow(other)
+
+    def __rpow__(self, other):
+        return self.pow(other, True)
+
+    def __neg__(self):
+        return self.neg()
+
+    def __matmul__(self, other):
+        return self.matmul(other)
+
+    def __rmatmul__(self, other):
+        return Tensor(other, device=self.device).matmul(self) if not isinstance(other, Tensor) else other.matmul(self)

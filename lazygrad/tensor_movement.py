@@ -1,0 +1,287 @@
+"""Movement ops (reshape, permute, expand, pad, shrink, flip), indexing and joining. None of these copy: each is
+a UOp that the consuming kernel turns into index arithmetic."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+from lazygrad.dtype import dtypes
+from lazygrad.helpers import prod
+from lazygrad.uop.ops import UOp, Ops
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+
+def _sizes(args: tuple, op_name: str) -> tuple:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    for size in args:
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise TypeError(f"{op_name}: sizes must be ints, got {args}")
+    return tuple(args)
+
+
+def normalize_axis(axis: int, ndim: int, op_name: str) -> int:
+    """`axis` as a non-negative index, or an IndexError naming the op and the valid range."""
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise TypeError(f"{op_name}: axis must be an int, got {axis!r}")
+    low, high = (-ndim, ndim - 1) if ndim else (-1, 0)
+    if not low <= axis <= high:
+        raise IndexError(f"{op_name}: axis {axis} is out of range for a tensor with {ndim} dimensions (expected {low}..{high})")
+    return axis % max(ndim, 1)
+
+
+class MovementMixin:
+    """Views of a tensor: they change how indices map to values, never the values."""
+
+    __slots__ = ()
+
+    def _movement(self: Tensor, op: Ops, arg, shape_check: bool = True) -> Tensor:
+        return self._new(UOp(op, self.dtype, (self.uop,), arg))
+
+    def reshape(self: Tensor, *shape) -> Tensor:
+        """The same values in a new shape (one size may be -1: it is inferred)."""
+        shape = _sizes(shape, "reshape")
+        if shape.count(-1) > 1:
+            raise ValueError(f"reshape: only one size can be -1, got {shape}")
+        if any(size < -1 for size in shape):
+            raise ValueError(f"reshape: sizes must be non-negative (or -1), got {shape}")
+        if -1 in shape:
+            known = prod(size for size in shape if size != -1)
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {shape}")
+            shape = tuple(self.numel() // known if size == -1 else size for size in shape)
+        if prod(shape) != self.numel():
+            raise ValueError(
+                f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {shape} ({prod(shape)} elements)"
+            )
+        return self if shape == self.shape else self._movement(Ops.RESHAPE, shape)
+
+    def view(self: Tensor, *shape) -> Tensor:
+        return self.reshape(*shape)
+
+    def permute(self: Tensor, *order) -> Tensor:
+        """The axes reordered: output axis i is input axis order[i]."""
+        order = tuple(normalize_axis(axis, self.ndim, "permute") for axis in _sizes(order, "permute"))
+        if sorted(order) != list(range(self.ndim)):
+            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of a {self.shape} tensor")
+        return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
+
+    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = normalize_axis(dim0, self.ndim, "transpose"), normalize_axis(dim1, self.ndim, "transpose")
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self: Tensor) -> Tensor:
+        return self.transpose() if self.ndim >= 2 else self
+
+    def expand(self: Tensor, *shape) -> Tensor:
+        """Size-1 axes repeated to `shape` without copying (-1 keeps a size; new leading axes may be added)."""
+        shape = _sizes(shape, "expand")
+        if len(shape) < self.ndim:
+            raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {shape}")
+        current = (1,) * (len(shape) - self.ndim) + self.shape
+        shape = tuple(old if new == -1 else new for old, new in zip(current, shape))
+        for old, new in zip(current, shape):
+            if old != new and old != 1:
+                raise ValueError(f"expand: cannot expand {self.shape} to {shape}: only size-1 axes can be expanded")
+        base = self.reshape(current)
+        return base if shape == current else base._movement(Ops.EXPAND, shape)
+
+    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = normalize_axis(start_dim, self.ndim, "flatten"), normalize_axis(end_dim, self.ndim, "flatten")
+        return self.reshape(self.shape[:start] + (prod(self.shape[start : end + 1]),) + self.shape[end + 1 :])
+
+    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+        dim = normalize_axis(dim, self.ndim, "unflatten")
+        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1 :])
+
+    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(size for size in self.shape if size != 1))
+        dim = normalize_axis(dim, self.ndim, "squeeze")
+        if self.ndim == 0 or self.shape[dim] != 1:
+            return self
+        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+
+    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        dim = normalize_axis(dim, self.ndim + 1, "unsqueeze")
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def pad(self: Tensor, padding, value: float = 0.0) -> Tensor:
+        """Pad with `value`: `padding` is ((before, after), ...) per axis (None for none), or a flat torch-style
+        (left, right, top, bottom, ...) starting from the last axis. Negative amounts crop."""
+        padding = tuple(padding)
+        if padding and all(isinstance(p, int) for p in padding):
+            if len(padding) % 2 or len(padding) // 2 > self.ndim:
+                raise ValueError(f"pad: a flat padding needs an even count of at most {2 * self.ndim} ints, got {padding}")
+            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)][::-1]
+            padding = ((0, 0),) * (self.ndim - len(pairs)) + tuple(pairs)
+        if len(padding) != self.ndim:
+            raise ValueError(f"pad: need one (before, after) pair per axis of {self.shape}, got {padding}")
+        pairs = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+        # negative padding crops first
+        cropped = self.shrink(tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(pairs, self.shape)))
+        positive = tuple((max(0, b), max(0, a)) for b, a in pairs)
+        if all(p == (0, 0) for p in positive):
+            return cropped
+        padded = cropped._movement(Ops.PAD, positive)
+        if value == 0:
+            return padded
+        from lazygrad.tensor import Tensor
+
+        inside = Tensor.full(cropped.shape, True, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, positive)
+        return inside.where(padded, value)
+
+    def shrink(self: Tensor, arg) -> Tensor:
+        """The window [start, end) of each axis (None keeps an axis whole)."""
+        arg = tuple((0, size) if window is None else (int(window[0]), int(window[1])) for window, size in zip(arg, self.shape))
+        if len(arg) != self.ndim:
+            raise ValueError(f"shrink: need one (start, end) pair per axis of {self.shape}, got {arg}")
+        for (start, end), size in zip(arg, self.shape):
+            if not 0 <= start <= end <= size:
+                raise ValueError(f"shrink: window {(start, end)} does not fit an axis of size {size} in {self.shape}")
+        if all(window == (0, size) for window, size in zip(arg, self.shape)):
+            return self
+        return self._movement(Ops.SHRINK, arg)
+
+    def flip(self: Tensor, axis) -> Tensor:
+        """The order of elements reversed along `axis` (an int or a tuple)."""
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(sorted({normalize_axis(a, self.ndim, "flip") for a in axes}))
+        axes = tuple(a for a in axes if self.shape[a] > 1)
+        return self._movement(Ops.FLIP, axes) if axes else self
+
+    def repeat(self: Tensor, *repeats) -> Tensor:
+        """The tensor tiled `repeats` times along each axis."""
+        repeats = _sizes(repeats, "repeat")
+        if len(repeats) < self.ndim:
+            raise ValueError(f"repeat: need at least {self.ndim} repeat counts for {self.shape}, got {repeats}")
+        base = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
+        interleaved = base.reshape(tuple(s for size in base.shape for s in (1, size)))
+        expanded = interleaved.expand(tuple(s for r, size in zip(repeats, base.shape) for s in (r, size)))
+        return expanded.reshape(tuple(r * size for r, size in zip(repeats, base.shape)))
+
+    # ---- indexing ------------------------------------------------------------------------------------------------
+
+    def __getitem__(self: Tensor, index) -> Tensor:
+        """Basic indexing: ints, slices (any step), None and Ellipsis."""
+        items = index if isinstance(index, tuple) else (index,)
+        for item in items:
+            if not (item is None or item is Ellipsis or isinstance(item, (int, slice))) or isinstance(item, bool):
+                raise TypeError(f"getitem: unsupported index {item!r}; use ints, slices, None or ...")
+        if sum(item is Ellipsis for item in items) > 1:
+            raise IndexError("getitem: an index can only have a single ellipsis (...)")
+        consuming = sum(item is not None and item is not Ellipsis for item in items)
+        if consuming > self.ndim:
+            raise IndexError(f"getitem: too many indices ({consuming}) for a tensor of shape {self.shape}")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            items = items[:at] + (slice(None),) * (self.ndim - consuming) + items[at + 1 :]
+        else:
+            items = items + (slice(None),) * (self.ndim - consuming)
+        result, axis, final_shape = self, 0, []
+        windows, steps, drop = [], [], []
+        for item in items:
+            if item is None:
+                final_shape.append(1)
+                continue
+            size = self.shape[axis]
+            if isinstance(item, int):
+                if not -size <= item < size:
+                    raise IndexError(f"getitem: index {item} is out of range for axis {axis} of size {size} in {self.shape}")
+                item %= size
+                windows.append((item, item + 1))
+                steps.append(1)
+            else:
+                start, stop, step = item.indices(size)
+                if step > 0:
+                    count = max(0, math.ceil((stop - start) / step))
+                    windows.append((start, start + max(0, (count - 1) * step + 1) if count else start))
+                else:
+                    count = max(0, math.ceil((start - stop) / -step))
+                    low = start - (count - 1) * -step if count else start
+                    windows.append((low, start + 1) if count else (0, 0))
+                steps.append(step)
+                final_shape.append(count)
+            axis += 1
+        result = result.shrink(tuple(windows))
+        flips = [i for i, step in enumerate(steps) if step < 0]
+        if flips:
+            result = result.flip(flips)
+        if any(abs(step) > 1 for step in steps):
+            result = result._strided([abs(step) for step in steps])
+        return result.reshape(tuple(final_shape))
+
+    def _strided(self: Tensor, steps: list[int]) -> Tensor:
+        """Every steps[i]-th element of each axis, starting at the first (pad to a multiple, reshape, take one)."""
+        padded_shape = [math.ceil(size / step) * step for size, step in zip(self.shape, steps)]
+        padded = self.pad(tuple((0, p - size) for p, size in zip(padded_shape, self.shape)))
+        split = padded.reshape(tuple(s for p, step in zip(padded_shape, steps) for s in (p // step, step)))
+        taken = split.shrink(tuple(w for p, step in zip(padded_shape, steps) for w in ((0, p // step), (0, 1))))
+        return taken.reshape(tuple(p // step for p, step in zip(padded_shape, steps)))
+
+    # ---- joining and splitting -------------------------------------------------------------------------------------
+
+    def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """The tensors joined along `dim`; every other axis must match."""
+        tensors = (self, *others)
+        dim = normalize_axis(dim, self.ndim, "cat")
+        for other in others:
+            if other.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(self.shape, other.shape)) if i != dim):
+                raise ValueError(f"cat: shapes {self.shape} and {other.shape} differ outside dim {dim}")
+        from lazygrad.dtype import least_upper_dtype
+
+        dtype = least_upper_dtype(*(t.dtype for t in tensors))
+        total = sum(t.shape[dim] for t in tensors)
+        result, offset = None, 0
+        for tensor in tensors:
+            padding = [(0, 0)] * self.ndim
+            padding[dim] = (offset, total - offset - tensor.shape[dim])
+            piece = tensor.cast(dtype).pad(tuple(padding))
+            result = piece if result is None else (result | piece if dtype == dtypes.bool else result + piece)
+            offset += tensor.shape[dim]
+        return result
+
+    @staticmethod
+    def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
+        """The tensors joined along a new axis `dim`."""
+        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+            tensors = tuple(tensors[0])
+        first = tensors[0]
+        dim = normalize_axis(dim, first.ndim + 1, "stack")
+        for other in tensors[1:]:
+            if other.shape != first.shape:
+                raise ValueError(f"stack: all tensors need the same shape, got {first.shape} and {other.shape}")
+        return tensors[0].unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in tensors[1:]), dim=dim)
+
+    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces of `sizes` (or of equal size `sizes`, the last one smaller) along `dim`."""
+        dim = normalize_axis(dim, self.ndim, "split")
+        length = self.shape[dim]
+        if isinstance(sizes, int):
+            if sizes <= 0:
+                raise ValueError(f"split: size must be positive, got {sizes}")
+            sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
+        if sum(sizes) != length:
+            raise ValueError(f"split: sizes {list(sizes)} do not add up to {length}, the size of dim {dim} of {self.shape}")
+        pieces, start = [], 0
+        for size in sizes:
+            window = [None] * self.ndim
+            window[dim] = (start, start + size)
+            pieces.append(self.shrink(tuple(window)))
+            start += size
+        return tuple(pieces)
+
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """`chunks` nearly equal pieces along `dim`."""
+        if chunks <= 0:
+            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        dim = normalize_axis(dim, self.ndim, "chunk")
+        return self.split(math.ceil(self.shape[dim] / chunks) if self.shape[dim] else 1, dim)

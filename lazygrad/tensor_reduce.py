@@ -1,0 +1,176 @@
+"""Reductions (sum, max and everything built on them) and matrix multiplication."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lazygrad.dtype import dtypes
+from lazygrad.tensor_movement import normalize_axis
+from lazygrad.uop.ops import UOp, Ops
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+
+class ReduceMixin:
+    """Reductions over `axis` (an int, a tuple, or None for all) with `keepdim`."""
+
+    __slots__ = ()
+
+    def _axes(self: Tensor, axis, op_name: str) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        normalized = tuple(normalize_axis(a, self.ndim, op_name) for a in axes)
+        if len(set(normalized)) != len(normalized):
+            raise ValueError(f"{op_name}: axis {axis} repeats an axis")
+        return tuple(sorted(normalized))
+
+    def _reduce(self: Tensor, op: Ops, axis, keepdim: bool, op_name: str) -> Tensor:
+        axes = self._axes(axis, op_name)
+        if self.ndim == 0:
+            return self
+        reduced = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes))) if axes else self
+        if keepdim:
+            return reduced
+        return reduced.reshape(tuple(size for i, size in enumerate(self.shape) if i not in axes))
+
+    def sum(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+        """The sum; bools and ints sum as int32, half sums accumulate in float32."""
+        source = self
+        if dtype is not None:
+            source = self.cast(dtype)
+        elif self.dtype == dtypes.bool:
+            source = self.cast(dtypes.int32)
+        accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
+        return accumulate._reduce(Ops.ADD, axis, keepdim, "sum").cast(source.dtype)
+
+    def prod(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        source = self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+        accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
+        return accumulate._reduce(Ops.MUL, axis, keepdim, "prod").cast(source.dtype)
+
+    def max(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        self._check_nonempty(axis, "max")
+        return self._reduce(Ops.MAX, axis, keepdim, "max")
+
+    def min(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        self._check_nonempty(axis, "min")
+        if self.dtype == dtypes.bool:
+            return ~((~self)._reduce(Ops.MAX, axis, keepdim, "min"))
+        if self.dtype.is_unsigned:
+            return ~((~self)._reduce(Ops.MAX, axis, keepdim, "min"))
+        return -((-self)._reduce(Ops.MAX, axis, keepdim, "min"))
+
+    def _check_nonempty(self: Tensor, axis, op_name: str) -> None:
+        if any(self.shape[a] == 0 for a in self._axes(axis, op_name)):
+            raise ValueError(f"{op_name}: cannot reduce over an empty axis of {self.shape} (there is no identity)")
+
+    def any(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        return self.bool()._reduce(Ops.MAX, axis, keepdim, "any")
+
+    def all(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        return ~((~self.bool())._reduce(Ops.MAX, axis, keepdim, "all"))
+
+    def _count(self: Tensor, axis) -> int:
+        count = 1
+        for a in self._axes(axis, "mean"):
+            count *= self.shape[a]
+        return count
+
+    def mean(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        source = self._to_float()
+        count = self._count(axis)
+        total = source.sum(axis, keepdim)
+        return total * (1 / count) if count else total * float("nan")
+
+    def var(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        """The variance with `correction` subtracted from the count (1: the unbiased estimate, as in torch)."""
+        source = self._to_float()
+        squared = (source - source.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+        divisor = max(0, self._count(axis) - correction)
+        return squared * (1 / divisor) if divisor else squared * float("nan")
+
+    def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def _argmax_along(self: Tensor, axis, keepdim: bool, op_name: str) -> Tensor:
+        from lazygrad.tensor import Tensor
+
+        if axis is None:
+            return self.flatten()._argmax_along(0, False, op_name).reshape(() if not keepdim else (1,) * self.ndim)
+        axis = normalize_axis(axis, self.ndim, op_name)
+        self._check_nonempty(axis, op_name)
+        length = self.shape[axis]
+        # the first index holding the maximum: score each match by (length - index) and take the largest
+        shape = [1] * self.ndim
+        shape[axis] = length
+        countdown = Tensor.arange(length, 0, -1, device=self.device).reshape(shape)
+        is_max = self == self.max(axis, keepdim=True)
+        best = (is_max.where(countdown, 0)).max(axis, keepdim=keepdim)
+        return (length - best).cast(dtypes.int32)
+
+    def argmax(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        return self._argmax_along(axis, keepdim, "argmax")
+
+    def argmin(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        flipped = ~self if self.dtype == dtypes.bool or self.dtype.is_unsigned else -self
+        return flipped._argmax_along(axis, keepdim, "argmin")
+
+    def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        peak = self.max(axis, keepdim=True)
+        # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan
+        shift = (peak.abs() == float("inf")).where(0, peak)
+        total = (self - shift).exp().sum(axis, keepdim=True).log() + shift
+        return total if keepdim else total.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis, "logsumexp")))
+
+    def softmax(self: Tensor, axis: int = -1) -> Tensor:
+        source = self._to_float()
+        exponent = (source - source.max(axis, keepdim=True)).exp()
+        return exponent / exponent.sum(axis, keepdim=True)
+
+    def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
+        source = self._to_float()
+        shifted = source - source.max(axis, keepdim=True)
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+        """Running sums along `axis` (a lower-triangular mask summed: fine for short axes)."""
+        from lazygrad.tensor import Tensor
+
+        axis = normalize_axis(axis, self.ndim, "cumsum")
+        moved = self.transpose(axis, -1) if axis != self.ndim - 1 else self
+        length = moved.shape[-1]
+        mask = Tensor.arange(length, device=self.device).reshape(length, 1) <= Tensor.arange(length, device=self.device).reshape(1, length)
+        summed = (moved.unsqueeze(-1) * mask.cast(moved.dtype)).sum(-2)
+        return summed.transpose(axis, -1) if axis != self.ndim - 1 else summed
+
+    # ---- matrix multiplication -------------------------------------------------------------------------------------
+
+    def dot(self: Tensor, other: Tensor) -> Tensor:
+        """Matrix product with NumPy's rules: 1-D operands are vectors, leading axes broadcast as a batch."""
+        from lazygrad.tensor import Tensor
+
+        if not isinstance(other, Tensor):
+            raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
+        if self.ndim == 0 or other.ndim == 0:
+            raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {other.shape}")
+        inner_self = self.shape[-1]
+        inner_other = other.shape[-2] if other.ndim > 1 else other.shape[0]
+        if inner_self != inner_other:
+            raise ValueError(
+                f"matmul: inner dimensions differ: {self.shape} @ {other.shape} ({inner_self} != {inner_other}); "
+                "the last axis of the left operand must match the second-to-last of the right"
+            )
+        x = self.reshape(*self.shape[:-1], 1, self.shape[-1])
+        w = other.reshape(*other.shape[:-2], 1, *other.shape[-2:]) if other.ndim > 1 else other.reshape(1, other.shape[0], 1)
+        w = w.transpose(-1, -2)
+        product = (x * w).sum(-1)
+        if other.ndim == 1:
+            product = product.reshape(product.shape[:-1])
+        if self.ndim == 1:
+            product = product.reshape(product.shape[:-2] + product.shape[-1:]) if other.ndim > 1 else product.reshape(product.shape[:-1])
+        return product
+
+    def matmul(self: Tensor, other: Tensor) -> Tensor:
+        return self.dot(other)

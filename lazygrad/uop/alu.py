@@ -1,0 +1,121 @@
+"""What each ALU op computes on Python scalars, with the kernels' C-like semantics (used for constant folding and
+by the PYTHON device)."""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import numpy as np
+
+from lazygrad.dtype import DType, dtypes
+from lazygrad.uop.ops import Ops, cast_python
+
+
+def _truncating_div(a: int, b: int) -> int:
+    if b == 0:
+        return 0
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b >= 0) else -quotient
+
+
+def _truncating_mod(a: int, b: int) -> int:
+    return a - _truncating_div(a, b) * b if b != 0 else 0
+
+
+def _exp2(x: float) -> float:
+    try:
+        return math.pow(2.0, x)
+    except OverflowError:
+        return math.inf
+
+
+def _log2(x: float) -> float:
+    if math.isnan(x) or x < 0:
+        return math.nan
+    if x == 0:
+        return -math.inf
+    return math.log2(x)
+
+
+def _sqrt(x: float) -> float:
+    return math.nan if math.isnan(x) or x < 0 else math.sqrt(x)
+
+
+def _recip(x: float) -> float:
+    if x == 0:
+        return math.copysign(math.inf, x)
+    return 1.0 / x
+
+
+def _sin(x: float) -> float:
+    return math.nan if math.isinf(x) else math.sin(x)
+
+
+def _fmax(a: float, b: float) -> float:
+    return a if (math.isnan(a) or a > b) else b if not math.isnan(b) else b
+
+
+def _shift_right(a: int, b: int) -> int:
+    return a >> b
+
+
+ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
+    Ops.EXP2: _exp2,
+    Ops.LOG2: _log2,
+    Ops.SIN: _sin,
+    Ops.SQRT: _sqrt,
+    Ops.RECIP: _recip,
+    Ops.NEG: operator.neg,
+    Ops.ADD: operator.add,
+    Ops.MUL: operator.mul,
+    Ops.MAX: max,
+    Ops.CMPLT: operator.lt,
+    Ops.CMPNE: operator.ne,
+    Ops.IDIV: _truncating_div,
+    Ops.MOD: _truncating_mod,
+    Ops.AND: operator.and_,
+    Ops.OR: operator.or_,
+    Ops.XOR: operator.xor,
+    Ops.SHL: operator.lshift,
+    Ops.SHR: _shift_right,
+    Ops.WHERE: lambda cond, a, b: a if cond else b,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: list[Any]) -> Any:
+    """The value of `op` applied to Python scalars, rounded/wrapped to the result `dtype`."""
+    if op is Ops.MAX and dtype.is_float:
+        return cast_python(_fmax(*operands), dtype)
+    if op is Ops.RECIP and dtype.is_int:
+        return 0
+    if op is Ops.MUL and dtype.is_float:
+        # inf * 0 is nan, as in IEEE arithmetic
+        a, b = operands
+        if (math.isinf(a) and b == 0) or (math.isinf(b) and a == 0):
+            return math.nan
+    if op is Ops.ADD and dtype.is_float:
+        a, b = operands
+        if math.isinf(a) and math.isinf(b) and a != b:
+            return math.nan
+    if dtype.is_float and op in (Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP):
+        # round the exact Python result the way the dtype would
+        with np.errstate(all="ignore"):
+            return cast_python(ALU_FUNCTIONS[op](*operands), dtype)
+    if dtype == dtypes.bool and op in (Ops.ADD, Ops.MUL, Ops.MAX):
+        return bool({Ops.ADD: operator.or_, Ops.MUL: operator.and_, Ops.MAX: operator.or_}[op](*operands))
+    if op is Ops.SHL:
+        return cast_python(operands[0] << (operands[1] % dtype.bits), dtype)
+    result = ALU_FUNCTIONS[op](*operands)
+    return cast_python(result, dtype)
+
+
+def cast_value(value: Any, dtype: DType) -> Any:
+    """A scalar converted to `dtype` the way a kernel's cast does it (float to int truncates)."""
+    if dtype.is_int and isinstance(value, float):
+        if not math.isfinite(value):
+            return 0
+        return cast_python(int(value), dtype)
+    with np.errstate(all="ignore"):
+        return cast_python(value, dtype)

@@ -1,0 +1,350 @@
+"""The UOp: an immutable, interned node `(op, dtype, src, arg)` that every stage of lazygrad is written in."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import weakref
+from enum import Enum, auto
+from typing import Any
+
+from lazygrad.dtype import DType, dtypes
+from lazygrad.helpers import prod
+
+
+class Ops(Enum):
+    """Every kind of UOp. Tensor graphs use the first groups; kernels add the last ones."""
+
+    # data
+    BUFFER = auto()  # arg: (unique id, size, device)
+    CONST = auto()  # arg: the Python value
+    COPY = auto()  # arg: the target device
+    CONTIGUOUS = auto()
+    ASSIGN = auto()  # src: (target, value)
+    # unary
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    SQRT = auto()
+    RECIP = auto()
+    NEG = auto()
+    CAST = auto()
+    # binary
+    ADD = auto()
+    MUL = auto()
+    MAX = auto()
+    CMPLT = auto()
+    CMPNE = auto()
+    IDIV = auto()
+    MOD = auto()
+    AND = auto()
+    OR = auto()
+    XOR = auto()
+    SHL = auto()
+    SHR = auto()
+    # ternary
+    WHERE = auto()
+    # reduce: arg (Ops.ADD | Ops.MUL | Ops.MAX, axes)
+    REDUCE = auto()
+    # the integers 0..n-1 (arg n): the counter that arange, eye and random numbers are built from
+    ARANGE = auto()
+    # movement: arg describes the view change
+    RESHAPE = auto()
+    PERMUTE = auto()
+    EXPAND = auto()
+    PAD = auto()
+    SHRINK = auto()
+    FLIP = auto()
+    # kernels
+    SINK = auto()
+    DEFINE_GLOBAL = auto()  # arg: parameter number
+    RANGE = auto()  # src: (end,), arg: (axis number, "global" | "reduce")
+    LOAD = auto()  # src: (buffer, index[, valid]) or (accumulator, *ranges)
+    STORE = auto()  # src: (buffer, index, value) or (accumulator, value)
+    RANGE_REDUCE = auto()  # src: (value, *ranges), arg: Ops.ADD | Ops.MAX
+    DEFINE_ACC = auto()  # arg: (identity value, number)
+    ENDRANGE = auto()  # src: (range,)
+
+
+UNARY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG}
+BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+ALU = UNARY | BINARY | {Ops.WHERE}
+COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
+MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+COMPARISON = {Ops.CMPLT, Ops.CMPNE}
+
+
+def _const_key(arg: Any) -> Any:
+    # 0.0 == -0.0 and True == 1 in Python; the type and the sign keep such constants apart.
+    if isinstance(arg, float):
+        return (float, arg, math.copysign(1.0, arg))
+    if isinstance(arg, (bool, int)):
+        return (type(arg), arg)
+    return arg
+
+
+class UOp:
+    """An immutable graph node. Structurally equal UOps are the same object, so `is`/`==` is structural equality."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+    _interned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        key = (op, dtype, src, _const_key(arg))
+        if (existing := UOp._interned.get(key)) is not None:
+            return existing
+        node = object.__new__(cls)
+        object.__setattr__(node, "op", op)
+        object.__setattr__(node, "dtype", dtype)
+        object.__setattr__(node, "src", src)
+        object.__setattr__(node, "arg", arg)
+        UOp._interned[key] = node
+        return node
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("UOp is immutable")
+
+    def __reduce__(self):
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def __repr__(self) -> str:
+        return f"UOp({self.op}, {self.dtype}, arg={self.arg!r}, src=<{len(self.src)}>)"
+
+    def replace(self, **changes: Any) -> UOp:
+        fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | changes
+        return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"])
+
+    # ---- graph facts ----------------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def toposort(self) -> list[UOp]:
+        """Every node reachable from this one, sources before users (computed without recursion)."""
+        order: list[UOp] = []
+        visited: set[UOp] = set()
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, sources_done = stack.pop()
+            if sources_done:
+                order.append(node)
+                continue
+            if node in visited:
+                continue
+            visited.add(node)
+            stack.append((node, True))
+            stack.extend((source, False) for source in reversed(node.src) if source not in visited)
+        return order
+
+    @functools.cached_property
+    def key(self) -> bytes:
+        """A content hash, stable across processes (used as the compile-cache key)."""
+        for node in self.toposort:
+            if "key" not in node.__dict__:
+                digest = hashlib.sha256(repr((node.op, node.dtype, node.arg)).encode())
+                for source in node.src:
+                    digest.update(source.__dict__["key"])
+                node.__dict__["key"] = digest.digest()
+        return self.__dict__["key"]
+
+    @functools.cached_property
+    def shape(self) -> tuple[int, ...] | None:
+        """The shape of a tensor-graph node; None for kernel nodes."""
+        for node in self.toposort:
+            if "shape" not in node.__dict__:
+                node.__dict__["shape"] = _shape_of(node)
+        return self.__dict__["shape"]
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @functools.cached_property
+    def base(self) -> UOp:
+        """The node below any movement ops."""
+        node = self
+        while node.op in MOVEMENT:
+            node = node.src[0]
+        return node
+
+    # ---- building ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        return UOp(Ops.CONST, dtype, (), cast_python(value, dtype))
+
+    def const_like(self, value: Any) -> UOp:
+        return UOp.const(self.dtype, value)
+
+    def alu(self, op: Ops, *sources: UOp) -> UOp:
+        out_dtype = dtypes.bool if op in COMPARISON else (sources[-1].dtype if op is Ops.WHERE else self.dtype)
+        return UOp(op, out_dtype, (self, *sources))
+
+    def _operand(self, other: UOp | int | float | bool) -> UOp:
+        return other if isinstance(other, UOp) else self.const_like(other)
+
+    def __add__(self, other):
+        return self.alu(Ops.ADD, self._operand(other))
+
+    def __radd__(self, other):
+        return self._operand(other).alu(Ops.ADD, self)
+
+    def __mul__(self, other):
+        return self.alu(Ops.MUL, self._operand(other))
+
+    def __rmul__(self, other):
+        return self._operand(other).alu(Ops.MUL, self)
+
+    def __sub__(self, other):
+        return self + (-self._operand(other))
+
+    def __neg__(self):
+        return self * -1 if self.dtype.is_int else self.alu(Ops.NEG)
+
+    def __floordiv__(self, other):
+        return self.alu(Ops.IDIV, self._operand(other))
+
+    def __mod__(self, other):
+        return self.alu(Ops.MOD, self._operand(other))
+
+    def lt(self, other):
+        return self.alu(Ops.CMPLT, self._operand(other))
+
+    def ne(self, other):
+        return self.alu(Ops.CMPNE, self._operand(other))
+
+    def logical_and(self, other):
+        return self.alu(Ops.AND, self._operand(other))
+
+    def where(self, true_value: UOp, false_value: UOp) -> UOp:
+        return self.alu(Ops.WHERE, true_value, false_value)
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    # ---- value ranges (for index simplification) ------------------------------------------------------------
+
+    @functools.cached_property
+    def bounds(self) -> tuple[Any, Any]:
+        """The smallest and largest value an integer/bool node can take (the dtype's limits when unknown)."""
+        for node in self.toposort:
+            if "bounds" not in node.__dict__:
+                node.__dict__["bounds"] = _bounds_of(node)
+        return self.__dict__["bounds"]
+
+    @property
+    def vmin(self):
+        return self.bounds[0]
+
+    @property
+    def vmax(self):
+        return self.bounds[1]
+
+
+def cast_python(value: Any, dtype: DType) -> Any:
+    """A Python scalar converted as `dtype` would hold it (ints wrap around, floats round through NumPy)."""
+    if dtype == dtypes.bool:
+        return bool(value)
+    if dtype.is_int:
+        if isinstance(value, float) and not math.isfinite(value):
+            return 0
+        return wrap_int(int(value), dtype)
+    if dtype.is_float:
+        return float(dtype.np.type(value))
+    return value
+
+
+def wrap_int(value: int, dtype: DType) -> int:
+    """Two's-complement wrap-around of a Python int to `dtype`'s width."""
+    value &= (1 << dtype.bits) - 1
+    if not dtype.is_unsigned and value >= 1 << (dtype.bits - 1):
+        value -= 1 << dtype.bits
+    return value
+
+
+def dtype_limits(dtype: DType) -> tuple[Any, Any]:
+    if dtype == dtypes.bool:
+        return False, True
+    if dtype.is_int:
+        return (0, 2**dtype.bits - 1) if dtype.is_unsigned else (-(2 ** (dtype.bits - 1)), 2 ** (dtype.bits - 1) - 1)
+    return -math.inf, math.inf
+
+
+def _bounds_of(node: UOp) -> tuple[Any, Any]:
+    if node.op is Ops.CONST:
+        return node.arg, node.arg
+    if node.op is Ops.RANGE:
+        return 0, node.src[0].vmax - 1
+    if not (node.dtype.is_int or node.dtype == dtypes.bool) or not node.src:
+        return dtype_limits(node.dtype)
+    limits = dtype_limits(node.dtype)
+    (a_min, a_max) = node.src[0].bounds
+    if len(node.src) > 1:
+        (b_min, b_max) = node.src[1].bounds
+    if node.op is Ops.ADD:
+        low, high = a_min + b_min, a_max + b_max
+    elif node.op is Ops.MUL:
+        corners = [a_min * b_min, a_min * b_max, a_max * b_min, a_max * b_max]
+        low, high = min(corners), max(corners)
+    elif node.op is Ops.IDIV and b_min == b_max and b_min > 0:
+        low, high = _floordiv_toward_zero(a_min, b_min), _floordiv_toward_zero(a_max, b_min)
+    elif node.op is Ops.MOD and b_min == b_max and b_min > 0:
+        low, high = (0 if a_min >= 0 else -(b_min - 1)), (b_min - 1 if a_max > 0 else 0)
+        if 0 <= a_min and a_max < b_min:
+            low, high = a_min, a_max
+    elif node.op is Ops.MAX:
+        low, high = max(a_min, b_min), max(a_max, b_max)
+    elif node.op is Ops.CMPLT:
+        low, high = a_max < b_min, a_min < b_max
+    elif node.op is Ops.CMPNE:
+        low, high = (a_max < b_min or b_max < a_min), not (a_min == a_max == b_min == b_max)
+    elif node.op is Ops.AND and node.dtype == dtypes.bool:
+        low, high = a_min and b_min, a_max and b_max
+    elif node.op is Ops.WHERE:
+        (c_min, c_max) = node.src[2].bounds
+        if a_min == a_max:
+            return (b_min, b_max) if a_min else (c_min, c_max)
+        low, high = min(b_min, c_min), max(b_max, c_max)
+    elif node.op is Ops.CAST and node.src[0].dtype.is_int:
+        low, high = a_min, a_max
+    else:
+        return limits
+    if node.dtype == dtypes.bool:
+        return bool(low), bool(high)
+    if low < limits[0] or high > limits[1]:
+        return limits
+    return low, high
+
+
+def _floordiv_toward_zero(a: int, b: int) -> int:
+    # kernels divide integers like C: the quotient is truncated toward zero
+    return abs(a) // b * (1 if a >= 0 else -1)
+
+
+def _shape_of(node: UOp) -> tuple[int, ...] | None:
+    op, arg = node.op, node.arg
+    if op in (Ops.BUFFER, Ops.DEFINE_GLOBAL):
+        return (arg[1],)
+    if op is Ops.CONST:
+        return ()
+    if op is Ops.ARANGE:
+        return (arg,)
+    if op in (Ops.RESHAPE, Ops.EXPAND):
+        return arg
+    if op is Ops.PERMUTE:
+        return tuple(node.src[0].shape[axis] for axis in arg)
+    if op is Ops.PAD:
+        return tuple(size + before + after for size, (before, after) in zip(node.src[0].shape, arg))
+    if op is Ops.SHRINK:
+        return tuple(end - start for start, end in arg)
+    if op is Ops.REDUCE:
+        return tuple(1 if axis in arg[1] else size for axis, size in enumerate(node.src[0].shape))
+    if op is Ops.WHERE:
+        return node.src[1].shape
+    if node.src and (op in ALU or op in (Ops.CAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)):
+        return node.src[0].shape
+    return None

@@ -1,0 +1,177 @@
+"""The symbolic simplifier: constant folding, canonical sums and products, and `//`/`%` folding from value ranges.
+
+Index arithmetic is what every movement op turns into, so this is performance: a contiguous kernel must end with
+the loop index alone, and a reshape of a permute with as few divisions as the math allows.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lazygrad.dtype import dtypes
+from lazygrad.uop.alu import cast_value, exec_alu
+from lazygrad.uop.ops import ALU, COMMUTATIVE, UOp, Ops
+from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+
+INT_TYPES = (dtypes.int32, dtypes.int64, dtypes.uint32)
+
+
+def fold_constants(node: UOp) -> UOp | None:
+    if node.op is Ops.CAST:
+        return UOp.const(node.dtype, cast_value(node.src[0].arg, node.dtype)) if node.src[0].op is Ops.CONST else None
+    if node.src and all(source.op is Ops.CONST for source in node.src):
+        return UOp.const(node.dtype, exec_alu(node.op, node.dtype, [source.arg for source in node.src]))
+    return None
+
+
+def fold_from_bounds(node: UOp) -> UOp | None:
+    """An integer or bool node whose range is a single value is that constant."""
+    if node.op is not Ops.CONST and (node.dtype in INT_TYPES or node.dtype == dtypes.bool):
+        low, high = node.bounds
+        if low == high:
+            return UOp.const(node.dtype, low)
+    return None
+
+
+def const_to_right(node: UOp) -> UOp | None:
+    if node.src[0].op is Ops.CONST and node.src[1].op is not Ops.CONST:
+        return node.replace(src=(node.src[1], node.src[0]))
+    return None
+
+
+# ---- sums of terms --------------------------------------------------------------------------------------------
+
+
+def split_term(term: UOp) -> tuple[UOp | None, int]:
+    """A term as (base, coefficient): `x*3` is (x, 3), `7` is (None, 7), `x` is (x, 1)."""
+    if term.op is Ops.CONST:
+        return None, term.arg
+    if term.op is Ops.MUL and term.src[1].op is Ops.CONST:
+        return term.src[0], term.src[1].arg
+    return term, 1
+
+
+def sum_terms(node: UOp) -> list[UOp]:
+    """The terms of a chain of integer additions, flattened."""
+    terms, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if current.op is Ops.ADD:
+            stack.extend(reversed(current.src))
+        else:
+            terms.append(current)
+    return terms
+
+
+def build_sum(dtype, terms: list[tuple[UOp | None, int]]) -> UOp:
+    """A canonical sum: like terms combined, ordered by content hash, the constant last."""
+    coefficients: dict[UOp, int] = {}
+    constant = 0
+    for base, coefficient in terms:
+        if base is None:
+            constant += coefficient
+        else:
+            coefficients[base] = coefficients.get(base, 0) + coefficient
+    parts = []
+    for base in sorted(coefficients, key=lambda base: base.key):
+        if coefficients[base] != 0:
+            parts.append(base if coefficients[base] == 1 else base.alu(Ops.MUL, UOp.const(dtype, coefficients[base])))
+    if constant != 0 or not parts:
+        parts.append(UOp.const(dtype, constant))
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.alu(Ops.ADD, part)
+    return result
+
+
+def canonical_sum(node: UOp) -> UOp | None:
+    terms = [split_term(term) for term in sum_terms(node)]
+    # (x//c)*c + x%c is x
+    bases = {base: coefficient for base, coefficient in terms if base is not None}
+    for base, coefficient in list(bases.items()):
+        if base.op is Ops.IDIV and base.src[1].op is Ops.CONST and base.src[0].vmin >= 0:
+            remainder = base.src[0].alu(Ops.MOD, base.src[1])
+            divisor = base.src[1].arg
+            if coefficient % divisor == 0 and bases.get(remainder) == coefficient // divisor:
+                terms = [(b, c) for b, c in terms if b is not base and b is not remainder]
+                terms.append((base.src[0], coefficient // divisor))
+                return build_sum(node.dtype, terms)
+    rebuilt = build_sum(node.dtype, terms)
+    return None if rebuilt is node else rebuilt
+
+
+def distribute_mul(node: UOp, total: UOp, factor: UOp) -> UOp | None:
+    """(a + b) * c is a*c + b*c for integers, so a sum stays a flat list of terms."""
+    return build_sum(node.dtype, [(base, coefficient * factor.arg) for base, coefficient in map(split_term, sum_terms(total))])
+
+
+def fold_div_mod(node: UOp) -> UOp | None:
+    """`x // c` and `x % c` for c > 0 and x >= 0: split x's terms into multiples of c and a remainder; when the
+    remainder's range lies in [0, c) the quotient and the remainder are exact."""
+    value, divisor_node = node.src
+    divisor = divisor_node.arg
+    if divisor <= 0 or value.vmin < 0:
+        return None
+    if value.vmax < divisor:
+        return value if node.op is Ops.MOD else UOp.const(node.dtype, 0)
+    quotient, remainder = [], []
+    for base, coefficient in map(split_term, sum_terms(value)):
+        quotient.append((base, coefficient // divisor))
+        remainder.append((base, coefficient % divisor))
+    remainder_sum = build_sum(node.dtype, remainder)
+    if remainder_sum.vmin >= 0 and remainder_sum.vmax < divisor:
+        return remainder_sum if node.op is Ops.MOD else build_sum(node.dtype, quotient)
+    # divide out a factor common to every term and the divisor: (4a + 2b) // 8 is (2a + b) // 4
+    common = math.gcd(divisor, *(coefficient for _, coefficient in map(split_term, sum_terms(value))))
+    if common > 1:
+        reduced = build_sum(node.dtype, [(b, c // common) for b, c in map(split_term, sum_terms(value))])
+        if node.op is Ops.IDIV:
+            return reduced.alu(Ops.IDIV, UOp.const(node.dtype, divisor // common))
+        return reduced.alu(Ops.MOD, UOp.const(node.dtype, divisor // common)).alu(Ops.MUL, UOp.const(node.dtype, common))
+    # nested division and modulo
+    if value.op is Ops.IDIV and value.src[1].op is Ops.CONST and node.op is Ops.IDIV and value.src[0].vmin >= 0:
+        return value.src[0].alu(Ops.IDIV, UOp.const(node.dtype, value.src[1].arg * divisor))
+    if value.op is Ops.MOD and value.src[1].op is Ops.CONST and value.src[1].arg % divisor == 0:
+        if node.op is Ops.MOD:
+            return value.src[0].alu(Ops.MOD, divisor_node)
+        outer = value.src[1].arg // divisor
+        return value.src[0].alu(Ops.IDIV, divisor_node).alu(Ops.MOD, UOp.const(node.dtype, outer))
+    return None
+
+
+def fold_compare(node: UOp) -> UOp | None:
+    low, high = node.bounds
+    return UOp.const(dtypes.bool, low) if low == high else None
+
+
+symbolic = PatternMatcher(
+    [
+        (UPat(tuple(ALU | {Ops.CAST}), name="node"), fold_constants),
+        (UPat(tuple(ALU), dtype=INT_TYPES + (dtypes.bool,), name="node"), fold_from_bounds),
+        (UPat(tuple(COMMUTATIVE), name="node", src=(UPat(), UPat())), const_to_right),
+        # identities
+        (UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("one"))), lambda x, one: x if one.arg == 1 else None),
+        (UPat(Ops.ADD, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))), lambda x, zero: x if zero.arg == 0 else None),
+        (
+            UPat(Ops.MUL, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
+            lambda x, zero: zero if zero.arg == 0 else None,
+        ),
+        (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("one"))), lambda x, one: x if one.arg == 1 else None),
+        (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),
+        (UPat(Ops.AND, dtype=dtypes.bool, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg else c),
+        # integer sums and products
+        (UPat(Ops.ADD, dtype=INT_TYPES, name="node"), canonical_sum),
+        (UPat(Ops.MUL, dtype=INT_TYPES, name="node", src=(UPat(Ops.ADD, name="total"), UPat.cvar("factor"))), distribute_mul),
+        (
+            UPat(Ops.MUL, dtype=INT_TYPES, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))),
+            lambda x, a, b: x.alu(Ops.MUL, UOp.const(x.dtype, a.arg * b.arg)),
+        ),
+        (UPat((Ops.IDIV, Ops.MOD), dtype=INT_TYPES, name="node", src=(UPat.var(), UPat.cvar())), fold_div_mod),
+        (UPat((Ops.CMPLT, Ops.CMPNE), name="node"), fold_compare),
+    ]
+)
+
+
+def simplify(node: UOp) -> UOp:
+    """`node` rewritten with the symbolic rules until none applies."""
+    return graph_rewrite(node, symbolic)
