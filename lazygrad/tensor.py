@@ -63,7 +63,7 @@ def _data_to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
             dtype = dtypes.from_numpy(array.dtype)
     if array.size == 0 and array.dtype == np.float64 and not isinstance(data, np.ndarray):
         array = array.astype(np.float32)
-    return np.ascontiguousarray(array.astype(dtype.np, copy=False)), dtype
+    return np.array(array, dtype=dtype.np, order="C"), dtype
 
 
 def _mix32(value: int) -> int:
@@ -165,10 +165,10 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
-        outputs = [t.uop for t in tensors if not is_buffer_view(t.uop)]
-        if not outputs:
+        pending = [t for t in tensors if not is_buffer_view(t.uop)]
+        if not pending:
             return
-        schedule, becomes = create_schedule(outputs, tensors[0].device)
+        schedule, becomes = create_schedule([t.uop for t in pending], pending[0].device)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
@@ -369,10 +369,12 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
             dtype = least_upper_dtype(self.dtype, other.dtype)
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
+            # a Python number takes the tensor's dtype unless it needs a wider kind (a float with an int tensor)
             scalar_dtype = python_type_dtype(other)
-            dtype = self.dtype if scalar_dtype <= self.dtype or (scalar_dtype.is_int and self.dtype.is_float) else least_upper_dtype(self.dtype, scalar_dtype)
-            if isinstance(other, float) and not self.dtype.is_float:
-                dtype = dtypes.default_float
+            if scalar_dtype.kind == self.dtype.kind or (self.dtype.is_float or scalar_dtype == dtypes.bool):
+                dtype = self.dtype
+            else:
+                dtype = least_upper_dtype(self.dtype, scalar_dtype)
             other = Tensor(UOp.const(dtype, other), device=self.device)
         else:
             raise TypeError(f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number")

@@ -249,17 +249,14 @@ class MovementMixin:
             offset += tensor.shape[dim]
         return result
 
-    @staticmethod
-    def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
-        """The tensors joined along a new axis `dim`."""
-        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-            tensors = tuple(tensors[0])
-        first = tensors[0]
-        dim = normalize_axis(dim, first.ndim + 1, "stack")
-        for other in tensors[1:]:
-            if other.shape != first.shape:
-                raise ValueError(f"stack: all tensors need the same shape, got {first.shape} and {other.shape}")
-        return tensors[0].unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in tensors[1:]), dim=dim)
+    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """The tensors joined along a new axis `dim` (`Tensor.stack(a, b)` or `a.stack(b)`)."""
+        tensors = (self, *others)
+        dim = normalize_axis(dim, self.ndim + 1, "stack")
+        for other in others:
+            if other.shape != self.shape:
+                raise ValueError(f"stack: all tensors need the same shape, got {self.shape} and {other.shape}")
+        return self.unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in tensors[1:]), dim=dim)
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `sizes` (or of equal size `sizes`, the last one smaller) along `dim`."""

@@ -149,7 +149,7 @@ class ReduceMixin:
 
     def dot(self: Tensor, other: Tensor) -> Tensor:
         """Matrix product with NumPy's rules: 1-D operands are vectors, leading axes broadcast as a batch."""
-        from lazygrad.tensor import Tensor
+        from lazygrad.tensor import Tensor, _broadcast_shape
 
         if not isinstance(other, Tensor):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
@@ -162,6 +162,14 @@ class ReduceMixin:
                 f"matmul: inner dimensions differ: {self.shape} @ {other.shape} ({inner_self} != {inner_other}); "
                 "the last axis of the left operand must match the second-to-last of the right"
             )
+        batch_self, batch_other = self.shape[:-2], other.shape[:-2]
+        try:
+            _broadcast_shape("matmul", batch_self, batch_other)
+        except ValueError:
+            raise ValueError(
+                f"matmul: batch dimensions of {self.shape} @ {other.shape} ({batch_self} and {batch_other}) cannot be "
+                "broadcast together; each must be equal or 1"
+            ) from None
         x = self.reshape(*self.shape[:-1], 1, self.shape[-1])
         w = other.reshape(*other.shape[:-2], 1, *other.shape[-2:]) if other.ndim > 1 else other.reshape(1, other.shape[0], 1)
         w = w.transpose(-1, -2)

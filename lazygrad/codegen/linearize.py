@@ -91,7 +91,7 @@ class Linearizer:
         self.program.append(self.linear[node])
 
     def run(self) -> list[UOp]:
-        self.program.extend(node for node in self.sink.toposort if node.op is Ops.DEFINE_GLOBAL)
+        self.program.extend(self.sink.arg)
         for node in self.program:
             self.linear[node] = node
         global_loops = sorted((n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])

@@ -60,7 +60,9 @@ class Lowerer:
             ranges = tuple(self.new_range(size, "global") for size in value.shape)
             lowered = self.lower_value(value, ranges)
             stores.append(UOp(Ops.STORE, src=(output, flat_index(ranges, value.shape), lowered)))
-        return simplify(UOp(Ops.SINK, src=tuple(stores)))
+        # every parameter stays in the signature, even one whose loads simplified away
+        parameters = tuple(sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0]))
+        return simplify(UOp(Ops.SINK, src=tuple(stores), arg=parameters))
 
     # ---- the walk ---------------------------------------------------------------------------------------------
 

@@ -105,7 +105,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         schedule.append(_build_item(root, buffer, buffer_views, root_device))
     if DEBUG >= 1:
         print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
-    becomes = {original: buffer_views[new] for original, new in zip(originals, outputs) if new in buffer_views}
+    becomes = {original: buffer_views.get(new, new) for original, new in zip(originals, outputs) if new in buffer_views or is_buffer_view(new)}
     return schedule, becomes | {node: buffer_views[node] for node in roots}
 
 
