@@ -78,7 +78,7 @@ class Buffer:
     @property
     def handle(self) -> Any:
         if self._handle is None:
-            self._handle = Device[self.device].allocator.alloc(max(self.nbytes, 1))
+            self._handle = Device[self.device].allocator.alloc(max(self.nbytes, self.dtype.itemsize))
         return self._handle
 
     @property

@@ -86,6 +86,8 @@ ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
 
 def exec_alu(op: Ops, dtype: DType, operands: list[Any]) -> Any:
     """The value of `op` applied to Python scalars, rounded/wrapped to the result `dtype`."""
+    if op in (Ops.CMPLT, Ops.CMPNE):
+        return bool(ALU_FUNCTIONS[op](*operands))
     if op is Ops.MAX and dtype.is_float:
         return cast_python(_fmax(*operands), dtype)
     if op is Ops.RECIP and dtype.is_int:

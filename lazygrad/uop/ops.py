@@ -9,6 +9,8 @@ import weakref
 from enum import Enum, auto
 from typing import Any
 
+import numpy as np
+
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
 
@@ -254,7 +256,8 @@ def cast_python(value: Any, dtype: DType) -> Any:
             return 0
         return wrap_int(int(value), dtype)
     if dtype.is_float:
-        return float(dtype.np.type(value))
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(dtype.np.type(value))
     return value
 
 

@@ -1,0 +1,89 @@
+"""The PYTHON device: executes the linear program itself, one UOp at a time, on Python scalars.
+
+It runs exactly what every renderer sees, so it is the reference for codegen: when a compiled device disagrees
+with PYTHON, the renderer (or compiler) is wrong. It is slow; use it on small tensors.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+
+import numpy as np
+
+from lazygrad.codegen.renderer import Renderer
+from lazygrad.device import Compiled, Compiler, HostAllocator
+from lazygrad.uop.alu import cast_value, exec_alu
+from lazygrad.uop.ops import UOp, Ops
+
+
+class PythonRenderer(Renderer):
+    """The "source" is the linear program itself, pickled."""
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        return base64.b64encode(pickle.dumps(program)).decode()
+
+
+class PythonCompiler(Compiler):
+    cache_name = "python"
+
+    def compile(self, source: str) -> bytes:
+        return source.encode()
+
+    def compile_cached(self, source: str) -> bytes:
+        return self.compile(source)
+
+
+class PythonProgram:
+    """Interprets a linear program: loops jump back from ENDRANGE to just after their RANGE."""
+
+    def __init__(self, name: str, binary: bytes):
+        self.name = name
+        self.program: list[UOp] = pickle.loads(base64.b64decode(binary))
+        self.position = {node: i for i, node in enumerate(self.program)}
+        self.loop_end = {node.src[0]: i for i, node in enumerate(self.program) if node.op is Ops.ENDRANGE}
+
+    def __call__(self, *buffers: np.ndarray) -> None:
+        values: dict[UOp, object] = {}
+        memory: dict[int, np.ndarray] = {}
+        accumulators: dict[UOp, object] = {}
+
+        def value(node: UOp):
+            return node.arg if node.op is Ops.CONST else values[node]
+
+        counter, program = 0, self.program
+        while counter < len(program):
+            node = program[counter]
+            op, src = node.op, node.src
+            if op is Ops.DEFINE_GLOBAL:
+                memory[node.arg[0]] = buffers[node.arg[0]].view(node.dtype.np)
+            elif op is Ops.RANGE:
+                values[node] = 0
+                if src[0].arg <= 0:
+                    counter = self.loop_end[node]
+            elif op is Ops.ENDRANGE:
+                loop = src[0]
+                values[loop] += 1
+                if values[loop] < loop.src[0].arg:
+                    counter = self.position[loop]
+            elif op is Ops.DEFINE_ACC:
+                accumulators[node] = node.arg[0]
+            elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
+                values[node] = accumulators[src[0]]
+            elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
+                accumulators[src[0]] = value(src[1])
+            elif op is Ops.LOAD:
+                valid = len(src) < 3 or value(src[2])
+                values[node] = memory[src[0].arg[0]][value(src[1])].item() if valid else node.dtype.np.type(0).item()
+                values[node] = cast_value(values[node], node.dtype)
+            elif op is Ops.STORE:
+                memory[src[0].arg[0]][value(src[1])] = value(src[2])
+            elif op is Ops.CAST:
+                values[node] = cast_value(value(src[0]), node.dtype)
+            else:
+                values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
+            counter += 1
+
+
+def open_device() -> Compiled:
+    return Compiled("PYTHON", HostAllocator(), PythonRenderer(), PythonCompiler(), PythonProgram)
