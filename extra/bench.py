@@ -6,8 +6,8 @@ times: the machines this project runs on are shared and noisy.
 Per case the table shows:
 
 - lazygrad's warm time: the median of several calls of ``f(inputs).realize()``, which covers building
-  the lazy graph, scheduling, looking up (already compiled) kernels and running them. Inputs are
-  realized once beforehand, so copying the input data in is not timed.
+  the lazy graph, scheduling, looking up (already compiled) kernels and running them. Each call gets
+  freshly realized inputs (see ``fresh_lazy_inputs``); copying the input data in is not timed.
 - lazygrad's cold time: the first call of that case in this process, including compilation. The first
   case also pays one-time start-up costs (device and compiler initialization). A compiled-program
   cache on disk from an earlier run makes cold times shorter; run with ``CACHELEVEL=0`` to turn it off.
@@ -29,7 +29,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -175,40 +177,59 @@ def synchronize_lazygrad() -> None:
         device.synchronize()
 
 
-def time_calls(call: Callable[[], Any], repeats: int) -> Timing:
-    """Time the first (cold) call, warm up, then report the median of ``repeats`` timed calls."""
-    start = time.perf_counter()
-    call()
-    cold_ms = (time.perf_counter() - start) * 1e3
+def time_calls(call: Callable[[Any], Any], repeats: int, prepare: Callable[[], Any] = lambda: None) -> Timing:
+    """Time the first (cold) call, warm up, then report the median of ``repeats`` timed calls.
+
+    Before every call ``prepare()`` runs untimed and its result is what ``call`` gets.
+    """
+
+    def timed_call() -> float:
+        prepared = prepare()
+        start = time.perf_counter()
+        call(prepared)
+        return (time.perf_counter() - start) * 1e3
+
+    cold_ms = timed_call()
     # some libraries need a few calls before they settle (torch's matmul takes several), so warm up for a while
     warmup_started = time.perf_counter()
     for count in range(WARMUP_MAX_CALLS):
         if count >= WARMUP_MIN_CALLS and time.perf_counter() - warmup_started > WARMUP_SECONDS:
             break
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e3)
+        timed_call()
+    times = [timed_call() for _ in range(repeats)]
     return Timing(warm_ms=statistics.median(times), cold_ms=cold_ms)
+
+
+def fresh_lazy_inputs(tensor_class: type, arrays: list[np.ndarray]) -> list[Any]:
+    """New, realized input tensors for one call.
+
+    Every call gets new input buffers, as a training step or a new batch would: a graph built again from the
+    same buffers is the same (interned) graph, and a lazy library may legitimately hand back a result it
+    still holds instead of computing it again. Garbage from earlier calls is collected here, untimed, so
+    dead buffers do not pile up.
+    """
+    gc.collect()
+    return [tensor_class(array).realize() for array in arrays]
 
 
 def run_lazygrad(case: Case, arrays: list[np.ndarray], repeats: int, result: CaseResult) -> None:
     """Time lazygrad on one case, count its kernels and check its answer against NumPy."""
-    inputs = [Tensor(array).realize() for array in arrays]
 
-    def call():
+    def call(inputs):
         output = case.tensor_fn(*inputs).realize()
         synchronize_lazygrad()
         return output
 
-    GlobalCounters.reset()
-    result.lazygrad = time_calls(call, repeats)
-    result.compile_count = getattr(GlobalCounters, "compile_count", None)
+    def prepare():
+        return fresh_lazy_inputs(Tensor, arrays)
 
     GlobalCounters.reset()
-    output = call()
+    result.lazygrad = time_calls(call, repeats, prepare)
+    result.compile_count = getattr(GlobalCounters, "compile_count", None)
+
+    inputs = prepare()
+    GlobalCounters.reset()
+    output = call(inputs)
     result.kernel_count = GlobalCounters.kernel_count
     if result.kernel_count == 0:
         print(f"!!! WARNING [{case.name}]: a warm call ran 0 kernels -- was the result cached?", file=sys.stderr)
@@ -236,13 +257,16 @@ def run_torch(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
     inputs = [torch.from_numpy(array) for array in arrays]
     function = case.torch_fn or case.tensor_fn
     with torch.no_grad():
-        return time_calls(lambda: function(*inputs), repeats)
+        return time_calls(lambda _: function(*inputs), repeats)
 
 
 def run_tinygrad(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
     """Time tinygrad on one case, the same way as lazygrad."""
-    inputs = [tinygrad.Tensor(array).realize() for array in arrays]
-    return time_calls(lambda: case.tensor_fn(*inputs).realize(), repeats)
+    return time_calls(
+        lambda inputs: case.tensor_fn(*inputs).realize(),
+        repeats,
+        lambda: fresh_lazy_inputs(tinygrad.Tensor, arrays),
+    )
 
 
 def measure(label: str, function: Callable[[], Timing]) -> Timing:
@@ -266,7 +290,7 @@ def run_case(case: Case, repeats: int, seed: int) -> CaseResult:
         traceback.print_exc()
         print(f"!!! ERROR [lazygrad {case.name}]: {type(error).__name__}: {error}", file=sys.stderr)
         result.lazygrad.error = f"{type(error).__name__}: {error}"
-    result.numpy = measure(f"numpy {case.name}", lambda: time_calls(lambda: case.numpy_fn(*arrays), repeats))
+    result.numpy = measure(f"numpy {case.name}", lambda: time_calls(lambda _: case.numpy_fn(*arrays), repeats))
     if torch is not None:
         result.torch = measure(f"torch {case.name}", lambda: run_torch(case, arrays, repeats))
     if tinygrad is not None:
@@ -340,6 +364,8 @@ def describe_setup() -> str:
     else:
         parts.append("torch not installed")
     parts.append("tinygrad installed" if tinygrad is not None else "tinygrad not installed")
+    if hasattr(os, "getloadavg"):  # a busy machine makes every column slower, the multithreaded ones most
+        parts.append(f"load average {os.getloadavg()[0]:.2f}")
     return ", ".join(parts)
 
 

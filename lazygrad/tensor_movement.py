@@ -38,7 +38,7 @@ class MovementMixin:
 
     __slots__ = ()
 
-    def _movement(self: Tensor, op: Ops, arg, shape_check: bool = True) -> Tensor:
+    def _movement(self: Tensor, op: Ops, arg) -> Tensor:
         return self._new(UOp(op, self.dtype, (self.uop,), arg))
 
     def reshape(self: Tensor, *shape) -> Tensor:
@@ -57,7 +57,12 @@ class MovementMixin:
             raise ValueError(
                 f"reshape: cannot reshape {self.shape} ({self.numel()} elements) into {shape} ({prod(shape)} elements)"
             )
-        return self if shape == self.shape else self._movement(Ops.RESHAPE, shape)
+        if shape == self.shape:
+            return self
+        if self.uop.op is Ops.RESHAPE:  # a reshape of a reshape is one reshape
+            source = self.uop.src[0]
+            return self._new(source if source.shape == shape else UOp(Ops.RESHAPE, self.dtype, (source,), shape))
+        return self._movement(Ops.RESHAPE, shape)
 
     def view(self: Tensor, *shape) -> Tensor:
         return self.reshape(*shape)

@@ -89,6 +89,8 @@ class Lowerer:
         if op in (Ops.DEFINE_GLOBAL, Ops.CONST, Ops.ARANGE):
             return []
         if op is Ops.REDUCE:
+            if any(node.src[0].shape[axis] == 0 for axis in node.arg[1]):
+                return []  # an empty reduce is its identity
             return [(node.src[0], self.reduce_indices(node, indices, valid), valid)]
         if op is Ops.PAD:
             inner, pad_valid = self.pad_indices(node, indices)

@@ -95,9 +95,9 @@ def run_item(item: ScheduleItem) -> None:
         destination, source = buffers
         destination.copyin(source.numpy()[: destination.size])
         return
-    kernel = get_kernel(item.device, item.ast)
     if buffers[0].size == 0:
         return
+    kernel = get_kernel(item.device, item.ast)
     device = Device[item.device]
     start = time.perf_counter()
     kernel.program(*(buffer.handle for buffer in buffers))

@@ -96,6 +96,16 @@ def canonical_sum(node: UOp) -> UOp | None:
                 terms = [(b, c) for b, c in terms if b is not base and b is not remainder]
                 terms.append((base.src[0], coefficient // divisor))
                 return build_sum(node.dtype, terms)
+        # ((x // a) % b) * a + x % a is x % (a * b)
+        if base.op is Ops.MOD and base.src[0].op is Ops.IDIV and base.src[1].op is Ops.CONST:
+            inner, outer = base.src[0], base.src[1].arg
+            if inner.src[1].op is Ops.CONST and inner.src[0].vmin >= 0:
+                a = inner.src[1].arg
+                remainder = inner.src[0].alu(Ops.MOD, inner.src[1])
+                if coefficient % a == 0 and bases.get(remainder) == coefficient // a:
+                    terms = [(b, c) for b, c in terms if b is not base and b is not remainder]
+                    terms.append((inner.src[0].alu(Ops.MOD, UOp.const(node.dtype, a * outer)), coefficient // a))
+                    return build_sum(node.dtype, terms)
     rebuilt = build_sum(node.dtype, terms)
     return None if rebuilt is node else rebuilt
 
@@ -121,6 +131,21 @@ def fold_div_mod(node: UOp) -> UOp | None:
     remainder_sum = build_sum(node.dtype, remainder)
     if remainder_sum.vmin >= 0 and remainder_sum.vmax < divisor:
         return remainder_sum if node.op is Ops.MOD else build_sum(node.dtype, quotient)
+    # a factor f of the divisor that divides every term but a small remainder: (5a + b) // 30 is a // 6 when
+    # 0 <= b < 5, and (5a + b) % 30 is (a % 6) * 5 + b
+    terms = list(map(split_term, sum_terms(value)))
+    for factor in sorted({math.gcd(divisor, coefficient) for _, coefficient in terms}, reverse=True):
+        if factor in (1, divisor):
+            continue
+        small = [(b, c) for b, c in terms if c % factor != 0]
+        small_sum = build_sum(node.dtype, small)
+        if small and not (small_sum.vmin >= 0 and small_sum.vmax < factor):
+            continue
+        large = build_sum(node.dtype, [(b, c // factor) for b, c in terms if c % factor == 0])
+        if node.op is Ops.IDIV:
+            return large.alu(Ops.IDIV, UOp.const(node.dtype, divisor // factor))
+        wrapped = large.alu(Ops.MOD, UOp.const(node.dtype, divisor // factor)).alu(Ops.MUL, UOp.const(node.dtype, factor))
+        return wrapped.alu(Ops.ADD, small_sum) if small else wrapped
     # divide out a factor common to every term and the divisor: (4a + 2b) // 8 is (2a + b) // 4
     common = math.gcd(divisor, *(coefficient for _, coefficient in map(split_term, sum_terms(value))))
     if common > 1:

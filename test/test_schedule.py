@@ -1,0 +1,122 @@
+"""Exact kernel counts: a change that adds a kernel fails here; one that removes a kernel updates the number."""
+
+import numpy as np
+import pytest
+
+from lazygrad import GlobalCounters, Tensor
+
+
+def kernels(*tensors: Tensor) -> int:
+    """How many kernels realizing `tensors` together would run."""
+    return len(tensors[0].schedule(*tensors[1:]))
+
+
+def rand(*shape: int) -> Tensor:
+    return Tensor(np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32))
+
+
+@pytest.fixture
+def abc():
+    return rand(32, 128), rand(32, 128), rand(32, 128)
+
+
+def test_elementwise_chain(abc):
+    a, b, c = abc
+    assert kernels(a + b + c) == 1
+    assert kernels(((a * b + c).relu() * 0.5 + a.exp()).sqrt()) == 1
+
+
+def test_reduce_with_prologue(abc):
+    a, b, _ = abc
+    assert kernels((a * b).sum()) == 1
+
+
+def test_reduce_with_epilogue(abc):
+    a, b, _ = abc
+    assert kernels(((a * b).sum() + 1).relu()) == 1
+
+
+def test_reshape_then_reduce():
+    a, b = rand(4096), rand(4096)
+    assert kernels((a + b).reshape(32, 128).sum(0)) == 1
+
+
+def test_reduce_then_add(abc):
+    a, _, _ = abc
+    assert kernels(a.sum(0) + rand(128)) == 1
+
+
+def test_matmul():
+    a, b, bias = rand(32, 64), rand(64, 16), rand(16)
+    assert kernels(a @ b) == 1
+    assert kernels((a @ b + bias).relu()) == 1
+
+
+def test_softmax():
+    assert kernels(rand(4, 12, 64, 64).softmax(-1)) == 3
+
+
+def test_std():
+    assert kernels(rand(4, 12, 64, 64).std(-1)) == 2
+
+
+def test_transpose_contiguous(abc):
+    a, _, _ = abc
+    assert kernels(a.T.contiguous()) == 1
+
+
+def test_two_independent_reduces_fuse(abc):
+    a, b, _ = abc
+    assert kernels(a.sum() + b.max()) == 1
+
+
+def test_reduce_used_twice_is_realized_once(abc):
+    a, _, _ = abc
+    total = a.sum(1, keepdim=True)
+    # the sum is expanded back over the rows: computing it once is one kernel, the division another
+    assert kernels(a / total) == 2
+
+
+def test_realized_tensor_is_reused(abc):
+    a, b, _ = abc
+    z = (a + b).realize()
+    assert kernels(z * 2) == 1
+    GlobalCounters.reset()
+    (z * 2).realize()
+    assert GlobalCounters.kernel_count == 1
+
+
+def test_no_recompute_of_realized_intermediate(abc):
+    a, b, _ = abc
+    intermediate = a * b + 1
+    intermediate.realize()
+    GlobalCounters.reset()
+    # a graph that contains the realized node reads its buffer instead of recomputing it
+    result = (intermediate.sum() * 2).numpy()
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_allclose(result, ((a.numpy() * b.numpy() + 1).sum()) * 2, rtol=1e-4)
+
+
+def test_realizing_two_outputs_together(abc):
+    a, b, _ = abc
+    assert kernels(a + b, a * b) == 2
+
+
+def test_views_of_buffers_need_no_kernel(abc):
+    a, _, _ = abc
+    assert kernels(a.reshape(128, 32)) == 0
+
+
+def test_kernel_count_counter(abc):
+    a, b, c = abc
+    GlobalCounters.reset()
+    out = a + b + c
+    assert GlobalCounters.kernel_count == 0  # building is lazy
+    out.realize()
+    assert GlobalCounters.kernel_count == 1
+
+
+def test_random_is_lazy_and_fused():
+    Tensor.manual_seed(0)
+    assert kernels(Tensor.rand(16, 16) + 1) == 1
+    assert kernels(Tensor.randn(64) * 2) == 1

@@ -1,0 +1,181 @@
+"""The UOp core: interning, pattern rewriting to a fixed point, the symbolic simplifier, deep graphs, and the
+index math that reaches real kernels."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor
+from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.lower import lower_kernel
+from lazygrad.codegen.opt import optimize
+from lazygrad.dtype import dtypes
+from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from lazygrad.uop.symbolic import simplify
+
+INDEX = dtypes.index
+
+
+def loop(size: int, axis: int = 0) -> UOp:
+    return UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), (axis, "global"))
+
+
+# ---- interning ------------------------------------------------------------------------------------------------------
+
+
+def test_equal_structure_is_same_object():
+    a = UOp.const(dtypes.float32, 2.0)
+    b = UOp.const(dtypes.float32, 2.0)
+    assert a is b
+    assert (a + a) is (b + b)
+
+
+def test_constants_keep_sign_type_and_dtype_apart():
+    assert UOp.const(dtypes.float32, 0.0) is not UOp.const(dtypes.float32, -0.0)
+    assert UOp.const(dtypes.int32, 1) is not UOp.const(dtypes.bool, True)
+    assert UOp.const(dtypes.float32, 1) is UOp.const(dtypes.float32, 1.0)
+
+
+def test_uop_is_immutable():
+    node = UOp.const(dtypes.int32, 3)
+    with pytest.raises(AttributeError):
+        node.arg = 4
+
+
+def test_interned_nodes_are_freed():
+    node = UOp(Ops.CONST, dtypes.float32, (), 123.456)
+    ref = weakref.ref(node)
+    del node
+    gc.collect()
+    assert ref() is None
+
+
+def test_content_key_is_structural():
+    x = loop(8)
+    assert (x * 2 + 1).key == (x * 2 + 1).key
+    assert (x * 2 + 1).key != (x * 2 + 2).key
+
+
+# ---- rewriting --------------------------------------------------------------------------------------------------------
+
+
+def test_rewrite_runs_to_fixed_point():
+    # x + 0 -> x, applied repeatedly through a chain
+    matcher = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg == 0 else None)])
+    x = loop(4)
+    chain = ((x + 0) + 0) + 0
+    assert graph_rewrite(chain, matcher) is x
+
+
+def test_rewrite_deep_graph_without_recursion_limit():
+    x = UOp(Ops.CONST, dtypes.float32, (), 1.0)
+    node = x
+    for _ in range(20000):
+        node = node.alu(Ops.NEG)
+    matcher = PatternMatcher([(UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x)])
+    assert graph_rewrite(node, matcher) is x
+    assert len(node.toposort) == 20001
+
+
+def test_deep_tensor_graph_realizes():
+    t = Tensor([1.0, 2.0])
+    for _ in range(3000):
+        t = t + 1
+    np.testing.assert_allclose(t.numpy(), [3001.0, 3002.0])
+
+
+def test_commutative_pattern_matches_either_order():
+    matcher = PatternMatcher([(UPat(Ops.MUL, src=[UPat.cvar("c"), UPat.var("x")]), lambda c, x: x if c.arg == 1 else None)])
+    x = loop(4)
+    assert graph_rewrite(UOp(Ops.MUL, INDEX, (UOp.const(INDEX, 1), x)), matcher) is x
+    assert graph_rewrite(UOp(Ops.MUL, INDEX, (x, UOp.const(INDEX, 1))), matcher) is x
+
+
+# ---- the symbolic simplifier ---------------------------------------------------------------------------------------
+
+
+def test_constant_folding():
+    two, three = UOp.const(INDEX, 2), UOp.const(INDEX, 3)
+    assert simplify(two * three + 1) is UOp.const(INDEX, 7)
+    assert simplify(UOp.const(dtypes.float32, 1.5) * 2.0) is UOp.const(dtypes.float32, 3.0)
+
+
+def test_identities_and_canonical_order():
+    x = loop(10)
+    assert simplify(x * 1 + 0) is x
+    assert simplify(x * 0) is UOp.const(INDEX, 0)
+    assert simplify(3 + x) is simplify(x + 3)
+    assert simplify(x + 2 + 3) is simplify(x + 5)
+    assert simplify(x * 2 * 3) is simplify(x * 6)
+    assert simplify((x + 1) * 2) is simplify(x * 2 + 2)
+
+
+def test_div_mod_from_ranges():
+    x, y = loop(4, 0), loop(5, 1)
+    assert simplify((x * 5 + y) // 5) is x
+    assert simplify((x * 5 + y) % 5) is y
+    assert simplify(y // 5) is UOp.const(INDEX, 0)
+    assert simplify(y % 5) is y
+    assert simplify((x * 4 + 3) // 4) is x
+
+
+def test_div_mod_recombine():
+    r = loop(20)
+    assert simplify((r // 5) * 5 + r % 5) is r
+    assert simplify((r // 4) // 5) is simplify(r // 20)
+
+
+def test_comparisons_from_ranges():
+    r = loop(8)
+    assert simplify(r.lt(8)) is UOp.const(dtypes.bool, True)
+    assert simplify(r.lt(0)) is UOp.const(dtypes.bool, False)
+    assert simplify(r.lt(4)).op is Ops.CMPLT
+
+
+@pytest.mark.parametrize("value", [0, 1, 7, 19])
+def test_simplified_index_keeps_its_value(value):
+    r = loop(20)
+    expression = ((r // 5) * 5 + r % 5) * 3 + (r // 4) % 5
+    simplified = simplify(expression)
+    substitute = {r: UOp.const(INDEX, value)}
+    from lazygrad.uop.pattern import substitute as replace
+
+    assert simplify(replace(simplified, substitute)).arg == value * 3 + (value // 4) % 5
+
+
+# ---- indices of real kernels ----------------------------------------------------------------------------------------
+
+
+def program_of(tensor: Tensor) -> list[UOp]:
+    (item,) = tensor.schedule()
+    return linearize(optimize(lower_kernel(item.ast)))
+
+
+def divisions(program: list[UOp]) -> int:
+    return sum(node.op in (Ops.IDIV, Ops.MOD) for node in program)
+
+
+def test_contiguous_elementwise_indexes_with_loop_counter_alone():
+    a = Tensor(np.ones((4, 6, 5), np.float32))
+    b = Tensor(np.ones((4, 6, 5), np.float32))
+    program = program_of((a * b + 1).reshape(24, 5))
+    loops = [node for node in program if node.op is Ops.RANGE]
+    assert len(loops) == 1
+    assert divisions(program) == 0
+    for node in program:
+        if node.op in (Ops.LOAD, Ops.STORE) and node.src[0].op is Ops.DEFINE_GLOBAL:
+            assert node.src[1] is loops[0]
+
+
+def test_reduce_over_last_axis_has_no_divisions():
+    a = Tensor(np.ones((8, 16), np.float32))
+    assert divisions(program_of(a.sum(1))) == 0
+
+
+def test_reshape_of_permute_needs_few_divisions():
+    a = Tensor(np.ones((4, 6), np.float32))
+    assert divisions(program_of(a.T.contiguous())) == 0
+    assert divisions(program_of((a.T + 1).reshape(24))) <= 2
