@@ -171,7 +171,13 @@ class Compiled:
     """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner."""
 
     def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable):
-        self.name, self.allocator, self.renderer, self.compiler, self.runtime = name, allocator, renderer, compiler, runtime
+        self.name, self.allocator, self.renderer, self.compiler, self.runtime = (
+            name,
+            allocator,
+            renderer,
+            compiler,
+            runtime,
+        )
 
 
 def describe_devices() -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from lazygrad.helpers import DEBUG, GlobalCounters, prod
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_reduce import ReduceMixin
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
 _live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
@@ -109,9 +109,13 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
             raise TypeError("Tensor(Tensor): use .detach(), .contiguous() or .to(device) instead")
         else:
             if not isinstance(data, (list, tuple, np.ndarray, int, float, bool, np.generic)):
-                raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; pass a list, tuple, number or numpy array")
+                raise TypeError(
+                    f"Tensor: cannot make a tensor from {type(data).__name__}; pass a list, tuple, number or numpy array"
+                )
             if isinstance(data, np.ndarray) and data.dtype.kind == "c" or isinstance(data, complex):
-                raise TypeError(f"Tensor: unsupported dtype {getattr(data, 'dtype', 'complex')}: lazygrad has no complex numbers")
+                raise TypeError(
+                    f"Tensor: unsupported dtype {getattr(data, 'dtype', 'complex')}: lazygrad has no complex numbers"
+                )
             array, dtype = _data_to_numpy(data, dtype)
             self.uop = buffer_from_numpy(array, self.device, dtype)
         _live_tensors.add(self)
@@ -146,7 +150,9 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()")
+            raise ValueError(
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()"
+            )
         return bool(self.item())
 
     def _new(self, uop: UOp) -> Tensor:
@@ -197,7 +203,9 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
     def item(self) -> Scalar:
         """The single value of a one-element tensor as a Python number."""
         if self.numel() != 1:
-            raise ValueError(f"item(): only one-element tensors can be converted to a Python scalar, got shape {self.shape}")
+            raise ValueError(
+                f"item(): only one-element tensors can be converted to a Python scalar, got shape {self.shape}"
+            )
         return self.numpy().reshape(()).item()
 
     def detach(self) -> Tensor:
@@ -226,7 +234,13 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
         return tuple(int(size) for size in shape)
 
     @staticmethod
-    def full(shape: Sequence[int] | int, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+    def full(
+        shape: Sequence[int] | int,
+        fill_value: Scalar,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        **kwargs,
+    ) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (a constant: it costs no memory until realized)."""
         shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
         dtype = to_dtype(dtype) if dtype is not None else python_type_dtype(fill_value)
@@ -255,7 +269,9 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
         return self.full_like(1, **kwargs)
 
     @staticmethod
-    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype=None, device=None, **kwargs) -> Tensor:
+    def arange(
+        start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype=None, device=None, **kwargs
+    ) -> Tensor:
         """Evenly spaced values in [start, stop) (computed inside the kernel that uses them)."""
         if stop is None:
             start, stop = 0, start
@@ -274,7 +290,9 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
         if steps == 1:
             return Tensor.full((1,), float(start), dtype=dtype, device=device)
         step = (stop - start) / (steps - 1) if steps > 1 else 0.0
-        return (Tensor.arange(steps, device=device).float() * step + start).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        return (Tensor.arange(steps, device=device).float() * step + start).cast(
+            to_dtype(dtype) if dtype else dtypes.default_float
+        )
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
@@ -330,11 +348,15 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
 
     @staticmethod
     def uniform(*shape, low: float = 0.0, high: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
-        return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(
+            to_dtype(dtype) if dtype else dtypes.default_float
+        )
 
     @staticmethod
     def normal(*shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
-        return (Tensor.randn(*shape, device=device) * std + mean).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        return (Tensor.randn(*shape, device=device) * std + mean).cast(
+            to_dtype(dtype) if dtype else dtypes.default_float
+        )
 
     # ---- elementwise primitives ----------------------------------------------------------------------------------
 
@@ -365,7 +387,9 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
         """Both operands of a binary op, promoted to one dtype and broadcast to one shape."""
         if isinstance(other, Tensor):
             if other.device != self.device:
-                raise ValueError(f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()")
+                raise ValueError(
+                    f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
+                )
             dtype = least_upper_dtype(self.dtype, other.dtype)
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
@@ -377,7 +401,9 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
                 dtype = least_upper_dtype(self.dtype, scalar_dtype)
             other = Tensor(UOp.const(dtype, other), device=self.device)
         else:
-            raise TypeError(f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number")
+            raise TypeError(
+                f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number"
+            )
         x, y = (other, self) if reverse else (self, other)
         x, y = x.cast(dtype), y.cast(dtype)
         shape = _broadcast_shape(op_name, x.shape, y.shape)
@@ -451,7 +477,10 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
         elif isinstance(false_value, Tensor):
             b, a = false_value._operands(true_value, "where")
         else:
-            a = Tensor(UOp.const(least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value)), true_value), device=self.device)
+            a = Tensor(
+                UOp.const(least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value)), true_value),
+                device=self.device,
+            )
             a, b = a._operands(false_value, "where")
         shape = _broadcast_shape("where", condition.shape, a.shape)
         condition, a, b = condition._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)

@@ -86,7 +86,13 @@ class MathMixin:
         sign of the base restored for odd integer exponents (and nan for a negative base otherwise)."""
         from lazygrad.tensor import Tensor
 
-        if not reverse and isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and float(exponent).is_integer() and abs(exponent) <= 8:
+        if (
+            not reverse
+            and isinstance(exponent, (int, float))
+            and not isinstance(exponent, bool)
+            and float(exponent).is_integer()
+            and abs(exponent) <= 8
+        ):
             result, base, power = None, self, abs(int(exponent))
             while power:
                 if power & 1:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import prod
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -29,7 +29,9 @@ def normalize_axis(axis: int, ndim: int, op_name: str) -> int:
         raise TypeError(f"{op_name}: axis must be an int, got {axis!r}")
     low, high = (-ndim, ndim - 1) if ndim else (-1, 0)
     if not low <= axis <= high:
-        raise IndexError(f"{op_name}: axis {axis} is out of range for a tensor with {ndim} dimensions (expected {low}..{high})")
+        raise IndexError(
+            f"{op_name}: axis {axis} is out of range for a tensor with {ndim} dimensions (expected {low}..{high})"
+        )
     return axis % max(ndim, 1)
 
 
@@ -125,7 +127,9 @@ class MovementMixin:
         padding = tuple(padding)
         if padding and all(isinstance(p, int) for p in padding):
             if len(padding) % 2 or len(padding) // 2 > self.ndim:
-                raise ValueError(f"pad: a flat padding needs an even count of at most {2 * self.ndim} ints, got {padding}")
+                raise ValueError(
+                    f"pad: a flat padding needs an even count of at most {2 * self.ndim} ints, got {padding}"
+                )
             pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)][::-1]
             padding = ((0, 0),) * (self.ndim - len(pairs)) + tuple(pairs)
         if len(padding) != self.ndim:
@@ -146,7 +150,9 @@ class MovementMixin:
 
     def shrink(self: Tensor, arg) -> Tensor:
         """The window [start, end) of each axis (None keeps an axis whole)."""
-        arg = tuple((0, size) if window is None else (int(window[0]), int(window[1])) for window, size in zip(arg, self.shape))
+        arg = tuple(
+            (0, size) if window is None else (int(window[0]), int(window[1])) for window, size in zip(arg, self.shape)
+        )
         if len(arg) != self.ndim:
             raise ValueError(f"shrink: need one (start, end) pair per axis of {self.shape}, got {arg}")
         for (start, end), size in zip(arg, self.shape):
@@ -192,7 +198,7 @@ class MovementMixin:
         else:
             items = items + (slice(None),) * (self.ndim - consuming)
         result, axis, final_shape = self, 0, []
-        windows, steps, drop = [], [], []
+        windows, steps = [], []
         for item in items:
             if item is None:
                 final_shape.append(1)
@@ -200,7 +206,9 @@ class MovementMixin:
             size = self.shape[axis]
             if isinstance(item, int):
                 if not -size <= item < size:
-                    raise IndexError(f"getitem: index {item} is out of range for axis {axis} of size {size} in {self.shape}")
+                    raise IndexError(
+                        f"getitem: index {item} is out of range for axis {axis} of size {size} in {self.shape}"
+                    )
                 item %= size
                 windows.append((item, item + 1))
                 steps.append(1)
@@ -239,7 +247,9 @@ class MovementMixin:
         tensors = (self, *others)
         dim = normalize_axis(dim, self.ndim, "cat")
         for other in others:
-            if other.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(self.shape, other.shape)) if i != dim):
+            if other.ndim != self.ndim or any(
+                a != b for i, (a, b) in enumerate(zip(self.shape, other.shape)) if i != dim
+            ):
                 raise ValueError(f"cat: shapes {self.shape} and {other.shape} differ outside dim {dim}")
         from lazygrad.dtype import least_upper_dtype
 
@@ -272,7 +282,9 @@ class MovementMixin:
                 raise ValueError(f"split: size must be positive, got {sizes}")
             sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
         if sum(sizes) != length:
-            raise ValueError(f"split: sizes {list(sizes)} do not add up to {length}, the size of dim {dim} of {self.shape}")
+            raise ValueError(
+                f"split: sizes {list(sizes)} do not add up to {length}, the size of dim {dim} of {self.shape}"
+            )
         pieces, start = [], 0
         for size in sizes:
             window = [None] * self.ndim

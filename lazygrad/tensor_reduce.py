@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes
 from lazygrad.tensor_movement import normalize_axis
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -122,7 +122,11 @@ class ReduceMixin:
         # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan
         shift = (peak.abs() == float("inf")).where(0, peak)
         total = (self - shift).exp().sum(axis, keepdim=True).log() + shift
-        return total if keepdim else total.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis, "logsumexp")))
+        return (
+            total
+            if keepdim
+            else total.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis, "logsumexp")))
+        )
 
     def softmax(self: Tensor, axis: int = -1) -> Tensor:
         source = self._to_float()
@@ -141,7 +145,9 @@ class ReduceMixin:
         axis = normalize_axis(axis, self.ndim, "cumsum")
         moved = self.transpose(axis, -1) if axis != self.ndim - 1 else self
         length = moved.shape[-1]
-        mask = Tensor.arange(length, device=self.device).reshape(length, 1) <= Tensor.arange(length, device=self.device).reshape(1, length)
+        mask = Tensor.arange(length, device=self.device).reshape(length, 1) <= Tensor.arange(
+            length, device=self.device
+        ).reshape(1, length)
         summed = (moved.unsqueeze(-1) * mask.cast(moved.dtype)).sum(-2)
         return summed.transpose(axis, -1) if axis != self.ndim - 1 else summed
 
@@ -171,13 +177,21 @@ class ReduceMixin:
                 "broadcast together; each must be equal or 1"
             ) from None
         x = self.reshape(*self.shape[:-1], 1, self.shape[-1])
-        w = other.reshape(*other.shape[:-2], 1, *other.shape[-2:]) if other.ndim > 1 else other.reshape(1, other.shape[0], 1)
+        w = (
+            other.reshape(*other.shape[:-2], 1, *other.shape[-2:])
+            if other.ndim > 1
+            else other.reshape(1, other.shape[0], 1)
+        )
         w = w.transpose(-1, -2)
         product = (x * w).sum(-1)
         if other.ndim == 1:
             product = product.reshape(product.shape[:-1])
         if self.ndim == 1:
-            product = product.reshape(product.shape[:-2] + product.shape[-1:]) if other.ndim > 1 else product.reshape(product.shape[:-1])
+            product = (
+                product.reshape(product.shape[:-2] + product.shape[-1:])
+                if other.ndim > 1
+                else product.reshape(product.shape[:-1])
+            )
         return product
 
     def matmul(self: Tensor, other: Tensor) -> Tensor:

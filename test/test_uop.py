@@ -12,7 +12,7 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import optimize
 from lazygrad.dtype import dtypes
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 from lazygrad.uop.symbolic import simplify
 
@@ -64,7 +64,9 @@ def test_content_key_is_structural():
 
 def test_rewrite_runs_to_fixed_point():
     # x + 0 -> x, applied repeatedly through a chain
-    matcher = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg == 0 else None)])
+    matcher = PatternMatcher(
+        [(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg == 0 else None)]
+    )
     x = loop(4)
     chain = ((x + 0) + 0) + 0
     assert graph_rewrite(chain, matcher) is x
@@ -88,7 +90,9 @@ def test_deep_tensor_graph_realizes():
 
 
 def test_commutative_pattern_matches_either_order():
-    matcher = PatternMatcher([(UPat(Ops.MUL, src=[UPat.cvar("c"), UPat.var("x")]), lambda c, x: x if c.arg == 1 else None)])
+    matcher = PatternMatcher(
+        [(UPat(Ops.MUL, src=[UPat.cvar("c"), UPat.var("x")]), lambda c, x: x if c.arg == 1 else None)]
+    )
     x = loop(4)
     assert graph_rewrite(UOp(Ops.MUL, INDEX, (UOp.const(INDEX, 1), x)), matcher) is x
     assert graph_rewrite(UOp(Ops.MUL, INDEX, (x, UOp.const(INDEX, 1))), matcher) is x

@@ -9,7 +9,7 @@ it can be, and every use of a value comes after it in a scope that contains it.
 from __future__ import annotations
 
 from lazygrad.codegen.lower import reduce_identity
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 
 def ranges_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -94,7 +94,9 @@ class Linearizer:
         self.program.extend(self.sink.arg)
         for node in self.program:
             self.linear[node] = node
-        global_loops = sorted((n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])
+        global_loops = sorted(
+            (n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0]
+        )
         for loop in global_loops:
             self.open_loop(loop)
         for store in self.sink.src:

@@ -5,7 +5,7 @@ input (and PAD adds a validity condition), so they never copy (DESIGN.md rule 4)
 from __future__ import annotations
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.uop.ops import ALU, UOp, Ops, dtype_limits
+from lazygrad.uop.ops import ALU, Ops, UOp, dtype_limits
 from lazygrad.uop.symbolic import simplify
 
 INDEX = dtypes.index
@@ -99,7 +99,10 @@ class Lowerer:
         if op is Ops.RESHAPE:
             flat = flat_index(indices, node.shape)
             shape = node.src[0].shape
-            inner = tuple(simplify((flat // stride) % size) if size != 1 else index_const(0) for stride, size in zip(strides_of(shape), shape))
+            inner = tuple(
+                simplify((flat // stride) % size) if size != 1 else index_const(0)
+                for stride, size in zip(strides_of(shape), shape)
+            )
             return [(node.src[0], inner, valid)]
         if op is Ops.PERMUTE:
             inner = [None] * len(arg)
@@ -129,7 +132,8 @@ class Lowerer:
             _, axes = node.arg
             shape = node.src[0].shape
             self.reduce_ranges[key] = tuple(
-                self.new_range(size, "reduce") if axis in axes else index for axis, (index, size) in enumerate(zip(indices, shape))
+                self.new_range(size, "reduce") if axis in axes else index
+                for axis, (index, size) in enumerate(zip(indices, shape))
             )
         return self.reduce_ranges[key]
 
@@ -171,4 +175,3 @@ class Lowerer:
 def lower_kernel(ast: UOp) -> UOp:
     """The kernel graph (SINK of STOREs with RANGEs, LOADs and RANGE_REDUCEs) for a scheduled kernel AST."""
     return Lowerer().lower(ast)
-

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.symbolic import simplify
 
 UNROLL_LIMIT = 4
@@ -46,7 +46,9 @@ def merge_pair(sink: UOp, outer: UOp, inner: UOp) -> UOp | None:
 
 def merge_loops(sink: UOp) -> UOp:
     """Merge neighbouring global loops, then neighbouring loops of each reduce, innermost first."""
-    global_ranges = sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])
+    global_ranges = sorted(
+        (n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0]
+    )
     groups = [global_ranges] + [list(n.src[1:]) for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
     for group in groups:
         position = len(group) - 1

@@ -14,7 +14,7 @@ import numpy as np
 
 from lazygrad.device import Buffer
 from lazygrad.dtype import DType
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # computed node -> the view of the buffer that holds its value

@@ -15,7 +15,7 @@ from lazygrad.device import Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
 from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters
-from lazygrad.uop.ops import ALU, UOp, Ops
+from lazygrad.uop.ops import ALU, Ops, UOp
 
 
 @dataclass
@@ -67,7 +67,9 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     program = linearize(kernel_graph)
     if DEBUG >= 6:
         for position, node in enumerate(program):
-            print(f"{position:4d} {node.op.name:14s} {str(node.dtype):18s} {[program.index(s) if s in program else s.arg for s in node.src]} {node.arg}")
+            print(
+                f"{position:4d} {node.op.name:14s} {str(node.dtype):18s} {[program.index(s) if s in program else s.arg for s in node.src]} {node.arg}"
+            )
     name = kernel_name(program)
     source = device.renderer.render(name, program)
     if DEBUG >= 4:
@@ -86,7 +88,9 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
 def print_graph(root: UOp) -> None:
     numbers = {node: i for i, node in enumerate(root.toposort)}
     for node in root.toposort:
-        print(f"{numbers[node]:4d} {node.op.name:14s} {str(node.dtype):18s} {[numbers[s] for s in node.src]} {node.arg}")
+        print(
+            f"{numbers[node]:4d} {node.op.name:14s} {str(node.dtype):18s} {[numbers[s] for s in node.src]} {node.arg}"
+        )
 
 
 def run_item(item: ScheduleItem) -> None:

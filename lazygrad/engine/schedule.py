@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from lazygrad.engine.buffers import is_buffer_view, new_buffer, realized
 from lazygrad.helpers import DEBUG, prod
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.pattern import substitute
 
 
@@ -101,11 +101,17 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     for root in roots:
         root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
         buffer = new_buffer(root_device, prod(root.shape), root.dtype)
-        buffer_views[root] = buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
+        buffer_views[root] = (
+            buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
+        )
         schedule.append(_build_item(root, buffer, buffer_views, root_device))
     if DEBUG >= 1:
         print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
-    becomes = {original: buffer_views.get(new, new) for original, new in zip(originals, outputs) if new in buffer_views or is_buffer_view(new)}
+    becomes = {
+        original: buffer_views.get(new, new)
+        for original, new in zip(originals, outputs)
+        if new in buffer_views or is_buffer_view(new)
+    }
     return schedule, becomes | {node: buffer_views[node] for node in roots}
 
 
@@ -144,4 +150,3 @@ def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: st
     kernel_value = substitute(value, replacements)
     store = UOp(Ops.STORE, src=(UOp(Ops.DEFINE_GLOBAL, root.dtype, (), (0, output.arg[1])), kernel_value))
     return ScheduleItem(UOp(Ops.SINK, src=(store,)), buffers, device, outputs=[root])
-

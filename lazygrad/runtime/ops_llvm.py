@@ -48,7 +48,9 @@ def hash_of(machine) -> str:
 
     import llvmlite.binding as llvm
 
-    return hashlib.sha256(f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}".encode()).hexdigest()[:12]
+    return hashlib.sha256(f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}".encode()).hexdigest()[
+        :12
+    ]
 
 
 class LLVMProgram:

@@ -14,7 +14,7 @@ import numpy as np
 from lazygrad.codegen.renderer import Renderer
 from lazygrad.device import Compiled, Compiler, HostAllocator
 from lazygrad.uop.alu import cast_value, exec_alu
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 
 class PythonRenderer(Renderer):

@@ -70,7 +70,20 @@ class Ops(Enum):
 
 
 UNARY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG}
-BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+BINARY = {
+    Ops.ADD,
+    Ops.MUL,
+    Ops.MAX,
+    Ops.CMPLT,
+    Ops.CMPNE,
+    Ops.IDIV,
+    Ops.MOD,
+    Ops.AND,
+    Ops.OR,
+    Ops.XOR,
+    Ops.SHL,
+    Ops.SHR,
+}
 ALU = UNARY | BINARY | {Ops.WHERE}
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
 MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}

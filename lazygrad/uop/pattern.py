@@ -7,7 +7,7 @@ import itertools
 from typing import Any, Callable
 
 from lazygrad.dtype import DType
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 
 class UPat:

@@ -10,7 +10,7 @@ import math
 
 from lazygrad.dtype import dtypes
 from lazygrad.uop.alu import cast_value, exec_alu
-from lazygrad.uop.ops import ALU, COMMUTATIVE, UOp, Ops
+from lazygrad.uop.ops import ALU, COMMUTATIVE, Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 INT_TYPES = (dtypes.int32, dtypes.int64, dtypes.uint32)
@@ -112,7 +112,9 @@ def canonical_sum(node: UOp) -> UOp | None:
 
 def distribute_mul(node: UOp, total: UOp, factor: UOp) -> UOp | None:
     """(a + b) * c is a*c + b*c for integers, so a sum stays a flat list of terms."""
-    return build_sum(node.dtype, [(base, coefficient * factor.arg) for base, coefficient in map(split_term, sum_terms(total))])
+    return build_sum(
+        node.dtype, [(base, coefficient * factor.arg) for base, coefficient in map(split_term, sum_terms(total))]
+    )
 
 
 def fold_div_mod(node: UOp) -> UOp | None:
@@ -144,7 +146,9 @@ def fold_div_mod(node: UOp) -> UOp | None:
         large = build_sum(node.dtype, [(b, c // factor) for b, c in terms if c % factor == 0])
         if node.op is Ops.IDIV:
             return large.alu(Ops.IDIV, UOp.const(node.dtype, divisor // factor))
-        wrapped = large.alu(Ops.MOD, UOp.const(node.dtype, divisor // factor)).alu(Ops.MUL, UOp.const(node.dtype, factor))
+        wrapped = large.alu(Ops.MOD, UOp.const(node.dtype, divisor // factor)).alu(
+            Ops.MUL, UOp.const(node.dtype, factor)
+        )
         return wrapped.alu(Ops.ADD, small_sum) if small else wrapped
     # divide out a factor common to every term and the divisor: (4a + 2b) // 8 is (2a + b) // 4
     common = math.gcd(divisor, *(coefficient for _, coefficient in map(split_term, sum_terms(value))))
@@ -152,7 +156,9 @@ def fold_div_mod(node: UOp) -> UOp | None:
         reduced = build_sum(node.dtype, [(b, c // common) for b, c in map(split_term, sum_terms(value))])
         if node.op is Ops.IDIV:
             return reduced.alu(Ops.IDIV, UOp.const(node.dtype, divisor // common))
-        return reduced.alu(Ops.MOD, UOp.const(node.dtype, divisor // common)).alu(Ops.MUL, UOp.const(node.dtype, common))
+        return reduced.alu(Ops.MOD, UOp.const(node.dtype, divisor // common)).alu(
+            Ops.MUL, UOp.const(node.dtype, common)
+        )
     # nested division and modulo
     if value.op is Ops.IDIV and value.src[1].op is Ops.CONST and node.op is Ops.IDIV and value.src[0].vmin >= 0:
         return value.src[0].alu(Ops.IDIV, UOp.const(node.dtype, value.src[1].arg * divisor))
@@ -176,7 +182,10 @@ symbolic = PatternMatcher(
         (UPat(tuple(COMMUTATIVE), name="node", src=(UPat(), UPat())), const_to_right),
         # identities
         (UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("one"))), lambda x, one: x if one.arg == 1 else None),
-        (UPat(Ops.ADD, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))), lambda x, zero: x if zero.arg == 0 else None),
+        (
+            UPat(Ops.ADD, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
+            lambda x, zero: x if zero.arg == 0 else None,
+        ),
         (
             UPat(Ops.MUL, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
             lambda x, zero: zero if zero.arg == 0 else None,
@@ -186,7 +195,10 @@ symbolic = PatternMatcher(
         (UPat(Ops.AND, dtype=dtypes.bool, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg else c),
         # integer sums and products
         (UPat(Ops.ADD, dtype=INT_TYPES, name="node"), canonical_sum),
-        (UPat(Ops.MUL, dtype=INT_TYPES, name="node", src=(UPat(Ops.ADD, name="total"), UPat.cvar("factor"))), distribute_mul),
+        (
+            UPat(Ops.MUL, dtype=INT_TYPES, name="node", src=(UPat(Ops.ADD, name="total"), UPat.cvar("factor"))),
+            distribute_mul,
+        ),
         (
             UPat(Ops.MUL, dtype=INT_TYPES, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))),
             lambda x, a, b: x.alu(Ops.MUL, UOp.const(x.dtype, a.arg * b.arg)),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 
 def kernel_name(program: list[UOp]) -> str:

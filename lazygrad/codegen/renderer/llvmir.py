@@ -10,7 +10,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Renderer
 from lazygrad.dtype import DType, dtypes
-from lazygrad.uop.ops import UOp, Ops
+from lazygrad.uop.ops import Ops, UOp
 
 LLVM_TYPES = {
     dtypes.bool: "i1",
@@ -24,8 +24,18 @@ MEMORY_TYPES = LLVM_TYPES | {dtypes.bool: "i8"}
 
 # op -> template per kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} operands, {t} the type
 ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
-    Ops.ADD: {"float": "fadd {t} {a}, {b}", "int": "add {t} {a}, {b}", "uint": "add {t} {a}, {b}", "bool": "or i1 {a}, {b}"},
-    Ops.MUL: {"float": "fmul {t} {a}, {b}", "int": "mul {t} {a}, {b}", "uint": "mul {t} {a}, {b}", "bool": "and i1 {a}, {b}"},
+    Ops.ADD: {
+        "float": "fadd {t} {a}, {b}",
+        "int": "add {t} {a}, {b}",
+        "uint": "add {t} {a}, {b}",
+        "bool": "or i1 {a}, {b}",
+    },
+    Ops.MUL: {
+        "float": "fmul {t} {a}, {b}",
+        "int": "mul {t} {a}, {b}",
+        "uint": "mul {t} {a}, {b}",
+        "bool": "and i1 {a}, {b}",
+    },
     Ops.NEG: {"float": "fneg {t} {a}", "int": "sub {t} 0, {a}", "uint": "sub {t} 0, {a}", "bool": "xor i1 {a}, true"},
     Ops.MAX: {
         "float": "call {t} @llvm.maximum.{tn}({t} {a}, {t} {b})",
@@ -33,8 +43,18 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
         "uint": "call {t} @llvm.umax.{tn}({t} {a}, {t} {b})",
         "bool": "or i1 {a}, {b}",
     },
-    Ops.CMPLT: {"float": "fcmp olt {t} {a}, {b}", "int": "icmp slt {t} {a}, {b}", "uint": "icmp ult {t} {a}, {b}", "bool": "icmp ult i1 {a}, {b}"},
-    Ops.CMPNE: {"float": "fcmp une {t} {a}, {b}", "int": "icmp ne {t} {a}, {b}", "uint": "icmp ne {t} {a}, {b}", "bool": "icmp ne i1 {a}, {b}"},
+    Ops.CMPLT: {
+        "float": "fcmp olt {t} {a}, {b}",
+        "int": "icmp slt {t} {a}, {b}",
+        "uint": "icmp ult {t} {a}, {b}",
+        "bool": "icmp ult i1 {a}, {b}",
+    },
+    Ops.CMPNE: {
+        "float": "fcmp une {t} {a}, {b}",
+        "int": "icmp ne {t} {a}, {b}",
+        "uint": "icmp ne {t} {a}, {b}",
+        "bool": "icmp ne i1 {a}, {b}",
+    },
     Ops.AND: {"int": "and {t} {a}, {b}", "uint": "and {t} {a}, {b}", "bool": "and i1 {a}, {b}"},
     Ops.OR: {"int": "or {t} {a}, {b}", "uint": "or {t} {a}, {b}", "bool": "or i1 {a}, {b}"},
     Ops.XOR: {"int": "xor {t} {a}, {b}", "uint": "xor {t} {a}, {b}", "bool": "xor i1 {a}, {b}"},
@@ -141,7 +161,9 @@ class LLVMRenderer(Renderer):
                 if src[2].dtype == dtypes.bool:
                     lines.append(f"  {out}_byte = zext i1 {stored} to i8")
                     stored = f"{out}_byte"
-                lines.append(f"  {out}_ptr = getelementptr inbounds {memory_type}, ptr {names[src[0]]}, i64 {value(src[1])}")
+                lines.append(
+                    f"  {out}_ptr = getelementptr inbounds {memory_type}, ptr {names[src[0]]}, i64 {value(src[1])}"
+                )
                 lines.append(f"  store {memory_type} {stored}, ptr {out}_ptr")
             elif op is Ops.CAST:
                 lines.append(f"  {out} = {cast_instruction(value(src[0]), src[0].dtype, dtype)}")
@@ -156,13 +178,23 @@ class LLVMRenderer(Renderer):
                     arity = template.count("{t} {")
                     declarations.add(f"declare {t} @{intrinsic}({', '.join([t] * arity)})")
                 operands = dict(zip("abc", (value(s) for s in src)))
-                instruction = template.format(t=t, tn=INTRINSIC_NAMES.get(t, ""), one=render_const(1.0, operand_dtype), **operands)
+                instruction = template.format(
+                    t=t, tn=INTRINSIC_NAMES.get(t, ""), one=render_const(1.0, operand_dtype), **operands
+                )
                 # accumulator updates may be reassociated, which lets LLVM vectorize reductions
-                if op in (Ops.ADD, Ops.MUL) and dtype.is_float and src[0].op is Ops.LOAD and src[0].src[0].op is Ops.DEFINE_ACC:
-                    instruction = instruction.replace("fadd ", "fadd reassoc nsz ").replace("fmul ", "fmul reassoc nsz ")
+                if (
+                    op in (Ops.ADD, Ops.MUL)
+                    and dtype.is_float
+                    and src[0].op is Ops.LOAD
+                    and src[0].src[0].op is Ops.DEFINE_ACC
+                ):
+                    instruction = instruction.replace("fadd ", "fadd reassoc nsz ").replace(
+                        "fmul ", "fmul reassoc nsz "
+                    )
                 lines.append(f"  {out} = {instruction}")
         params = ", ".join(
-            f"ptr noalias align 64 %data{node.arg[0]}" for node in sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
+            f"ptr noalias align 64 %data{node.arg[0]}"
+            for node in sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
         )
         body = "\n".join([f"define void @{name}({params}) #0 {{", "entry:", *allocas, *lines, "  ret void", "}"])
         attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
@@ -184,7 +216,9 @@ class LLVMRenderer(Renderer):
             lines.append(f"  {target} = trunc i8 {loaded} to i1")
             loaded = target
         if len(node.src) == 3:
-            lines.append(f"  {out} = select i1 {value(node.src[2])}, {register_type} {loaded}, {register_type} {render_const(0, node.dtype)}")
+            lines.append(
+                f"  {out} = select i1 {value(node.src[2])}, {register_type} {loaded}, {register_type} {render_const(0, node.dtype)}"
+            )
         return lines
 
     @staticmethod

@@ -1,0 +1,21 @@
+"""The lazygrad package."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="lazygrad",
+    version="0.1.0",
+    description="A lazy, graph-compiling tensor framework",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["lazygrad", "lazygrad.*"]),
+    python_requires=">=3.10",
+    install_requires=["numpy", "llvmlite"],
+    extras_require={
+        "testing": ["pytest", "pytest-xdist", "hypothesis", "ruff", "torch==2.13.0", "safetensors"],
+        "opencl": ["pyopencl", "pocl-binary-distribution"],
+        "cuda": ["pycuda", "nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
+        "viz": ["graphviz"],
+        "examples": ["tqdm", "matplotlib", "scikit-learn"],
+    },
+)
