@@ -62,6 +62,7 @@ except ImportError:
 WARMUP_MIN_CALLS = 2
 WARMUP_MAX_CALLS = 50
 WARMUP_SECONDS = 0.2
+NOISY_RATIO = 2.0  # a warm median this many times the fastest call gets a '*' in the table
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Timing:
 
     warm_ms: float | None = None
     cold_ms: float | None = None
+    warm_min_ms: float | None = None  # the fastest warm call: less sensitive to a busy machine than the median
     error: str | None = None
 
 
@@ -197,7 +199,7 @@ def time_calls(call: Callable[[Any], Any], repeats: int, prepare: Callable[[], A
             break
         timed_call()
     times = [timed_call() for _ in range(repeats)]
-    return Timing(warm_ms=statistics.median(times), cold_ms=cold_ms)
+    return Timing(warm_ms=statistics.median(times), cold_ms=cold_ms, warm_min_ms=min(times))
 
 
 def fresh_lazy_inputs(tensor_class: type, arrays: list[np.ndarray]) -> list[Any]:
@@ -313,6 +315,14 @@ def format_ms(value: float | None) -> str:
     return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
 
 
+def format_warm(timing: Timing | None) -> str:
+    """A warm median, marked with '*' when it is over twice the fastest call (a sign of a busy machine)."""
+    if timing is None or timing.warm_ms is None:
+        return "ERROR" if timing is not None and timing.error else "-"
+    noisy = timing.warm_min_ms is not None and timing.warm_ms > NOISY_RATIO * timing.warm_min_ms
+    return format_ms(timing.warm_ms) + ("*" if noisy else "")
+
+
 def format_table(results: list[CaseResult]) -> str:
     """The results as an aligned text table (times in ms)."""
     header = ["case", "lazygrad", "lg cold", "kernels", "compiles", "numpy"]
@@ -326,16 +336,16 @@ def format_table(results: list[CaseResult]) -> str:
         lazygrad = result.lazygrad
         row = [
             result.name,
-            "ERROR" if lazygrad.error else format_ms(lazygrad.warm_ms),
+            format_warm(lazygrad),
             format_ms(lazygrad.cold_ms),
             "-" if result.kernel_count is None else str(result.kernel_count),
             "-" if result.compile_count is None else str(result.compile_count),
-            format_ms(result.numpy.warm_ms),
+            format_warm(result.numpy),
         ]
         if torch is not None:
-            row.append(format_ms(result.torch.warm_ms))
+            row.append(format_warm(result.torch))
         if tinygrad is not None:
-            row += [format_ms(result.tinygrad.warm_ms), format_ms(result.tinygrad.cold_ms)]
+            row += [format_warm(result.tinygrad), format_ms(result.tinygrad.cold_ms)]
         ratio = result.ratio_lazygrad_over_torch
         row.append("-" if ratio is None else f"{ratio:.2f}x")
         row.append({True: "ok", False: "MISMATCH", None: "-"}[result.matches_numpy])
@@ -374,10 +384,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument("--repeats", type=int, help="warm calls per case (default 20, or 5 with --quick)")
+    parser.add_argument("--repeats", type=int, help="warm calls per case (default 20, or 10 with --quick)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
     args = parser.parse_args()
-    repeats = args.repeats or (5 if args.quick else 20)
+    repeats = args.repeats or (10 if args.quick else 20)
 
     print(describe_setup())
     print(f"times in ms: median of {repeats} calls after warm-up; 'lg cold' = first call, including compile\n")
@@ -386,7 +396,10 @@ def main() -> int:
         print(f"running {case.name} ...", file=sys.stderr, flush=True)
         results.append(run_case(case, repeats, args.seed))
 
-    print(format_table(results))
+    table = format_table(results)
+    print(table)
+    if "*" in table:
+        print(f"* median > {NOISY_RATIO:g}x the fastest call: the machine was busy; see warm_min_ms in --json or rerun")
     for result in results:
         if result.gflops:
             rates = ", ".join(f"{library} {rate:.1f}" for library, rate in result.gflops.items())

@@ -9,7 +9,8 @@ a reduce followed by elementwise ops that broadcast it back, a reduce of an expa
 reduces in a chain.
 
 The lazygrad side stays lazy until the end (apart from an occasional ``realize()`` in the middle);
-then the final value and one intermediate value are compared with ``np.allclose``. Values are kept
+then the final value and often one intermediate value (sometimes realized together in one schedule) are
+compared with ``np.allclose``. Values are kept
 small (rescaled by a power of two when they grow) and comparisons keep a margin from every element,
 so float32 rounding differences never flip a branch.
 
@@ -548,16 +549,24 @@ def compare(program: Program, value: Value) -> None:
         )
 
 
+def build_and_realize(program: Program) -> list[Value]:
+    """Build the program, pick the values to check and realize them; returns the values to compare."""
+    output = build_program(program)
+    checked = [output]
+    intermediate = [value for value in program.values[:-1] if value.name not in program.inputs]
+    if intermediate and program.rng.random() < 0.5:
+        checked.append(intermediate[int(program.rng.integers(len(intermediate)))])
+        if program.rng.random() < 0.5:  # both outputs in one schedule
+            program.lines.append(f"{checked[0].name}.realize({checked[1].name})")
+            checked[0].tensor.realize(checked[1].tensor)
+    return checked
+
+
 def run_seed(seed: int) -> None:
     """Build, run and check the program for ``seed``; raise AssertionError naming the seed and ops on failure."""
     program = new_program(seed)
     try:
-        output = build_program(program)
-        checked = [output]
-        intermediate = [value for value in program.values[:-1] if value.name not in program.inputs]
-        if intermediate and program.rng.random() < 0.5:
-            checked.append(intermediate[int(program.rng.integers(len(intermediate)))])
-        for value in checked:
+        for value in build_and_realize(program):
             compare(program, value)
     except AssertionError:
         raise
@@ -566,6 +575,16 @@ def run_seed(seed: int) -> None:
             f"fuzz seed {seed} (motif {program.motif}): {type(error).__name__}: {error}\n"
             f"program so far:\n{program.listing()}\nreproduce: python extra/fuzz.py --show {seed}"
         ) from error
+
+
+def show(seed: int) -> None:
+    """Print a runnable reproducer for ``seed`` (as far as the program could be built)."""
+    program = new_program(seed)
+    try:
+        build_and_realize(program)
+    except Exception as error:  # noqa: BLE001 -- the reproducer is most useful exactly when building fails
+        program.lines.append(f"# building stopped here: {type(error).__name__}: {error}")
+    print(f"# fuzz seed {seed}, motif {program.motif}\n{program.reproducer()}")
 
 
 def main() -> int:
@@ -578,9 +597,7 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.show is not None:
-        program = new_program(args.show)
-        build_program(program)
-        print(f"# fuzz seed {args.show}, motif {program.motif}\n{program.reproducer()}")
+        show(args.show)
         return 0
 
     failures: list[tuple[int, str]] = []

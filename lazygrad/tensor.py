@@ -14,6 +14,7 @@ from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, 
 from lazygrad.engine.buffers import buffer_from_numpy, buffer_of, is_buffer_view, realized
 from lazygrad.engine.realize import run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
+from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
@@ -90,6 +91,7 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
     training: bool = False
+    no_grad: bool = False  # while True, results carry no gradient and backward is an error
     _seed: int = 0
     _rng_counter: int = 0
 
@@ -156,7 +158,61 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
         return bool(self.item())
 
     def _new(self, uop: UOp) -> Tensor:
+        if Tensor.no_grad:
+            return Tensor(UOp(Ops.DETACH, uop.dtype, (uop,)), device=self.device, requires_grad=False)
         return Tensor(uop, device=self.device)
+
+    # ---- gradients ---------------------------------------------------------------------------------------------
+
+    def _seed(self, gradient: Tensor | Any | None, op_name: str) -> UOp:
+        """The gradient to start from at this root, checked against its shape."""
+        if gradient is None:
+            if self.shape != ():
+                raise RuntimeError(
+                    f"{op_name}: the root has shape {self.shape}, so its gradient cannot be implied; "
+                    "pass gradient= with that shape, or call .sum() first to make a scalar"
+                )
+            return UOp.const(self.dtype, 1.0)
+        if not isinstance(gradient, Tensor):
+            gradient = Tensor(gradient, dtype=self.dtype, device=self.device)
+        if gradient.shape != self.shape:
+            raise ValueError(
+                f"{op_name}: gradient has shape {gradient.shape} but the root has shape {self.shape}; they must match"
+            )
+        return gradient.cast(self.dtype).uop
+
+    def _wants_gradient(self) -> bool:
+        """Float tensors get gradients unless marked requires_grad=False or they are broadcast Python constants."""
+        if self.requires_grad is True:
+            return True
+        return self.requires_grad is None and self.dtype.is_float and self.uop.base.op is not Ops.CONST
+
+    @staticmethod
+    def _backward(roots: list[Tensor], seeds: list[UOp]) -> None:
+        """Accumulate d(sum of root·seed)/d(t) into `.grad` of every live tensor `t` in the roots' graphs."""
+        if Tensor.no_grad:
+            raise RuntimeError("backward: gradients are off (Tensor.no_grad is set); turn it off to call backward")
+        in_graph = set(UOp(Ops.SINK, src=tuple(r.uop for r in roots)).toposort)
+        targets = [t for t in list(_live_tensors) if t.uop in in_graph and t._wants_gradient()]
+        combined: dict[UOp, UOp] = {}
+        for root, seed in zip(roots, seeds):
+            combined[root.uop] = combined[root.uop] + seed if root.uop in combined else seed
+        grads, _ = compute_gradients(combined, list({t.uop: None for t in targets}))
+        for tensor in targets:
+            if tensor.uop in grads:
+                grad = Tensor(grads[tensor.uop], device=tensor.device, requires_grad=False)
+                tensor.grad = grad if tensor.grad is None else tensor.grad + grad
+
+    def backward(self, gradient: Tensor | Any | None = None) -> Tensor:
+        """Fill `.grad` of every float tensor this one depends on (accumulating into existing grads). A scalar
+        root starts from 1; otherwise pass `gradient` with the root's shape. Nothing runs until a grad is used."""
+        Tensor._backward([self], [self._seed(gradient, "backward")])
+        return self
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | Any | None = None) -> list[Tensor]:
+        """d(self)/d(target) for each target, as new lazy tensors (differentiable again)."""
+        grads, _ = compute_gradients({self.uop: self._seed(gradient, "gradient")}, [t.uop for t in targets])
+        return [Tensor(grads[t.uop], device=t.device) if t.uop in grads else t.zeros_like() for t in targets]
 
     # ---- realizing ---------------------------------------------------------------------------------------------
 
@@ -209,10 +265,8 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
         return self.numpy().reshape(()).item()
 
     def detach(self) -> Tensor:
-        """The same values, excluded from gradients."""
-        result = self._new(self.uop)
-        result.requires_grad = False
-        return result
+        """The same values, with no gradient flowing through."""
+        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
 
     def to(self, device: str) -> Tensor:
         """A copy on another device (or self when it is already there)."""

@@ -61,9 +61,6 @@ class MovementMixin:
             )
         if shape == self.shape:
             return self
-        if self.uop.op is Ops.RESHAPE:  # a reshape of a reshape is one reshape
-            source = self.uop.src[0]
-            return self._new(source if source.shape == shape else UOp(Ops.RESHAPE, self.dtype, (source,), shape))
         return self._movement(Ops.RESHAPE, shape)
 
     def view(self: Tensor, *shape) -> Tensor:

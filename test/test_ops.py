@@ -453,6 +453,37 @@ def test_unary_extremes():
     assert_tensor(Tensor([200.0]).exp(), [np.inf])
 
 
+def test_ieee_special_values():
+    """NaN propagates through arithmetic and compares false; division by signed zero gives signed infinity."""
+    nan, inf = float("nan"), float("inf")
+    assert_tensor(Tensor(np.array([nan, 1.0], dtype=np.float32)) + 1, [np.nan, 2.0])
+    assert_tensor(Tensor(np.array([inf, 0.0], dtype=np.float32)) * Tensor(np.array([0.0, inf])), [np.nan, np.nan])
+    assert_tensor(Tensor(np.array([inf], dtype=np.float32)) - inf, [np.nan])
+    assert_tensor(Tensor([-1.0]).sqrt(), [np.nan])
+    assert_tensor(Tensor([-1.0]).log(), [np.nan])
+    assert_tensor(1 / Tensor(np.array([-0.0, 0.0], dtype=np.float32)), [-np.inf, np.inf])
+    nans = Tensor(np.array([nan, nan], dtype=np.float32))
+    assert_tensor(nans == nans, [False, False])
+    assert_tensor(nans != nans, [True, True])
+    assert_tensor(nans < 1, [False, False])
+    assert_tensor(Tensor(np.array([inf, -inf], dtype=np.float32)).sigmoid(), [1.0, 0.0])
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_large_arguments(name):
+    """Range reduction stays accurate for large float32 arguments (NumPy is accurate to ~1e-7 here)."""
+    large = np.array([100.0, -1000.0, 12345.0, -30000.5], dtype=np.float32)
+    check(lambda t: getattr(t, name)(), lambda x: getattr(np, name)(x.astype(np.float64)), large, atol=1e-5)
+
+
+def test_exp_log_limits():
+    """exp and log near the float32 limits: tiny, huge, underflow to zero, exact powers of two."""
+    tiny_and_huge = np.array([1e-30, 1.5e-38, 1e30], dtype=np.float32)
+    assert_tensor(Tensor(tiny_and_huge).log(), np.log(tiny_and_huge.astype(np.float64)))
+    assert_tensor(Tensor([-100.0, -90.0]).exp(), np.exp([-100.0, -90.0]), atol=1e-30)
+    assert_tensor(Tensor([0.0, 1.0, 10.0, -10.0, 127.0]).exp2(), np.exp2([0.0, 1.0, 10.0, -10.0, 127.0]))
+
+
 @pytest.mark.parametrize(
     "lazy_fn, numpy_fn",
     [
@@ -467,6 +498,15 @@ def test_unary_extremes():
 )
 def test_unary_int32(lazy_fn, numpy_fn):
     check(lazy_fn, numpy_fn, data(3, 5, dtype=np.int32, low=-5, high=6), dtype=dtypes.int32)
+
+
+def test_int32_large_values():
+    big = np.array([2**30, -(2**30), 2**31 - 1], dtype=np.int32)
+    check(lambda t: t - 5, lambda x: x - 5, big)
+    check(lambda t: t.max(), lambda x: x.max(), big)
+    check(lambda t: t.min(), lambda x: x.min(), big)
+    floats = np.array([1e9, -1e9, 123456.7], dtype=np.float32)
+    check(lambda t: t.int(), lambda x: x.astype(np.int32), floats)
 
 
 def test_clip_one_sided():
@@ -1197,6 +1237,62 @@ def test_chunk(shape, chunks, dim):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# larger sizes: loop unrolling, vectorization and their remainders
+
+# name: (lazy op, NumPy op, input dtype)
+SIZED_OPS = {
+    "add": (lambda t: t + t.flip(0), lambda x: x + x[::-1], np.float32),
+    "exp": (lambda t: t.exp(), lambda x: np.exp(x.astype(np.float64)), np.float32),
+    "sum": (lambda t: t.sum(), lambda x: x.astype(np.float64).sum(), np.float32),
+    "max": (lambda t: t.max(), lambda x: x.max(), np.float32),
+    "argmax": (lambda t: t.argmax(), lambda x: x.argmax(), np.float32),
+    "half_axpy": (lambda t: t * 2 + 1, lambda x: x.astype(np.float64) * 2 + 1, np.float16),
+    "int_sum": (lambda t: t.sum(), lambda x: x.sum(), np.int32),
+    "int_affine": (lambda t: t * 3 - 7, lambda x: x * 3 - 7, np.int32),
+    "bool_count": (lambda t: (~t).sum(), lambda x: (~x).sum(), np.bool_),
+}
+
+
+@pytest.mark.parametrize("name", SIZED_OPS)
+@pytest.mark.parametrize("size", [7, 16, 17, 33, 129, 500])
+def test_sizes_around_vector_widths(name, size):
+    lazy_fn, numpy_fn, dtype = SIZED_OPS[name]
+    check(
+        lazy_fn,
+        numpy_fn,
+        data(size, dtype=dtype, low=-100 if dtype == np.int32 else -2, high=100 if dtype == np.int32 else 2),
+    )
+
+
+@pytest.mark.parametrize("shape", [(16, 16), (4, 125), (125, 4), (3, 67), (1, 500), (500, 1)], ids=str)
+@pytest.mark.parametrize("axis", [None, 0, 1], ids=str)
+def test_reduce_larger(shape, axis):
+    array = data(*shape)
+    check(lambda t: t.sum(axis=axis), lambda x: x.astype(np.float64).sum(axis=axis), array, atol=1e-5)
+    check(lambda t: t.T.max(axis=axis), lambda x: x.T.max(axis=axis), array)
+
+
+def test_float16_sum_accumulates_accurately():
+    """Summing 500 halves of 0.1 must not lose precision in a float16 accumulator (naive half sums drift)."""
+    array = np.full(500, 0.1, dtype=np.float16)
+    assert_tensor(Tensor(array).sum(), array.astype(np.float64).sum(), rtol=1e-2)
+    assert_tensor(Tensor(array).mean(), array.astype(np.float64).mean(), rtol=1e-2)
+
+
+def test_long_elementwise_chain():
+    array = data(50)
+
+    def run(x, relu):
+        for _ in range(60):
+            x = relu(x * 1.01 + 0.001) + x * 0.0
+        return x
+
+    assert_tensor(
+        run(Tensor(array), lambda t: t.relu()), run(array.astype(np.float64), lambda x: np.maximum(x, 0)), rtol=1e-4
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # matmul
 
 MATMUL_SHAPES = [
@@ -1213,6 +1309,10 @@ MATMUL_SHAPES = [
     ((2, 0), (0, 3)),
     ((0, 3), (3, 2)),
     ((2, 3), (3, 0)),
+    ((8, 32), (32, 8)),
+    ((17, 13), (13, 19)),
+    ((2, 8, 16), (16, 8)),
+    ((32,), (32, 16)),
 ]
 
 
@@ -1314,6 +1414,34 @@ def test_view_then_original_still_valid():
     assert_tensor(base.T, array.T)
 
 
+@pytest.mark.parametrize(
+    "lazy_view, numpy_view",
+    [
+        (lambda t: t.shrink(((1, 1), (1, 2), (0, 0))), lambda x: x[1:1, 1:2, 0:0]),
+        (lambda t: t[:, 2:2], lambda x: x[:, 2:2]),
+        (lambda t: t[None, 1:, 0:2:-1], lambda x: x[None, 1:, 0:2:-1]),
+        (lambda t: t.permute(2, 0, 1)[:, :, 4:], lambda x: x.transpose(2, 0, 1)[:, :, 4:]),
+        (lambda t: t[:1, :1, :1].expand(0, 1, 1), lambda x: np.broadcast_to(x[:1, :1, :1], (0, 1, 1))),
+    ],
+    ids=["shrink", "slice_middle", "negative_step", "permuted", "expanded"],
+)
+@pytest.mark.parametrize(
+    "lazy_op, numpy_op",
+    [
+        (lambda v: v, lambda x: x),
+        (lambda v: v * 2 + 1, lambda x: x * 2 + 1),
+        (lambda v: v.contiguous().flip(0), lambda x: np.flip(x, 0)),
+        (lambda v: v.sum(axis=-1), lambda x: x.sum(axis=-1)),
+        (lambda v: v * v.flip(-1), lambda x: x * np.flip(x, -1)),
+    ],
+    ids=["numpy", "elementwise", "contiguous_flip", "sum", "mul_flipped"],
+)
+def test_empty_views(lazy_view, numpy_view, lazy_op, numpy_op):
+    """Size-0 views with a zero-length dimension anywhere, fed to elementwise, copy and reduce kernels."""
+    array = data(2, 4, 3)
+    check(lambda t: lazy_op(lazy_view(t)), lambda x: numpy_op(numpy_view(x)), array)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # bad inputs: errors are raised when the op is built, are ValueError / TypeError / IndexError, name what is wrong,
 # and leave their inputs intact
@@ -1355,11 +1483,14 @@ BAD_INPUTS = {
     "squeeze_axis": ([f32(1, 3)], lambda t: t.squeeze(3), AXIS_ERRORS, [3]),
     "unsqueeze_axis": ([f32(2, 3)], lambda t: t.unsqueeze(4), AXIS_ERRORS, [4]),
     "flatten_axis": ([f32(2, 3)], lambda t: t.flatten(3), AXIS_ERRORS, [3]),
+    "flatten_start_after_end": ([f32(2, 3)], lambda t: t.flatten(1, 0), AXIS_ERRORS, []),
+    "flip_repeated_axis": ([f32(2, 3)], lambda t: t.flip((0, 0)), AXIS_ERRORS, [0]),
     "cat_axis": ([f32(2, 3), f32(2, 3)], lambda a, b: a.cat(b, dim=2), AXIS_ERRORS, [2]),
     "cat_shapes": ([f32(2, 3), f32(2, 4)], lambda a, b: a.cat(b, dim=0), SHAPE_ERRORS, [(2, 3), (2, 4)]),
     "cat_ndim": ([f32(2, 3), f32(3)], lambda a, b: a.cat(b), SHAPE_ERRORS, [(2, 3), (3,)]),
     "stack_shapes": ([f32(2, 3), f32(3, 2)], lambda a, b: a.stack(b), SHAPE_ERRORS, [(2, 3), (3, 2)]),
     "pad_too_many_dims": ([f32(2, 3)], lambda t: t.pad(((1, 1), (1, 1), (1, 1))), SHAPE_ERRORS, []),
+    "pad_malformed_pair": ([f32(2, 3)], lambda t: t.pad(((1,), (0, 0))), TYPE_ERRORS, []),
     "shrink_out_of_bounds": ([f32(3)], lambda t: t.shrink(((0, 5),)), SHAPE_ERRORS, [5]),
     "split_sizes": ([f32(5)], lambda t: t.split([2, 2]), SHAPE_ERRORS, [5]),
     "matmul_inner": ([f32(2, 3), f32(4, 5)], lambda a, b: a @ b, SHAPE_ERRORS, [(2, 3), (4, 5)]),
@@ -1405,9 +1536,10 @@ def test_bad_input(name):
         (lambda: Tensor([1.0]).cast("complex64"), TYPE_ERRORS),
         (lambda: Tensor.zeros(2, -1), (ValueError,)),
         (lambda: Tensor.arange(0, 5, 0), (ValueError,)),
+        (lambda: Tensor.eye(-1), (ValueError,)),
     ],
     ids=["ragged", "ragged_scalar", "ragged_3", "dtype_name", "numpy_complex", "numpy_str", "str", "cast_complex"]
-    + ["negative_shape", "arange_zero_step"],
+    + ["negative_shape", "arange_zero_step", "eye_negative"],
 )
 def test_bad_construction(make, errors):
     with pytest.raises(errors) as info:

@@ -124,6 +124,8 @@ class Lowerer:
             return [(node.src[0], inner, valid)]
         if op in ALU or op is Ops.CAST:
             return [(source, indices, valid) for source in node.src]
+        if op is Ops.DETACH:
+            return [(node.src[0], indices, valid)]
         raise RuntimeError(f"cannot lower {op} inside a kernel")
 
     def reduce_indices(self, node: UOp, indices: tuple[UOp, ...], valid: UOp | None) -> tuple[UOp, ...]:

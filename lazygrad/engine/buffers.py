@@ -42,5 +42,7 @@ def buffer_of(node: UOp) -> Buffer:
 
 
 def is_buffer_view(node: UOp) -> bool:
-    """True for a BUFFER, or a reshape of one: a node whose value already sits, in order, in memory."""
-    return node.op is Ops.BUFFER or (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER)
+    """True for a BUFFER, or reshapes of one: a node whose value already sits, in order, in memory."""
+    while node.op is Ops.RESHAPE:
+        node = node.src[0]
+    return node.op is Ops.BUFFER

@@ -61,7 +61,7 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
     return unsafe
 
 
-def _kernel_roots(sink: UOp, outputs: list[UOp]) -> list[UOp]:
+def kernel_roots(sink: UOp, outputs: list[UOp]) -> list[UOp]:
     """Every node that gets its own buffer, sources before users."""
     to_realize = {node for node in outputs if not is_buffer_view(node)}
     to_realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.COPY)}
@@ -84,16 +84,29 @@ def _device_of(root: UOp, default: str) -> str:
     return default
 
 
+def _prepare(sink: UOp) -> UOp:
+    """The graph as kernels see it: nodes realized earlier read from their buffers, DETACH dropped."""
+    done: dict[UOp, UOp] = {}
+    for node in sink.toposort:
+        if node in realized:
+            done[node] = realized[node]
+        elif node.op is Ops.DETACH:
+            done[node] = done[node.src[0]]
+        else:
+            new_src = tuple(done[source] for source in node.src)
+            done[node] = node if new_src == node.src else node.replace(src=new_src)
+    return done[sink]
+
+
 def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The kernels that compute `outputs`, in order, and the map from each computed node to the buffer view that
     will hold its value."""
     start = time.perf_counter()
     # graphs may contain nodes realized earlier: read those from their buffers
     originals = outputs
-    sink = UOp(Ops.SINK, src=tuple(outputs))
-    sink = substitute(sink, {node: realized[node] for node in sink.toposort if node in realized})
+    sink = _prepare(UOp(Ops.SINK, src=tuple(outputs)))
     outputs = list(sink.src)
-    roots = _kernel_roots(sink, outputs)
+    roots = kernel_roots(sink, outputs)
 
     # allocate an output buffer per root, then build each kernel with earlier roots as inputs
     buffer_views: dict[UOp, UOp] = {}
@@ -121,7 +134,7 @@ def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: st
         source = root.src[0]
         source_view = buffer_views.get(source, source)
         if not is_buffer_view(source_view):
-            raise RuntimeError("COPY source must be realized first")  # the scheduler realizes it: see _kernel_roots
+            raise RuntimeError("COPY source must be realized first")  # the scheduler realizes it: see kernel_roots
         return ScheduleItem(None, [output, source_view.base], device, kind="copy")
     buffers: list[UOp] = [output]
     replacements: dict[UOp, UOp] = {}

@@ -23,6 +23,7 @@ class Ops(Enum):
     CONST = auto()  # arg: the Python value
     COPY = auto()  # arg: the target device
     CONTIGUOUS = auto()
+    DETACH = auto()  # the same value, with no gradient flowing through
     ASSIGN = auto()  # src: (target, value)
     # unary
     EXP2 = auto()
@@ -361,6 +362,6 @@ def _shape_of(node: UOp) -> tuple[int, ...] | None:
         return tuple(1 if axis in arg[1] else size for axis, size in enumerate(node.src[0].shape))
     if op is Ops.WHERE:
         return node.src[1].shape
-    if node.src and (op in ALU or op in (Ops.CAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)):
+    if node.src and (op in ALU or op in (Ops.CAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN)):
         return node.src[0].shape
     return None

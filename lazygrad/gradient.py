@@ -1,0 +1,179 @@
+"""Symbolic differentiation: one derivative rule per differentiable primitive UOp, and `compute_gradient`, which
+walks the graph once in reverse topological order and returns new UOps. Nothing is computed here."""
+
+from __future__ import annotations
+
+import math
+
+from lazygrad.dtype import dtypes
+from lazygrad.helpers import argsort
+from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.pattern import PatternMatcher, UPat
+
+
+def full(shape: tuple[int, ...], dtype, value) -> UOp:
+    """A constant broadcast to `shape`."""
+    const = UOp.const(dtype, value)
+    if not shape:
+        return const
+    return UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (const,), (1,) * len(shape)),), shape)
+
+
+def full_like(node: UOp, value: float) -> UOp:
+    """A constant with `node`'s shape and dtype."""
+    return full(node.shape, node.dtype, value)
+
+
+def equal(a: UOp, b: UOp) -> UOp:
+    """a == b as "not (a != b)" (true for equal values, false for nan)."""
+    return a.alu(Ops.CMPNE, b).alu(Ops.XOR, full(a.shape, dtypes.bool, True))
+
+
+def reduce_sum(node: UOp, axes: tuple[int, ...]) -> UOp:
+    return UOp(Ops.REDUCE, node.dtype, (node,), (Ops.ADD, axes)) if axes else node
+
+
+def expand_to(node: UOp, shape: tuple[int, ...]) -> UOp:
+    return node if node.shape == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
+
+
+def cast_like(node: UOp, like: UOp) -> UOp:
+    return node if node.dtype == like.dtype else UOp(Ops.CAST, like.dtype, (node,))
+
+
+def divide(a: UOp, b: UOp) -> UOp:
+    return a * b.alu(Ops.RECIP)
+
+
+def binary_max_gradient(out: UOp, grad: UOp) -> tuple[UOp, UOp]:
+    a, b = out.src
+    a_wins = cast_like(b.alu(Ops.CMPLT, a), a)
+    tie = cast_like(equal(a, b), a)
+    half_tie = tie * full_like(a, 0.5)
+    return grad * (a_wins + half_tie), grad * (full_like(a, 1.0) - a_wins - half_tie)
+
+
+def reduce_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
+    source = out.src[0]
+    reduce_op, axes = out.arg
+    expanded_grad = expand_to(grad, source.shape)
+    if reduce_op is Ops.ADD:
+        return (expanded_grad,)
+    if reduce_op is Ops.MUL:
+        return (expanded_grad * divide(expand_to(out, source.shape), source),)
+    # max: the gradient goes to every maximal element, split evenly among ties
+    is_max = cast_like(equal(source, expand_to(out, source.shape)), source)
+    count = expand_to(reduce_sum(is_max, axes), source.shape)
+    return (divide(is_max, count) * expanded_grad,)
+
+
+def pad_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
+    window = tuple((before, before + size) for (before, _), size in zip(out.arg, out.src[0].shape))
+    return (UOp(Ops.SHRINK, grad.dtype, (grad,), window),)
+
+
+def shrink_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
+    padding = tuple((start, size - end) for (start, end), size in zip(out.arg, out.src[0].shape))
+    return (UOp(Ops.PAD, grad.dtype, (grad,), padding),)
+
+
+def expand_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
+    axes = tuple(i for i, (old, new) in enumerate(zip(out.src[0].shape, out.shape)) if old != new)
+    return (reduce_sum(grad, axes),)
+
+
+def cast_gradient(out: UOp, grad: UOp) -> tuple[UOp | None]:
+    return (cast_like(grad, out.src[0]),) if out.src[0].dtype.is_float else (None,)
+
+
+def cosine(x: UOp) -> UOp:
+    """cos(x) as 1 - 2 sin²(x/2), precise for large x."""
+    half_sine = (x * full_like(x, 0.5)).alu(Ops.SIN)
+    return full_like(x, 1.0) - full_like(x, 2.0) * half_sine * half_sine
+
+
+def source_device(copy: UOp) -> str:
+    """The device a COPY reads from: that of the buffers below it."""
+    from lazygrad.device import Device
+
+    return next((node.arg[2] for node in copy.src[0].toposort if node.op is Ops.BUFFER), Device.DEFAULT)
+
+
+LN_2 = math.log(2)
+
+# one entry per primitive: the rule returns one gradient (or None) per source
+derivative_rules = PatternMatcher(
+    [
+        (UPat(Ops.ADD), lambda grad: (grad, grad)),
+        (UPat(Ops.MUL, name="out"), lambda grad, out: (grad * out.src[1], grad * out.src[0])),
+        (UPat(Ops.NEG), lambda grad: (grad.alu(Ops.NEG),)),
+        (UPat(Ops.RECIP, name="out"), lambda grad, out: ((grad * out * out).alu(Ops.NEG),)),
+        (UPat(Ops.SQRT, name="out"), lambda grad, out: (divide(grad, out * full_like(out, 2.0)),)),
+        (UPat(Ops.EXP2, name="out"), lambda grad, out: (grad * out * full_like(out, LN_2),)),
+        (UPat(Ops.LOG2, name="out"), lambda grad, out: (divide(grad, out.src[0] * full_like(out, LN_2)),)),
+        (UPat(Ops.SIN, name="out"), lambda grad, out: (grad * cosine(out.src[0]),)),
+        (UPat(Ops.MAX, name="out"), lambda grad, out: binary_max_gradient(out, grad)),
+        (
+            UPat(Ops.WHERE, name="out"),
+            lambda grad, out: (
+                None,
+                out.src[0].where(grad, full_like(grad, 0.0)),
+                out.src[0].where(full_like(grad, 0.0), grad),
+            ),
+        ),
+        (UPat(Ops.CAST, name="out"), lambda grad, out: cast_gradient(out, grad)),
+        (UPat(Ops.REDUCE, name="out"), lambda grad, out: reduce_gradient(out, grad)),
+        (UPat(Ops.RESHAPE, name="out"), lambda grad, out: (UOp(Ops.RESHAPE, grad.dtype, (grad,), out.src[0].shape),)),
+        (
+            UPat(Ops.PERMUTE, name="out"),
+            lambda grad, out: (UOp(Ops.PERMUTE, grad.dtype, (grad,), tuple(argsort(list(out.arg)))),),
+        ),
+        (UPat(Ops.EXPAND, name="out"), lambda grad, out: expand_gradient(out, grad)),
+        (UPat(Ops.PAD, name="out"), lambda grad, out: pad_gradient(out, grad)),
+        (UPat(Ops.SHRINK, name="out"), lambda grad, out: shrink_gradient(out, grad)),
+        (UPat(Ops.FLIP, name="out"), lambda grad, out: (UOp(Ops.FLIP, grad.dtype, (grad,), out.arg),)),
+        (UPat(Ops.CONTIGUOUS), lambda grad: (grad,)),
+        (UPat(Ops.COPY, name="out"), lambda grad, out: (UOp(Ops.COPY, grad.dtype, (grad,), source_device(out)),)),
+    ]
+)
+# comparisons, integer ops, DETACH and the leaves have no rule: no gradient flows through them
+NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.DETACH}
+
+
+def rule_for(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
+    if node.op in NO_GRADIENT:
+        return (None,) * len(node.src)
+    for pattern, rule, _ in derivative_rules.by_op.get(node.op, ()):
+        for bindings in pattern.match(node, {}):
+            arguments = {name: value for name, value in bindings.items() if name == "out"}
+            return rule(grad=grad, **arguments)
+    return (None,) * len(node.src)
+
+
+def compute_gradients(seeds: dict[UOp, UOp], targets: list[UOp]) -> tuple[dict[UOp, UOp], dict[UOp, UOp]]:
+    """Gradients of the sum of (root · seed) over `seeds` with respect to each target, as new UOps, and for each
+    gradient contribution the forward node whose rule made it (for the backward-graph dump)."""
+    sink = UOp(Ops.SINK, src=tuple(seeds))
+    target_set = set(targets)
+    # only nodes with a path to a target need a gradient
+    leads_to_target: dict[UOp, bool] = {}
+    for node in sink.toposort:
+        leads_to_target[node] = node in target_set or any(leads_to_target[s] for s in node.src)
+    grads: dict[UOp, UOp] = {}
+    made_by: dict[UOp, UOp] = {}
+    for root, seed in seeds.items():
+        grads[root] = grads[root] + seed if root in grads else seed
+    for node in reversed(sink.toposort):
+        if node not in grads or not leads_to_target[node] or not node.src:
+            continue
+        for source, contribution in zip(node.src, rule_for(node, grads[node])):
+            if contribution is None or not leads_to_target[source] or not source.dtype.is_float:
+                continue
+            made_by[contribution] = node
+            grads[source] = grads[source] + contribution if source in grads else contribution
+    return {target: grads[target] for target in targets if target in grads}, made_by
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: list[UOp]) -> dict[UOp, UOp]:
+    """d(root · root_grad)/d(target) for each target reachable from `root`, as new UOps."""
+    return compute_gradients({root: root_grad}, targets)[0]
