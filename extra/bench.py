@@ -182,10 +182,15 @@ def synchronize_lazygrad() -> None:
 def time_calls(call: Callable[[Any], Any], repeats: int, prepare: Callable[[], Any] = lambda: None) -> Timing:
     """Time the first (cold) call, warm up, then report the median of ``repeats`` timed calls.
 
-    Before every call ``prepare()`` runs untimed and its result is what ``call`` gets.
+    Before every call ``prepare()`` runs untimed and its result is what ``call`` gets. Every library gets the
+    same garbage collection: a full one before the first call and a young-generation one (cheap, and it does not
+    flush the CPU caches as a full one does) before every call, so that collector pauses and the garbage of
+    earlier calls stay out of the timed region.
     """
+    gc.collect()
 
     def timed_call() -> float:
+        gc.collect(1)
         prepared = prepare()
         start = time.perf_counter()
         call(prepared)
@@ -207,10 +212,8 @@ def fresh_lazy_inputs(tensor_class: type, arrays: list[np.ndarray]) -> list[Any]
 
     Every call gets new input buffers, as a training step or a new batch would: a graph built again from the
     same buffers is the same (interned) graph, and a lazy library may legitimately hand back a result it
-    still holds instead of computing it again. Garbage from earlier calls is collected here, untimed, so
-    dead buffers do not pile up.
+    still holds instead of computing it again.
     """
-    gc.collect()
     return [tensor_class(array).realize() for array in arrays]
 
 

@@ -352,6 +352,8 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
     def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
         """The identity matrix (n × m)."""
         m = n if m is None else m
+        if n < 0 or m < 0:
+            raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
         rows = Tensor.arange(n, device=device).reshape(n, 1)
         cols = Tensor.arange(m, device=device).reshape(1, m)
         return (rows == cols).cast(to_dtype(dtype) if dtype else dtypes.default_float)
@@ -583,10 +585,16 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
     def __rxor__(self, other):
         return self._bitwise(Ops.XOR, other, True, "^")
 
+    def _check_shift(self, amount) -> None:
+        if isinstance(amount, int) and not 0 <= amount < self.dtype.bits:
+            raise ValueError(f"shift: amount {amount} is outside 0..{self.dtype.bits - 1} for {self.dtype}")
+
     def __lshift__(self, other):
+        self._check_shift(other)
         return self._bitwise(Ops.SHL, other, False, "<<")
 
     def __rshift__(self, other):
+        self._check_shift(other)
         return self._bitwise(Ops.SHR, other, False, ">>")
 
     def __invert__(self):

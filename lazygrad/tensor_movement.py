@@ -100,6 +100,8 @@ class MovementMixin:
         if self.ndim == 0:
             return self.reshape(1)
         start, end = normalize_axis(start_dim, self.ndim, "flatten"), normalize_axis(end_dim, self.ndim, "flatten")
+        if start > end:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
         return self.reshape(self.shape[:start] + (prod(self.shape[start : end + 1]),) + self.shape[end + 1 :])
 
     def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
@@ -131,6 +133,9 @@ class MovementMixin:
             padding = ((0, 0),) * (self.ndim - len(pairs)) + tuple(pairs)
         if len(padding) != self.ndim:
             raise ValueError(f"pad: need one (before, after) pair per axis of {self.shape}, got {padding}")
+        for pair in padding:
+            if pair is not None and (not isinstance(pair, (tuple, list)) or len(pair) != 2):
+                raise ValueError(f"pad: each axis needs a (before, after) pair or None, got {pair!r} in {padding}")
         pairs = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
         # negative padding crops first
         cropped = self.shrink(tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(pairs, self.shape)))
@@ -162,7 +167,10 @@ class MovementMixin:
     def flip(self: Tensor, axis) -> Tensor:
         """The order of elements reversed along `axis` (an int or a tuple)."""
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        axes = tuple(sorted({normalize_axis(a, self.ndim, "flip") for a in axes}))
+        normalized = [normalize_axis(a, self.ndim, "flip") for a in axes]
+        if len(set(normalized)) != len(normalized):
+            raise ValueError(f"flip: axis {axis} repeats an axis")
+        axes = tuple(sorted(normalized))
         axes = tuple(a for a in axes if self.shape[a] > 1)
         return self._movement(Ops.FLIP, axes) if axes else self
 

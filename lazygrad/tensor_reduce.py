@@ -20,6 +20,8 @@ class ReduceMixin:
     def _axes(self: Tensor, axis, op_name: str) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
+        if not isinstance(axis, (int, tuple, list)):
+            raise TypeError(f"{op_name}: axis must be an int, a tuple of ints or None, got {axis!r}")
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         normalized = tuple(normalize_axis(a, self.ndim, op_name) for a in axes)
         if len(set(normalized)) != len(normalized):

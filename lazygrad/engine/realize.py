@@ -14,7 +14,7 @@ from lazygrad.codegen.renderer import kernel_name
 from lazygrad.device import Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
-from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters
+from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters, prod
 from lazygrad.uop.ops import ALU, Ops, UOp
 
 
@@ -76,11 +76,10 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
         print(source)
     binary = device.compiler.compile_cached(source)
     ops, memory = count_work(program, kernel_graph)
-    global_size = 1
-    for node in program:
-        if node.op is Ops.RANGE and node.arg[1] == "global":
-            global_size *= node.src[0].arg
-    kernel = CompiledKernel(name, device.runtime(name, binary), source, ops, memory, global_size)
+    # the sizes of the global loops, outermost first: GPU-style devices launch threads over (some of) them
+    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] == "global")
+    runner = device.runtime(name, binary, global_loops)
+    kernel = CompiledKernel(name, runner, source, ops, memory, prod(global_loops))
     _programs[key] = kernel
     return kernel
 

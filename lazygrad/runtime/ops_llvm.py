@@ -56,7 +56,7 @@ def hash_of(machine) -> str:
 class LLVMProgram:
     """A compiled kernel: object code loaded into an MCJIT engine, called with the buffers' addresses."""
 
-    def __init__(self, name: str, binary: bytes):
+    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = ()):
         import llvmlite.binding as llvm
 
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
