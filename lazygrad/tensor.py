@@ -18,6 +18,7 @@ from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
+from lazygrad.tensor_nn import NNMixin
 from lazygrad.tensor_reduce import ReduceMixin
 from lazygrad.uop.ops import Ops, UOp
 
@@ -86,7 +87,7 @@ def _hash32(bits: Tensor) -> Tensor:
     return bits ^ (bits >> 16)
 
 
-class Tensor(MathMixin, MovementMixin, ReduceMixin):
+class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
@@ -241,6 +242,24 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin):
                 tensor.uop = becomes[tensor.uop]
         if DEBUG >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
+
+    def assign(self, value: Tensor | Any) -> Tensor:
+        """Write `value` into this tensor's memory (in place, when it is realized). Kernels that read the old
+        values run before the write."""
+        if not isinstance(value, Tensor):
+            value = Tensor(value, dtype=self.dtype, device=self.device)
+        if value.shape != self.shape or value.dtype != self.dtype:
+            raise ValueError(
+                f"assign: value {value.shape} {value.dtype} does not match the target {self.shape} {self.dtype}; "
+                "reshape or cast it first"
+            )
+        if value.device != self.device:
+            raise ValueError(f"assign: value is on {value.device} but the target is on {self.device}; use .to()")
+        if is_buffer_view(self.uop):
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
+        else:  # nothing to write into yet: the tensor simply becomes the value
+            self.uop = value.uop
+        return self
 
     def contiguous(self) -> Tensor:
         """This tensor laid out in its own buffer in row-major order (a no-op for one already laid out so)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from lazygrad.engine.buffers import is_buffer_view, new_buffer, realized
 from lazygrad.helpers import DEBUG, prod
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 from lazygrad.uop.pattern import substitute
 
 
@@ -27,6 +27,7 @@ class ScheduleItem:
     device: str
     kind: str = "kernel"  # or "copy"
     outputs: list[UOp] = field(default_factory=list)
+    reads: list[UOp] = field(default_factory=list)  # the nodes (earlier roots or buffers) the kernel reads
 
     @property
     def name(self) -> str:
@@ -64,7 +65,9 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
 def kernel_roots(sink: UOp, outputs: list[UOp]) -> list[UOp]:
     """Every node that gets its own buffer, sources before users."""
     to_realize = {node for node in outputs if not is_buffer_view(node)}
-    to_realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.COPY)}
+    to_realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
+    # an assign whose kernel would read its target at other indices than it writes computes its value first
+    to_realize |= {node.src[1] for node in sink.toposort if node.op is Ops.ASSIGN and _reads_target_elsewhere(node)}
     # a copy moves memory as it is, so its source must sit in a buffer
     to_realize |= {node.src[0] for node in sink.toposort if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
     while True:
@@ -73,6 +76,26 @@ def kernel_roots(sink: UOp, outputs: list[UOp]) -> list[UOp]:
         if not unsafe:
             return roots
         to_realize |= unsafe
+
+
+def _reads_target_elsewhere(assign: UOp) -> bool:
+    """True when the value of `assign` reads the target buffer through a reduce or a movement op, so writing in
+    place would overwrite elements that are still to be read."""
+    target_view, value = assign.src
+    target = target_view.base
+    stack, seen = [(value, False)], set()
+    while stack:
+        node, moved = stack.pop()
+        if (node, moved) in seen:
+            continue
+        seen.add((node, moved))
+        if node is target_view or node is target:
+            if moved:
+                return True
+            continue
+        shifts = node.op is Ops.REDUCE or (node.op in MOVEMENT and node.op is not Ops.RESHAPE)
+        stack.extend((source, moved or shifts) for source in node.src)
+    return False
 
 
 def _device_of(root: UOp, default: str) -> str:
@@ -113,11 +136,15 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     schedule: list[ScheduleItem] = []
     for root in roots:
         root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
-        buffer = new_buffer(root_device, prod(root.shape), root.dtype)
-        buffer_views[root] = (
-            buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
-        )
+        if root.op is Ops.ASSIGN:  # an assign writes into its target's buffer
+            buffer, buffer_views[root] = root.src[0].base, root.src[0]
+        else:
+            buffer = new_buffer(root_device, prod(root.shape), root.dtype)
+            buffer_views[root] = (
+                buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
+            )
         schedule.append(_build_item(root, buffer, buffer_views, root_device))
+    schedule = _order(schedule)
     if DEBUG >= 1:
         print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
     becomes = {
@@ -128,6 +155,30 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     return schedule, becomes | {node: buffer_views[node] for node in roots}
 
 
+def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem]:
+    """Kernels in an order that respects data flow and assigns: a kernel that reads a buffer's old value runs
+    before the assign that overwrites it."""
+    producer = {item.outputs[0]: number for number, item in enumerate(schedule)}
+    assigner = {
+        item.outputs[0].src[0].base: number for number, item in enumerate(schedule) if item.outputs[0].op is Ops.ASSIGN
+    }
+    after: dict[int, set[int]] = {number: set() for number in range(len(schedule))}
+    for number, item in enumerate(schedule):
+        for node in item.reads:
+            if node in producer:
+                after[number].add(producer[node])
+            elif node.op is Ops.BUFFER and assigner.get(node, number) != number:
+                after[assigner[node]].add(number)
+    ordered, placed = [], set()
+    while len(ordered) < len(schedule):
+        ready = [n for n in range(len(schedule)) if n not in placed and after[n] <= placed]
+        if not ready:
+            raise RuntimeError("schedule: assigns depend on each other in a cycle; realize one of them first")
+        ordered.append(ready[0])
+        placed.add(ready[0])
+    return [schedule[number] for number in ordered]
+
+
 def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: str) -> ScheduleItem:
     """The kernel AST for `root`: its graph down to buffers and earlier roots, those replaced by parameters."""
     if root.op is Ops.COPY:
@@ -135,7 +186,7 @@ def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: st
         source_view = buffer_views.get(source, source)
         if not is_buffer_view(source_view):
             raise RuntimeError("COPY source must be realized first")  # the scheduler realizes it: see kernel_roots
-        return ScheduleItem(None, [output, source_view.base], device, kind="copy")
+        return ScheduleItem(None, [output, source_view.base], device, kind="copy", outputs=[root], reads=[source])
     buffers: list[UOp] = [output]
     replacements: dict[UOp, UOp] = {}
 
@@ -147,7 +198,7 @@ def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: st
         return substitute(view, {buffer: param}) if view is not buffer else param
 
     # walk down from the value, stopping at buffers and at nodes other kernels compute
-    value = root.src[0] if root.op is Ops.CONTIGUOUS else root
+    value = root.src[0] if root.op is Ops.CONTIGUOUS else root.src[1] if root.op is Ops.ASSIGN else root
     stack, seen = [value], set()
     while stack:
         node = stack.pop()
@@ -162,4 +213,4 @@ def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: st
             stack.extend(reversed(node.src))
     kernel_value = substitute(value, replacements)
     store = UOp(Ops.STORE, src=(UOp(Ops.DEFINE_GLOBAL, root.dtype, (), (0, output.arg[1])), kernel_value))
-    return ScheduleItem(UOp(Ops.SINK, src=(store,)), buffers, device, outputs=[root])
+    return ScheduleItem(UOp(Ops.SINK, src=(store,)), buffers, device, outputs=[root], reads=list(replacements))

@@ -1,0 +1,248 @@
+"""Neural-network functions on tensors: convolution and pooling (as windowed views), normalization, dropout,
+attention and the losses. All are compositions of primitives."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from lazygrad.dtype import dtypes
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+
+def _pair(value, count: int, name: str) -> tuple[int, ...]:
+    if isinstance(value, int):
+        return (value,) * count
+    value = tuple(value)
+    if len(value) != count:
+        raise ValueError(f"{name} needs {count} values, got {value}")
+    return value
+
+
+class NNMixin:
+    """Layers' building blocks as Tensor methods."""
+
+    __slots__ = ()
+
+    # ---- windows -----------------------------------------------------------------------------------------------
+
+    def _window(self: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
+        """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view.
+
+        The axis is repeated and re-read with rows of length R = m*i + dilation: row k then starts at element
+        k*dilation (mod i), so a plain reshape and shrink line the windows up without copying."""
+        size = self.shape[axis]
+        out = (size - dilation * (kernel - 1) - 1) // stride + 1
+        if out <= 0:
+            raise ValueError(
+                f"pool/conv: window {kernel} (dilation {dilation}) does not fit an axis of size {size} in {self.shape}"
+            )
+        row = size + dilation
+        while row < out * stride:
+            row += size
+        repeats = math.ceil(kernel * row / size)
+        x = self.unsqueeze(axis).expand(*self.shape[:axis], repeats, *self.shape[axis:])
+        before, after = self.shape[:axis], self.shape[axis + 1 :]
+        x = x.reshape(*before, repeats * size, *after)
+        x = x.shrink(tuple((0, kernel * row) if i == axis else None for i in range(x.ndim)))
+        x = x.reshape(*before, kernel, row, *after)
+        x = x.shrink(tuple((0, out * stride) if i == axis + 1 else None for i in range(x.ndim)))
+        x = x.reshape(*before, kernel, out, stride, *after)
+        x = x.shrink(tuple((0, 1) if i == axis + 2 else None for i in range(x.ndim)))
+        x = x.reshape(*before, kernel, out, *after)
+        return x.transpose(axis, axis + 1)
+
+    def _pool(self: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+        """(..., *spatial) → (..., *out, *kernel): every window of the last len(kernel) axes."""
+        count = len(kernel)
+        x = self
+        first = self.ndim - count
+        for number in range(count):
+            # earlier spatial axes have become (out, kernel) pairs
+            x = x._window(first + 2 * number, kernel[number], stride[number], dilation[number])
+        order = list(range(first)) + [first + 2 * n for n in range(count)] + [first + 2 * n + 1 for n in range(count)]
+        return x.permute(order)
+
+    def _padding(self: Tensor, padding, count: int) -> tuple[tuple[int, int], ...]:
+        if isinstance(padding, int):
+            return ((padding, padding),) * count
+        padding = tuple(padding)
+        if len(padding) == count:
+            return tuple((p, p) for p in padding)
+        if len(padding) == 2 * count:  # torch order: (left, right, top, bottom) for the last axes first
+            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
+            return tuple(reversed(pairs))
+        raise ValueError(f"padding {padding} needs 1, {count} or {2 * count} values")
+
+    def conv2d(
+        self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride=1, dilation=1, padding=0
+    ) -> Tensor:
+        """2-D convolution of (N, C_in, H, W) with weight (C_out, C_in/groups, kh, kw)."""
+        if self.ndim != 4 or weight.ndim != 4:
+            raise ValueError(f"conv2d: need a 4-D input and weight, got {self.shape} and {weight.shape}")
+        batch, channels_in = self.shape[:2]
+        channels_out, group_channels, *kernel = weight.shape
+        if channels_in != group_channels * groups or channels_out % groups:
+            raise ValueError(
+                f"conv2d: input {self.shape} with groups={groups} needs weight (C_out, {channels_in // max(groups, 1)}, kh, kw) "
+                f"with C_out divisible by {groups}, got {weight.shape}"
+            )
+        pads = self._padding(padding, 2)
+        x = self.pad(((0, 0), (0, 0)) + pads) if any(p != (0, 0) for p in pads) else self
+        windows = x._pool(tuple(kernel), _pair(stride, 2, "stride"), _pair(dilation, 2, "dilation"))
+        out_h, out_w = windows.shape[2:4]
+        per_group = channels_out // groups
+        windows = windows.reshape(batch, groups, 1, group_channels, out_h, out_w, *kernel)
+        weights = weight.reshape(1, groups, per_group, group_channels, 1, 1, *kernel)
+        result = (windows * weights).sum((3, 6, 7)).reshape(batch, channels_out, out_h, out_w)
+        return result if bias is None else result + bias.reshape(1, -1, 1, 1)
+
+    def _pool2d(self: Tensor, kernel_size, stride, dilation, padding, value: float) -> Tensor:
+        kernel = _pair(kernel_size, 2, "kernel_size")
+        stride = kernel if stride is None else _pair(stride, 2, "stride")
+        pads = self._padding(padding, 2)
+        x = self.pad(((0, 0),) * (self.ndim - 2) + pads, value=value) if any(p != (0, 0) for p in pads) else self
+        return x._pool(kernel, stride, _pair(dilation, 2, "dilation"))
+
+    def max_pool2d(self: Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
+        return self._pool2d(kernel_size, stride, dilation, padding, float("-inf")).max((-2, -1))
+
+    def avg_pool2d(self: Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
+        return self._pool2d(kernel_size, stride, dilation, padding, 0.0).mean((-2, -1))
+
+    # ---- normalization, dropout, attention ------------------------------------------------------------------------
+
+    def layernorm(self: Tensor, axis=-1, eps: float = 1e-5) -> Tensor:
+        centered = self - self.mean(axis, keepdim=True)
+        return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+
+    def batchnorm(
+        self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis=1
+    ) -> Tensor:
+        """Normalize with given statistics along the channel axis `axis`."""
+        shape = [1] * self.ndim
+        shape[axis] = self.shape[axis]
+        x = (self - mean.reshape(shape)) * invstd.reshape(shape)
+        if weight is not None:
+            x = x * weight.reshape(shape)
+        return x if bias is None else x + bias.reshape(shape)
+
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+        """Zero elements with probability p while `Tensor.training`, scaling the rest by 1/(1-p)."""
+        from lazygrad.tensor import Tensor
+
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+        if not Tensor.training or p == 0:
+            return self
+        keep = Tensor.rand(*self.shape, device=self.device) >= p
+        return keep.where(self, 0) * (1 / (1 - p)) if p < 1 else self * 0
+
+    def scaled_dot_product_attention(
+        self: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+    ) -> Tensor:
+        """softmax(q kᵀ / sqrt(d) + mask) v."""
+        from lazygrad.tensor import Tensor
+
+        scores = self @ key.transpose(-2, -1) * (1 / math.sqrt(self.shape[-1]))
+        if is_causal:
+            rows, cols = scores.shape[-2:]
+            attn_mask = Tensor.ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
+        if attn_mask is not None:
+            scores = attn_mask.where(scores, float("-inf")) if attn_mask.dtype == dtypes.bool else scores + attn_mask
+        return scores.softmax(-1).dropout(dropout_p) @ value
+
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+        from lazygrad.tensor import Tensor
+
+        rows, cols = self.shape[-2:]
+        keep = Tensor.arange(rows, device=self.device).reshape(rows, 1) + diagonal >= Tensor.arange(
+            cols, device=self.device
+        ).reshape(1, cols)
+        return keep.where(self, 0)
+
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+        from lazygrad.tensor import Tensor
+
+        rows, cols = self.shape[-2:]
+        keep = Tensor.arange(rows, device=self.device).reshape(rows, 1) + diagonal <= Tensor.arange(
+            cols, device=self.device
+        ).reshape(1, cols)
+        return keep.where(self, 0)
+
+    # ---- losses ----------------------------------------------------------------------------------------------------
+
+    def one_hot(self: Tensor, num_classes: int) -> Tensor:
+        """(…,) int labels → (…, num_classes) int32 with a 1 at each label."""
+        from lazygrad.tensor import Tensor
+
+        if self.dtype.is_float:
+            raise TypeError(f"one_hot: labels must be integers, got {self.dtype}")
+        return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.int32)
+
+    def _check_labels(self: Tensor, labels: Tensor, op_name: str) -> None:
+        if labels.dtype.is_float:
+            raise TypeError(f"{op_name}: labels must be integer class indices, got {labels.dtype}; cast with .int()")
+        if labels.shape != self.shape[:-1]:
+            raise ValueError(
+                f"{op_name}: logits {self.shape} need labels of shape {self.shape[:-1]}, got {labels.shape}"
+            )
+
+    def sparse_categorical_crossentropy(
+        self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+    ) -> Tensor:
+        """Cross-entropy of logits (…, C) against integer labels (…); labels equal to `ignore_index` count zero."""
+        from lazygrad.tensor import Tensor
+
+        self._check_labels(Y, "sparse_categorical_crossentropy")
+        classes = self.shape[-1]
+        log_probs = self.log_softmax(-1)
+        chosen = Y.unsqueeze(-1) == Tensor.arange(classes, device=self.device)
+        valid = Y != ignore_index
+        nll = -(chosen.where(log_probs, 0).sum(-1))
+        if label_smoothing:
+            nll = (1 - label_smoothing) * nll - label_smoothing * log_probs.mean(-1)
+        nll = valid.where(nll, 0)
+        if reduction == "none":
+            return nll
+        if reduction == "sum":
+            return nll.sum()
+        if reduction != "mean":
+            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        return nll.sum() / valid.sum().maximum(1)
+
+    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+        """Cross-entropy of logits (N, C, …) against class indices (N, …) or probabilities (N, C, …), like torch."""
+        logits = self.transpose(1, -1) if self.ndim > 2 else self
+        if not Y.dtype.is_float:
+            labels = Y
+            return logits.sparse_categorical_crossentropy(
+                labels, ignore_index=-100, label_smoothing=label_smoothing, reduction=reduction
+            )
+        probs = Y.transpose(1, -1) if Y.ndim > 2 else Y
+        if probs.shape != logits.shape:
+            raise ValueError(f"cross_entropy: probabilities {Y.shape} must match logits {self.shape}")
+        classes = logits.shape[-1]
+        probs = probs * (1 - label_smoothing) + label_smoothing / classes
+        loss = -(probs * logits.log_softmax(-1)).sum(-1)
+        return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
+
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """Binary cross-entropy of probabilities against targets in [0, 1]."""
+        loss = -(Y * self.log() + (1 - Y) * (1 - self).log())
+        return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
+
+    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """Binary cross-entropy of logits, computed stably as max(x,0) - x*y + log(1 + exp(-|x|))."""
+        loss = self.relu() - self * Y + (1 + (-self.abs()).exp()).log()
+        return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
+
+    def mse(self: Tensor, Y: Tensor) -> Tensor:
+        return (self - Y).square().mean()
