@@ -93,7 +93,7 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
     __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
-    _seed: int = 0
+    _rng_seed: int = 0
     _rng_counter: int = 0
 
     def __init__(
@@ -236,7 +236,8 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
         for node, view in becomes.items():
-            realized[node] = view
+            if node.op is not Ops.ASSIGN:  # an assign is an event, not a value: the same one may run again
+                realized[node] = view
         for tensor in list(_live_tensors):
             if tensor.uop in becomes:
                 tensor.uop = becomes[tensor.uop]
@@ -255,9 +256,13 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
             )
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device} but the target is on {self.device}; use .to()")
-        if is_buffer_view(self.uop):
+        # Write in place only into a buffer this tensor owns. Another live tensor with the very same node (two
+        # `Tensor.zeros(3)` realized together share one buffer) must keep its values, so then, as when there is
+        # no buffer yet, the tensor simply becomes the value and gets a fresh buffer when realized.
+        shared = is_buffer_view(self.uop) and any(t is not self and t.uop is self.uop for t in list(_live_tensors))
+        if is_buffer_view(self.uop) and not shared:
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
-        else:  # nothing to write into yet: the tensor simply becomes the value
+        else:
             self.uop = value.uop
         return self
 
@@ -380,7 +385,7 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
         """Make the random numbers that follow repeatable."""
-        Tensor._seed, Tensor._rng_counter = int(seed), 0
+        Tensor._rng_seed, Tensor._rng_counter = int(seed), 0
 
     @staticmethod
     def _random_bits(count: int, device: str | None) -> Tensor:
@@ -389,7 +394,7 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         base = Tensor._rng_counter
         Tensor._rng_counter += count
         counter = Tensor.arange(count, device=device).cast(dtypes.uint32)
-        key = _mix32((Tensor._seed * 0x9E3779B9 + 0x7F4A7C15) & 0xFFFFFFFF)
+        key = _mix32((Tensor._rng_seed * 0x9E3779B9 + 0x7F4A7C15) & 0xFFFFFFFF)
         mixed = _hash32(counter + ((base + key) & 0xFFFFFFFF))
         return _hash32(mixed ^ key)
 

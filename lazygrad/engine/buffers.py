@@ -46,3 +46,10 @@ def is_buffer_view(node: UOp) -> bool:
     while node.op is Ops.RESHAPE:
         node = node.src[0]
     return node.op is Ops.BUFFER
+
+
+def forget_buffer(buffer: UOp) -> None:
+    """Drop every remembered result held in `buffer` or computed from it: it is about to be overwritten, and a
+    graph built later must read (and compute from) the new values."""
+    for node in [node for node, view in list(realized.items()) if view.base is buffer or buffer in node.toposort]:
+        del realized[node]

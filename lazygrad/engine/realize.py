@@ -11,7 +11,7 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import optimize
 from lazygrad.codegen.renderer import kernel_name
-from lazygrad.device import Device
+from lazygrad.device import Buffer, Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
 from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters, prod
@@ -92,16 +92,41 @@ def print_graph(root: UOp) -> None:
         )
 
 
+@dataclass
+class Launch:
+    """One recorded kernel launch (or copy): what a JIT replays."""
+
+    kernel: CompiledKernel | None
+    buffers: list[UOp]
+    device: str
+
+
+# while a JIT captures, every launch is appended here
+capture: list[Launch] | None = None
+
+
+def copy_buffers(destination: Buffer, source: Buffer) -> None:
+    destination.copyin(source.numpy()[: destination.size])
+
+
 def run_item(item: ScheduleItem) -> None:
     buffers = [buffer_of(node) for node in item.buffers]
     if item.kind == "copy":
-        destination, source = buffers
-        destination.copyin(source.numpy()[: destination.size])
+        copy_buffers(*buffers)
+        if capture is not None:
+            capture.append(Launch(None, item.buffers, item.device))
         return
     if buffers[0].size == 0:
         return
     kernel = get_kernel(item.device, item.ast)
-    device = Device[item.device]
+    if capture is not None:
+        capture.append(Launch(kernel, item.buffers, item.device))
+    launch_kernel(kernel, buffers, item.device)
+
+
+def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: str) -> None:
+    """Run a compiled kernel on buffers, counting it (and printing it at DEBUG>=2)."""
+    device = Device[device_name]
     start = time.perf_counter()
     kernel.program(*(buffer.handle for buffer in buffers))
     elapsed = time.perf_counter() - start

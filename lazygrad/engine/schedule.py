@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from lazygrad.engine.buffers import is_buffer_view, new_buffer, realized
+from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
 from lazygrad.helpers import DEBUG, prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 from lazygrad.uop.pattern import substitute
@@ -138,6 +138,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
         if root.op is Ops.ASSIGN:  # an assign writes into its target's buffer
             buffer, buffer_views[root] = root.src[0].base, root.src[0]
+            forget_buffer(buffer)  # nodes computed into it earlier no longer read their value there
         else:
             buffer = new_buffer(root_device, prod(root.shape), root.dtype)
             buffer_views[root] = (

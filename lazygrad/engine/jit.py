@@ -1,0 +1,131 @@
+"""TinyJit: run a function twice normally, capture the kernels of the second call, then replay them on new
+inputs' buffers with no scheduling or codegen."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from lazygrad.engine import realize
+from lazygrad.engine.buffers import buffer_of, is_buffer_view
+from lazygrad.helpers import getenv
+
+
+class JitError(RuntimeError):
+    """A call the JIT cannot replay correctly."""
+
+
+def _tensors_in(value: Any) -> list:
+    from lazygrad.tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors_in(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors_in(item)]
+    return []
+
+
+class TinyJit:
+    """Wrap a function whose work is realized Tensors (e.g. a training step). Calls 1 runs it, call 2 runs it
+    while recording every kernel launch, later calls replay the launches with the new inputs' buffers. The outputs
+    of a replay live in the same buffers every call. `JIT=0` turns capturing off."""
+
+    def __init__(self, function: Callable):
+        self.function = function
+        self.calls = 0
+        self.signature: tuple | None = None
+        self.launches: list[realize.Launch] = []
+        self.input_slots: list[tuple[int, int, int]] = []  # (launch, buffer position, input number)
+        self.outputs: Any = None
+        functools.update_wrapper(self, function)
+
+    def reset(self) -> None:
+        """Forget the capture; the next calls warm up and capture again."""
+        self.calls, self.signature, self.launches, self.input_slots, self.outputs = 0, None, [], [], None
+
+    @staticmethod
+    def _signature(args: tuple, kwargs: dict, tensors: list) -> tuple:
+        shapes = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        from lazygrad.tensor import Tensor
+
+        def plain(value):
+            return None if isinstance(value, Tensor) else repr(value)
+
+        return shapes, tuple(plain(a) for a in args), tuple(sorted((k, plain(v)) for k, v in kwargs.items()))
+
+    def __call__(self, *args, **kwargs):
+        from lazygrad.tensor import Tensor
+
+        if not getenv("JIT", 1):
+            return self.function(*args, **kwargs)
+        tensors = _tensors_in(list(args) + list(kwargs.values()))
+        Tensor.realize_all(*tensors)
+        for tensor in tensors:
+            if not is_buffer_view(tensor.uop):
+                tensor.uop = tensor.contiguous().realize().uop
+        signature = self._signature(args, kwargs, tensors)
+        if self.signature is not None and signature != self.signature:
+            raise JitError(
+                f"TinyJit({self.function.__name__}): called with {signature[0]} and arguments {signature[1:]}, but it was "
+                f"captured with {self.signature[0]} and {self.signature[1:]}; inputs must keep their shapes, dtypes and "
+                "non-Tensor arguments (make a new TinyJit or call .reset())"
+            )
+        self.signature = signature
+        self.calls += 1
+        if self.calls == 1:
+            return self._run(args, kwargs)
+        if self.calls == 2:
+            return self._capture(args, kwargs, tensors)
+        return self._replay(tensors)
+
+    def _run(self, args, kwargs):
+        from lazygrad.tensor import Tensor
+
+        result = self.function(*args, **kwargs)
+        Tensor.realize_all(*_tensors_in(result))
+        return result
+
+    def _capture(self, args, kwargs, tensors: list):
+        realize.capture = []
+        try:
+            result = self._run(args, kwargs)
+            launches = realize.capture
+        finally:
+            realize.capture = None
+        if not launches:
+            raise JitError(
+                f"TinyJit({self.function.__name__}): the function launched no kernels, so there is nothing to replay"
+            )
+        inputs = {tensor.uop.base: number for number, tensor in enumerate(tensors)}
+        self.launches = launches
+        self.input_slots = [
+            (launch_number, position, inputs[buffer])
+            for launch_number, launch in enumerate(launches)
+            for position, buffer in enumerate(launch.buffers)
+            if buffer in inputs
+        ]
+        self.outputs = result
+        return result
+
+    def _replay(self, tensors: list):
+        from lazygrad.tensor import Tensor
+
+        buffers = [[buffer_of(node) for node in launch.buffers] for launch in self.launches]
+        for launch_number, position, input_number in self.input_slots:
+            buffers[launch_number][position] = buffer_of(tensors[input_number].uop.base)
+        for launch, launch_buffers in zip(self.launches, buffers):
+            if launch.kernel is None:
+                realize.copy_buffers(*launch_buffers)
+            elif launch_buffers[0].size:
+                realize.launch_kernel(launch.kernel, launch_buffers, launch.device)
+
+        def fresh(value):
+            if isinstance(value, Tensor):
+                return Tensor(value.uop, device=value.device)
+            if isinstance(value, (list, tuple)):
+                return type(value)(fresh(item) for item in value)
+            return value
+
+        return fresh(self.outputs)

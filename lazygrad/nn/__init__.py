@@ -1,0 +1,153 @@
+"""Layers, with tinygrad's names: each holds its parameters as Tensors and is called on an input."""
+
+from __future__ import annotations
+
+import math
+
+from lazygrad.dtype import dtypes
+from lazygrad.tensor import Tensor
+
+
+def _check_input(layer: str, x: Tensor, expected: str, ok: bool) -> None:
+    if not ok:
+        raise ValueError(f"{layer}: expected input of shape {expected}, got {x.shape}")
+
+
+class Linear:
+    """y = x Wᵀ + b, with weights drawn uniformly from ±1/sqrt(in_features) (as torch does)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        bound = 1 / math.sqrt(in_features)
+        self.weight = Tensor.uniform(out_features, in_features, low=-bound, high=bound)
+        self.bias = Tensor.uniform(out_features, low=-bound, high=bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        in_features = self.weight.shape[1]
+        _check_input("Linear", x, f"(..., {in_features})", x.ndim >= 1 and x.shape[-1] == in_features)
+        out = x @ self.weight.T
+        return out if self.bias is None else out + self.bias
+
+
+class Conv2d:
+    """2-D convolution layer over (N, C_in, H, W) inputs."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
+        kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2d: channels {in_channels}→{out_channels} must be divisible by groups={groups}")
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        bound = 1 / math.sqrt(in_channels // groups * kernel[0] * kernel[1])
+        self.weight = Tensor.uniform(out_channels, in_channels // groups, *kernel, low=-bound, high=bound)
+        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        channels = self.weight.shape[1] * self.groups
+        _check_input("Conv2d", x, f"(N, {channels}, H, W)", x.ndim == 4 and x.shape[1] == channels)
+        return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+
+class BatchNorm:
+    """Batch normalization over axis 1: batch statistics while `Tensor.training` (updating running averages),
+    the running statistics otherwise."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        momentum: float = 0.1,
+    ):
+        self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+        self.weight = Tensor.ones(num_features).contiguous().realize() if affine else None
+        self.bias = Tensor.zeros(num_features).contiguous().realize() if affine else None
+        self.running_mean = Tensor.zeros(num_features, requires_grad=False).contiguous().realize()
+        self.running_var = Tensor.ones(num_features, requires_grad=False).contiguous().realize()
+        self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int32, requires_grad=False).contiguous().realize()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        features = self.running_mean.shape[0]
+        _check_input("BatchNorm", x, f"(N, {features}, ...)", x.ndim >= 2 and x.shape[1] == features)
+        axes = tuple(a for a in range(x.ndim) if a != 1)
+        if Tensor.training:
+            mean = x.mean(axes)
+            shape = [1] * x.ndim
+            shape[1] = features
+            var = (x - mean.reshape(shape)).square().mean(axes)
+            if self.track_running_stats:
+                count = x.numel() // features
+                unbiased = var.detach() * (count / max(count - 1, 1))
+                self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
+                self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
+                self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        else:
+            mean, var = self.running_mean, self.running_var
+        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+
+
+BatchNorm2d = BatchNorm
+BatchNorm1d = BatchNorm
+
+
+class LayerNorm:
+    """Normalization over the last axes `normalized_shape`, with an elementwise affine transform."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True):
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Tensor.ones(*self.normalized_shape).contiguous().realize() if elementwise_affine else None
+        self.bias = Tensor.zeros(*self.normalized_shape).contiguous().realize() if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        count = len(self.normalized_shape)
+        _check_input(
+            "LayerNorm",
+            x,
+            f"(..., {', '.join(map(str, self.normalized_shape))})",
+            x.shape[-count:] == self.normalized_shape,
+        )
+        out = x.layernorm(axis=tuple(range(-count, 0)), eps=self.eps)
+        return out if self.weight is None else out * self.weight + self.bias
+
+
+class GroupNorm:
+    """Normalization over groups of channels of (N, C, ...) inputs."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: {num_channels} channels do not split into {num_groups} groups")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.weight = Tensor.ones(num_channels).contiguous().realize() if affine else None
+        self.bias = Tensor.zeros(num_channels).contiguous().realize() if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        _check_input("GroupNorm", x, f"(N, {self.num_channels}, ...)", x.ndim >= 2 and x.shape[1] == self.num_channels)
+        grouped = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+        if self.weight is None:
+            return grouped
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return grouped * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+
+class Embedding:
+    """A lookup table: integer indices (…) → vectors (…, embed_size)."""
+
+    def __init__(self, vocab_size: int, embed_size: int):
+        self.vocab_size, self.embed_size = vocab_size, embed_size
+        self.weight = Tensor.normal(vocab_size, embed_size)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        if idx.dtype.is_float:
+            raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
+        one_hot = idx.one_hot(self.vocab_size).cast(self.weight.dtype)
+        return one_hot @ self.weight

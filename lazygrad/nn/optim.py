@@ -1,0 +1,153 @@
+"""Optimizers: each `step()` builds the update of every parameter and its state as assigns and realizes them all
+in one schedule."""
+
+from __future__ import annotations
+
+from lazygrad.tensor import Tensor
+
+
+class Optimizer:
+    """Holds float parameters; `zero_grad` clears their gradients, `step` updates them in place."""
+
+    def __init__(self, params: list[Tensor], lr: float):
+        params = list(params)
+        if not params:
+            raise ValueError(
+                f"{type(self).__name__}: got no parameters to optimize; pass e.g. nn.state.get_parameters(model)"
+            )
+        for param in params:
+            if not isinstance(param, Tensor) or not param.dtype.is_float:
+                raise TypeError(
+                    f"{type(self).__name__}: parameters must be float Tensors, got {getattr(param, 'dtype', type(param))}"
+                )
+        for param in params:
+            if param.requires_grad is None:
+                param.requires_grad = True
+        # parameters live in buffers so updates can be written in place
+        Tensor.realize_all(*params)
+        self.params = params
+        # the learning rate is a tensor, so changing it (lr.assign) needs no recompile and a JIT replay sees it
+        self.lr = Tensor([lr], requires_grad=False, device=params[0].device).realize()
+        self.buffers: list[Tensor] = []
+
+    def zero_grad(self) -> None:
+        for param in self.params:
+            param.grad = None
+
+    def _state(self, like: Tensor) -> Tensor:
+        state = (
+            Tensor.zeros(*like.shape, dtype=like.dtype, device=like.device, requires_grad=False).contiguous().realize()
+        )
+        self.buffers.append(state)
+        return state
+
+    def step(self) -> None:
+        """Apply one update to every parameter that has a gradient, in one schedule."""
+        updated = self._updates()
+        Tensor.realize_all(*updated)
+
+    def _updates(self) -> list[Tensor]:
+        raise NotImplementedError
+
+    def _gradient(self, param: Tensor) -> Tensor | None:
+        if param.grad is None:
+            return None
+        return param.grad.detach()
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum, Nesterov momentum and (L2) weight decay, as in torch."""
+
+    def __init__(
+        self,
+        params: list[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
+        super().__init__(params, lr)
+        if nesterov and momentum <= 0:
+            raise ValueError("SGD: nesterov momentum needs momentum > 0")
+        self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+        self.velocity = [self._state(p) for p in self.params] if momentum else []
+        self.started = False
+
+    def _updates(self) -> list[Tensor]:
+        updated = []
+        for number, param in enumerate(self.params):
+            grad = self._gradient(param)
+            if grad is None:
+                continue
+            if self.weight_decay:
+                grad = grad + self.weight_decay * param.detach()
+            if self.momentum:
+                velocity = self.velocity[number]
+                # torch starts the velocity at the first gradient
+                new_velocity = velocity * self.momentum + grad if self.started else grad
+                velocity.assign(new_velocity)
+                updated.append(velocity)
+                grad = grad + self.momentum * new_velocity if self.nesterov else new_velocity
+            param.assign(param.detach() - self.lr * grad)
+            updated.append(param)
+        self.started = True
+        return updated
+
+
+class LAMB(Optimizer):
+    """Adam with decoupled weight decay and, when `adam` is False, LAMB's layer-wise trust ratio."""
+
+    def __init__(
+        self,
+        params: list[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+    ):
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
+        self.steps = Tensor([0.0], requires_grad=False, device=self.params[0].device).realize()
+        self.first = [self._state(p) for p in self.params]
+        self.second = [self._state(p) for p in self.params]
+
+    def _updates(self) -> list[Tensor]:
+        # the step count lives on the device so a JIT replay advances the bias corrections too
+        self.steps.assign(self.steps + 1)
+        correction1, correction2 = 1 - self.b1**self.steps, 1 - self.b2**self.steps
+        updated = [self.steps]
+        for param, first, second in zip(self.params, self.first, self.second):
+            grad = self._gradient(param)
+            if grad is None:
+                continue
+            first.assign(self.b1 * first + (1 - self.b1) * grad)
+            second.assign(self.b2 * second + (1 - self.b2) * grad * grad)
+            update = (first / correction1) / ((second / correction2).sqrt() + self.eps)
+            if self.weight_decay:
+                update = update + self.weight_decay * param.detach()
+            if not self.adam:
+                weight_norm, update_norm = param.detach().square().sum().sqrt(), update.square().sum().sqrt()
+                trust = ((weight_norm > 0) & (update_norm > 0)).where(weight_norm / update_norm, 1.0)
+                update = update * trust
+            param.assign(param.detach() - self.lr * update)
+            updated.extend([first, second, param])
+        return updated
+
+
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
+    """Adam (Kingma & Ba), as torch.optim.Adam without weight decay."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay=0.0, adam=True)
+
+
+def AdamW(
+    params: list[Tensor],
+    lr: float = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+) -> LAMB:
+    """Adam with decoupled weight decay, as torch.optim.AdamW."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay=weight_decay, adam=True)
