@@ -231,13 +231,11 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         pending = [t for t in tensors if not is_buffer_view(t.uop)]
         if not pending:
             return
-        schedule, becomes = create_schedule([t.uop for t in pending], pending[0].device)
+        schedule, becomes, remember = create_schedule([t.uop for t in pending], pending[0].device)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
-        for node, view in becomes.items():
-            if node.op is not Ops.ASSIGN:  # an assign is an event, not a value: the same one may run again
-                realized[node] = view
+        realized.update(remember)
         for tensor in list(_live_tensors):
             if tensor.uop in becomes:
                 tensor.uop = becomes[tensor.uop]

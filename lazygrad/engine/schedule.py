@@ -121,9 +121,9 @@ def _prepare(sink: UOp) -> UOp:
     return done[sink]
 
 
-def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    """The kernels that compute `outputs`, in order, and the map from each computed node to the buffer view that
-    will hold its value."""
+def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
+    """The kernels that compute `outputs`, in order; the map from each computed node to the buffer view that will
+    hold its value; and the part of that map later graphs may reuse."""
     start = time.perf_counter()
     # graphs may contain nodes realized earlier: read those from their buffers
     originals = outputs
@@ -153,7 +153,18 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         for original, new in zip(originals, outputs)
         if new in buffer_views or is_buffer_view(new)
     }
-    return schedule, becomes | {node: buffer_views[node] for node in roots}
+    becomes |= {node: buffer_views[node] for node in roots}
+    # Remember values for later graphs, except assigns (events, not values: the same one may run again) and
+    # values computed from a buffer this schedule overwrites (later graphs must read the new contents).
+    assigned = {root.src[0].base for root in roots if root.op is Ops.ASSIGN}
+    reads_assigned: set[UOp] = set()
+    for node in sink.toposort:
+        if node in assigned or any(source in reads_assigned for source in node.src):
+            reads_assigned.add(node)
+    remember = {
+        node: view for node, view in becomes.items() if node.op is not Ops.ASSIGN and node not in reads_assigned
+    }
+    return schedule, becomes, remember
 
 
 def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem]:

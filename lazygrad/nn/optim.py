@@ -43,8 +43,12 @@ class Optimizer:
 
     def step(self) -> None:
         """Apply one update to every parameter that has a gradient, in one schedule."""
-        updated = self._updates()
-        Tensor.realize_all(*updated)
+        Tensor.realize_all(*self.schedule_step())
+
+    def schedule_step(self) -> list[Tensor]:
+        """The tensors to realize for one update. Realize them together with e.g. the loss
+        (`Tensor.realize_all(loss, *opt.schedule_step())`): in one schedule, everything reads the old weights."""
+        return self._updates()
 
     def _updates(self) -> list[Tensor]:
         raise NotImplementedError

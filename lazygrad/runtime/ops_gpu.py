@@ -1,0 +1,172 @@
+"""The GPU device (`GPU=1`): OpenCL C through pyopencl. Runs here on PoCL's CPU driver (pip install
+'lazygrad[opencl]'), and on any OpenCL GPU.
+
+The platform and device are chosen deliberately: `CL_PLATFORM` and `CL_DEVICE` (indices, as listed by
+`python -m lazygrad.device`) override; otherwise the first platform with a device is used. Programs are built once:
+the program binary is cached on disk (keyed by platform, device and driver version), a loaded program is cached in
+memory by its binary, and each kernel object is fetched once. Launches run one work-item per iteration of the
+kernel's outermost global loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from lazygrad.codegen.renderer.cstyle import OpenCLRenderer
+from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable
+from lazygrad.helpers import DEBUG, getenv
+
+INSTALL_HINT = "pip install 'lazygrad[opencl]'"
+# work-items per work-group: PoCL's CPU driver runs a work-group as vectorized loops, GPUs as one block of threads
+PREFERRED_GROUP_SIZE = 64
+
+
+def import_pyopencl():
+    """pyopencl, or DeviceUnavailable saying how to install it."""
+    try:
+        import pyopencl
+    except ImportError as error:
+        raise DeviceUnavailable(f"GPU: pyopencl is not installed — {INSTALL_HINT}") from error
+    return pyopencl
+
+
+PROBE_SOURCE = "__kernel void probe(__global float* data0) { data0[get_global_id(0)] = 1.0f; }"
+
+
+def builds_kernels(cl, device) -> str | None:
+    """None if `device` builds a tiny kernel, else the reason it does not (e.g. PoCL 3.0's LLVM 14 does not know
+    Zen 5 CPUs: "unknown target CPU 'generic'")."""
+    try:
+        cl.Program(cl.Context([device]), PROBE_SOURCE).build()
+        return None
+    except cl.Error as error:
+        lines = [line for line in str(error).splitlines() if "error" in line.lower()]
+        return lines[-1].strip() if lines else str(error).strip()
+
+
+def choose_device(cl) -> Any:
+    """The OpenCL device to use: `CL_PLATFORM`/`CL_DEVICE` (indices) if set, else the first device, in platform
+    order, that builds a test kernel."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:  # the ICD loader reports "platform not found" as an error
+        platforms = []
+    if not platforms:
+        raise DeviceUnavailable(f"GPU: no OpenCL platform found — {INSTALL_HINT}")
+    platform_choice, device_choice = getenv("CL_PLATFORM", -1), getenv("CL_DEVICE", -1)
+    if platform_choice >= len(platforms):
+        raise DeviceUnavailable(f"GPU: CL_PLATFORM={platform_choice} but there are {len(platforms)} OpenCL platforms")
+    candidates = []
+    for platform in [platforms[platform_choice]] if platform_choice >= 0 else platforms:
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue
+        if device_choice >= len(devices):
+            raise DeviceUnavailable(f"GPU: CL_DEVICE={device_choice} but {platform.name} has {len(devices)} devices")
+        candidates += [devices[device_choice]] if device_choice >= 0 else devices
+    if not candidates:
+        raise DeviceUnavailable(f"GPU: no OpenCL device found — {INSTALL_HINT}")
+    reasons = []
+    for device in candidates:
+        reason = builds_kernels(cl, device)
+        if reason is None:
+            return device
+        reasons.append(f"{device.name} ({device.platform.version}): {reason}")
+    raise DeviceUnavailable(
+        "GPU: no OpenCL device could build a kernel — " + "; ".join(reasons) + ". On CPUs newer than PoCL 3.0's "
+        "LLVM 14 knows, install a newer PoCL (e.g. apt-get install pocl-opencl-icd)"
+    )
+
+
+class CLAllocator(Allocator):
+    """Device memory as `cl.Buffer`s; copies block until done, so the NumPy array may be reused at once."""
+
+    def __init__(self, cl, context, queue):
+        self.cl, self.context, self.queue = cl, context, queue
+
+    def alloc(self, nbytes: int) -> Any:
+        return self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, nbytes)
+
+    def free(self, handle: Any) -> None:
+        handle.release()
+
+    def copyin(self, handle: Any, array: np.ndarray) -> None:
+        self.cl.enqueue_copy(self.queue, handle, array, is_blocking=True)
+
+    def copyout(self, out: np.ndarray, handle: Any) -> None:
+        self.cl.enqueue_copy(self.queue, out, handle, is_blocking=True)
+
+
+class CLCompiler(Compiler):
+    """OpenCL C → the device's program binary."""
+
+    def __init__(self, cl, context, device):
+        self.cl, self.context, self.device = cl, context, device
+        identity = f"{device.platform.name} {device.platform.version} {device.name} {device.driver_version}"
+        self.cache_name = f"opencl-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+
+    def compile(self, source: str) -> bytes:
+        program = self.cl.Program(self.context, source)
+        try:
+            program.build()
+        except self.cl.Error as error:
+            raise RuntimeError(f"GPU: OpenCL failed to build\n{source}\n{error}") from error
+        return program.get_info(self.cl.program_info.BINARIES)[0]
+
+
+class CLDevice(Compiled):
+    """The OpenCL device: context, in-order queue, and the programs loaded so far (by binary)."""
+
+    def __init__(self):
+        cl = import_pyopencl()
+        self.cl = cl
+        self.device = choose_device(cl)
+        self.context = cl.Context([self.device])
+        properties = cl.command_queue_properties.PROFILING_ENABLE if DEBUG >= 2 else 0
+        self.queue = cl.CommandQueue(self.context, self.device, properties=properties)
+        self.programs: dict[bytes, Any] = {}
+        allocator = CLAllocator(cl, self.context, self.queue)
+        compiler = CLCompiler(cl, self.context, self.device)
+        super().__init__("GPU", allocator, OpenCLRenderer(), compiler, self.load_program)
+
+    def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = ()) -> CLProgram:
+        """The runner for kernel `name` in `binary`; a binary is built into a program once per process."""
+        key = hashlib.sha256(binary).digest()
+        if key not in self.programs:
+            program = self.cl.Program(self.context, [self.device], [binary])
+            self.programs[key] = program.build()
+        return CLProgram(self, self.cl.Kernel(self.programs[key], name), global_loops)
+
+    def synchronize(self) -> None:
+        """Wait until every queued command has finished."""
+        self.queue.finish()
+
+
+class CLProgram:
+    """A kernel object and its launch size: one work-item per iteration of the outermost global loop."""
+
+    def __init__(self, device: CLDevice, kernel: Any, global_loops: tuple[int, ...]):
+        self.device, self.kernel = device, kernel
+        threads = global_loops[0] if global_loops else 1
+        self.local_size = min(PREFERRED_GROUP_SIZE, threads, device.device.max_work_group_size)
+        groups = -(-threads // self.local_size)
+        self.global_size = groups * self.local_size
+
+    def __call__(self, *buffers: Any) -> float | None:
+        """Queue one launch; at DEBUG>=2 wait for it and return its time in seconds from the profiling event."""
+        self.kernel.set_args(*buffers)
+        event = self.device.cl.enqueue_nd_range_kernel(
+            self.device.queue, self.kernel, (self.global_size,), (self.local_size,)
+        )
+        if DEBUG >= 2:
+            event.wait()
+            return (event.profile.end - event.profile.start) * 1e-9
+        return None
+
+
+def open_device() -> Compiled:
+    return CLDevice()
