@@ -65,13 +65,14 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
 def kernel_roots(sink: UOp, outputs: list[UOp]) -> list[UOp]:
     """Every node that gets its own buffer, sources before users."""
     to_realize = {node for node in outputs if not is_buffer_view(node)}
-    to_realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
+    nodes = sink.toposort
+    to_realize |= {node for node in nodes if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
     # an assign whose kernel would read its target at other indices than it writes computes its value first
-    to_realize |= {node.src[1] for node in sink.toposort if node.op is Ops.ASSIGN and _reads_target_elsewhere(node)}
+    to_realize |= {node.src[1] for node in nodes if node.op is Ops.ASSIGN and _reads_target_elsewhere(node)}
     # a copy moves memory as it is, so its source must sit in a buffer
-    to_realize |= {node.src[0] for node in sink.toposort if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
+    to_realize |= {node.src[0] for node in nodes if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
     while True:
-        roots = [node for node in sink.toposort if node in to_realize]
+        roots = [node for node in nodes if node in to_realize]
         unsafe = _unsafe_reduces(roots, to_realize)
         if not unsafe:
             return roots

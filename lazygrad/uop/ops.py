@@ -138,9 +138,10 @@ class UOp:
 
     # ---- graph facts ----------------------------------------------------------------------------------------
 
-    @functools.cached_property
+    @property
     def toposort(self) -> list[UOp]:
-        """Every node reachable from this one, sources before users (computed without recursion)."""
+        """Every node reachable from this one, sources before users (computed without recursion). Not cached: a
+        cached list would hold the node itself, and such a cycle would keep buffers alive until the next gc."""
         order: list[UOp] = []
         visited: set[UOp] = set()
         stack: list[tuple[UOp, bool]] = [(self, False)]
@@ -179,7 +180,7 @@ class UOp:
     def size(self) -> int:
         return prod(self.shape)
 
-    @functools.cached_property
+    @property
     def base(self) -> UOp:
         """The node below any movement ops."""
         node = self

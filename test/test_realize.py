@@ -1,0 +1,109 @@
+"""Realization: results replace graphs (no recompute), buffers die with their last user (no leak), assigns write
+in place after every reader of the old values, and the compile cache is hit."""
+
+import gc
+import weakref
+
+import numpy as np
+
+from lazygrad import GlobalCounters, Tensor
+from lazygrad.engine import buffers
+
+
+def test_realized_tensor_points_at_a_buffer():
+    a = Tensor([1.0, 2.0, 3.0])
+    b = (a * 2 + 1).realize()
+    assert buffers.is_buffer_view(b.uop)
+    GlobalCounters.reset()
+    np.testing.assert_allclose(b.numpy(), [3.0, 5.0, 7.0])
+    assert GlobalCounters.kernel_count == 0
+
+
+def test_other_tensors_with_the_same_graph_reuse_the_result():
+    a = Tensor([1.0, 2.0, 3.0])
+    first, second = a * 3, a * 3
+    first.realize()
+    GlobalCounters.reset()
+    np.testing.assert_allclose(second.numpy(), [3.0, 6.0, 9.0])
+    assert GlobalCounters.kernel_count == 0
+
+
+def test_buffers_are_freed_with_their_last_user():
+    a = Tensor(np.ones(1000, np.float32))
+    b = (a + 1).realize()
+    c = (b * 2).realize()
+    memory = [weakref.ref(buffers.buffer_of(t.uop.base)) for t in (a, b, c)]
+    del b
+    gc.collect()
+    assert memory[1]() is None
+    np.testing.assert_allclose(c.numpy(), np.full(1000, 4.0))
+    del a, c
+    gc.collect()
+    assert all(ref() is None for ref in memory)
+
+
+def test_uop_graph_is_freed_with_its_tensors():
+    a = Tensor([1.0, 2.0])
+    node = (a + 5).uop
+    ref = weakref.ref(node)
+    del node
+    gc.collect()
+    assert ref() is None
+
+
+def test_assign_writes_in_place_after_readers():
+    w = Tensor([1.0, 2.0, 3.0])
+    buffer = w.uop.base
+    old_times_ten = w * 10
+    w.assign(w * 2)
+    Tensor.realize_all(old_times_ten, w)
+    assert w.uop.base is buffer
+    np.testing.assert_allclose(old_times_ten.numpy(), [10.0, 20.0, 30.0])
+    np.testing.assert_allclose(w.numpy(), [2.0, 4.0, 6.0])
+
+
+def test_assign_reading_other_indices_is_not_corrupted():
+    m = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    m.assign(m.T).realize()
+    np.testing.assert_allclose(m.numpy(), [[1.0, 3.0], [2.0, 4.0]])
+    v = Tensor([1.0, 2.0, 3.0])
+    v.assign(v - v.sum()).realize()
+    np.testing.assert_allclose(v.numpy(), [-5.0, -4.0, -3.0])
+    f = Tensor([1.0, 2.0, 3.0])
+    f.assign(f.flip(0)).realize()
+    np.testing.assert_allclose(f.numpy(), [3.0, 2.0, 1.0])
+
+
+def test_same_assign_twice_runs_twice():
+    w = Tensor([0.0])
+    for _ in range(3):
+        w.assign(w + 1).realize()
+    np.testing.assert_allclose(w.numpy(), [3.0])
+
+
+def test_assign_keeps_equal_tensors_apart():
+    a = Tensor.zeros(3).realize()
+    b = Tensor.zeros(3).realize()
+    a.assign(a + 1).realize()
+    np.testing.assert_allclose(a.numpy(), [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(b.numpy(), [0.0, 0.0, 0.0])
+    np.testing.assert_allclose((Tensor.zeros(3) + 5).numpy(), [5.0, 5.0, 5.0])
+
+
+def test_graphs_after_an_assign_read_new_values():
+    w = Tensor([1.0, 2.0])
+    doubled = w * 2
+    doubled.realize()
+    w.assign(w + 10).realize()
+    # a graph built now from w reads the new values, not a result remembered from before the assign
+    np.testing.assert_allclose((w * 2).numpy(), [22.0, 24.0])
+
+
+def test_compile_cache_is_hit():
+    a = Tensor(np.arange(8, dtype=np.float32))
+    (a * 7 - 1).realize()
+    GlobalCounters.reset()
+    b = Tensor(np.arange(8, dtype=np.float32) + 1)
+    np.testing.assert_allclose((b * 7 - 1).numpy(), (np.arange(8) + 1) * 7 - 1)
+    assert GlobalCounters.compile_count == 0
+    assert GlobalCounters.compile_cache_hits >= 1
