@@ -60,7 +60,18 @@ def reduce_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
     if reduce_op is Ops.ADD:
         return (expanded_grad,)
     if reduce_op is Ops.MUL:
-        return (expanded_grad * divide(expand_to(out, source.shape), source),)
+        # each element's share is the product of the others: with no zero that is out / x; with one zero only the
+        # zero's share is nonzero (the product of the rest); with more, every share is 0
+        is_zero = equal(source, full_like(source, 0.0))
+        nonzero = is_zero.where(full_like(source, 1.0), source)
+        product_of_nonzero = expand_to(UOp(Ops.REDUCE, source.dtype, (nonzero,), (Ops.MUL, axes)), source.shape)
+        zeros = expand_to(reduce_sum(cast_like(is_zero, source), axes), source.shape)
+        none_zero, one_zero = equal(zeros, full_like(zeros, 0.0)), equal(zeros, full_like(zeros, 1.0))
+        share = is_zero.where(
+            one_zero.where(product_of_nonzero, full_like(source, 0.0)),
+            none_zero.where(divide(product_of_nonzero, nonzero), full_like(source, 0.0)),
+        )
+        return (expanded_grad * share,)
     # max: the gradient goes to every maximal element, split evenly among ties
     is_max = cast_like(equal(source, expand_to(out, source.shape)), source)
     count = expand_to(reduce_sum(is_max, axes), source.shape)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from typing import Any, Sequence
@@ -11,7 +12,15 @@ import numpy as np
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, to_dtype
-from lazygrad.engine.buffers import buffer_from_numpy, buffer_of, is_buffer_view, realized
+from lazygrad.engine.buffers import (
+    buffer_from_numpy,
+    buffer_of,
+    history_of,
+    is_buffer_view,
+    realized,
+    remember_history,
+    with_history,
+)
 from lazygrad.engine.realize import run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
@@ -24,6 +33,7 @@ from lazygrad.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
 _live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+_contiguous_ids = itertools.count()
 
 
 def _broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -90,7 +100,8 @@ def _hash32(bits: Tensor) -> Tensor:
 class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
-    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
+    __slots__ = ("uop", "device", "requires_grad", "grad", "_history", "__weakref__")
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
     _rng_seed: int = 0
@@ -104,7 +115,7 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         requires_grad: bool | None = None,
     ):
         self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        self.requires_grad, self.grad = requires_grad, None
+        self.requires_grad, self.grad, self._history = requires_grad, None, None
         dtype = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             self.uop = data
@@ -193,15 +204,19 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         """Accumulate d(sum of root·seed)/d(t) into `.grad` of every live tensor `t` in the roots' graphs."""
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are off (Tensor.no_grad is set); turn it off to call backward")
-        in_graph = set(UOp(Ops.SINK, src=tuple(r.uop for r in roots)).toposort)
-        targets = [t for t in list(_live_tensors) if t.uop in in_graph and t._wants_gradient()]
+        # gradients are taken on the computations behind realized views, so realizing never cuts the history
+        expanded = with_history([r.uop for r in roots])
+        in_graph = set(UOp(Ops.SINK, src=tuple(expanded[r.uop] for r in roots)).toposort)
+        node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in list(_live_tensors) if t._wants_gradient()}
+        targets = [t for t, node in node_of.items() if node in in_graph]
         combined: dict[UOp, UOp] = {}
         for root, seed in zip(roots, seeds):
-            combined[root.uop] = combined[root.uop] + seed if root.uop in combined else seed
-        grads, _ = compute_gradients(combined, list({t.uop: None for t in targets}))
+            node = expanded[root.uop]
+            combined[node] = combined[node] + seed if node in combined else seed
+        grads, _ = compute_gradients(combined, list({node_of[t]: None for t in targets}))
         for tensor in targets:
-            if tensor.uop in grads:
-                grad = Tensor(grads[tensor.uop], device=tensor.device, requires_grad=False)
+            if node_of[tensor] in grads:
+                grad = Tensor(grads[node_of[tensor]], device=tensor.device, requires_grad=False)
                 tensor.grad = grad if tensor.grad is None else tensor.grad + grad
 
     def backward(self, gradient: Tensor | Any | None = None) -> Tensor:
@@ -212,8 +227,12 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
 
     def gradient(self, *targets: Tensor, gradient: Tensor | Any | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, as new lazy tensors (differentiable again)."""
-        grads, _ = compute_gradients({self.uop: self._seed(gradient, "gradient")}, [t.uop for t in targets])
-        return [Tensor(grads[t.uop], device=t.device) if t.uop in grads else t.zeros_like() for t in targets]
+        expanded = with_history([self.uop, *(t.uop for t in targets)])
+        nodes = [expanded.get(t.uop) or history_of(t.uop) for t in targets]
+        grads, _ = compute_gradients({expanded[self.uop]: self._seed(gradient, "gradient")}, nodes)
+        return [
+            Tensor(grads[node], device=t.device) if node in grads else t.zeros_like() for node, t in zip(nodes, targets)
+        ]
 
     # ---- realizing ---------------------------------------------------------------------------------------------
 
@@ -238,6 +257,8 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         realized.update(remember)
         for tensor in list(_live_tensors):
             if tensor.uop in becomes:
+                if tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
+                    tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
                 tensor.uop = becomes[tensor.uop]
         if DEBUG >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
@@ -268,11 +289,15 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         """This tensor laid out in its own buffer in row-major order (a no-op for one already laid out so)."""
         if is_buffer_view(self.uop):
             return self
-        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+        # each call asks for a buffer of its own: a number makes the node unique, so two equal tensors made
+        # contiguous (two layers' weights initialised to ones) never end up sharing one buffer
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), next(_contiguous_ids)))
 
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array (runs the graph)."""
-        tensor = self.contiguous().realize()
+        tensor = self.realize()
+        if not is_buffer_view(tensor.uop):  # a strided view of memory: copy it into order first
+            tensor = tensor.contiguous().realize()
         return buffer_of(tensor.uop.base).numpy().reshape(self.shape)
 
     def tolist(self) -> Any:
@@ -315,13 +340,18 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
         fill_value: Scalar,
         dtype: DType | str | None = None,
         device: str | None = None,
-        **kwargs,
+        requires_grad: bool | None = None,
     ) -> Tensor:
-        """A tensor of `shape` filled with `fill_value` (a constant: it costs no memory until realized)."""
+        """A tensor of `shape` filled with `fill_value` (a constant: it costs no memory until realized). With
+        requires_grad=True it gets a buffer of its own, since equal constants are otherwise one node."""
         shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
         dtype = to_dtype(dtype) if dtype is not None else python_type_dtype(fill_value)
-        const = Tensor(UOp.const(dtype, fill_value), device=device, **kwargs)
-        return const.reshape((1,) * len(shape)).expand(shape) if shape else const
+        const = Tensor(UOp.const(dtype, fill_value), device=device)
+        result = const.reshape((1,) * len(shape)).expand(shape) if shape else const
+        if requires_grad:
+            result = Tensor(np.full(shape, fill_value, dtype=dtype.np), dtype=dtype, device=device)
+        result.requires_grad = requires_grad
+        return result
 
     @staticmethod
     def zeros(*shape, dtype=None, device=None, **kwargs) -> Tensor:

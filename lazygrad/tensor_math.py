@@ -52,7 +52,8 @@ class MathMixin:
     def abs(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool:
             return self
-        return (self < 0).where(-self, self)
+        # max(x, -x): at 0 the tie splits the gradient into +1/2 and -1/2, so it is 0 there, as in torch
+        return self.maximum(-self)
 
     def sign(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool:
@@ -86,7 +87,6 @@ class MathMixin:
     def pow(self: Tensor, exponent, reverse: bool = False) -> Tensor:
         """`self ** exponent`; small integer exponents multiply exactly, others use exp2(y * log2(|x|)) with the
         sign of the base restored for odd integer exponents (and nan for a negative base otherwise)."""
-        from lazygrad.tensor import Tensor
 
         if (
             not reverse
@@ -106,14 +106,16 @@ class MathMixin:
         if base.dtype.is_int and not exp.dtype.is_float:
             return base._to_float().pow(exp._to_float()).round().cast(base.dtype)
         base, exp = base._to_float(), exp._to_float()
-        magnitude = (exp * base.abs().log2()).exp2()
+        # a zero base is handled apart (0**y is 0, 1 or inf) so log2(0) never reaches a gradient
+        is_zero = base == 0
+        safe_base = is_zero.where(1.0, base.abs())
+        zero_power = (exp > 0).where(0.0, (exp == 0).where(1.0, float("inf")))
+        magnitude = is_zero.where(zero_power, (exp * safe_base.log2()).exp2())
         exp_is_int = exp.floor() == exp
         exp_is_odd = exp_is_int & ((exp * 0.5).floor() * 2 != exp)
         negative = base < 0
         result = (negative & exp_is_odd).where(-magnitude, magnitude)
-        result = (negative & ~exp_is_int).where(float("nan"), result)
-        # 0 ** 0 is 1
-        return ((base == 0) & (exp == 0)).where(1.0, result) if isinstance(exp, Tensor) else result
+        return (negative & ~exp_is_int).where(float("nan"), result)
 
     # ---- activations ---------------------------------------------------------------------------------------------
 
@@ -121,10 +123,12 @@ class MathMixin:
         return (self > 0).where(self, 0)
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
-        return (self < 0).where(self * neg_slope, self)
+        return (self > 0).where(self, self * neg_slope)
 
     def sigmoid(self: Tensor) -> Tensor:
-        return (1 + (-self).exp()).reciprocal()
+        # exp(-|x|) never overflows, so neither the value nor the gradient meets inf (or 0 * inf)
+        decay = (-self.abs()).exp()
+        return (self >= 0).where(1 / (1 + decay), decay / (1 + decay))
 
     def tanh(self: Tensor) -> Tensor:
         return 2.0 * (2.0 * self).sigmoid() - 1.0
@@ -148,7 +152,8 @@ class MathMixin:
         return (scaled.relu() + (1 + (-scaled.abs()).exp()).log()) * (1 / beta)
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return self.relu() - alpha * (1 - self.exp()).relu()
+        negative_part = (self > 0).where(0, self)  # keeps exp finite where x is large
+        return (self > 0).where(self, alpha * (negative_part.exp() - 1))
 
     def relu6(self: Tensor) -> Tensor:
         return self.relu() - (self - 6).relu()
@@ -160,11 +165,12 @@ class MathMixin:
         """Values limited to [min_, max_] (either may be None)."""
         if min_ is None and max_ is None:
             raise ValueError("clip: give at least one of min_ and max_")
+        # selects rather than max/min, so a value on a bound passes its whole gradient (as in torch)
         result = self
         if min_ is not None:
-            result = result.maximum(min_)
+            result = (result < min_).where(min_, result)
         if max_ is not None:
-            result = result.minimum(max_)
+            result = (result > max_).where(max_, result)
         return result
 
     def clamp(self: Tensor, min_=None, max_=None) -> Tensor:

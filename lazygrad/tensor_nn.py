@@ -166,7 +166,7 @@ class NNMixin:
         keep = Tensor.arange(rows, device=self.device).reshape(rows, 1) + diagonal >= Tensor.arange(
             cols, device=self.device
         ).reshape(1, cols)
-        return keep.where(self, 0)
+        return keep.where(self, self.zeros_like())
 
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:
         from lazygrad.tensor import Tensor
@@ -241,7 +241,8 @@ class NNMixin:
 
     def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """Binary cross-entropy of logits, computed stably as max(x,0) - x*y + log(1 + exp(-|x|))."""
-        loss = self.relu() - self * Y + (1 + (-self.abs()).exp()).log()
+        # max(x, 0) splits its gradient at 0 (1/2) and |x| has none there: the gradient is sigmoid(x) - y everywhere
+        loss = self.maximum(0) - self * Y + (1 + (-self.abs()).exp()).log()
         return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
 
     def mse(self: Tensor, Y: Tensor) -> Tensor:

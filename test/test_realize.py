@@ -31,7 +31,8 @@ def test_other_tensors_with_the_same_graph_reuse_the_result():
 def test_buffers_are_freed_with_their_last_user():
     a = Tensor(np.ones(1000, np.float32))
     b = (a + 1).realize()
-    c = (b * 2).realize()
+    # detached: c keeps no gradient history, so nothing of b's survives b
+    c = (b * 2).detach().realize()
     memory = [weakref.ref(buffers.buffer_of(t.uop.base)) for t in (a, b, c)]
     del b
     gc.collect()
@@ -40,6 +41,22 @@ def test_buffers_are_freed_with_their_last_user():
     del a, c
     gc.collect()
     assert all(ref() is None for ref in memory)
+
+
+def test_realized_tensor_keeps_gradient_history_alive():
+    a = Tensor(np.ones(4, np.float32))
+    b = (a + 1).realize()
+    c = (b * 2).realize()
+    memory = weakref.ref(buffers.buffer_of(b.uop.base))
+    del b
+    gc.collect()
+    # c's gradient still flows through b's computation, so b's buffer stays while c lives
+    assert memory() is not None
+    c.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), np.full(4, 2.0))
+    del c
+    gc.collect()
+    assert memory() is None
 
 
 def test_uop_graph_is_freed_with_its_tensors():

@@ -19,6 +19,10 @@ from lazygrad.uop.ops import Ops, UOp
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # computed node -> the view of the buffer that holds its value
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# view a tensor was switched to by realization -> (a weak reference to) the computation it replaced, so gradients
+# still flow through it. The tensor itself keeps that computation alive (see `remember_history`); weak on both sides,
+# this map never keeps a graph or a buffer alive by itself.
+history: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
 _unique_ids = itertools.count()
 
 
@@ -53,3 +57,43 @@ def forget_buffer(buffer: UOp) -> None:
     graph built later must read (and compute from) the new values."""
     for node in [node for node, view in list(realized.items()) if view.base is buffer or buffer in node.toposort]:
         del realized[node]
+    # a view of an overwritten buffer is a leaf now: its values no longer come from that computation
+    for view in [view for view in list(history.keys()) if view.base is buffer]:
+        del history[view]
+
+
+def remember_history(view: UOp, computation: UOp) -> UOp:
+    """Record that `view` holds the value of `computation`; returns the computation with earlier views expanded,
+    which the caller (the tensor switched to `view`) must keep alive for the history to last."""
+    expanded = with_history([computation])[computation]
+    history[view] = weakref.ref(expanded)
+    return expanded
+
+
+def history_of(node: UOp) -> UOp:
+    """The computation a realized view holds, or the node itself."""
+    reference = history.get(node)
+    inner = reference() if reference is not None else None
+    return node if inner is None else inner
+
+
+def with_history(roots: list[UOp]) -> dict[UOp, UOp]:
+    """Each node reachable from `roots` mapped to its node in the graph with realized views replaced by the
+    computations they hold (the graph gradients are taken on)."""
+    done: dict[UOp, UOp] = {}
+    stack = [(root, False) for root in roots]
+    while stack:
+        node, sources_done = stack.pop()
+        if node in done:
+            continue
+        inner = history_of(node)
+        if inner is not node:  # already expanded when it was recorded
+            done[node] = inner
+            continue
+        if not sources_done:
+            stack.append((node, True))
+            stack.extend((source, False) for source in node.src if source not in done)
+            continue
+        new_src = tuple(done[source] for source in node.src)
+        done[node] = node if new_src == node.src else node.replace(src=new_src)
+    return done

@@ -108,8 +108,9 @@ def _device_of(root: UOp, default: str) -> str:
     return default
 
 
-def _prepare(sink: UOp) -> UOp:
-    """The graph as kernels see it: nodes realized earlier read from their buffers, DETACH dropped."""
+def _prepare(sink: UOp) -> dict[UOp, UOp]:
+    """Each node mapped to the graph as kernels see it: nodes realized earlier read from their buffers, DETACH
+    dropped."""
     done: dict[UOp, UOp] = {}
     for node in sink.toposort:
         if node in realized:
@@ -119,7 +120,7 @@ def _prepare(sink: UOp) -> UOp:
         else:
             new_src = tuple(done[source] for source in node.src)
             done[node] = node if new_src == node.src else node.replace(src=new_src)
-    return done[sink]
+    return done
 
 
 def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
@@ -127,8 +128,9 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     hold its value; and the part of that map later graphs may reuse."""
     start = time.perf_counter()
     # graphs may contain nodes realized earlier: read those from their buffers
-    originals = outputs
-    sink = _prepare(UOp(Ops.SINK, src=tuple(outputs)))
+    original_sink = UOp(Ops.SINK, src=tuple(outputs))
+    prepared = _prepare(original_sink)
+    sink = prepared[original_sink]
     outputs = list(sink.src)
     roots = kernel_roots(sink, outputs)
 
@@ -149,9 +151,10 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     schedule = _order(schedule)
     if DEBUG >= 1:
         print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+    # every node of the original graph that was computed (or found realized) maps to its buffer view
     becomes = {
         original: buffer_views.get(new, new)
-        for original, new in zip(originals, outputs)
+        for original, new in prepared.items()
         if new in buffer_views or is_buffer_view(new)
     }
     becomes |= {node: buffer_views[node] for node in roots}
@@ -163,7 +166,11 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         if node in assigned or any(source in reads_assigned for source in node.src):
             reads_assigned.add(node)
     remember = {
-        node: view for node, view in becomes.items() if node.op is not Ops.ASSIGN and node not in reads_assigned
+        node: view
+        for node, view in becomes.items()
+        if prepared.get(node, node) in buffer_views
+        and node.op is not Ops.ASSIGN
+        and prepared.get(node, node) not in reads_assigned
     }
     return schedule, becomes, remember
 

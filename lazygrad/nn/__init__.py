@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import math
 
-from lazygrad.dtype import dtypes
+import numpy as np
+
 from lazygrad.tensor import Tensor
+
+
+def _statistic(values: np.ndarray) -> Tensor:
+    """A buffer of running statistics: updated in place, never trained."""
+    return Tensor(values, requires_grad=False)
 
 
 def _check_input(layer: str, x: Tensor, expected: str, ok: bool) -> None:
@@ -71,9 +77,9 @@ class BatchNorm:
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
         self.weight = Tensor.ones(num_features).contiguous().realize() if affine else None
         self.bias = Tensor.zeros(num_features).contiguous().realize() if affine else None
-        self.running_mean = Tensor.zeros(num_features, requires_grad=False).contiguous().realize()
-        self.running_var = Tensor.ones(num_features, requires_grad=False).contiguous().realize()
-        self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int32, requires_grad=False).contiguous().realize()
+        self.running_mean = _statistic(np.zeros(num_features, np.float32))
+        self.running_var = _statistic(np.ones(num_features, np.float32))
+        self.num_batches_tracked = _statistic(np.zeros(1, np.int32))
 
     def __call__(self, x: Tensor) -> Tensor:
         features = self.running_mean.shape[0]
@@ -151,3 +157,6 @@ class Embedding:
             raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
         one_hot = idx.one_hot(self.vocab_size).cast(self.weight.dtype)
         return one_hot @ self.weight
+
+
+from lazygrad.nn import optim, state  # noqa: E402,F401  (so `nn.optim` and `nn.state` work after `from lazygrad import nn`)

@@ -10,7 +10,8 @@ class Optimizer:
     """Holds float parameters; `zero_grad` clears their gradients, `step` updates them in place."""
 
     def __init__(self, params: list[Tensor], lr: float):
-        params = list(params)
+        # tensors marked requires_grad=False (running statistics, counters) are state, not parameters
+        params = [param for param in params if not (isinstance(param, Tensor) and param.requires_grad is False)]
         if not params:
             raise ValueError(
                 f"{type(self).__name__}: got no parameters to optimize; pass e.g. nn.state.get_parameters(model)"
@@ -87,11 +88,11 @@ class SGD(Optimizer):
                 grad = grad + self.weight_decay * param.detach()
             if self.momentum:
                 velocity = self.velocity[number]
-                # torch starts the velocity at the first gradient
-                new_velocity = velocity * self.momentum + grad if self.started else grad
-                velocity.assign(new_velocity)
+                # torch starts the velocity at the first gradient; the update then reads the assigned velocity,
+                # so it runs after the velocity's kernel
+                velocity.assign(velocity * self.momentum + grad if self.started else grad)
                 updated.append(velocity)
-                grad = grad + self.momentum * new_velocity if self.nesterov else new_velocity
+                grad = grad + self.momentum * velocity if self.nesterov else velocity
             param.assign(param.detach() - self.lr * grad)
             updated.append(param)
         self.started = True
@@ -140,18 +141,23 @@ class LAMB(Optimizer):
         return updated
 
 
-def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
+class Adam(LAMB):
     """Adam (Kingma & Ba), as torch.optim.Adam without weight decay."""
-    return LAMB(params, lr, b1, b2, eps, weight_decay=0.0, adam=True)
+
+    def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+        super().__init__(params, lr, b1, b2, eps, weight_decay=0.0, adam=True)
 
 
-def AdamW(
-    params: list[Tensor],
-    lr: float = 0.001,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    weight_decay: float = 0.01,
-) -> LAMB:
+class AdamW(LAMB):
     """Adam with decoupled weight decay, as torch.optim.AdamW."""
-    return LAMB(params, lr, b1, b2, eps, weight_decay=weight_decay, adam=True)
+
+    def __init__(
+        self,
+        params: list[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ):
+        super().__init__(params, lr, b1, b2, eps, weight_decay=weight_decay, adam=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import weakref
@@ -157,24 +156,42 @@ class UOp:
             stack.extend((source, False) for source in reversed(node.src) if source not in visited)
         return order
 
-    @functools.cached_property
+    def _derive(self, name: str, compute) -> Any:
+        """A fact cached on each node, computed from the sources' facts; only nodes missing it are visited, so
+        building a long graph node by node stays linear."""
+        if name in self.__dict__:
+            return self.__dict__[name]
+        order: list[UOp] = []
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        visited: set[UOp] = set()
+        while stack:
+            node, sources_done = stack.pop()
+            if sources_done:
+                order.append(node)
+            elif node not in visited and name not in node.__dict__:
+                visited.add(node)
+                stack.append((node, True))
+                stack.extend((source, False) for source in node.src)
+        for node in order:
+            node.__dict__[name] = compute(node)
+        return self.__dict__[name]
+
+    @property
     def key(self) -> bytes:
         """A content hash, stable across processes (used as the compile-cache key)."""
-        for node in self.toposort:
-            if "key" not in node.__dict__:
-                digest = hashlib.sha256(repr((node.op, node.dtype, node.arg)).encode())
-                for source in node.src:
-                    digest.update(source.__dict__["key"])
-                node.__dict__["key"] = digest.digest()
-        return self.__dict__["key"]
 
-    @functools.cached_property
+        def digest(node: UOp) -> bytes:
+            hasher = hashlib.sha256(repr((node.op, node.dtype, node.arg)).encode())
+            for source in node.src:
+                hasher.update(source.__dict__["key"])
+            return hasher.digest()
+
+        return self._derive("key", digest)
+
+    @property
     def shape(self) -> tuple[int, ...] | None:
         """The shape of a tensor-graph node; None for kernel nodes."""
-        for node in self.toposort:
-            if "shape" not in node.__dict__:
-                node.__dict__["shape"] = _shape_of(node)
-        return self.__dict__["shape"]
+        return self._derive("shape", _shape_of)
 
     @property
     def size(self) -> int:
@@ -245,13 +262,10 @@ class UOp:
 
     # ---- value ranges (for index simplification) ------------------------------------------------------------
 
-    @functools.cached_property
+    @property
     def bounds(self) -> tuple[Any, Any]:
         """The smallest and largest value an integer/bool node can take (the dtype's limits when unknown)."""
-        for node in self.toposort:
-            if "bounds" not in node.__dict__:
-                node.__dict__["bounds"] = _bounds_of(node)
-        return self.__dict__["bounds"]
+        return self._derive("bounds", _bounds_of)
 
     @property
     def vmin(self):
