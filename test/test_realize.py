@@ -91,6 +91,17 @@ def test_assign_reading_other_indices_is_not_corrupted():
     np.testing.assert_allclose(f.numpy(), [3.0, 2.0, 1.0])
 
 
+def test_assigns_reading_each_others_old_values():
+    # each assign reads the other's old buffer: one value is computed apart first, then both writes happen
+    v, p = Tensor([1.0]).contiguous().realize(), Tensor([5.0]).contiguous().realize()
+    new_v = v * 0.9 + p * 2
+    v.assign(new_v)
+    p.assign(p - new_v)
+    Tensor.realize_all(v, p)
+    np.testing.assert_allclose(v.numpy(), [10.9], rtol=1e-6)
+    np.testing.assert_allclose(p.numpy(), [-5.9], rtol=1e-6)
+
+
 def test_same_assign_twice_runs_twice():
     w = Tensor([0.0])
     for _ in range(3):

@@ -62,9 +62,9 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
     return unsafe
 
 
-def kernel_roots(sink: UOp, outputs: list[UOp]) -> list[UOp]:
-    """Every node that gets its own buffer, sources before users."""
-    to_realize = {node for node in outputs if not is_buffer_view(node)}
+def kernel_roots(sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozenset()) -> list[UOp]:
+    """Every node that gets its own buffer (`forced` ones too), sources before users."""
+    to_realize = {node for node in outputs if not is_buffer_view(node)} | set(forced)
     nodes = sink.toposort
     to_realize |= {node for node in nodes if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
     # an assign whose kernel would read its target at other indices than it writes computes its value first
@@ -134,21 +134,33 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     outputs = list(sink.src)
     roots = kernel_roots(sink, outputs)
 
-    # allocate an output buffer per root, then build each kernel with earlier roots as inputs
-    buffer_views: dict[UOp, UOp] = {}
-    schedule: list[ScheduleItem] = []
+    # Allocate an output buffer per root, then build each kernel with earlier roots as inputs. When assigns read
+    # each other's old values in a cycle, one assign's value is computed into a buffer of its own first.
+    forced: frozenset[UOp] = frozenset()
+    while True:
+        roots = kernel_roots(sink, outputs, forced)
+        buffer_views: dict[UOp, UOp] = {}
+        schedule: list[ScheduleItem] = []
+        for root in roots:
+            root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
+            if root.op is Ops.ASSIGN:  # an assign writes into its target's buffer
+                buffer, buffer_views[root] = root.src[0].base, root.src[0]
+            else:
+                buffer = new_buffer(root_device, prod(root.shape), root.dtype)
+                buffer_views[root] = (
+                    buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
+                )
+            schedule.append(_build_item(root, buffer, buffer_views, root_device))
+        ordered = _order(schedule)
+        if isinstance(ordered, list):
+            schedule = ordered
+            break
+        if ordered.outputs[0].src[1] in forced:
+            raise RuntimeError("schedule: assigns depend on each other in a cycle; realize one of them first")
+        forced = forced | {ordered.outputs[0].src[1]}
     for root in roots:
-        root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
-        if root.op is Ops.ASSIGN:  # an assign writes into its target's buffer
-            buffer, buffer_views[root] = root.src[0].base, root.src[0]
-            forget_buffer(buffer)  # nodes computed into it earlier no longer read their value there
-        else:
-            buffer = new_buffer(root_device, prod(root.shape), root.dtype)
-            buffer_views[root] = (
-                buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
-            )
-        schedule.append(_build_item(root, buffer, buffer_views, root_device))
-    schedule = _order(schedule)
+        if root.op is Ops.ASSIGN:
+            forget_buffer(root.src[0].base)  # nodes computed into it earlier no longer read their value there
     if DEBUG >= 1:
         print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
     # every node of the original graph that was computed (or found realized) maps to its buffer view
@@ -175,9 +187,9 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     return schedule, becomes, remember
 
 
-def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem]:
+def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
     """Kernels in an order that respects data flow and assigns: a kernel that reads a buffer's old value runs
-    before the assign that overwrites it."""
+    before the assign that overwrites it. If assigns wait on each other in a cycle, one of them is returned."""
     producer = {item.outputs[0]: number for number, item in enumerate(schedule)}
     assigner = {
         item.outputs[0].src[0].base: number for number, item in enumerate(schedule) if item.outputs[0].op is Ops.ASSIGN
@@ -192,8 +204,9 @@ def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem]:
     ordered, placed = [], set()
     while len(ordered) < len(schedule):
         ready = [n for n in range(len(schedule)) if n not in placed and after[n] <= placed]
-        if not ready:
-            raise RuntimeError("schedule: assigns depend on each other in a cycle; realize one of them first")
+        if not ready:  # a cycle: return an assign in it, whose value must be computed apart
+            stuck = [schedule[n] for n in range(len(schedule)) if n not in placed]
+            return next(item for item in stuck if item.outputs[0].op is Ops.ASSIGN)
         ordered.append(ready[0])
         placed.add(ready[0])
     return [schedule[number] for number in ordered]
