@@ -764,3 +764,28 @@ def test_fuzz_gradients_against_torch(seed: int):
             atol=1e-5,
             err_msg=f"leaf {number} {leaf.shape}; {description}",
         )
+
+
+def test_graph_picture_shows_forward_backward_and_kernels(tmp_path):
+    from lazygrad.viz import save_graph
+
+    x = Tensor([1.0, 2.0, 3.0])
+    y = (x * x).exp().sum()
+    y.backward()
+    path = save_graph(y, str(tmp_path / "graph.dot"))
+    text = open(path).read()
+    assert text.startswith("digraph")
+    assert "cluster_" in text  # kernels drawn as clusters
+    assert "#ffd8a8" in text  # backward nodes
+    assert "EXP2" in text and "REDUCE" in text
+
+
+def test_graph_picture_needs_graphviz_for_svg(tmp_path, monkeypatch):
+    import shutil
+
+    from lazygrad.viz import save_graph
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="graphviz"):
+        save_graph(Tensor([1.0]) * 2, str(tmp_path / "graph.svg"))
+    assert (tmp_path / "graph.dot").exists()

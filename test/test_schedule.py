@@ -120,3 +120,18 @@ def test_random_is_lazy_and_fused():
     Tensor.manual_seed(0)
     assert kernels(Tensor.rand(16, 16) + 1) == 1
     assert kernels(Tensor.randn(64) * 2) == 1
+
+
+def test_backward_of_matmul_relu_sum():
+    a, b = rand(16, 32), rand(32, 8)
+    (a @ b).relu().sum().backward()
+    # the forward matmul (needed for relu's mask), then one kernel per gradient
+    assert kernels(a.grad, b.grad) == 3
+
+
+def test_gradient_of_elementwise_chain_is_one_kernel_each():
+    x, y = rand(64), rand(65)[:64]
+    ((x * y + 1).exp() * x).sum().backward()
+    assert kernels(x.grad) == 1
+    assert kernels(y.grad) == 1
+    assert kernels(x.grad, y.grad) == 2
