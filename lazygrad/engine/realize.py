@@ -52,6 +52,19 @@ def count_work(program: list[UOp], sink: UOp) -> tuple[int, int]:
     return ops, memory
 
 
+def loop_trips(program: list[UOp]) -> int:
+    """How many times the innermost statements run, summed over the program's loops (a measure of work)."""
+    total, trips, stack = 0, 1, []
+    for node in program:
+        if node.op is Ops.RANGE:
+            stack.append(trips)
+            trips *= node.src[0].arg
+        elif node.op is Ops.ENDRANGE:
+            total += trips
+            trips = stack.pop()
+    return max(total, trips)
+
+
 def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     """The compiled kernel for `ast` on a device, built once per process (and compiled once per machine)."""
     key = (device_name, ast.key, bool(NOOPT))
@@ -78,7 +91,7 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     ops, memory = count_work(program, kernel_graph)
     # the sizes of the global loops, outermost first: GPU-style devices launch threads over (some of) them
     global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] == "global")
-    runner = device.runtime(name, binary, global_loops)
+    runner = device.runtime(name, binary, global_loops, loop_trips(program))
     kernel = CompiledKernel(name, runner, source, ops, memory, prod(global_loops))
     _programs[key] = kernel
     return kernel

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 from lazygrad.codegen.renderer.llvmir import LLVMRenderer
 from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator
@@ -54,22 +56,44 @@ def hash_of(machine) -> str:
 
 
 class LLVMProgram:
-    """A compiled kernel: object code loaded into an MCJIT engine, called with the buffers' addresses."""
+    """A compiled kernel: object code loaded into an MCJIT engine, called with the buffers' addresses. Kernels with
+    enough work split their outermost loop across the cores; ctypes releases the GIL during each call."""
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = ()):
+    # below this many loop iterations in all, a thread costs more than it saves
+    PARALLEL_WORK = 1 << 17
+
+    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         import llvmlite.binding as llvm
 
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
         self.engine.finalize_object()
         self.address = self.engine.get_function_address(name)
-        self.functions: dict[int, ctypes._CFuncPtr] = {}
+        self.outer = global_loops[0] if global_loops else 1
+        self.chunks = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
+        self.function = None
 
     def __call__(self, *buffers) -> None:
-        count = len(buffers)
-        if count not in self.functions:
-            self.functions[count] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * count))(self.address)
-        self.functions[count](*(buffer.ctypes.data for buffer in buffers))
+        if self.function is None:
+            types = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
+            self.function = ctypes.CFUNCTYPE(None, *types)(self.address)
+        pointers = [buffer.ctypes.data for buffer in buffers]
+        if self.chunks == 1:
+            self.function(*pointers, 0, self.outer)
+            return
+        bounds = [self.outer * part // self.chunks for part in range(self.chunks + 1)]
+        others = [_pool().submit(self.function, *pointers, bounds[i], bounds[i + 1]) for i in range(1, self.chunks)]
+        self.function(*pointers, bounds[0], bounds[1])
+        for other in others:
+            other.result()
+
+
+CORES = os.cpu_count() or 1
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lazygrad-llvm")
 
 
 def open_device() -> Compiled:

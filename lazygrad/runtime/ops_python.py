@@ -37,7 +37,7 @@ class PythonCompiler(Compiler):
 class PythonProgram:
     """Interprets a linear program: loops jump back from ENDRANGE to just after their RANGE."""
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = ()):
+    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         self.name = name
         self.program: list[UOp] = pickle.loads(base64.b64decode(binary))
         self.position = {node: i for i, node in enumerate(self.program)}

@@ -107,7 +107,8 @@ def cast_instruction(source: str, from_dtype: DType, to_dtype: DType) -> str:
 
 
 class LLVMRenderer(Renderer):
-    """Renders a linear program as an LLVM IR module with one `void name(ptr, ptr, ...)` function."""
+    """Renders a linear program as an LLVM IR module with one `void name(ptr buffers..., i64 start, i64 end)`
+    function; the outermost global loop runs from start to end, so the runtime can split it across threads."""
 
     def render(self, name: str, program: list[UOp]) -> str:
         names: dict[UOp, str] = {}
@@ -118,6 +119,7 @@ class LLVMRenderer(Renderer):
         def value(node: UOp) -> str:
             return render_const(node.arg, node.dtype) if node.op is Ops.CONST else names[node]
 
+        parallel = next((n for n in program if n.op is Ops.RANGE and n.arg[1] == "global"), None)
         for position, node in enumerate(program):
             out = f"%v{position}"
             names[node] = out
@@ -125,14 +127,16 @@ class LLVMRenderer(Renderer):
             if op is Ops.DEFINE_GLOBAL:
                 names[node] = f"%data{node.arg[0]}"
             elif op is Ops.RANGE:
-                label, end = f"L{position}", value(src[0])
+                label, start, end = f"L{position}", "0", value(src[0])
+                if node is parallel:  # the caller runs [start, end) of this loop, so threads can share it
+                    start, end = "%start", "%end"
                 names[node] = f"%{label}_i"
                 lines += [
                     f"  br label %{label}_pre",
                     f"{label}_pre:",
                     f"  br label %{label}_head",
                     f"{label}_head:",
-                    f"  %{label}_i = phi i64 [0, %{label}_pre], [%{label}_next, %{label}_latch]",
+                    f"  %{label}_i = phi i64 [{start}, %{label}_pre], [%{label}_next, %{label}_latch]",
                     f"  %{label}_go = icmp slt i64 %{label}_i, {end}",
                     f"  br i1 %{label}_go, label %{label}_body, label %{label}_exit",
                     f"{label}_body:",
@@ -192,10 +196,8 @@ class LLVMRenderer(Renderer):
                         "fmul ", "fmul reassoc nsz "
                     )
                 lines.append(f"  {out} = {instruction}")
-        params = ", ".join(
-            f"ptr noalias align 64 %data{node.arg[0]}"
-            for node in sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
-        )
+        buffers = sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
+        params = ", ".join([f"ptr noalias align 64 %data{node.arg[0]}" for node in buffers] + ["i64 %start", "i64 %end"])
         body = "\n".join([f"define void @{name}({params}) #0 {{", "entry:", *allocas, *lines, "  ret void", "}"])
         attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
         return "\n".join([body, *sorted(declarations), attributes]) + "\n"
