@@ -51,6 +51,8 @@ class dtypes:
     int64 = DType(7, 8, "int64", "int64", "int")
     float16 = DType(9, 2, "float16", "float16", "float")
     float32 = DType(11, 4, "float32", "float32", "float")
+    # used inside kernels (accurate range reduction), not offered for tensors
+    float64 = DType(12, 8, "float64", "float64", "float")
     default_float = float32
     default_int = int32
     # the type of index arithmetic inside kernels

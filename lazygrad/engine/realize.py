@@ -16,6 +16,7 @@ from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
 from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters, prod
 from lazygrad.uop.ops import ALU, Ops, UOp
+from lazygrad.uop.pattern import graph_rewrite
 
 
 @dataclass
@@ -77,6 +78,8 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     kernel_graph = lower_kernel(ast)
     if not NOOPT:
         kernel_graph = optimize(kernel_graph)
+    if device.renderer.rewrites is not None:
+        kernel_graph = graph_rewrite(kernel_graph, device.renderer.rewrites)
     program = linearize(kernel_graph)
     if DEBUG >= 6:
         for position, node in enumerate(program):

@@ -32,6 +32,7 @@ class Ops(Enum):
     RECIP = auto()
     NEG = auto()
     CAST = auto()
+    BITCAST = auto()  # the same bits read as another dtype of the same size
     # binary
     ADD = auto()
     MUL = auto()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.pattern import PatternMatcher
 
 
 def kernel_name(program: list[UOp]) -> str:
@@ -13,7 +14,10 @@ def kernel_name(program: list[UOp]) -> str:
 
 
 class Renderer:
-    """Turns a linear program into source text; `render` returns (function name, source)."""
+    """Turns a linear program into source text. `rewrites` are rules the kernel graph goes through first, for ops
+    this language has no good form of (e.g. polynomial exp2/log2/sin where the built-ins do not vectorize)."""
+
+    rewrites: PatternMatcher | None = None
 
     def render(self, name: str, program: list[UOp]) -> str:
         raise NotImplementedError

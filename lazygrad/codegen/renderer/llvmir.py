@@ -9,6 +9,7 @@ import struct
 import numpy as np
 
 from lazygrad.codegen.renderer import Renderer
+from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import Ops, UOp
 
@@ -19,6 +20,7 @@ LLVM_TYPES = {
     dtypes.int64: "i64",
     dtypes.float16: "half",
     dtypes.float32: "float",
+    dtypes.float64: "double",
 }
 MEMORY_TYPES = LLVM_TYPES | {dtypes.bool: "i8"}
 
@@ -67,7 +69,7 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.LOG2: {"float": "call {t} @llvm.log2.{tn}({t} {a})"},
     Ops.SIN: {"float": "call {t} @llvm.sin.{tn}({t} {a})"},
 }
-INTRINSIC_NAMES = {"half": "f16", "float": "f32", "i32": "i32", "i64": "i64"}
+INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32", "i64": "i64"}
 
 
 def kind_of(dtype: DType) -> str:
@@ -84,7 +86,7 @@ def render_const(value, dtype: DType) -> str:
     if dtype == dtypes.float16:
         return "0xH" + np.array(value, dtype=np.float16).view(np.uint16).item().to_bytes(2, "big").hex().upper()
     # float constants are written as the hex of the double holding the exactly-rounded float value
-    rounded = float(np.float32(value)) if not math.isnan(value) else math.nan
+    rounded = float(np.float32(value)) if dtype == dtypes.float32 and not math.isnan(value) else value
     return "0x" + struct.pack(">d", rounded).hex().upper()
 
 
@@ -109,6 +111,8 @@ def cast_instruction(source: str, from_dtype: DType, to_dtype: DType) -> str:
 class LLVMRenderer(Renderer):
     """Renders a linear program as an LLVM IR module with one `void name(ptr buffers..., i64 start, i64 end)`
     function; the outermost global loop runs from start to end, so the runtime can split it across threads."""
+
+    rewrites = transcendental_rules
 
     def render(self, name: str, program: list[UOp]) -> str:
         names: dict[UOp, str] = {}
@@ -171,6 +175,8 @@ class LLVMRenderer(Renderer):
                 lines.append(f"  store {memory_type} {stored}, ptr {out}_ptr")
             elif op is Ops.CAST:
                 lines.append(f"  {out} = {cast_instruction(value(src[0]), src[0].dtype, dtype)}")
+            elif op is Ops.BITCAST:
+                lines.append(f"  {out} = bitcast {LLVM_TYPES[src[0].dtype]} {value(src[0])} to {LLVM_TYPES[dtype]}")
             elif op in (Ops.IDIV, Ops.MOD):
                 lines += self.render_division(out, node, value)
             else:
@@ -197,7 +203,9 @@ class LLVMRenderer(Renderer):
                     )
                 lines.append(f"  {out} = {instruction}")
         buffers = sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
-        params = ", ".join([f"ptr noalias align 64 %data{node.arg[0]}" for node in buffers] + ["i64 %start", "i64 %end"])
+        params = ", ".join(
+            [f"ptr noalias align 64 %data{node.arg[0]}" for node in buffers] + ["i64 %start", "i64 %end"]
+        )
         body = "\n".join([f"define void @{name}({params}) #0 {{", "entry:", *allocas, *lines, "  ret void", "}"])
         attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
         return "\n".join([body, *sorted(declarations), attributes]) + "\n"
