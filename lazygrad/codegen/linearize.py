@@ -47,6 +47,8 @@ class Linearizer:
         self.program: list[UOp] = []
         self.linear: dict[UOp, UOp] = {}  # graph node -> its UOp in the program
         self.accumulators = 0
+        self.open: set[UOp] = set()
+        self.reduces = [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
 
     def emit_node(self, node: UOp) -> None:
         if node in self.linear:
@@ -68,27 +70,48 @@ class Linearizer:
     def open_loop(self, loop: UOp) -> None:
         self.linear[loop] = loop
         self.program.append(loop)
+        self.open.add(loop)
+
+    def close_loop(self, loop: UOp) -> None:
+        self.program.append(UOp(Ops.ENDRANGE, src=(loop,)))
+        self.open.discard(loop)
 
     def emit_reduce(self, node: UOp) -> None:
-        body, loops = node.src[0], node.src[1:]
-        # hoist what does not depend on this reduce's loops
-        for inner in toposort_until_reduce(body):
-            if inner.op is not Ops.RANGE and not (self.used[inner] & frozenset(loops)):
-                self.emit_node(inner)
-        identity = reduce_identity(node.arg, node.dtype)
-        accumulator = UOp(Ops.DEFINE_ACC, node.dtype, (), (UOp.const(node.dtype, identity).arg, self.accumulators))
-        self.accumulators += 1
-        self.program.append(accumulator)
+        """Emit `node` and every other reduce over the same loops that can run beside it (the copies an upcast
+        makes): one loop nest, one accumulator each, so their loads and updates can share registers."""
+        loops = node.src[1:]
+        group = [node]
+        for other in self.reduces:
+            if other in group or other.src[1:] != loops or other in self.linear:
+                continue
+            if self.used[other.src[0]] - frozenset(loops) <= self.open and not set(group) & set(
+                toposort_until_reduce(other.src[0])
+            ):
+                group.append(other)
+        # hoist what does not depend on these loops
+        for member in group:
+            for inner in toposort_until_reduce(member.src[0]):
+                if inner.op is not Ops.RANGE and not (self.used[inner] & frozenset(loops)):
+                    self.emit_node(inner)
+        accumulators = []
+        for member in group:
+            identity = UOp.const(member.dtype, reduce_identity(member.arg, member.dtype)).arg
+            accumulators.append(UOp(Ops.DEFINE_ACC, member.dtype, (), (identity, self.accumulators)))
+            self.accumulators += 1
+        self.program.extend(accumulators)
         for loop in loops:
             self.open_loop(loop)
-        self.emit(body)
-        current = UOp(Ops.LOAD, node.dtype, (accumulator, *loops))
-        updated = current.alu(node.arg, self.linear[body])
-        self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
+        for member in group:
+            self.emit(member.src[0])
+        for member, accumulator in zip(group, accumulators):
+            current = UOp(Ops.LOAD, member.dtype, (accumulator, *loops))
+            updated = current.alu(member.arg, self.linear[member.src[0]])
+            self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
         for loop in reversed(loops):
-            self.program.append(UOp(Ops.ENDRANGE, src=(loop,)))
-        self.linear[node] = UOp(Ops.LOAD, node.dtype, (accumulator,))
-        self.program.append(self.linear[node])
+            self.close_loop(loop)
+        for member, accumulator in zip(group, accumulators):
+            self.linear[member] = UOp(Ops.LOAD, member.dtype, (accumulator,))
+            self.program.append(self.linear[member])
 
     def run(self) -> list[UOp]:
         self.program.extend(self.sink.arg)
@@ -102,7 +125,7 @@ class Linearizer:
         for store in self.sink.src:
             self.emit(store)
         for loop in reversed(global_loops):
-            self.program.append(UOp(Ops.ENDRANGE, src=(loop,)))
+            self.close_loop(loop)
         return self.program
 
 

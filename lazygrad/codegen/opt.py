@@ -2,7 +2,11 @@
 
 - merge adjacent loops whose indices only appear together as `outer*size + inner`, so a contiguous kernel runs
   one flat loop indexed by the counter alone (and LLVM can vectorize it);
+- upcast: repeat a kernel's body for consecutive values of a loop so several outputs share loads and registers
+  (register blocking, for loops along which some input is reused);
 - unroll small reduce loops into straight-line code.
+
+Every choice depends only on the kernel's own AST.
 """
 
 from __future__ import annotations
@@ -88,6 +92,52 @@ def unroll_reduces(sink: UOp) -> UOp:
         sink = replace_ranges(sink, {node: replacement}, {})
 
 
+def stride(index: UOp, loop: UOp) -> int | None:
+    """How much `index` grows when `loop` grows by one, or None when that is not a constant."""
+    difference = simplify(replace_ranges(index, {loop: loop + 1}, {}) - index)
+    return difference.arg if difference.op is Ops.CONST else None
+
+
+def memory_indices(sink: UOp, op: Ops) -> list[UOp]:
+    return [node.src[1] for node in sink.toposort if node.op is op and node.src[0].op is Ops.DEFINE_GLOBAL]
+
+
+def upcast(sink: UOp, loop: UOp, factor: int) -> UOp:
+    """Run `loop` size/factor times, each iteration doing the work of `factor` consecutive ones."""
+    outer = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, loop.src[0].arg // factor),), loop.arg)
+    stores: dict[UOp, None] = {}
+    for store in sink.src:
+        for part in range(factor):
+            stores[replace_ranges(store, {loop: outer * factor + part}, {})] = None
+    return simplify(sink.replace(src=tuple(stores)))
+
+
+def global_loops(sink: UOp) -> list[UOp]:
+    return sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])
+
+
+def upcast_reduce_kernel(sink: UOp) -> UOp:
+    """For a kernel with reduces: block the output for register reuse when inputs are reused across an output loop
+    (matmul). Other reduces are left to LLVM's loop vectorizer (see the LLVM renderer)."""
+    loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
+    loops = global_loops(sink)
+    if loops:
+        inner = loops[-1]
+        reused = any(stride(index, inner) == 0 for index in loads)
+        if reused and inner.src[0].arg % 16 == 0 and all(stride(index, inner) == 1 for index in stores):
+            sink = upcast(sink, inner, 16)
+            for other in reversed(loops[:-1]):
+                if other.src[0].arg % 4 == 0 and any(
+                    stride(index, other) == 0 for index in memory_indices(sink, Ops.LOAD)
+                ):
+                    sink = upcast(sink, other, 4)
+                    break
+    return sink
+
+
 def optimize(sink: UOp) -> UOp:
     """The optimized kernel graph."""
-    return unroll_reduces(merge_loops(sink))
+    sink = merge_loops(sink)
+    if any(node.op is Ops.RANGE_REDUCE for node in sink.toposort):
+        sink = upcast_reduce_kernel(sink)
+    return unroll_reduces(sink)

@@ -153,9 +153,8 @@ class CStyleRenderer(Renderer):
         outer_loop = next((node for node in program if node.op is Ops.RANGE and node.arg[1] == "global"), None)
         self.thread_loop = outer_loop if self.gpu_style else None
         self.split_loop = outer_loop if self.split_outer_loop else None
-        self.vector_loop = self.choose_vector_loop(program)
-        self.varying = find_varying(program, self.vector_loop) if self.vector_loop is not None else set()
-        self.strides: dict[UOp, int | None] = {}
+        self.vector_loop, self.varying, self.strides = None, set(), {}
+        self.choose_vector_loop(program)
         written = {node.src[0] for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL}
         parameters = sorted((node for node in program if node.op is Ops.DEFINE_GLOBAL), key=lambda node: node.arg[0])
         for position, node in enumerate(program):
@@ -231,9 +230,9 @@ class CStyleRenderer(Renderer):
 
     # ---- vectors (only languages with vector types render them) -------------------------------------------------
 
-    def choose_vector_loop(self, program: list[UOp]) -> UOp | None:
-        """The loop whose iterations are computed together as vector lanes, or None (scalar code)."""
-        return None
+    def choose_vector_loop(self, program: list[UOp]) -> None:
+        """Set `vector_loop`, the loop whose iterations are computed together as vector lanes (None: scalar code),
+        and `varying`, the nodes whose value depends on it."""
 
     def render_vector_node(self, position: int, node: UOp) -> None:
         raise NotImplementedError(f"{type(self).__name__} renders no vectors")
@@ -363,10 +362,19 @@ class OpenCLRenderer(CStyleRenderer):
             width //= 2
         return width if width >= self.smallest_vector else 1
 
-    def choose_vector_loop(self, program: list[UOp]) -> UOp | None:
+    def choose_vector_loop(self, program: list[UOp]) -> None:
+        """The innermost global loop, when its size allows. A loop inside a work-item is vectorized only when every
+        store moves by one element per iteration (a kernel whose loop was upcast is left to scalar code); the
+        thread loop always is, since `launch_threads` knows only the loop sizes."""
         global_loops = [node for node in program if node.op is Ops.RANGE and node.arg[1] == "global"]
         self.vector_width = self.lanes_for(global_loops[-1].src[0].arg) if global_loops else 1
-        return global_loops[-1] if self.vector_width > 1 else None
+        if self.vector_width == 1:
+            return
+        self.vector_loop = global_loops[-1]
+        self.varying = find_varying(program, self.vector_loop)
+        stores = [node for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL]
+        if self.vector_loop is not self.thread_loop and any(self.stride(store.src[1]) != 1 for store in stores):
+            self.vector_loop, self.varying, self.strides, self.vector_width = None, set(), {}, 1
 
     def launch_threads(self, global_loops: tuple[int, ...]) -> int:
         if len(global_loops) == 1 and self.lanes_for(global_loops[0]) > 1:

@@ -72,6 +72,24 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
 INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32", "i64": "i64"}
 
 
+def vectorized_loops(program: list[UOp]) -> set[UOp]:
+    """The loops LLVM's loop vectorizer may work on: every loop of a kernel without reduces, and a reduce loop that
+    updates a single accumulator. Loops around a block of accumulators are vectorized by codegen's upcast (LLVM's
+    SLP pass packs the block), and an outer loop around a reduce would only be vectorized with gathers."""
+    accumulators: dict[UOp, set[UOp]] = {}
+    for node in program:
+        if is_accumulator(node):
+            for loop in node.src[1:]:
+                accumulators.setdefault(loop, set()).add(node.src[0])
+    if not any(node.op is Ops.DEFINE_ACC for node in program):
+        return {node for node in program if node.op is Ops.RANGE}
+    return {loop for loop, updated in accumulators.items() if len(updated) == 1}
+
+
+def is_accumulator(node: UOp) -> bool:
+    return node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_ACC
+
+
 def kind_of(dtype: DType) -> str:
     return "bool" if dtype == dtypes.bool else ("float" if dtype.is_float else ("uint" if dtype.is_unsigned else "int"))
 
@@ -124,6 +142,7 @@ class LLVMRenderer(Renderer):
             return render_const(node.arg, node.dtype) if node.op is Ops.CONST else names[node]
 
         parallel = next((n for n in program if n.op is Ops.RANGE and n.arg[1] == "global"), None)
+        vectorized = vectorized_loops(program)
         for position, node in enumerate(program):
             out = f"%v{position}"
             names[node] = out
@@ -151,7 +170,7 @@ class LLVMRenderer(Renderer):
                     f"  br label %{label}_latch",
                     f"{label}_latch:",
                     f"  %{label}_next = add nsw i64 %{label}_i, 1",
-                    f"  br label %{label}_head",
+                    f"  br label %{label}_head{'' if src[0] in vectorized else ', !llvm.loop !0'}",
                     f"{label}_exit:",
                 ]
             elif op is Ops.DEFINE_ACC:
@@ -191,15 +210,21 @@ class LLVMRenderer(Renderer):
                 instruction = template.format(
                     t=t, tn=INTRINSIC_NAMES.get(t, ""), one=render_const(1.0, operand_dtype), **operands
                 )
-                # accumulator updates may be reassociated, which lets LLVM vectorize reductions
-                if (
-                    op in (Ops.ADD, Ops.MUL)
-                    and dtype.is_float
-                    and src[0].op is Ops.LOAD
-                    and src[0].src[0].op is Ops.DEFINE_ACC
-                ):
-                    instruction = instruction.replace("fadd ", "fadd reassoc nsz ").replace(
-                        "fmul ", "fmul reassoc nsz "
+                # acc + a*b in a reduction is always one fused multiply-add: faster, and the same in every kernel
+                if op is Ops.ADD and dtype.is_float and is_accumulator(src[0]) and src[1].op is Ops.MUL:
+                    a, b = (value(s) for s in src[1].src)
+                    declarations.add(f"declare {t} @llvm.fma.{INTRINSIC_NAMES[t]}({t}, {t}, {t})")
+                    instruction = f"call {t} @llvm.fma.{INTRINSIC_NAMES[t]}({t} {a}, {t} {b}, {t} {value(src[0])})"
+                # the only accumulator of a vectorized loop may be summed in any order (a reduce is computed in one
+                # kernel only, so this never makes two kernels disagree)
+                if is_accumulator(src[0]) and dtype.is_float and any(loop in vectorized for loop in src[0].src[1:]):
+                    instruction = (
+                        instruction.replace("call ", "call reassoc nsz ", 1)
+                        if instruction.startswith("call")
+                        else instruction
+                    )
+                    instruction = instruction.replace("fadd ", "fadd reassoc nsz ", 1).replace(
+                        "fmul ", "fmul reassoc nsz ", 1
                     )
                 lines.append(f"  {out} = {instruction}")
         buffers = sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
@@ -208,7 +233,8 @@ class LLVMRenderer(Renderer):
         )
         body = "\n".join([f"define void @{name}({params}) #0 {{", "entry:", *allocas, *lines, "  ret void", "}"])
         attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
-        return "\n".join([body, *sorted(declarations), attributes]) + "\n"
+        metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
+        return "\n".join([body, *sorted(declarations), attributes, *metadata]) + "\n"
 
     @staticmethod
     def render_load(out: str, node: UOp, value) -> list[str]:
