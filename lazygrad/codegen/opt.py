@@ -116,22 +116,44 @@ def global_loops(sink: UOp) -> list[UOp]:
     return sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])
 
 
+def upcast_reused(sink: UOp, loops: list[UOp], factor: int, limit: int) -> UOp:
+    """Upcast up to `limit` of `loops` (innermost first) along which some input is reused (stride 0)."""
+    for loop in reversed(loops):
+        if limit and loop.src[0].arg % factor == 0:
+            if any(stride(index, loop) == 0 for index in memory_indices(sink, Ops.LOAD)):
+                sink, limit = upcast(sink, loop, factor), limit - 1
+    return sink
+
+
 def upcast_reduce_kernel(sink: UOp) -> UOp:
-    """For a kernel with reduces: block the output for register reuse when inputs are reused across an output loop
-    (matmul). Other reduces are left to LLVM's loop vectorizer (see the LLVM renderer)."""
-    loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
+    """Register blocking for a kernel with one reduce, in the two shapes of a matrix product:
+
+    - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is marked
+      "contiguous_reduce" for the compiler to vectorize, and a 4×4 block of outputs shares each loaded vector;
+    - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): a block of 16 (× 4 where
+      an input is reused) outputs, which the compiler packs into vectors.
+    """
     loops = global_loops(sink)
-    if loops:
-        inner = loops[-1]
-        reused = any(stride(index, inner) == 0 for index in loads)
-        if reused and inner.src[0].arg % 16 == 0 and all(stride(index, inner) == 1 for index in stores):
-            sink = upcast(sink, inner, 16)
-            for other in reversed(loops[:-1]):
-                if other.src[0].arg % 4 == 0 and any(
-                    stride(index, other) == 0 for index in memory_indices(sink, Ops.LOAD)
-                ):
-                    sink = upcast(sink, other, 4)
-                    break
+    reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
+    if len(reduces) != 1 or len(reduces[0].src) != 2:
+        return sink
+    loop = reduces[0].src[1]
+    loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
+    along_reduce = {stride(index, loop) for index in loads}
+    if 1 in along_reduce and along_reduce <= {0, 1}:
+        contiguous = UOp(Ops.RANGE, loop.dtype, loop.src, (loop.arg[0], "contiguous_reduce"))
+        return upcast_reused(replace_ranges(sink, {loop: contiguous}, {}), loops, 4, limit=2)
+    if not loops:
+        return sink
+    inner = loops[-1]
+    along_inner = {stride(index, inner) for index in loads}
+    if (
+        inner.src[0].arg % 16 == 0
+        and 1 in along_inner
+        and along_inner <= {0, 1}
+        and all(stride(index, inner) == 1 for index in stores)
+    ):
+        sink = upcast_reused(upcast(sink, inner, 16), loops[:-1], 4, limit=1)
     return sink
 
 

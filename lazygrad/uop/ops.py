@@ -62,7 +62,7 @@ class Ops(Enum):
     # kernels
     SINK = auto()
     DEFINE_GLOBAL = auto()  # arg: parameter number
-    RANGE = auto()  # src: (end,), arg: (axis number, "global" | "reduce")
+    RANGE = auto()  # src: (end,), arg: (axis number, "global" | "reduce" | "contiguous_reduce")
     LOAD = auto()  # src: (buffer, index[, valid]) or (accumulator, *ranges)
     STORE = auto()  # src: (buffer, index, value) or (accumulator, value)
     RANGE_REDUCE = auto()  # src: (value, *ranges), arg: Ops.ADD | Ops.MAX

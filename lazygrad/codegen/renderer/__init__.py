@@ -9,7 +9,7 @@ from lazygrad.uop.pattern import PatternMatcher
 def kernel_name(program: list[UOp]) -> str:
     """A readable name: `r_` for kernels with a reduce loop, `E_` for elementwise ones, then the loop sizes."""
     loops = [node for node in program if node.op is Ops.RANGE]
-    prefix = "r" if any(loop.arg[1] == "reduce" for loop in loops) else "E"
+    prefix = "r" if any(loop.arg[1] != "global" for loop in loops) else "E"
     return "_".join([prefix] + [str(loop.src[0].arg) for loop in loops]) if loops else prefix + "_1"
 
 

@@ -73,17 +73,13 @@ INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32",
 
 
 def vectorized_loops(program: list[UOp]) -> set[UOp]:
-    """The loops LLVM's loop vectorizer may work on: every loop of a kernel without reduces, and a reduce loop that
-    updates a single accumulator. Loops around a block of accumulators are vectorized by codegen's upcast (LLVM's
-    SLP pass packs the block), and an outer loop around a reduce would only be vectorized with gathers."""
-    accumulators: dict[UOp, set[UOp]] = {}
-    for node in program:
-        if is_accumulator(node):
-            for loop in node.src[1:]:
-                accumulators.setdefault(loop, set()).add(node.src[0])
+    """The loops LLVM's loop vectorizer may work on: every loop of a kernel without reduces, and reduce loops that
+    codegen found contiguous. Elsewhere codegen's upcast has made blocks of accumulators for the SLP pass to pack,
+    and an outer loop around a reduce would only be vectorized with gathers."""
+    loops = {node for node in program if node.op is Ops.RANGE}
     if not any(node.op is Ops.DEFINE_ACC for node in program):
-        return {node for node in program if node.op is Ops.RANGE}
-    return {loop for loop, updated in accumulators.items() if len(updated) == 1}
+        return loops
+    return {loop for loop in loops if loop.arg[1] == "contiguous_reduce"}
 
 
 def is_accumulator(node: UOp) -> bool:
@@ -210,22 +206,9 @@ class LLVMRenderer(Renderer):
                 instruction = template.format(
                     t=t, tn=INTRINSIC_NAMES.get(t, ""), one=render_const(1.0, operand_dtype), **operands
                 )
-                # acc + a*b in a reduction is always one fused multiply-add: faster, and the same in every kernel
-                if op is Ops.ADD and dtype.is_float and is_accumulator(src[0]) and src[1].op is Ops.MUL:
-                    a, b = (value(s) for s in src[1].src)
-                    declarations.add(f"declare {t} @llvm.fma.{INTRINSIC_NAMES[t]}({t}, {t}, {t})")
-                    instruction = f"call {t} @llvm.fma.{INTRINSIC_NAMES[t]}({t} {a}, {t} {b}, {t} {value(src[0])})"
-                # the only accumulator of a vectorized loop may be summed in any order (a reduce is computed in one
-                # kernel only, so this never makes two kernels disagree)
-                if is_accumulator(src[0]) and dtype.is_float and any(loop in vectorized for loop in src[0].src[1:]):
-                    instruction = (
-                        instruction.replace("call ", "call reassoc nsz ", 1)
-                        if instruction.startswith("call")
-                        else instruction
-                    )
-                    instruction = instruction.replace("fadd ", "fadd reassoc nsz ", 1).replace(
-                        "fmul ", "fmul reassoc nsz ", 1
-                    )
+                if len(src) == 2 and is_accumulator(src[0]) and len(src[0].src) > 1 and dtype.is_float:
+                    lines += self.render_accumulate(out, node, value, vectorized, declarations)
+                    continue
                 lines.append(f"  {out} = {instruction}")
         buffers = sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
         params = ", ".join(
@@ -235,6 +218,37 @@ class LLVMRenderer(Renderer):
         attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
         metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
         return "\n".join([body, *sorted(declarations), attributes, *metadata]) + "\n"
+
+    @staticmethod
+    def render_accumulate(out: str, node: UOp, value, vectorized: set[UOp], declarations: set[str]) -> list[str]:
+        """acc = acc (op) x. In a loop left to LLVM's vectorizer, the update may be reassociated (a reduce is computed
+        in one kernel only, so this never makes two kernels disagree); elsewhere acc + a*b is one fused
+        multiply-add, so a block of accumulators gets vector FMAs."""
+        current, update = node.src
+        t, tn = LLVM_TYPES[node.dtype], INTRINSIC_NAMES[LLVM_TYPES[node.dtype]]
+        product = node.op is Ops.ADD and update.op is Ops.MUL
+        if any(loop in vectorized for loop in current.src[1:]):
+            flags = "reassoc nsz contract"
+            if product:
+                a, b = (value(s) for s in update.src)
+                return [
+                    f"  {out}_product = fmul {flags} {t} {a}, {b}",
+                    f"  {out} = fadd {flags} {t} {value(current)}, {out}_product",
+                ]
+            if node.op is Ops.MAX:
+                declarations.add(f"declare {t} @llvm.maximum.{tn}({t}, {t})")
+                return [f"  {out} = call {flags} {t} @llvm.maximum.{tn}({t} {value(current)}, {t} {value(update)})"]
+            return [
+                f"  {out} = {'fadd' if node.op is Ops.ADD else 'fmul'} {flags} {t} {value(current)}, {value(update)}"
+            ]
+        if product:
+            a, b = (value(s) for s in update.src)
+            declarations.add(f"declare {t} @llvm.fma.{tn}({t}, {t}, {t})")
+            return [f"  {out} = call {t} @llvm.fma.{tn}({t} {a}, {t} {b}, {t} {value(current)})"]
+        if node.op is Ops.MAX:
+            declarations.add(f"declare {t} @llvm.maximum.{tn}({t}, {t})")
+            return [f"  {out} = call {t} @llvm.maximum.{tn}({t} {value(current)}, {t} {value(update)})"]
+        return [f"  {out} = {'fadd' if node.op is Ops.ADD else 'fmul'} {t} {value(current)}, {value(update)}"]
 
     @staticmethod
     def render_load(out: str, node: UOp, value) -> list[str]:
