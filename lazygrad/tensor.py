@@ -34,6 +34,7 @@ from lazygrad.uop.ops import Ops, UOp
 Scalar = int | float | bool
 _live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _contiguous_ids = itertools.count()
+_assign_ids = itertools.count()
 
 
 def _broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -105,7 +106,7 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
     _rng_seed: int = 0
-    _rng_counter: int = 0
+    _rng_counters: dict[str, Tensor] = {}  # device -> its random-number counter
 
     def __init__(
         self,
@@ -277,12 +278,17 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
             raise ValueError(f"assign: value is on {value.device} but the target is on {self.device}; use .to()")
         # Write in place only into a buffer this tensor owns. Another live tensor with the very same node (two
         # `Tensor.zeros(3)` realized together share one buffer) must keep its values, so then, as when there is
-        # no buffer yet, the tensor simply becomes the value and gets a fresh buffer when realized.
-        shared = is_buffer_view(self.uop) and any(t is not self and t.uop is self.uop for t in list(_live_tensors))
-        if is_buffer_view(self.uop) and not shared:
-            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
+        # no buffer yet, the tensor simply becomes the value and gets a fresh buffer when realized. A pending
+        # write is followed by another write to the same buffer. Each assign is a distinct event: a number makes
+        # its node unique, so the same update issued twice runs twice.
+        if self.uop.op is Ops.ASSIGN:
+            target = self.uop.src[0]
+        elif is_buffer_view(self.uop) and not any(t is not self and t.uop is self.uop for t in list(_live_tensors)):
+            target = self.uop
         else:
             self.uop = value.uop
+            return self
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop), next(_assign_ids))
         return self
 
     def contiguous(self) -> Tensor:
@@ -413,18 +419,24 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
         """Make the random numbers that follow repeatable."""
-        Tensor._rng_seed, Tensor._rng_counter = int(seed), 0
+        Tensor._rng_seed, Tensor._rng_counters = int(seed), {}
 
     @staticmethod
     def _random_bits(count: int, device: str | None) -> Tensor:
         """`count` pseudo-random uint32 values: a counter-based hash of (seed, counter), computed in the kernel.
-        The counter advances, so each call gives new numbers; the same seed gives the same sequence everywhere."""
-        base = Tensor._rng_counter
-        Tensor._rng_counter += count
-        counter = Tensor.arange(count, device=device).cast(dtypes.uint32)
+
+        The counter lives on the device and each call advances it with an assign, so each call gives new numbers,
+        a TinyJit replay advances it too (dropout masks differ between steps), and the same seed gives the same
+        sequence on every device."""
+        device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        if device not in Tensor._rng_counters:
+            Tensor._rng_counters[device] = Tensor(np.zeros(1, np.uint32), device=device, requires_grad=False)
+        base = Tensor._rng_counters[device]
         key = _mix32((Tensor._rng_seed * 0x9E3779B9 + 0x7F4A7C15) & 0xFFFFFFFF)
-        mixed = _hash32(counter + ((base + key) & 0xFFFFFFFF))
-        return _hash32(mixed ^ key)
+        counter = Tensor.arange(count, device=device).cast(dtypes.uint32) + base.expand(count) + key
+        bits = _hash32(_hash32(counter) ^ key)
+        base.assign(base + count)
+        return bits
 
     @staticmethod
     def rand(*shape, dtype=None, device=None, **kwargs) -> Tensor:

@@ -119,7 +119,8 @@ def test_kernel_count_counter(abc):
 def test_random_is_lazy_and_fused():
     Tensor.manual_seed(0)
     assert kernels(Tensor.rand(16, 16) + 1) == 1
-    assert kernels(Tensor.randn(64) * 2) == 1
+    # the device-side counter advanced by the first call is written before the second call's kernel reads it
+    assert kernels(Tensor.randn(64) * 2) == 2
 
 
 def test_backward_of_matmul_relu_sum():

@@ -55,11 +55,19 @@ def is_buffer_view(node: UOp) -> bool:
 def forget_buffer(buffer: UOp) -> None:
     """Drop every remembered result held in `buffer` or computed from it: it is about to be overwritten, and a
     graph built later must read (and compute from) the new values."""
-    for node in [node for node, view in list(realized.items()) if view.base is buffer or buffer in node.toposort]:
+    # (an executed assign stays: it stands for its buffer's current contents)
+    for node in [
+        node
+        for node, view in list(realized.items())
+        if node.op is not Ops.ASSIGN and (view.base is buffer or buffer in node.toposort)
+    ]:
         del realized[node]
-    # a view of an overwritten buffer is a leaf now: its values no longer come from that computation
-    for view in [view for view in list(history.keys()) if view.base is buffer]:
-        del history[view]
+    # a view of an overwritten buffer, or of a computation that read it, is a leaf now: its values no longer come
+    # from that computation, and gradients through it would be taken at the new values
+    for view, reference in list(history.items()):
+        computation = reference()
+        if computation is None or view.base is buffer or buffer in computation.toposort:
+            del history[view]
 
 
 def remember_history(view: UOp, computation: UOp) -> UOp:

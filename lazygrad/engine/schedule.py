@@ -90,7 +90,7 @@ def _reads_target_elsewhere(assign: UOp) -> bool:
         if (node, moved) in seen:
             continue
         seen.add((node, moved))
-        if node is target_view or node is target:
+        if node is target_view or node is target or (node.op is Ops.ASSIGN and node.src[0].base is target):
             if moved:
                 return True
             continue
@@ -170,20 +170,21 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         if new in buffer_views or is_buffer_view(new)
     }
     becomes |= {node: buffer_views[node] for node in roots}
-    # Remember values for later graphs, except assigns (events, not values: the same one may run again) and
-    # values computed from a buffer this schedule overwrites (later graphs must read the new contents).
+    # Remember values for later graphs, except values computed from a buffer this schedule overwrites (later
+    # graphs must read the new contents).
     assigned = {root.src[0].base for root in roots if root.op is Ops.ASSIGN}
     reads_assigned: set[UOp] = set()
     for node in sink.toposort:
         if node in assigned or any(source in reads_assigned for source in node.src):
             reads_assigned.add(node)
+    # an assign (a unique event) stands for its buffer once it has run
     remember = {
         node: view
         for node, view in becomes.items()
         if prepared.get(node, node) in buffer_views
-        and node.op is not Ops.ASSIGN
-        and prepared.get(node, node) not in reads_assigned
+        and (node.op is Ops.ASSIGN or prepared.get(node, node) not in reads_assigned)
     }
+
     return schedule, becomes, remember
 
 
@@ -191,16 +192,19 @@ def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
     """Kernels in an order that respects data flow and assigns: a kernel that reads a buffer's old value runs
     before the assign that overwrites it. If assigns wait on each other in a cycle, one of them is returned."""
     producer = {item.outputs[0]: number for number, item in enumerate(schedule)}
-    assigner = {
-        item.outputs[0].src[0].base: number for number, item in enumerate(schedule) if item.outputs[0].op is Ops.ASSIGN
-    }
+    assigners: dict[UOp, list[int]] = {}
+    for number, item in enumerate(schedule):
+        if item.outputs[0].op is Ops.ASSIGN:
+            assigners.setdefault(item.outputs[0].src[0].base, []).append(number)
     after: dict[int, set[int]] = {number: set() for number in range(len(schedule))}
     for number, item in enumerate(schedule):
         for node in item.reads:
             if node in producer:
                 after[number].add(producer[node])
-            elif node.op is Ops.BUFFER and assigner.get(node, number) != number:
-                after[assigner[node]].add(number)
+            elif node.op is Ops.BUFFER:
+                for assigner in assigners.get(node, []):
+                    if assigner != number:
+                        after[assigner].add(number)
     ordered, placed = [], set()
     while len(ordered) < len(schedule):
         ready = [n for n in range(len(schedule)) if n not in placed and after[n] <= placed]

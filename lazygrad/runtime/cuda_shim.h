@@ -7,15 +7,11 @@
 // - __syncthreads() is an OpenMP barrier between the threads of a block;
 // - half is _Float16, with CUDA's conversion functions.
 // Warp shuffles, inline PTX, tensor cores and dynamic shared memory are not emulated.
+//
+// It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
+// are GCC builtins, and the parameter-position list is built here.
 #pragma once
-#include <math.h>
 #include <omp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <cstddef>
-#include <utility>
 
 #define __global__
 #define __device__
@@ -35,17 +31,42 @@ typedef _Float16 half;
 typedef _Float16 __half;
 static inline float __half2float(half value) { return (float)value; }
 static inline half __float2half(float value) { return (half)value; }
-static inline float __int_as_float(int bits) {
-  float value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
+template <typename To, typename From>
+static inline To bit_cast(From value) {
+  To result;
+  __builtin_memcpy(&result, &value, sizeof result);
+  return result;
 }
+static inline int __float_as_int(float value) { return bit_cast<int>(value); }
+static inline unsigned int __float_as_uint(float value) { return bit_cast<unsigned int>(value); }
+static inline float __int_as_float(int value) { return bit_cast<float>(value); }
+static inline float __uint_as_float(unsigned int value) { return bit_cast<float>(value); }
+static inline long long __double_as_longlong(double value) { return bit_cast<long long>(value); }
+static inline double __longlong_as_double(long long value) { return bit_cast<double>(value); }
+static inline double sqrt(double value) { return __builtin_sqrt(value); }
+static inline double exp2(double value) { return __builtin_exp2(value); }
+static inline double log2(double value) { return __builtin_log2(value); }
+static inline double sin(double value) { return __builtin_sin(value); }
+static inline float sqrtf(float value) { return __builtin_sqrtf(value); }
+static inline float exp2f(float value) { return __builtin_exp2f(value); }
+static inline float log2f(float value) { return __builtin_log2f(value); }
+static inline float sinf(float value) { return __builtin_sinf(value); }
 
 namespace lazygrad_shim {
 
+// positions_for<N>::type is positions<0, 1, ..., N-1>
+template <unsigned int... Positions>
+struct positions {};
+template <unsigned int Count, unsigned int... Positions>
+struct positions_for : positions_for<Count - 1, Count - 1, Positions...> {};
+template <unsigned int... Positions>
+struct positions_for<0, Positions...> {
+  using type = positions<Positions...>;
+};
+
 // Calls kernel(arguments[0], arguments[1], ...) with each void* converted to the kernel's parameter type.
-template <typename... Parameters, std::size_t... Positions>
-void call(void (*kernel)(Parameters...), void **arguments, std::index_sequence<Positions...>) {
+template <typename... Parameters, unsigned int... Positions>
+void call(void (*kernel)(Parameters...), void **arguments, positions<Positions...>) {
   kernel(static_cast<Parameters>(arguments[Positions])...);
 }
 
@@ -59,7 +80,7 @@ void launch(void (*kernel)(Parameters...), void **arguments, unsigned int grid, 
     threadIdx = {thread_index, 0, 0};
     blockDim = {block, 1, 1};
     gridDim = {grid, 1, 1};
-    call(kernel, arguments, std::index_sequence_for<Parameters...>{});
+    call(kernel, arguments, typename positions_for<sizeof...(Parameters)>::type{});
   };
   if (cooperative) {
     omp_set_dynamic(0);
@@ -67,8 +88,8 @@ void launch(void (*kernel)(Parameters...), void **arguments, unsigned int grid, 
 #pragma omp parallel num_threads(block)
       {
         if ((unsigned int)omp_get_num_threads() != block) {
-          fprintf(stderr, "cuda_shim: OpenMP gave %d threads for a block of %u\n", omp_get_num_threads(), block);
-          abort();
+          __builtin_printf("cuda_shim: OpenMP gave %d threads for a block of %u\n", omp_get_num_threads(), block);
+          __builtin_abort();
         }
         run_thread(block_index, (unsigned int)omp_get_thread_num());
       }

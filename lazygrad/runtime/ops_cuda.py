@@ -154,7 +154,7 @@ def launch_size(global_loops: tuple[int, ...]) -> tuple[int, int]:
 class MockCUDAProgram:
     """A kernel compiled for the CPU through the shim, launched over host buffers."""
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = ()):
+    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         self.library = load_shared_library(binary)
         self.grid, self.block = launch_size(global_loops)
 
@@ -185,7 +185,7 @@ class CUDAAllocator(Allocator):
 class CUDAProgram:
     """A PTX kernel loaded by the driver, launched over GPU buffers."""
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = ()):
+    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         import pycuda.driver
 
         self.module = pycuda.driver.module_from_buffer(binary)

@@ -131,9 +131,11 @@ class CLDevice(Compiled):
         self.programs: dict[bytes, Any] = {}
         allocator = CLAllocator(cl, self.context, self.queue)
         compiler = CLCompiler(cl, self.context, self.device)
-        super().__init__("GPU", allocator, OpenCLRenderer(), compiler, self.load_program)
+        # CPU drivers want vectors as wide as their SIMD registers; GPUs (preferred width 1) want none
+        renderer = OpenCLRenderer(vector_width=min(max(self.device.preferred_vector_width_float, 1), 16))
+        super().__init__("GPU", allocator, renderer, compiler, self.load_program)
 
-    def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = ()) -> CLProgram:
+    def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0) -> CLProgram:
         """The runner for kernel `name` in `binary`; a binary is built into a program once per process."""
         key = hashlib.sha256(binary).digest()
         if key not in self.programs:
@@ -147,11 +149,12 @@ class CLDevice(Compiled):
 
 
 class CLProgram:
-    """A kernel object and its launch size: one work-item per iteration of the outermost global loop."""
+    """A kernel object and its launch size: one work-item per iteration of the outermost global loop (or per
+    vector of iterations, when the renderer vectorizes that loop)."""
 
     def __init__(self, device: CLDevice, kernel: Any, global_loops: tuple[int, ...]):
         self.device, self.kernel = device, kernel
-        threads = global_loops[0] if global_loops else 1
+        threads = device.renderer.launch_threads(global_loops)
         self.local_size = min(PREFERRED_GROUP_SIZE, threads, device.device.max_work_group_size)
         groups = -(-threads // self.local_size)
         self.global_size = groups * self.local_size

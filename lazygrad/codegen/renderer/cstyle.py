@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from lazygrad.codegen.renderer import Renderer
+from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import Ops, UOp
 
@@ -92,6 +93,8 @@ class CStyleRenderer(Renderer):
     thread_index = ""
     # C kernels take (start, end) of their outermost global loop, so the runtime can split it across threads
     split_outer_loop = True
+    # libm's exp2f/log2f/sinf are scalar calls that stop gcc vectorizing a loop: use polynomials, as LLVM does
+    rewrites = transcendental_rules
     preamble = "#include <math.h>\n"
     half_preamble = ""
     register_types = {
@@ -331,6 +334,7 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_prefix = "__global "
     gpu_style = True
     split_outer_loop = False
+    rewrites = None  # PoCL's exp2/log2/sin work on vectors, a GPU's are hardware
     thread_index = "get_global_id(0)"
     preamble = ""
     # private `half` variables need cl_khr_fp16, but a pointer to half does not: round through 16-bit slots
@@ -582,6 +586,7 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     gpu_style = True
     split_outer_loop = False
+    rewrites = None  # CUDA's exp2f/log2f/sinf are fast on the GPU
     thread_index = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
     preamble = ""
     half_preamble = "#include <cuda_fp16.h>\n"
