@@ -356,7 +356,7 @@ def format_table(results: list[CaseResult]) -> str:
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     lines = []
     for index, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
         lines.append("  ".join(cells))
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))

@@ -203,32 +203,39 @@ def partner(program: Program, value: Value) -> Value:
 
 
 def op_neg(program: Program, x: Value) -> Value:
+    """``-x``."""
     return program.apply(f"-{x.name}", -x.tensor, -x.array)
 
 
 def op_relu(program: Program, x: Value) -> Value:
+    """``x.relu()``."""
     return program.apply(f"{x.name}.relu()", x.tensor.relu(), np.maximum(x.array, np.float32(0)))
 
 
 def op_exp(program: Program, x: Value) -> Value:
+    """``exp`` of ``x`` clipped to [-3, 3], so it stays small."""
     return program.apply(f"{x.name}.clip(-3, 3).exp()", x.tensor.clip(-3, 3).exp(), np.exp(np.clip(x.array, -3, 3)))
 
 
 def op_sin(program: Program, x: Value) -> Value:
+    """``x.sin()`` (values stay within +-VALUE_LIMIT, where float32 sin is accurate)."""
     return program.apply(f"{x.name}.sin()", x.tensor.sin(), np.sin(x.array))
 
 
 def op_sqrt(program: Program, x: Value) -> Value:
+    """``sqrt(x*x + 0.25)``: a square root of a positive value."""
     code = f"({x.name} * {x.name} + 0.25).sqrt()"
     return program.apply(code, (x.tensor * x.tensor + 0.25).sqrt(), np.sqrt(x.array * x.array + np.float32(0.25)))
 
 
 def op_reciprocal(program: Program, x: Value) -> Value:
+    """``1 / (x*x + 1)``: a division by a value of at least 1."""
     code = f"1 / ({x.name} * {x.name} + 1)"
     return program.apply(code, 1 / (x.tensor * x.tensor + 1), np.float32(1) / (x.array * x.array + np.float32(1)))
 
 
 def op_scalar(program: Program, x: Value) -> Value:
+    """``x`` combined with a Python scalar: ``x + c``, ``x * c``, ``c - x`` or ``x.maximum(c)``."""
     scalar = float(program.rng.choice(SCALARS))
     kind = int(program.rng.integers(4))
     if kind == 0:
@@ -250,6 +257,7 @@ BINARY_OPS: dict[str, tuple[str, Callable, Callable]] = {
 
 
 def op_binary(program: Program, x: Value) -> Value:
+    """Add, sub, mul or maximum of ``x`` and a broadcastable partner, in either order."""
     y = partner(program, x)
     left, right = (x, y) if program.rng.random() < 0.7 else (y, x)
     template, tensor_function, numpy_function = BINARY_OPS[str(program.rng.choice(list(BINARY_OPS)))]
@@ -292,6 +300,7 @@ def reduce_value(program: Program, x: Value, kind: str, axis, keepdim: bool) -> 
 
 
 def op_reduce(program: Program, x: Value) -> Value:
+    """A sum or max over random axes, with or without keepdim."""
     rng = program.rng
     if x.array.ndim == 0:
         return op_scalar(program, x)
@@ -304,14 +313,17 @@ def op_reduce(program: Program, x: Value) -> Value:
 
 
 def reshape_to(program: Program, x: Value, shape: tuple[int, ...]) -> Value:
+    """``x.reshape(shape)``."""
     return program.apply(f"{x.name}.reshape({shape!r})", x.tensor.reshape(shape), x.array.reshape(shape))
 
 
 def op_reshape(program: Program, x: Value) -> Value:
+    """Reshape to a random factorization of the size."""
     return reshape_to(program, x, random_factorization(program.rng, x.array.size))
 
 
 def op_permute(program: Program, x: Value) -> Value:
+    """A random permutation of the dims (a reshape for fewer than two dims)."""
     ndim = x.array.ndim
     if ndim < 2:
         return op_reshape(program, x)
@@ -345,6 +357,7 @@ def op_expand(program: Program, x: Value) -> Value:
 
 
 def op_pad(program: Program, x: Value) -> Value:
+    """Zero padding of 0..2 elements on each side of every dim."""
     if x.array.ndim == 0:
         return op_reshape(program, x)
     rng = program.rng
@@ -356,6 +369,7 @@ def op_pad(program: Program, x: Value) -> Value:
 
 
 def op_shrink(program: Program, x: Value) -> Value:
+    """A random non-empty box of ``x``."""
     if x.array.ndim == 0 or x.array.size == 1:
         return op_reshape(program, x)
     rng = program.rng
@@ -369,6 +383,7 @@ def op_shrink(program: Program, x: Value) -> Value:
 
 
 def op_flip(program: Program, x: Value) -> Value:
+    """Flip one or several axes."""
     if x.array.ndim == 0:
         return op_reshape(program, x)
     axis = random_axes(program.rng, x.array.ndim)

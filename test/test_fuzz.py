@@ -28,4 +28,5 @@ fuzz = load_fuzzer()
 
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_fuzz_seed(seed: int) -> None:
+    """The lazygrad and NumPy versions of the seed's random program agree."""
     fuzz.run_seed(seed)
