@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import ALU, Ops, UOp, dtype_limits
-from lazygrad.uop.symbolic import simplify
+from lazygrad.uop.symbolic import simplify, simplify_gated_loads
 
 INDEX = dtypes.index
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
@@ -62,7 +62,7 @@ class Lowerer:
             stores.append(UOp(Ops.STORE, src=(output, flat_index(ranges, value.shape), lowered)))
         # every parameter stays in the signature, even one whose loads simplified away
         parameters = tuple(sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0]))
-        return simplify(UOp(Ops.SINK, src=tuple(stores), arg=parameters))
+        return simplify_gated_loads(simplify(UOp(Ops.SINK, src=tuple(stores), arg=parameters)))
 
     # ---- the walk ---------------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ Every choice depends only on the kernel's own AST.
 from __future__ import annotations
 
 from lazygrad.uop.ops import Ops, UOp
-from lazygrad.uop.symbolic import simplify
+from lazygrad.uop.symbolic import simplify, simplify_gated_loads
 
 UNROLL_LIMIT = 4
 
@@ -162,4 +162,4 @@ def optimize(sink: UOp) -> UOp:
     sink = merge_loops(sink)
     if any(node.op is Ops.RANGE_REDUCE for node in sink.toposort):
         sink = upcast_reduce_kernel(sink)
-    return unroll_reduces(sink)
+    return simplify_gated_loads(unroll_reduces(sink))

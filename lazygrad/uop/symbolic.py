@@ -212,3 +212,63 @@ symbolic = PatternMatcher(
 def simplify(node: UOp) -> UOp:
     """`node` rewritten with the symbolic rules until none applies."""
     return graph_rewrite(node, symbolic)
+
+
+def _range_bound(clause: UOp) -> tuple[UOp, int | None, int | None] | None:
+    """A comparison `c < r + d` or `r + d < c` on one loop r, as (r, lowest, highest) it allows."""
+    if clause.op is not Ops.CMPLT:
+        return None
+    left, right = clause.src
+    for side, const, is_lower in ((right, left, True), (left, right, False)):
+        if const.op is not Ops.CONST:
+            continue
+        offset = 0
+        if side.op is Ops.ADD and side.src[1].op is Ops.CONST:
+            side, offset = side.src[0], side.src[1].arg
+        if side.op is Ops.RANGE:
+            return (side, const.arg - offset + 1, None) if is_lower else (side, None, const.arg - offset - 1)
+    return None
+
+
+def simplify_given(index: UOp, valid: UOp) -> UOp:
+    """`index` simplified knowing `valid` holds (the index of a load gated by `valid` only matters then): loops
+    that `valid` bounds are given those narrower ranges, which often removes a `%` or `//`."""
+    clauses, stack = [], [valid]
+    while stack:
+        clause = stack.pop()
+        if clause.op is Ops.AND and clause.dtype == dtypes.bool:
+            stack.extend(clause.src)
+        else:
+            clauses.append(clause)
+    narrowed: dict[UOp, list[int]] = {}
+    for clause in clauses:
+        if (bound := _range_bound(clause)) is not None:
+            loop, low, high = bound
+            current = narrowed.setdefault(loop, [0, loop.src[0].arg - 1])
+            current[0] = max(current[0], low) if low is not None else current[0]
+            current[1] = min(current[1], high) if high is not None else current[1]
+    narrowed = {loop: bounds for loop, bounds in narrowed.items() if bounds != [0, loop.src[0].arg - 1]}
+    if not narrowed or any(low > high for low, high in narrowed.values()):
+        return index
+    # stand-in loops with the narrowed ranges, shifted to start at 0
+    stand_ins = {
+        loop: UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, high - low + 1),), (-1 - number, "bound"))
+        for number, (loop, (low, high)) in enumerate(narrowed.items())
+    }
+    from lazygrad.uop.pattern import substitute
+
+    shifted = simplify(substitute(index, {loop: stand_ins[loop] + narrowed[loop][0] for loop in narrowed}))
+    back = {stand_in: loop - narrowed[loop][0] for loop, stand_in in stand_ins.items()}
+    return simplify(substitute(shifted, back))
+
+
+def simplify_gated_loads(sink: UOp) -> UOp:
+    """A gated load's index only matters where its gate holds: simplify each one knowing that."""
+    from lazygrad.uop.pattern import substitute
+
+    gated = {
+        node: node.replace(src=(node.src[0], simplify_given(node.src[1], node.src[2]), node.src[2]))
+        for node in sink.toposort
+        if node.op is Ops.LOAD and len(node.src) == 3 and node.src[0].op is Ops.DEFINE_GLOBAL
+    }
+    return simplify(substitute(sink, gated)) if gated else sink
