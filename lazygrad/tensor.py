@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import itertools
-import math
 import weakref
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +24,7 @@ from lazygrad.engine.realize import run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
+from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
@@ -79,26 +79,7 @@ def _data_to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
     return np.array(array, dtype=dtype.np, order="C"), dtype
 
 
-def _mix32(value: int) -> int:
-    """A 32-bit integer hash of a Python int (the one `_hash32` computes in kernels)."""
-    value &= 0xFFFFFFFF
-    value ^= value >> 16
-    value = (value * 0x7FEB352D) & 0xFFFFFFFF
-    value ^= value >> 15
-    value = (value * 0x846CA68B) & 0xFFFFFFFF
-    return value ^ (value >> 16)
-
-
-def _hash32(bits: Tensor) -> Tensor:
-    """The same 32-bit hash on a uint32 tensor, built from shifts, xors and wrapping multiplies."""
-    bits = bits ^ (bits >> 16)
-    bits = bits * 0x7FEB352D
-    bits = bits ^ (bits >> 15)
-    bits = bits * 0x846CA68B
-    return bits ^ (bits >> 16)
-
-
-class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
+class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
@@ -328,155 +309,6 @@ class Tensor(MathMixin, MovementMixin, ReduceMixin, NNMixin):
             return self
         result = Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device), device=device)
         return result
-
-    # ---- creation ----------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _shape_arg(shape: tuple) -> tuple[int, ...]:
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        for size in shape:
-            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
-                raise ValueError(f"shape sizes must be non-negative ints, got {shape}")
-        return tuple(int(size) for size in shape)
-
-    @staticmethod
-    def full(
-        shape: Sequence[int] | int,
-        fill_value: Scalar,
-        dtype: DType | str | None = None,
-        device: str | None = None,
-        requires_grad: bool | None = None,
-    ) -> Tensor:
-        """A tensor of `shape` filled with `fill_value` (a constant: it costs no memory until realized). With
-        requires_grad=True it gets a buffer of its own, since equal constants are otherwise one node."""
-        shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
-        dtype = to_dtype(dtype) if dtype is not None else python_type_dtype(fill_value)
-        const = Tensor(UOp.const(dtype, fill_value), device=device)
-        result = const.reshape((1,) * len(shape)).expand(shape) if shape else const
-        if requires_grad:
-            result = Tensor(np.full(shape, fill_value, dtype=dtype.np), dtype=dtype, device=device)
-        result.requires_grad = requires_grad
-        return result
-
-    @staticmethod
-    def zeros(*shape, dtype=None, device=None, **kwargs) -> Tensor:
-        return Tensor.full(Tensor._shape_arg(shape), 0.0, dtype=dtype or dtypes.default_float, device=device, **kwargs)
-
-    @staticmethod
-    def ones(*shape, dtype=None, device=None, **kwargs) -> Tensor:
-        return Tensor.full(Tensor._shape_arg(shape), 1.0, dtype=dtype or dtypes.default_float, device=device, **kwargs)
-
-    @staticmethod
-    def empty(*shape, dtype=None, device=None, **kwargs) -> Tensor:
-        return Tensor.zeros(*shape, dtype=dtype, device=device, **kwargs)
-
-    def full_like(self, fill_value: Scalar, dtype=None, **kwargs) -> Tensor:
-        return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=self.device, **kwargs)
-
-    def zeros_like(self, **kwargs) -> Tensor:
-        return self.full_like(0, **kwargs)
-
-    def ones_like(self, **kwargs) -> Tensor:
-        return self.full_like(1, **kwargs)
-
-    @staticmethod
-    def arange(
-        start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype=None, device=None, **kwargs
-    ) -> Tensor:
-        """Evenly spaced values in [start, stop) (computed inside the kernel that uses them)."""
-        if stop is None:
-            start, stop = 0, start
-        if step == 0:
-            raise ValueError("arange: step must not be zero")
-        count = max(0, math.ceil((stop - start) / step))
-        is_float = any(isinstance(value, float) for value in (start, stop, step))
-        dtype = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
-        counter = Tensor(UOp(Ops.ARANGE, dtypes.int32, (), count), device=device, **kwargs)
-        return (counter.cast(dtype) * step + start).cast(dtype) if (start, step) != (0, 1) else counter.cast(dtype)
-
-    @staticmethod
-    def linspace(start: Scalar, stop: Scalar, steps: int, dtype=None, device=None) -> Tensor:
-        if steps < 0:
-            raise ValueError(f"linspace: steps must be non-negative, got {steps}")
-        if steps == 1:
-            return Tensor.full((1,), float(start), dtype=dtype, device=device)
-        step = (stop - start) / (steps - 1) if steps > 1 else 0.0
-        return (Tensor.arange(steps, device=device).float() * step + start).cast(
-            to_dtype(dtype) if dtype else dtypes.default_float
-        )
-
-    @staticmethod
-    def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
-        """The identity matrix (n × m)."""
-        m = n if m is None else m
-        if n < 0 or m < 0:
-            raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
-        rows = Tensor.arange(n, device=device).reshape(n, 1)
-        cols = Tensor.arange(m, device=device).reshape(1, m)
-        return (rows == cols).cast(to_dtype(dtype) if dtype else dtypes.default_float)
-
-    @staticmethod
-    def manual_seed(seed: int = 0) -> None:
-        """Make the random numbers that follow repeatable."""
-        Tensor._rng_seed, Tensor._rng_counters = int(seed), {}
-
-    @staticmethod
-    def _random_bits(count: int, device: str | None) -> Tensor:
-        """`count` pseudo-random uint32 values: a counter-based hash of (seed, counter), computed in the kernel.
-
-        The counter lives on the device and each call advances it with an assign, so each call gives new numbers,
-        a TinyJit replay advances it too (dropout masks differ between steps), and the same seed gives the same
-        sequence on every device."""
-        device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        if device not in Tensor._rng_counters:
-            Tensor._rng_counters[device] = Tensor(np.zeros(1, np.uint32), device=device, requires_grad=False)
-        base = Tensor._rng_counters[device]
-        key = _mix32((Tensor._rng_seed * 0x9E3779B9 + 0x7F4A7C15) & 0xFFFFFFFF)
-        counter = Tensor.arange(count, device=device).cast(dtypes.uint32) + base.expand(count) + key
-        bits = _hash32(_hash32(counter) ^ key)
-        base.assign(base + count)
-        return bits
-
-    @staticmethod
-    def rand(*shape, dtype=None, device=None, **kwargs) -> Tensor:
-        """Uniform random numbers in [0, 1)."""
-        shape = Tensor._shape_arg(shape)
-        bits = Tensor._random_bits(prod(shape), device)
-        # the top 24 bits give every float32 in [0, 1) with a step of 2**-24
-        values = (bits >> 8).cast(dtypes.float32) * (2.0**-24)
-        result = values.reshape(shape).cast(to_dtype(dtype) if dtype else dtypes.default_float)
-        result.requires_grad = kwargs.get("requires_grad")
-        return result
-
-    @staticmethod
-    def randn(*shape, dtype=None, device=None, **kwargs) -> Tensor:
-        """Standard normal random numbers (Box-Muller)."""
-        shape = Tensor._shape_arg(shape)
-        uniform = Tensor.rand(2, *shape, device=device)
-        radius = (-2.0 * (1.0 - uniform[0]).log()).sqrt()
-        result = (radius * (2 * math.pi * uniform[1]).cos()).cast(to_dtype(dtype) if dtype else dtypes.default_float)
-        result.requires_grad = kwargs.get("requires_grad")
-        return result
-
-    @staticmethod
-    def randint(*shape, low: int = 0, high: int = 10, dtype=dtypes.int32, device=None) -> Tensor:
-        """Random integers in [low, high)."""
-        if high <= low:
-            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
-        return (Tensor.rand(*shape, device=device) * (high - low)).floor().cast(to_dtype(dtype)) + low
-
-    @staticmethod
-    def uniform(*shape, low: float = 0.0, high: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
-        return (Tensor.rand(*shape, device=device) * (high - low) + low).cast(
-            to_dtype(dtype) if dtype else dtypes.default_float
-        )
-
-    @staticmethod
-    def normal(*shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
-        return (Tensor.randn(*shape, device=device) * std + mean).cast(
-            to_dtype(dtype) if dtype else dtypes.default_float
-        )
 
     # ---- elementwise primitives ----------------------------------------------------------------------------------
 

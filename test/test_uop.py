@@ -183,3 +183,21 @@ def test_reshape_of_permute_needs_few_divisions():
     a = Tensor(np.ones((4, 6), np.float32))
     assert divisions(program_of(a.T.contiguous())) == 0
     assert divisions(program_of((a.T + 1).reshape(24))) <= 2
+
+
+def test_index_simplified_under_its_gate():
+    from lazygrad.uop.symbolic import simplify_given
+
+    row, col = loop(8, 0), loop(8, 1)
+    # a padded window reads (row - 1) * 8 + col - 1 only where row >= 1 and col >= 1: there it is never negative,
+    # so the modulo by the buffer size folds away
+    index = simplify((row * 8 + col - 9) % 64)
+    gate = simplify(UOp.const(INDEX, -1).lt(row - 1).logical_and(UOp.const(INDEX, -1).lt(col - 1)))
+    assert index.op is Ops.MOD
+    simplified = simplify_given(index, gate)
+    assert all(node.op not in (Ops.MOD, Ops.IDIV) for node in simplified.toposort)
+    from lazygrad.uop.pattern import substitute
+
+    for r, c in [(1, 1), (3, 5), (7, 7)]:
+        value = simplify(substitute(simplified, {row: UOp.const(INDEX, r), col: UOp.const(INDEX, c)}))
+        assert value.arg == (r * 8 + c - 9) % 64

@@ -1,0 +1,187 @@
+"""Creating tensors: constants, ranges, identity matrices and counter-based random numbers."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from lazygrad.device import Device
+from lazygrad.dtype import DType, dtypes, python_type_dtype, to_dtype
+from lazygrad.helpers import prod
+from lazygrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Scalar, Tensor
+
+
+def _mix32(value: int) -> int:
+    """A 32-bit integer hash of a Python int (the one `_hash32` computes in kernels)."""
+    value &= 0xFFFFFFFF
+    value ^= value >> 16
+    value = (value * 0x7FEB352D) & 0xFFFFFFFF
+    value ^= value >> 15
+    value = (value * 0x846CA68B) & 0xFFFFFFFF
+    return value ^ (value >> 16)
+
+
+def _hash32(bits: Tensor) -> Tensor:
+    """The same 32-bit hash on a uint32 tensor, built from shifts, xors and wrapping multiplies."""
+    bits = bits ^ (bits >> 16)
+    bits = bits * 0x7FEB352D
+    bits = bits ^ (bits >> 15)
+    bits = bits * 0x846CA68B
+    return bits ^ (bits >> 16)
+
+
+class CreationMixin:
+    """Constructors, as class methods of Tensor (`Tensor.zeros`, `Tensor.rand`, ...)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _shape_arg(cls, shape: tuple) -> tuple[int, ...]:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        for size in shape:
+            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
+                raise ValueError(f"shape sizes must be non-negative ints, got {shape}")
+        return tuple(int(size) for size in shape)
+
+    @classmethod
+    def full(
+        cls,
+        shape: Sequence[int] | int,
+        fill_value: Scalar,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """A tensor of `shape` filled with `fill_value` (a constant: it costs no memory until realized). With
+        requires_grad=True it gets a buffer of its own, since equal constants are otherwise one node."""
+        shape = cls._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+        dtype = to_dtype(dtype) if dtype is not None else python_type_dtype(fill_value)
+        const = cls(UOp.const(dtype, fill_value), device=device)
+        result = const.reshape((1,) * len(shape)).expand(shape) if shape else const
+        if requires_grad:
+            result = cls(np.full(shape, fill_value, dtype=dtype.np), dtype=dtype, device=device)
+        result.requires_grad = requires_grad
+        return result
+
+    @classmethod
+    def zeros(cls, *shape, dtype=None, device=None, **kwargs) -> Tensor:
+        return cls.full(cls._shape_arg(shape), 0.0, dtype=dtype or dtypes.default_float, device=device, **kwargs)
+
+    @classmethod
+    def ones(cls, *shape, dtype=None, device=None, **kwargs) -> Tensor:
+        return cls.full(cls._shape_arg(shape), 1.0, dtype=dtype or dtypes.default_float, device=device, **kwargs)
+
+    @classmethod
+    def empty(cls, *shape, dtype=None, device=None, **kwargs) -> Tensor:
+        return cls.zeros(*shape, dtype=dtype, device=device, **kwargs)
+
+    def full_like(self, fill_value: Scalar, dtype=None, **kwargs) -> Tensor:
+        return type(self).full(self.shape, fill_value, dtype=dtype or self.dtype, device=self.device, **kwargs)
+
+    def zeros_like(self, **kwargs) -> Tensor:
+        return self.full_like(0, **kwargs)
+
+    def ones_like(self, **kwargs) -> Tensor:
+        return self.full_like(1, **kwargs)
+
+    @classmethod
+    def arange(
+        cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype=None, device=None, **kwargs
+    ) -> Tensor:
+        """Evenly spaced values in [start, stop) (computed inside the kernel that uses them)."""
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange: step must not be zero")
+        count = max(0, math.ceil((stop - start) / step))
+        is_float = any(isinstance(value, float) for value in (start, stop, step))
+        dtype = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+        counter = cls(UOp(Ops.ARANGE, dtypes.int32, (), count), device=device, **kwargs)
+        return (counter.cast(dtype) * step + start).cast(dtype) if (start, step) != (0, 1) else counter.cast(dtype)
+
+    @classmethod
+    def linspace(cls, start: Scalar, stop: Scalar, steps: int, dtype=None, device=None) -> Tensor:
+        if steps < 0:
+            raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+        if steps == 1:
+            return cls.full((1,), float(start), dtype=dtype, device=device)
+        step = (stop - start) / (steps - 1) if steps > 1 else 0.0
+        return (cls.arange(steps, device=device).float() * step + start).cast(
+            to_dtype(dtype) if dtype else dtypes.default_float
+        )
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+        """The identity matrix (n × m)."""
+        m = n if m is None else m
+        if n < 0 or m < 0:
+            raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
+        rows = cls.arange(n, device=device).reshape(n, 1)
+        cols = cls.arange(m, device=device).reshape(1, m)
+        return (rows == cols).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+
+    @classmethod
+    def manual_seed(cls, seed: int = 0) -> None:
+        """Make the random numbers that follow repeatable."""
+        cls._rng_seed, cls._rng_counters = int(seed), {}
+
+    @classmethod
+    def _random_bits(cls, count: int, device: str | None) -> Tensor:
+        """`count` pseudo-random uint32 values: a counter-based hash of (seed, counter), computed in the kernel.
+
+        The counter lives on the device and each call advances it with an assign, so each call gives new numbers,
+        a TinyJit replay advances it too (dropout masks differ between steps), and the same seed gives the same
+        sequence on every device."""
+        device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        if device not in cls._rng_counters:
+            cls._rng_counters[device] = cls(np.zeros(1, np.uint32), device=device, requires_grad=False)
+        base = cls._rng_counters[device]
+        key = _mix32((cls._rng_seed * 0x9E3779B9 + 0x7F4A7C15) & 0xFFFFFFFF)
+        counter = cls.arange(count, device=device).cast(dtypes.uint32) + base.expand(count) + key
+        bits = _hash32(_hash32(counter) ^ key)
+        base.assign(base + count)
+        return bits
+
+    @classmethod
+    def rand(cls, *shape, dtype=None, device=None, **kwargs) -> Tensor:
+        """Uniform random numbers in [0, 1)."""
+        shape = cls._shape_arg(shape)
+        bits = cls._random_bits(prod(shape), device)
+        # the top 24 bits give every float32 in [0, 1) with a step of 2**-24
+        values = (bits >> 8).cast(dtypes.float32) * (2.0**-24)
+        result = values.reshape(shape).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        result.requires_grad = kwargs.get("requires_grad")
+        return result
+
+    @classmethod
+    def randn(cls, *shape, dtype=None, device=None, **kwargs) -> Tensor:
+        """Standard normal random numbers (Box-Muller)."""
+        shape = cls._shape_arg(shape)
+        uniform = cls.rand(2, *shape, device=device)
+        radius = (-2.0 * (1.0 - uniform[0]).log()).sqrt()
+        result = (radius * (2 * math.pi * uniform[1]).cos()).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        result.requires_grad = kwargs.get("requires_grad")
+        return result
+
+    @classmethod
+    def randint(cls, *shape, low: int = 0, high: int = 10, dtype=dtypes.int32, device=None) -> Tensor:
+        """Random integers in [low, high)."""
+        if high <= low:
+            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+        return (cls.rand(*shape, device=device) * (high - low)).floor().cast(to_dtype(dtype)) + low
+
+    @classmethod
+    def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
+        return (cls.rand(*shape, device=device) * (high - low) + low).cast(
+            to_dtype(dtype) if dtype else dtypes.default_float
+        )
+
+    @classmethod
+    def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None, **kwargs) -> Tensor:
+        return (cls.randn(*shape, device=device) * std + mean).cast(to_dtype(dtype) if dtype else dtypes.default_float)
