@@ -4,6 +4,10 @@ Rules (DESIGN.md rule 5): elementwise chains fuse; movement ops never copy; a ke
 path to its output, with the reduce's elementwise prologue and epilogue fused; a reduce is realized on its own when
 fusing it would recompute it (it is expanded afterwards, another reduce consumes it, or two kernels read it);
 outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier is read, never recomputed.
+
+Constants are part of a kernel's AST, so they fold into the code and a new Python scalar compiles a new kernel
+(DEBUG=1 shows the compile-cache hits). What changes every step lives in device buffers instead — the optimizers'
+learning rate and step count, the random-number counter — so a training loop compiles once.
 """
 
 from __future__ import annotations
@@ -131,29 +135,12 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     original_sink = UOp(Ops.SINK, src=tuple(outputs))
     prepared = _prepare(original_sink)
     sink = prepared[original_sink]
-    outputs = list(sink.src)
-    roots = kernel_roots(sink, outputs)
-
-    # Allocate an output buffer per root, then build each kernel with earlier roots as inputs. When assigns read
-    # each other's old values in a cycle, one assign's value is computed into a buffer of its own first.
+    # When assigns read each other's old values in a cycle, one assign's value is computed apart first.
     forced: frozenset[UOp] = frozenset()
     while True:
-        roots = kernel_roots(sink, outputs, forced)
-        buffer_views: dict[UOp, UOp] = {}
-        schedule: list[ScheduleItem] = []
-        for root in roots:
-            root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
-            if root.op is Ops.ASSIGN:  # an assign writes into its target's buffer
-                buffer, buffer_views[root] = root.src[0].base, root.src[0]
-            else:
-                buffer = new_buffer(root_device, prod(root.shape), root.dtype)
-                buffer_views[root] = (
-                    buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
-                )
-            schedule.append(_build_item(root, buffer, buffer_views, root_device))
+        roots, schedule, buffer_views = _build_schedule(sink, forced, device)
         ordered = _order(schedule)
         if isinstance(ordered, list):
-            schedule = ordered
             break
         if ordered.outputs[0].src[1] in forced:
             raise RuntimeError("schedule: assigns depend on each other in a cycle; realize one of them first")
@@ -162,30 +149,51 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         if root.op is Ops.ASSIGN:
             forget_buffer(root.src[0].base)  # nodes computed into it earlier no longer read their value there
     if DEBUG >= 1:
-        print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
-    # every node of the original graph that was computed (or found realized) maps to its buffer view
+        print(f"scheduled {len(ordered)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+    return ordered, *_results(prepared, sink, roots, buffer_views)
+
+
+def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[list[UOp], list[ScheduleItem], dict]:
+    """The roots, one item per root (each with a fresh output buffer, or its target's for an assign), and the
+    buffer view each root's value will be in."""
+    roots = kernel_roots(sink, list(sink.src), forced)
+    buffer_views: dict[UOp, UOp] = {}
+    schedule: list[ScheduleItem] = []
+    for root in roots:
+        root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
+        if root.op is Ops.ASSIGN:
+            buffer, buffer_views[root] = root.src[0].base, root.src[0]
+        else:
+            buffer = new_buffer(root_device, prod(root.shape), root.dtype)
+            buffer_views[root] = (
+                buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
+            )
+        schedule.append(_build_item(root, buffer, buffer_views, root_device))
+    return roots, schedule, buffer_views
+
+
+def _results(prepared: dict[UOp, UOp], sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> tuple[dict, dict]:
+    """Every node of the original graph that was computed (or found realized) mapped to its buffer view; and the
+    part later graphs may reuse: not values computed from a buffer this schedule overwrites (later graphs must
+    read the new contents), but every assign (a unique event, which stands for its buffer once it has run)."""
     becomes = {
         original: buffer_views.get(new, new)
         for original, new in prepared.items()
         if new in buffer_views or is_buffer_view(new)
     }
     becomes |= {node: buffer_views[node] for node in roots}
-    # Remember values for later graphs, except values computed from a buffer this schedule overwrites (later
-    # graphs must read the new contents).
     assigned = {root.src[0].base for root in roots if root.op is Ops.ASSIGN}
     reads_assigned: set[UOp] = set()
     for node in sink.toposort:
         if node in assigned or any(source in reads_assigned for source in node.src):
             reads_assigned.add(node)
-    # an assign (a unique event) stands for its buffer once it has run
     remember = {
         node: view
         for node, view in becomes.items()
         if prepared.get(node, node) in buffer_views
         and (node.op is Ops.ASSIGN or prepared.get(node, node) not in reads_assigned)
     }
-
-    return schedule, becomes, remember
+    return becomes, remember
 
 
 def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
