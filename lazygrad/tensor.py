@@ -14,6 +14,7 @@ from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, 
 from lazygrad.engine.buffers import (
     buffer_from_numpy,
     buffer_of,
+    history,
     history_of,
     is_buffer_view,
     realized,
@@ -32,9 +33,21 @@ from lazygrad.tensor_reduce import ReduceMixin
 from lazygrad.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
-_live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _contiguous_ids = itertools.count()
 _assign_ids = itertools.count()
+# node -> the live tensors holding it (by id, as weak references: Tensor's == is elementwise, so no sets of
+# tensors), so realization and autograd visit only the tensors they concern
+_tensors_of: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref]] = weakref.WeakKeyDictionary()
+
+
+def tensors_holding(nodes) -> list[Tensor]:
+    """The live tensors whose node is one of `nodes`."""
+    found: dict[int, Tensor] = {}
+    for node in nodes:
+        for reference in list(_tensors_of.get(node, {}).values()):
+            if (tensor := reference()) is not None:
+                found[id(tensor)] = tensor
+    return list(found.values())
 
 
 def _broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -83,7 +96,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
-    __slots__ = ("uop", "device", "requires_grad", "grad", "_history", "__weakref__")
+    __slots__ = ("_uop", "device", "requires_grad", "grad", "_history", "__weakref__")
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
     _rng_seed: int = 0
@@ -114,7 +127,21 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
                 )
             array, dtype = _data_to_numpy(data, dtype)
             self.uop = buffer_from_numpy(array, self.device, dtype)
-        _live_tensors.add(self)
+
+    @property
+    def uop(self) -> UOp:
+        """The node this tensor is: a graph until realized, then (usually) a view of the buffer holding it."""
+        return self._uop
+
+    @uop.setter
+    def uop(self, node: UOp) -> None:
+        previous = getattr(self, "_uop", None)
+        if previous is not None and (holders := _tensors_of.get(previous)) is not None:
+            holders.pop(id(self), None)
+        self._uop = node
+        if (holders := _tensors_of.get(node)) is None:
+            holders = _tensors_of[node] = {}
+        holders[id(self)] = weakref.ref(self, lambda _, holders=holders, key=id(self): holders.pop(key, None))
 
     # ---- basic properties --------------------------------------------------------------------------------------
 
@@ -189,7 +216,11 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         # gradients are taken on the computations behind realized views, so realizing never cuts the history
         expanded = with_history([r.uop for r in roots])
         in_graph = set(UOp(Ops.SINK, src=tuple(expanded[r.uop] for r in roots)).toposort)
-        node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in list(_live_tensors) if t._wants_gradient()}
+        # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
+        views = [view for view, reference in list(history.items()) if reference() in in_graph]
+        graph = set(UOp(Ops.SINK, src=tuple(r.uop for r in roots)).toposort) | in_graph
+        candidates = tensors_holding([*graph, *views])
+        node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
         targets = [t for t, node in node_of.items() if node in in_graph]
         combined: dict[UOp, UOp] = {}
         for root, seed in zip(roots, seeds):
@@ -237,11 +268,10 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
         realized.update(remember)
-        for tensor in list(_live_tensors):
-            if tensor.uop in becomes:
-                if tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
-                    tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
-                tensor.uop = becomes[tensor.uop]
+        for tensor in tensors_holding(becomes):
+            if tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
+                tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
+            tensor.uop = becomes[tensor.uop]
         if DEBUG >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 
@@ -264,7 +294,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         # its node unique, so the same update issued twice runs twice.
         if self.uop.op is Ops.ASSIGN:
             target = self.uop.src[0]
-        elif is_buffer_view(self.uop) and not any(t is not self and t.uop is self.uop for t in list(_live_tensors)):
+        elif is_buffer_view(self.uop) and not any(t is not self for t in tensors_holding([self.uop])):
             target = self.uop
         else:
             self.uop = value.uop

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from lazygrad.engine.buffers import history_of, with_history
+from lazygrad.engine.buffers import with_history
 from lazygrad.engine.schedule import kernel_roots
 from lazygrad.uop.ops import Ops, UOp
 
@@ -95,14 +95,13 @@ def save_graph(tensors, path: str, backward: bool = True, kernels: bool = True) 
     """Draw the graph of `tensors` (a Tensor or a list) to `path` (.dot, .svg or .png). With `backward`, the
     gradients already built (the `.grad` of tensors in the graph) are drawn too, in orange; with `kernels`, the
     kernels the scheduler would make are boxed, so you see what fuses."""
-    from lazygrad.tensor import Tensor, _live_tensors
+    from lazygrad.tensor import Tensor, tensors_holding
 
     roots = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     # realized tensors are drawn with the computation behind their buffers
     expanded = with_history([t.uop for t in roots])
     forward = [expanded[t.uop] for t in roots]
     in_graph = set(UOp(Ops.SINK, src=tuple(forward)).toposort)
-    grads = [
-        t.grad.uop for t in list(_live_tensors) if backward and t.grad is not None and history_of(t.uop) in in_graph
-    ]
+    holders = tensors_holding(in_graph | set(UOp(Ops.SINK, src=tuple(t.uop for t in roots)).toposort))
+    grads = [t.grad.uop for t in holders if backward and t.grad is not None]
     return save_dot(graph_dot(forward, grads, kernels=kernels), path)
