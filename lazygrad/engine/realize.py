@@ -31,7 +31,7 @@ class CompiledKernel:
     global_size: int
 
 
-_programs: dict[tuple[str, bytes, bool], CompiledKernel] = {}
+_programs: dict[tuple[str, UOp, bool], CompiledKernel] = {}
 
 
 def count_work(program: list[UOp], sink: UOp) -> tuple[int, int]:
@@ -68,7 +68,8 @@ def loop_trips(program: list[UOp]) -> int:
 
 def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     """The compiled kernel for `ast` on a device, built once per process (and compiled once per machine)."""
-    key = (device_name, ast.key, bool(NOOPT))
+    # ASTs are interned, so an equal kernel is the same object: a dictionary lookup, no hashing of the graph
+    key = (device_name, ast, bool(NOOPT))
     if key in _programs:
         GlobalCounters.compile_cache_hits += 1
         return _programs[key]
