@@ -815,6 +815,19 @@ def test_nn_submodules_reachable_from_nn():
     assert result.returncode == 0, result.stderr
 
 
+def test_jit_replays_draw_new_random_numbers():
+    """The random counter lives on the device, so each replay of a step with dropout uses a new mask."""
+    x = Tensor(np.ones(256, np.float32))
+    step = TinyJit(lambda x: x.dropout(0.5).realize())
+    Tensor.training = True
+    try:
+        masks = [step(x).numpy() != 0 for _ in range(6)]
+    finally:
+        Tensor.training = False
+    assert len({mask.tobytes() for mask in masks}) == 6
+    assert all(0.3 < mask.mean() < 0.7 for mask in masks)
+
+
 def test_jit_batchnorm_running_stats():
     """Assigns outside the optimizer (BatchNorm's running statistics) replay too when the step realizes them."""
 
