@@ -21,7 +21,9 @@ def count_divmod(sink: UOp) -> int:
     return sum(node.op in (Ops.IDIV, Ops.MOD) for node in sink.toposort)
 
 
-def replace_ranges(sink: UOp, replacements: dict[UOp, UOp], reduce_ranges: dict[UOp, tuple[UOp, ...]]) -> UOp:
+def replace_ranges(
+    sink: UOp, replacements: dict[UOp, UOp], reduce_ranges: dict[UOp, tuple[UOp, ...]], simplified: bool = True
+) -> UOp:
     """`sink` with ranges replaced by expressions; a RANGE_REDUCE's own range list is given by `reduce_ranges`."""
     done: dict[UOp, UOp] = {}
     for node in sink.toposort:
@@ -33,7 +35,7 @@ def replace_ranges(sink: UOp, replacements: dict[UOp, UOp], reduce_ranges: dict[
         else:
             new_src = tuple(done[source] for source in node.src)
             done[node] = node if new_src == node.src else node.replace(src=new_src)
-    return simplify(done[sink])
+    return simplify(done[sink]) if simplified else done[sink]
 
 
 def merge_pair(sink: UOp, outer: UOp, inner: UOp) -> UOp | None:
@@ -108,7 +110,8 @@ def upcast(sink: UOp, loop: UOp, factor: int) -> UOp:
     stores: dict[UOp, None] = {}
     for store in sink.src:
         for part in range(factor):
-            stores[replace_ranges(store, {loop: outer * factor + part}, {})] = None
+            stores[replace_ranges(store, {loop: outer * factor + part}, {}, simplified=False)] = None
+    # one simplification of all the copies: what they share is simplified once
     return simplify(sink.replace(src=tuple(stores)))
 
 
