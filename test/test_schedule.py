@@ -136,3 +136,55 @@ def test_gradient_of_elementwise_chain_is_one_kernel_each():
     assert kernels(x.grad) == 1
     assert kernels(y.grad) == 1
     assert kernels(x.grad, y.grad) == 2
+
+
+def _training_step_kernels(model, optimizer, x, y, loss_fn) -> int:
+    """Kernels in one realized training step (loss, backward, update in one schedule), after a warm-up step."""
+    counts = []
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        GlobalCounters.reset()
+        Tensor.realize_all(loss, *optimizer.schedule_step())
+        counts.append(GlobalCounters.kernel_count)
+    return counts[-1]
+
+
+def test_linear_relu_sum_adam_step():
+    from lazygrad import nn
+    from lazygrad.nn.optim import Adam
+
+    Tensor.manual_seed(0)
+    layer = nn.Linear(32, 128)
+    optimizer = Adam([layer.weight, layer.bias], lr=0.01)
+    x = rand(4, 32).realize()
+    # tinygrad: 13
+    assert _training_step_kernels(layer, optimizer, x, None, lambda out, _: out.relu().sum()) == 13
+
+
+def test_conv_batchnorm_relu_eval_forward():
+    from lazygrad import nn
+    from lazygrad.nn.state import get_parameters
+
+    conv, norm = nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)
+    Tensor.realize_all(*get_parameters([conv, norm]))
+    assert kernels(norm(conv(rand(2, 3, 8, 8))).relu()) == 1
+
+
+def test_mlp_training_step():
+    from lazygrad import nn
+    from lazygrad.nn.optim import SGD
+    from lazygrad.nn.state import get_parameters
+
+    Tensor.manual_seed(0)
+    layers = [nn.Linear(784, 512), nn.Linear(512, 512), nn.Linear(512, 10)]
+
+    def model(x):
+        return layers[2](layers[1](layers[0](x).relu()).relu())
+
+    optimizer = SGD(get_parameters(layers), lr=0.01)
+    x = rand(64, 784).realize()
+    y = Tensor(np.random.default_rng(0).integers(0, 10, 64).astype(np.int32))
+    # tinygrad: 26
+    assert _training_step_kernels(model, optimizer, x, y, lambda out, y: out.sparse_categorical_crossentropy(y)) == 23
