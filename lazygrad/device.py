@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import os
 import tempfile
+from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 import numpy as np
@@ -109,20 +110,23 @@ class Buffer:
         return f"<Buffer {self.device} {self.size} {self.dtype}>"
 
 
-class Allocator:
+class Allocator(ABC):
     """Allocates device memory and copies NumPy arrays in and out of it."""
 
+    @abstractmethod
     def alloc(self, nbytes: int) -> Any:
-        raise NotImplementedError
+        """A handle to `nbytes` of device memory."""
 
     def free(self, handle: Any) -> None:
-        pass
+        """Give memory back (a no-op where the handle frees itself)."""
 
+    @abstractmethod
     def copyin(self, handle: Any, array: np.ndarray) -> None:
-        raise NotImplementedError
+        """Copy a contiguous array into device memory."""
 
+    @abstractmethod
     def copyout(self, out: np.ndarray, handle: Any) -> None:
-        raise NotImplementedError
+        """Copy device memory into a contiguous array."""
 
 
 class HostAllocator(Allocator):
@@ -141,13 +145,14 @@ class HostAllocator(Allocator):
         out.view(np.uint8)[:] = handle[: out.nbytes]
 
 
-class Compiler:
+class Compiler(ABC):
     """Turns source text into a binary, cached in memory and on disk by the hash of (compiler, source)."""
 
     cache_name = "compiler"
 
+    @abstractmethod
     def compile(self, source: str) -> bytes:
-        raise NotImplementedError
+        """The binary for `source`."""
 
     def compile_cached(self, source: str) -> bytes:
         key = hashlib.sha256(f"{self.cache_name}\n{source}".encode()).hexdigest()

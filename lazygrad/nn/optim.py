@@ -3,10 +3,12 @@ in one schedule."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from lazygrad.tensor import Tensor
 
 
-class Optimizer:
+class Optimizer(ABC):
     """Holds float parameters; `zero_grad` clears their gradients, `step` updates them in place."""
 
     def __init__(self, params: list[Tensor], lr: float):
@@ -51,8 +53,9 @@ class Optimizer:
         (`Tensor.realize_all(loss, *opt.schedule_step())`): in one schedule, everything reads the old weights."""
         return self._updates()
 
+    @abstractmethod
     def _updates(self) -> list[Tensor]:
-        raise NotImplementedError
+        """Assign every parameter's (and its state's) new value; the tensors to realize."""
 
     def _gradient(self, param: Tensor) -> Tensor | None:
         if param.grad is None:

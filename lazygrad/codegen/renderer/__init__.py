@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher
 
@@ -13,11 +15,12 @@ def kernel_name(program: list[UOp]) -> str:
     return "_".join([prefix] + [str(loop.src[0].arg) for loop in loops]) if loops else prefix + "_1"
 
 
-class Renderer:
+class Renderer(ABC):
     """Turns a linear program into source text. `rewrites` are rules the kernel graph goes through first, for ops
     this language has no good form of (e.g. polynomial exp2/log2/sin where the built-ins do not vectorize)."""
 
     rewrites: PatternMatcher | None = None
 
+    @abstractmethod
     def render(self, name: str, program: list[UOp]) -> str:
-        raise NotImplementedError
+        """The source of a function called `name` running `program`."""
