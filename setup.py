@@ -9,12 +9,15 @@ setup(
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["lazygrad", "lazygrad.*"]),
+    package_data={"lazygrad.runtime": ["cuda_shim.h"]},
     python_requires=">=3.10",
     install_requires=["numpy", "llvmlite"],
     extras_require={
         "testing": ["pytest", "pytest-xdist", "hypothesis", "ruff", "torch==2.13.0", "safetensors"],
         "opencl": ["pyopencl", "pocl-binary-distribution"],
         "cuda": ["pycuda", "nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
+        # CUDA=1 MOCKCUDA=1 on a machine without a driver (pycuda only builds where one exists)
+        "mockcuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
         "viz": ["graphviz"],
         "examples": ["tqdm", "matplotlib", "scikit-learn"],
     },

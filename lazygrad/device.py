@@ -195,8 +195,3 @@ def describe_devices() -> list[tuple[str, str]]:
         except (DeviceUnavailable, ImportError) as error:
             rows.append((name, f"unavailable: {error}"))
     return rows
-
-
-if __name__ == "__main__":
-    for device_name, state in describe_devices():
-        print(f"{device_name:8s} {state}")

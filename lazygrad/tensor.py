@@ -269,6 +269,8 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
         realized.update(remember)
         for tensor in tensors_holding(becomes):
+            if tensor.device != becomes[tensor.uop].base.arg[2]:
+                continue  # the same device-less node (a constant) on another device
             if tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
                 tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
             tensor.uop = becomes[tensor.uop]

@@ -135,3 +135,13 @@ def test_compile_cache_is_hit():
     np.testing.assert_allclose((b * 7 - 1).numpy(), (np.arange(8) + 1) * 7 - 1)
     assert GlobalCounters.compile_count == 0
     assert GlobalCounters.compile_cache_hits >= 1
+
+
+def test_constants_realized_on_one_device_stay_there():
+    # a broadcast constant has no buffer and so no device: realizing it on one device must not hand that buffer to
+    # the same constant used on another
+    on_python = Tensor.zeros(4, device="PYTHON").realize()
+    on_llvm = Tensor.zeros(4, device="LLVM")
+    result = Tensor(np.ones(4, np.float32), device="LLVM") + on_llvm
+    np.testing.assert_allclose(result.numpy(), np.ones(4))
+    assert on_python.uop.base.arg[2] == "PYTHON" and result.uop.base.arg[2] == "LLVM"

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of, is_buffer_view
-from lazygrad.helpers import getenv
+from lazygrad.helpers import JIT
 
 
 class JitError(RuntimeError):
@@ -58,7 +58,7 @@ class TinyJit:
     def __call__(self, *args, **kwargs):
         from lazygrad.tensor import Tensor
 
-        if not getenv("JIT", 1):
+        if not JIT:
             return self.function(*args, **kwargs)
         tensors = _tensors_in(list(args) + list(kwargs.values()))
         Tensor.realize_all(*tensors)

@@ -184,13 +184,19 @@ def _results(prepared: dict[UOp, UOp], sink: UOp, roots: list[UOp], buffer_views
     becomes |= {node: buffer_views[node] for node in roots}
     assigned = {root.src[0].base for root in roots if root.op is Ops.ASSIGN}
     reads_assigned: set[UOp] = set()
+    # a node with no buffer below it (a broadcast constant, an arange) belongs to no device: recomputing it is
+    # free, and remembering it would hand one device's buffer to a graph on another
+    reads_buffer: set[UOp] = set()
     for node in sink.toposort:
         if node in assigned or any(source in reads_assigned for source in node.src):
             reads_assigned.add(node)
+        if node.op is Ops.BUFFER or any(source in reads_buffer for source in node.src):
+            reads_buffer.add(node)
     remember = {
         node: view
         for node, view in becomes.items()
         if prepared.get(node, node) in buffer_views
+        and prepared.get(node, node) in reads_buffer
         and (node.op is Ops.ASSIGN or prepared.get(node, node) not in reads_assigned)
     }
     return becomes, remember

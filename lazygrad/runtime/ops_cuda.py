@@ -3,8 +3,8 @@
 Without a driver, `MOCKCUDA=1` still checks the CUDA renderer end to end: every kernel is compiled to PTX by NVRTC
 (a compile error fails loudly with the source and log), then the same source is compiled as C++ with
 `cuda_shim.h` (g++ -fopenmp) and run on the CPU, one OpenMP thread per CUDA thread of a block. Buffers then live
-in host memory. The mock is slow to compile (about half a second per kernel); its binaries are cached on disk
-like every other device's.
+in host memory. A kernel that synchronizes (a group reduction) runs its block as a team of OpenMP threads. Each
+kernel costs about 0.2 s to compile (NVRTC, then g++); the binaries are cached on disk like every other device's.
 
 NVRTC comes from the pip wheels `nvidia-cuda-nvrtc` and `nvidia-cuda-runtime` (for cuda_fp16.h), or from a CUDA
 toolkit in /usr/local/cuda; pycuda is imported only when a real GPU is used.
@@ -26,12 +26,14 @@ import numpy as np
 
 from lazygrad.codegen.renderer.cstyle import CUDARenderer
 from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, HostAllocator
-from lazygrad.helpers import getenv
+from lazygrad.helpers import MOCKCUDA
 from lazygrad.runtime.ops_cpu import load_shared_library
 
 INSTALL_HINT = "pip install 'lazygrad[cuda]'"
+NVRTC_WHEELS = "'nvidia-cuda-nvrtc==13.0.*' 'nvidia-cuda-runtime==13.0.*'"
 SHIM_PATH = os.path.join(os.path.dirname(__file__), "cuda_shim.h")
 THREADS_PER_BLOCK = 256
+RENDERER = CUDARenderer()
 SHIM_FLAGS = ("-std=c++17", "-O2", "-march=native", "-fwrapv", "-fopenmp", "-shared", "-fPIC")
 
 
@@ -64,7 +66,7 @@ class NVRTC:
                 self.include_directory = include_directory
                 break
         else:
-            raise DeviceUnavailable(f"CUDA: NVRTC not found — {INSTALL_HINT}")
+            raise DeviceUnavailable(f"CUDA: NVRTC not found — pip install {NVRTC_WHEELS} (or {INSTALL_HINT})")
         self.library.nvrtcGetErrorString.restype = ctypes.c_char_p
         major, minor = ctypes.c_int(), ctypes.c_int()
         self.check(self.library.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)))
@@ -145,9 +147,9 @@ class MockCUDACompiler(PTXCompiler):
 
 
 def launch_size(global_loops: tuple[int, ...]) -> tuple[int, int]:
-    """(blocks, threads per block) covering one thread per iteration of the outermost global loop."""
-    threads = global_loops[0] if global_loops else 1
-    block = min(THREADS_PER_BLOCK, threads)
+    """(blocks, threads per block) for the threads the renderer's kernel expects (see `CUDARenderer.launch_size`)."""
+    threads, block = RENDERER.launch_size(global_loops)
+    block = block or min(THREADS_PER_BLOCK, threads)
     return -(-threads // block), block
 
 
@@ -208,7 +210,7 @@ class CUDADevice(Compiled):
         self.driver = pycuda.driver
         major, minor = pycuda.autoinit.device.compute_capability()
         compiler = PTXCompiler(f"compute_{major}{minor}")
-        super().__init__("CUDA", CUDAAllocator(self.driver), CUDARenderer(), compiler, CUDAProgram)
+        super().__init__("CUDA", CUDAAllocator(self.driver), RENDERER, compiler, CUDAProgram)
 
     def synchronize(self) -> None:
         """Wait until every launched kernel has finished."""
@@ -224,8 +226,8 @@ def has_driver() -> bool:
 
 
 def open_device() -> Compiled:
-    if getenv("MOCKCUDA", 0):
-        return Compiled("CUDA", HostAllocator(), CUDARenderer(), MockCUDACompiler(), MockCUDAProgram)
+    if MOCKCUDA:
+        return Compiled("CUDA", HostAllocator(), RENDERER, MockCUDACompiler(), MockCUDAProgram)
     if not has_driver():
         raise DeviceUnavailable("CUDA: no CUDA driver — set MOCKCUDA=1 to run on the CPU, or install a driver")
     return CUDADevice()

@@ -2,10 +2,12 @@
 'lazygrad[opencl]'), and on any OpenCL GPU.
 
 The platform and device are chosen deliberately: `CL_PLATFORM` and `CL_DEVICE` (indices, as listed by
-`python -m lazygrad.device`) override; otherwise the first platform with a device is used. Programs are built once:
-the program binary is cached on disk (keyed by platform, device and driver version), a loaded program is cached in
-memory by its binary, and each kernel object is fetched once. Launches run one work-item per iteration of the
-kernel's outermost global loop.
+`python -m lazygrad.device`) override; otherwise the first device, in platform order, that builds a test kernel
+is used (PoCL 3.0 from pip cannot build for CPUs newer than its LLVM 14, such as AMD Zen 5; Debian's PoCL 3.1 can).
+Programs are built once: the program binary is cached on disk (keyed by platform, device and driver version), a
+loaded program is cached in memory by its binary, and each kernel object is fetched once. The renderer says how many
+work-items a kernel needs (`OpenCLRenderer.launch_size`): one per iteration, or per vector of iterations, of the
+outermost global loop, or one group for a kernel without global loops.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from lazygrad.codegen.renderer.cstyle import OpenCLRenderer
+from lazygrad.codegen.renderer.opencl import OpenCLRenderer
 from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable
-from lazygrad.helpers import DEBUG, getenv
+from lazygrad.helpers import CL_DEVICE, CL_PLATFORM, DEBUG
 
 INSTALL_HINT = "pip install 'lazygrad[opencl]'"
 # work-items per work-group: PoCL's CPU driver runs a work-group as vectorized loops, GPUs as one block of threads
@@ -56,7 +58,7 @@ def choose_device(cl) -> Any:
         platforms = []
     if not platforms:
         raise DeviceUnavailable(f"GPU: no OpenCL platform found — {INSTALL_HINT}")
-    platform_choice, device_choice = getenv("CL_PLATFORM", -1), getenv("CL_DEVICE", -1)
+    platform_choice, device_choice = CL_PLATFORM.value, CL_DEVICE.value
     if platform_choice >= len(platforms):
         raise DeviceUnavailable(f"GPU: CL_PLATFORM={platform_choice} but there are {len(platforms)} OpenCL platforms")
     candidates = []
@@ -131,8 +133,11 @@ class CLDevice(Compiled):
         self.programs: dict[bytes, Any] = {}
         allocator = CLAllocator(cl, self.context, self.queue)
         compiler = CLCompiler(cl, self.context, self.device)
-        # CPU drivers want vectors as wide as their SIMD registers; GPUs (preferred width 1) want none
-        renderer = OpenCLRenderer(vector_width=min(max(self.device.preferred_vector_width_float, 1), 16))
+        # CPU drivers want vectors as wide as their SIMD registers; GPUs (preferred width 1) want none, and group
+        # reductions as wide as a work-group may be (a power of two)
+        vector_width = min(max(self.device.preferred_vector_width_float, 1), 16)
+        group_size = 1 << (min(self.device.max_work_group_size, 256).bit_length() - 1)
+        renderer = OpenCLRenderer(vector_width=vector_width, group_size=group_size)
         super().__init__("GPU", allocator, renderer, compiler, self.load_program)
 
     def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0) -> CLProgram:
@@ -141,7 +146,8 @@ class CLDevice(Compiled):
         if key not in self.programs:
             program = self.cl.Program(self.context, [self.device], [binary])
             self.programs[key] = program.build()
-        return CLProgram(self, self.cl.Kernel(self.programs[key], name), global_loops)
+        threads, group = self.renderer.launch_size(global_loops)
+        return CLProgram(self, self.cl.Kernel(self.programs[key], name), threads, group)
 
     def synchronize(self) -> None:
         """Wait until every queued command has finished."""
@@ -149,15 +155,13 @@ class CLDevice(Compiled):
 
 
 class CLProgram:
-    """A kernel object and its launch size: one work-item per iteration of the outermost global loop (or per
-    vector of iterations, when the renderer vectorizes that loop)."""
+    """A kernel object and its launch size: `threads` work-items (rounded up to whole groups; the kernel checks its
+    bounds) in groups of `group` (None: PREFERRED_GROUP_SIZE)."""
 
-    def __init__(self, device: CLDevice, kernel: Any, global_loops: tuple[int, ...]):
+    def __init__(self, device: CLDevice, kernel: Any, threads: int, group: int | None):
         self.device, self.kernel = device, kernel
-        threads = device.renderer.launch_threads(global_loops)
-        self.local_size = min(PREFERRED_GROUP_SIZE, threads, device.device.max_work_group_size)
-        groups = -(-threads // self.local_size)
-        self.global_size = groups * self.local_size
+        self.local_size = group or min(PREFERRED_GROUP_SIZE, threads, device.device.max_work_group_size)
+        self.global_size = -(-threads // self.local_size) * self.local_size
 
     def __call__(self, *buffers: Any) -> float | None:
         """Queue one launch; at DEBUG>=2 wait for it and return its time in seconds from the profiling event."""

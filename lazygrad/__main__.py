@@ -1,0 +1,8 @@
+"""`python -m lazygrad`: every device, and whether it is available here (and why not)."""
+
+from lazygrad.device import Device, describe_devices
+
+if __name__ == "__main__":
+    for device_name, state in describe_devices():
+        print(f"{device_name:8s} {state}")
+    print(f"default: {Device.DEFAULT}")

@@ -1,0 +1,340 @@
+"""OpenCL C: the C-style renderer plus vector types.
+
+On a CPU driver (PoCL), loops are computed several iterations at a time in vector types (float8 ...): PoCL
+vectorizes straight-line kernels across work-items by itself, but a loop inside a work-item stays scalar there, and
+its exp2/log2/sin are vectorized only when called on vectors. The vectorized loop is the innermost global loop or,
+in a kernel without global loops (a full reduction), its top-level reduce loop, whose vector accumulators are
+combined lane by lane after it. A GPU driver prefers a vector width of 1, which turns vectors off and group
+reductions on (see the C-style base). Vector bools are signed integer vectors (-1 true, 0 false), as OpenCL's
+vector comparisons return them.
+"""
+
+from __future__ import annotations
+
+from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
+from lazygrad.dtype import DType, dtypes
+from lazygrad.uop.ops import Ops, UOp
+
+
+def find_varying(program: list[UOp], loop: UOp) -> set[UOp]:
+    """The nodes whose value depends on `loop`'s index; an accumulator is varying when a varying value is stored
+    into it (found by repeating the pass until nothing changes, since the accumulator is read before it is
+    written). The final read of an accumulator of a reduce loop is not: it combines the lanes."""
+    varying = {loop}
+    changed = True
+    while changed:
+        changed = False
+        for node in program:
+            if node in varying or node.op in (Ops.ENDRANGE, Ops.DEFINE_GLOBAL, Ops.RANGE):
+                continue
+            if (
+                loop.arg[1] != "global"
+                and node.op is Ops.LOAD
+                and node.src[0].op is Ops.DEFINE_ACC
+                and len(node.src) == 1
+            ):
+                continue
+            if any(source in varying for source in node.src):
+                varying.add(node)
+                changed = True
+                if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
+                    varying.add(node.src[0])
+    return varying
+
+
+# vector bools are signed integer vectors (-1 true, 0 false), as OpenCL's vector comparisons return them
+VECTOR_BOOL_TEMPLATES: dict[Ops, str] = {
+    Ops.ADD: "{a} | {b}",
+    Ops.MUL: "{a} & {b}",
+    Ops.MAX: "{a} | {b}",
+    Ops.OR: "{a} | {b}",
+    Ops.AND: "{a} & {b}",
+    Ops.XOR: "{a} ^ {b}",
+    Ops.CMPNE: "{a} ^ {b}",
+    Ops.CMPLT: "~{a} & {b}",
+    Ops.NEG: "~{a}",
+}
+# every lane divides by a non-zero number (integer division by zero traps), then lanes dividing by zero give 0
+VECTOR_SAFE_DIVISION = "({b} == 0) ? ({t})(0) : {a} {operator} (({b} == 0) ? ({t})(1) : {b})"
+
+
+class OpenCLRenderer(CStyleRenderer):
+    """OpenCL C. Half is a storage type only (vload_half/vstore_half): PoCL has no cl_khr_fp16.
+
+    Loads and stores whose index moves by one per iteration of the vectorized loop become vload/vstore; other
+    indices gather and scatter lane by lane. When the kernel has only one global loop, a work-item computes
+    `vector_width` of its iterations (see `launch_size`).
+    """
+
+    kernel_prefix = "__kernel "
+    buffer_prefix = "__global "
+    gpu_style = True
+    split_outer_loop = False
+    rewrites = None  # PoCL's exp2/log2/sin work on vectors, a GPU's are hardware
+    thread_index = "get_global_id(0)"
+    local_index = "get_local_id(0)"
+    shared_prefix = "__local "
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    preamble = ""
+    # private `half` variables need cl_khr_fp16, but a pointer to half does not: round through 16-bit slots
+    half_rounding = (
+        "float{width} round_to_half{width}(float{width} value) {{\n"
+        "  ushort{width} bits;\n"
+        "  vstore_half{width}(value, 0, (__private half*)&bits);\n"
+        "  return vload_half{width}(0, (__private half*)&bits);\n"
+        "}}\n"
+    )
+    register_types = CStyleRenderer.register_types | {dtypes.bool: "bool", dtypes.uint32: "uint", dtypes.int64: "long"}
+    memory_types = register_types | {dtypes.bool: "uchar", dtypes.float16: "half"}
+    int64_suffix = "l"
+    math_functions = CStyleRenderer.double_math_functions  # overloaded for float, double and their vectors
+    half_load = "vload_half({index}, {buffer})"
+    half_store = "vstore_half({value}, {index}, {buffer});"
+    half_round = "round_to_half({a})"
+    smallest_vector = 4  # narrower vectors do not pay for their gathers
+
+    def __init__(self, vector_width: int = 8, group_size: int = 256):
+        """`vector_width`: the widest vector to compute in (the device's preferred float vector width; 1: none).
+        `group_size`: the work-items of a group reduction, used only without vectors (a power of two)."""
+        self.widest_vector = vector_width
+        self.vector_width = 1
+        self.group_size = group_size if vector_width < self.smallest_vector else 1
+
+    def lanes_for(self, iterations: int) -> int:
+        """The vector width for a loop of this many iterations: the widest allowed one that divides it, else 1."""
+        width = self.widest_vector
+        while width >= self.smallest_vector and iterations % width:
+            width //= 2
+        return width if width >= self.smallest_vector else 1
+
+    def choose_vector_loop(self, program: list[UOp]) -> None:
+        """The innermost global loop, when its size allows. A loop inside a work-item is vectorized only when it
+        makes every store contiguous (a kernel whose loop was upcast is left to scalar code) and a reduce loop only
+        when it makes every load it changes contiguous; the thread loop always is, since `launch_size` knows only
+        the loop sizes."""
+        global_loops = [node for node in program if node.op is Ops.RANGE and node.arg[1] == "global"]
+        top_loops = [node for node in program if node.op is Ops.RANGE][:1]
+        candidate = global_loops[-1] if global_loops else (top_loops[0] if top_loops else None)
+        self.vector_width = self.lanes_for(candidate.src[0].arg) if candidate is not None else 1
+        if self.vector_width == 1:
+            return
+        self.vector_loop = candidate
+        self.varying = find_varying(program, candidate)
+        stores = [node for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL]
+        loads = [node for node in program if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL]
+        if candidate is self.thread_loop:
+            return
+        if candidate.arg[1] == "global":
+            contiguous = all(self.stride(node.src[1]) == 1 for node in stores)
+        else:
+            contiguous = all(self.stride(node.src[1]) in (0, 1) for node in loads)
+        if not contiguous:
+            self.vector_loop, self.varying, self.strides, self.vector_width = None, set(), {}, 1
+
+    def launch_size(self, global_loops: tuple[int, ...]) -> tuple[int, int | None]:
+        if len(global_loops) == 1 and self.lanes_for(global_loops[0]) > 1:
+            return max(global_loops[0] // self.lanes_for(global_loops[0]), 1), None
+        return super().launch_size(global_loops)
+
+    def render_accumulator_read(self, name: str, node: UOp) -> None:
+        """After a vectorized reduce loop, the lanes of its accumulator are combined into one value."""
+        accumulator = node.src[0]
+        if accumulator not in self.varying or node in self.varying:
+            return super().render_accumulator_read(name, node)
+        self.declare(node, name, f"{self.names[accumulator]}.s0")
+        for lane in range(1, self.vector_width):
+            self.emit(f"{name} = {self.combine(accumulator, name, f'{self.names[accumulator]}.s{lane:x}')};")
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        source = super().render(name, program)
+        if any(node.dtype == dtypes.float64 for node in program):
+            return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + source
+        return source
+
+    def render_bitcast(self, value: str, from_dtype: DType, to_dtype: DType) -> str:
+        return f"as_{self.register_types[to_dtype]}({value})"
+
+    def render_half_preamble(self) -> str:
+        widths = sorted({1, self.vector_width})
+        return "".join(self.half_rounding.format(width=width if width > 1 else "") for width in widths)
+
+    # ---- vector values ------------------------------------------------------------------------------------------
+
+    def vector_type(self, dtype: DType) -> str:
+        return f"int{self.vector_width}" if dtype == dtypes.bool else f"{self.register_types[dtype]}{self.vector_width}"
+
+    def lanes(self, node: UOp) -> str:
+        """A node's value as a vector: varying values are vectors already, the others are broadcast."""
+        if node in self.varying:
+            return self.names[node]
+        if node.dtype == dtypes.bool:
+            return f"({self.vector_type(node.dtype)})({self.value(node)} ? -1 : 0)"
+        return f"({self.vector_type(node.dtype)})({self.value(node)})"
+
+    def lane(self, node: UOp, lane: int) -> str:
+        """One lane of a node's value (a uniform value is the same in every lane)."""
+        return f"{self.names[node]}.s{lane:x}" if node in self.varying else self.value(node)
+
+    def condition(self, node: UOp, operand_dtype: DType) -> str:
+        """A bool as the condition of `?:` between vectors of `operand_dtype`: lanes of the same bit width."""
+        if node not in self.varying:
+            return self.value(node)
+        if operand_dtype != dtypes.bool and operand_dtype.bits == 64:
+            return f"convert_long{self.vector_width}({self.names[node]})"
+        return self.names[node]
+
+    def stride(self, node: UOp) -> int | None:
+        """How much an integer value grows from one lane to the next, or None when it is not affine in the loop."""
+        if node not in self.varying:
+            return 0
+        if node not in self.strides:
+            strides = [self.stride(source) for source in node.src]
+            if node is self.vector_loop:
+                stride = 1
+            elif node.op is Ops.ADD and None not in strides:
+                stride = strides[0] + strides[1]
+            elif node.op is Ops.MUL and node.src[1].op is Ops.CONST and strides[0] is not None:
+                stride = strides[0] * node.src[1].arg
+            elif node.op is Ops.MUL and node.src[0].op is Ops.CONST and strides[1] is not None:
+                stride = strides[1] * node.src[0].arg
+            else:
+                stride = None
+            self.strides[node] = stride
+        return self.strides[node]
+
+    def declare_vector(self, node: UOp, name: str, expression: str) -> None:
+        self.names[node] = name
+        self.emit(f"{self.vector_type(node.dtype)} {name} = {expression};")
+
+    def render_vector_node(self, position: int, node: UOp) -> None:
+        op, src, name = node.op, node.src, f"v{position}"
+        if op is Ops.RANGE:
+            self.render_vector_range(position, node)
+        elif op is Ops.DEFINE_ACC:
+            self.declare_vector(node, f"acc{node.arg[1]}", self.lanes(UOp.const(node.dtype, node.arg[0])))
+        elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
+            self.declare_vector(node, name, self.names[src[0]])
+        elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
+            self.emit(f"{self.names[src[0]]} = {self.lanes(src[1])};")
+        elif op is Ops.LOAD:
+            self.render_vector_load(name, node)
+        elif op is Ops.STORE:
+            self.render_vector_store(node)
+        elif op is Ops.CAST:
+            self.declare_vector(node, name, self.render_vector_cast(src[0], node.dtype))
+        elif op is Ops.BITCAST:
+            self.declare_vector(node, name, f"as_{self.vector_type(node.dtype)}({self.lanes(src[0])})")
+        else:
+            self.declare_vector(node, name, self.render_vector_alu(node))
+
+    def render_vector_range(self, position: int, node: UOp) -> None:
+        prefix = "gidx" if node.arg[1] == "global" else "ridx"
+        end, first, width = self.value(node.src[0]), f"{prefix}{position}_first", self.vector_width
+        if node is self.thread_loop:
+            self.emit(f"long {first} = {self.thread_index} * {width};")
+            self.emit(f"if ({first} < {end}) {{")
+        else:
+            self.emit(f"for (long {first} = 0; {first} < {end}; {first} += {width}) {{")
+        self.depth += 1
+        offsets = ", ".join(f"{lane}l" for lane in range(width))
+        self.declare_vector(node, f"{prefix}{position}", f"{first} + (long{width})({offsets})")
+
+    # ---- vector memory ------------------------------------------------------------------------------------------
+
+    def read_contiguous(self, buffer: str, first: str, dtype: DType) -> str:
+        width = self.vector_width
+        if dtype == dtypes.float16:
+            return f"vload_half{width}(0, {buffer} + {first})"
+        if dtype == dtypes.bool:
+            return f"convert_int{width}(vload{width}(0, {buffer} + {first}) != (uchar)0)"
+        return f"vload{width}(0, {buffer} + {first})"
+
+    def read_lanes(self, buffer: str, index: str, dtype: DType) -> str:
+        """A gather: lane k reads element index.sk."""
+        lanes = [f"{index}.s{lane:x}" for lane in range(self.vector_width)]
+        if dtype == dtypes.float16:
+            return f"(float{self.vector_width})({', '.join(f'vload_half({i}, {buffer})' for i in lanes)})"
+        if dtype == dtypes.bool:
+            gathered = f"(uchar{self.vector_width})({', '.join(f'{buffer}[{i}]' for i in lanes)})"
+            return f"convert_int{self.vector_width}({gathered} != (uchar)0)"
+        return f"({self.vector_type(dtype)})({', '.join(f'{buffer}[{i}]' for i in lanes)})"
+
+    def render_vector_load(self, name: str, node: UOp) -> None:
+        buffer, index = self.names[node.src[0]], node.src[1]
+        valid = node.src[2] if len(node.src) == 3 else None
+        zero = self.lanes(UOp.const(node.dtype, 0))
+        contiguous = index in self.varying and self.stride(index) == 1
+        if contiguous and (valid is None or valid not in self.varying):
+            read = self.read_contiguous(buffer, f"{self.names[index]}.s0", node.dtype)
+            self.declare_vector(node, name, read if valid is None else f"{self.value(valid)} ? {read} : {zero}")
+            return
+        # a gather; a gated one reads element 0 in invalid lanes, then selects zero there
+        index_text = self.lanes(index)
+        if valid is not None:
+            safe_index = f"{self.condition(valid, dtypes.index)} ? {index_text} : (long{self.vector_width})(0)"
+            self.emit(f"long{self.vector_width} {name}_index = {safe_index};")
+            index_text = f"{name}_index"
+        self.declare_vector(
+            node, f"{name}_raw" if valid is not None else name, self.read_lanes(buffer, index_text, node.dtype)
+        )
+        if valid is not None:
+            self.declare_vector(node, name, f"{self.condition(valid, node.dtype)} ? {name}_raw : {zero}")
+
+    def render_vector_store(self, node: UOp) -> None:
+        buffer, index, value = self.names[node.src[0]], node.src[1], node.src[2]
+        width, dtype = self.vector_width, value.dtype
+        if index in self.varying and self.stride(index) == 1:
+            first, values = f"{self.names[index]}.s0", self.lanes(value)
+            if dtype == dtypes.float16:
+                self.emit(f"vstore_half{width}({values}, 0, {buffer} + {first});")
+            elif dtype == dtypes.bool:
+                self.emit(f"vstore{width}(convert_uchar{width}(-{values}), 0, {buffer} + {first});")
+            else:
+                self.emit(f"vstore{width}({values}, 0, {buffer} + {first});")
+            return
+        # a scatter, lane by lane in order; with a uniform index the last lane's value is the one left
+        for lane in range(width) if index in self.varying else [width - 1]:
+            element, stored = self.lane(index, lane), self.lane(value, lane)
+            if dtype == dtypes.float16:
+                self.emit(f"vstore_half({stored}, {element}, {buffer});")
+            elif dtype == dtypes.bool:
+                self.emit(f"{buffer}[{element}] = {stored} != 0;")
+            else:
+                self.emit(f"{buffer}[{element}] = {stored};")
+
+    # ---- vector arithmetic --------------------------------------------------------------------------------------
+
+    def render_vector_cast(self, source: UOp, to_dtype: DType) -> str:
+        value, from_dtype, width = self.lanes(source), source.dtype, self.vector_width
+        if to_dtype == dtypes.bool:
+            compared = f"{value} != 0"
+            return compared if from_dtype == dtypes.bool or from_dtype.bits < 64 else f"convert_int{width}({compared})"
+        if from_dtype == dtypes.bool:
+            value = f"(-{value})"  # -1/0 lanes become 1/0
+        if to_dtype == dtypes.float16:
+            return f"round_to_half{width}(convert_float{width}({value}))"
+        if from_dtype.is_float and to_dtype.is_int and to_dtype.bits == 32:
+            # through 64 bits, so values outside the 32-bit range wrap instead of being undefined
+            return f"convert_{self.vector_type(to_dtype)}(convert_long{width}({value}))"
+        if from_dtype.is_int and to_dtype.is_int and from_dtype.bits == to_dtype.bits:
+            return f"as_{self.vector_type(to_dtype)}({value})"
+        return f"convert_{self.vector_type(to_dtype)}({value})"
+
+    def render_vector_alu(self, node: UOp) -> str:
+        op, src = node.op, node.src
+        operand_dtype = src[-1].dtype
+        if op is Ops.WHERE:
+            return f"{self.condition(src[0], node.dtype)} ? {self.lanes(src[1])} : {self.lanes(src[2])}"
+        operands = dict(zip("abc", (self.lanes(source) for source in src)))
+        if operand_dtype == dtypes.bool:
+            return VECTOR_BOOL_TEMPLATES[op].format(**operands)
+        if op in (Ops.IDIV, Ops.MOD) and not (src[1].op is Ops.CONST and src[1].arg != 0):
+            operator = "/" if op is Ops.IDIV else "%"
+            t = self.vector_type(node.dtype)
+            return VECTOR_SAFE_DIVISION.format(t=t, operator=operator, **operands)
+        expression = ALU_TEMPLATES[op][operand_dtype.kind].format(**operands, **self.double_math_functions)
+        if op in (Ops.CMPLT, Ops.CMPNE) and operand_dtype.bits == 64:
+            expression = f"convert_int{self.vector_width}({expression})"
+        if node.dtype == dtypes.float16:
+            expression = f"round_to_half{self.vector_width}({expression})"
+        return expression

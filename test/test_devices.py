@@ -1,0 +1,421 @@
+"""Device-specific tests for the C-style backends: CPU (C), GPU (OpenCL) and CUDA.
+
+Each backend that can run here compiles and runs a few kernels (elementwise, reduce, matmul, half, bool, int) and
+must match NumPy; a backend that cannot run is skipped with the reason its error gives. CUDA runs where a driver
+exists or with `MOCKCUDA=1`. The rendered sources are checked without any device, and the disk cache is checked
+across two processes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lazygrad import Device, Tensor, dtypes
+from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.lower import lower_kernel
+from lazygrad.codegen.renderer import kernel_name
+from lazygrad.codegen.renderer.cstyle import CStyleRenderer, CUDARenderer
+from lazygrad.codegen.renderer.opencl import OpenCLRenderer
+from lazygrad.device import Buffer, DeviceUnavailable
+from lazygrad.helpers import DEVICE_ENV_VARS
+from lazygrad.uop.ops import Ops, UOp
+
+BACKENDS = ["CPU", "GPU", "CUDA"]
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(params=BACKENDS)
+def device(request) -> str:
+    """A backend's name, or a skip saying why it cannot run here."""
+    try:
+        Device[request.param]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    return request.param
+
+
+def numbers(*shape, seed=0, low=-2.0, high=2.0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(low, high, size=shape).astype(np.float32)
+
+
+def integers(*shape, seed=0, low=-50, high=50) -> np.ndarray:
+    return np.random.default_rng(seed).integers(low, high, size=shape).astype(np.int32)
+
+
+# ---- kernels run on each backend ---------------------------------------------------------------------------------
+
+
+def test_elementwise(device):
+    a, b = numbers(7, 33, seed=1), numbers(7, 33, seed=2)
+    x, y = Tensor(a, device=device), Tensor(b, device=device)
+    result = ((x * y + 1.5).exp2() - x.abs().sqrt()).numpy()
+    expected = np.exp2(a * b + 1.5) - np.sqrt(np.abs(a))
+    np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_reduce(device):
+    a = numbers(13, 65, seed=3)
+    x = Tensor(a, device=device)
+    np.testing.assert_allclose(x.sum(axis=1).numpy(), a.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.max(axis=0).numpy(), a.max(axis=0))
+    np.testing.assert_allclose(x.sum().numpy(), a.sum(), rtol=1e-5, atol=1e-4)
+
+
+def test_matmul(device):
+    a, b = numbers(17, 33, seed=4), numbers(33, 9, seed=5)
+    result = (Tensor(a, device=device) @ Tensor(b, device=device)).numpy()
+    np.testing.assert_allclose(result, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_half(device):
+    a, b = numbers(50, seed=6).astype(np.float16), numbers(50, seed=7).astype(np.float16)
+    x, y = Tensor(a, device=device), Tensor(b, device=device)
+    result = (x * y + x).numpy()
+    assert result.dtype == np.float16
+    np.testing.assert_allclose(result.astype(np.float32), (a * b + a).astype(np.float32), rtol=1e-3, atol=1e-3)
+    # casts round to half: 1 + 2**-12 is not a half, and 70000 overflows
+    wide = Tensor(np.array([1 + 2**-12, 70000.0, -3.25], dtype=np.float32), device=device)
+    np.testing.assert_array_equal(wide.cast(dtypes.float16).numpy(), np.array([1.0, np.inf, -3.25], np.float16))
+    assert Tensor(a, device=device).sum().numpy().dtype == np.float16
+
+
+def test_bool(device):
+    a, b = numbers(40, seed=8), numbers(40, seed=9)
+    x, y = Tensor(a, device=device), Tensor(b, device=device)
+    less = x < y
+    np.testing.assert_array_equal(less.numpy(), a < b)
+    np.testing.assert_array_equal((less & (x > 0)).numpy(), (a < b) & (a > 0))
+    np.testing.assert_array_equal(less.where(x, y).numpy(), np.where(a < b, a, b))
+    np.testing.assert_array_equal(Tensor(a > 0, device=device).cast(dtypes.float32).numpy(), (a > 0).astype(np.float32))
+
+
+def test_int(device):
+    a, b = integers(60, seed=10), integers(60, seed=11, low=1, high=9) * np.where(np.arange(60) % 2, 1, -1)
+    b = b.astype(np.int32)
+    x, y = Tensor(a, device=device), Tensor(b, device=device)
+    np.testing.assert_array_equal((x * y + 3).numpy(), a * b + 3)
+    # the primitives truncate like C; floor division and modulo follow Python, built from them
+    np.testing.assert_array_equal((x // y).numpy(), a // b)
+    np.testing.assert_array_equal((x % y).numpy(), a % b)
+    np.testing.assert_array_equal((x ^ y).numpy(), a ^ b)
+    np.testing.assert_array_equal((x << 2).numpy(), a << 2)
+    np.testing.assert_array_equal((x >> 1).numpy(), a >> 1)
+    np.testing.assert_array_equal(x.max().numpy(), a.max())
+    wrapped = Tensor(np.array([2**31 - 1], np.int32), device=device) + 1
+    assert wrapped.numpy().tolist() == [-(2**31)]
+
+
+def test_special_floats(device):
+    a = np.array([1.0, np.nan, -np.inf, np.inf, -0.0, 2.5], dtype=np.float32)
+    x = Tensor(a, device=device)
+    np.testing.assert_array_equal(x.maximum(0.0).numpy(), np.maximum(a, 0.0))  # NaN propagates
+    np.testing.assert_array_equal((x != x).numpy(), a != a)  # unordered not-equal
+    np.testing.assert_array_equal(x.cast(dtypes.bool).numpy(), a.astype(bool))
+    assert np.isnan(x.max().numpy())
+    np.testing.assert_array_equal((x * 0.1).numpy(), a * np.float32(0.1))  # constants are exact
+
+
+def test_shapes_the_opencl_renderer_vectorizes(device):
+    """Innermost loops of a multiple of 8 iterations: OpenCL computes them in float8 lanes (contiguous, strided,
+    reversed, broadcast and gated accesses); the other devices must agree."""
+    a, b = numbers(16, 24, seed=13), numbers(24, 32, seed=14)
+    x, y = Tensor(a, device=device), Tensor(b, device=device)
+    np.testing.assert_allclose((x @ y).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.sum(axis=0).numpy(), a.sum(axis=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.sum(axis=1).numpy(), a.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(x.T.contiguous().numpy(), a.T)
+    np.testing.assert_array_equal(x.flip(1).numpy(), a[:, ::-1])
+    np.testing.assert_array_equal(x.pad(((0, 0), (3, 5))).numpy(), np.pad(a, ((0, 0), (3, 5))))
+    np.testing.assert_array_equal((x[:, :8] + Tensor(a[0, :8], device=device)).numpy(), a[:, :8] + a[0, :8])
+    np.testing.assert_array_equal((x > 0).where(x, -x).numpy(), np.abs(a))
+    np.testing.assert_array_equal(((x > 0) != (x < 1)).numpy(), (a > 0) != (a < 1))
+    halves = x.cast(dtypes.float16)
+    np.testing.assert_array_equal((halves * 3).numpy(), a.astype(np.float16) * np.float16(3))
+    i, j = integers(8, 16, seed=15), integers(8, 16, seed=16, low=-3, high=4)
+    u, v = Tensor(i, device=device), Tensor(j, device=device)
+    np.testing.assert_array_equal((u // v.maximum(1)).numpy(), i // np.maximum(j, 1))
+    np.testing.assert_array_equal(u.cast(dtypes.float32).numpy(), i.astype(np.float32))
+    np.testing.assert_array_equal((u < v).numpy(), i < j)
+    np.testing.assert_array_equal((u > 0).sum(axis=0).numpy(), (i > 0).sum(axis=0))
+    # full reductions: vector accumulators on OpenCL, a group reduction in shared memory on CUDA
+    np.testing.assert_allclose(x.sum().numpy(), a.sum(), rtol=1e-5)
+    np.testing.assert_allclose((x * 2).mean().numpy(), (a * 2).mean(), rtol=1e-5)
+    assert x.max().numpy() == a.max() and u.sum().numpy() == i.sum() and (u > 40).any().numpy() == (i > 40).any()
+    np.testing.assert_allclose(halves.sum().numpy(), a.astype(np.float16).sum(dtype=np.float32), rtol=1e-2)
+
+
+def run_linear_program(device_name: str, program: list[UOp], output: Buffer, *inputs: Buffer) -> np.ndarray:
+    """Render, compile and run a hand-written linear program on a device; the output buffer's values."""
+    device = Device[device_name]
+    binary = device.compiler.compile_cached(device.renderer.render("probe", program))
+    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] == "global")
+    device.runtime("probe", binary, global_loops)(output.handle, *(buffer.handle for buffer in inputs))
+    return output.numpy()
+
+
+@pytest.mark.skipif(not hasattr(Ops, "BITCAST") or not hasattr(dtypes, "float64"), reason="no BITCAST/float64 here")
+@pytest.mark.parametrize("size", [16, 5])
+def test_doubles_and_bitcasts_inside_kernels(device, size):
+    """Kernels may compute in float64 and reinterpret bits, though tensors have neither (5: scalar code, 16: vector
+    lanes on OpenCL)."""
+    values = numbers(size, seed=17, low=0.5, high=4.0)
+    output, source = Buffer(device, size, dtypes.int32), Buffer(device, size, dtypes.float32).copyin(values)
+    parameters = [
+        UOp(Ops.DEFINE_GLOBAL, dtypes.int32, (), (0, size)),
+        UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, size)),
+    ]
+    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, "global"))
+    loaded = UOp(Ops.LOAD, dtypes.float32, (parameters[1], loop))
+    wide = UOp(Ops.CAST, dtypes.float64, (loaded,))
+    root = UOp(Ops.SQRT, dtypes.float64, (UOp(Ops.MUL, dtypes.float64, (wide, UOp.const(dtypes.float64, 2.0))),))
+    narrow = UOp(Ops.CAST, dtypes.float32, (root,))
+    bits = UOp(Ops.BITCAST, dtypes.int32, (narrow,))
+    store = UOp(Ops.STORE, dtypes.void, (parameters[0], loop, bits))
+    program = [*parameters, loop, loaded, wide, root.src[0], root, narrow, bits, store, UOp(Ops.ENDRANGE, src=(loop,))]
+    expected = np.sqrt(values.astype(np.float64) * 2).astype(np.float32).view(np.int32)
+    np.testing.assert_array_equal(run_linear_program(device, program, output, source), expected)
+
+
+def full_reduction(dtype, op: Ops, identity, size: int) -> list[UOp]:
+    """The linear program of `data0[0] = reduce(op, data1[0:size])`."""
+    output, source = UOp(Ops.DEFINE_GLOBAL, dtype, (), (0, 1)), UOp(Ops.DEFINE_GLOBAL, dtype, (), (1, size))
+    accumulator = UOp(Ops.DEFINE_ACC, dtype, (), (identity, 0))
+    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, "reduce"))
+    loaded, current = UOp(Ops.LOAD, dtype, (source, loop)), UOp(Ops.LOAD, dtype, (accumulator, loop))
+    updated = current.alu(op, loaded)
+    total = UOp(Ops.LOAD, dtype, (accumulator,))
+    store = UOp(Ops.STORE, dtypes.void, (output, UOp.const(dtypes.index, 0), total))
+    body = [loaded, current, updated, UOp(Ops.STORE, dtypes.void, (accumulator, updated))]
+    return [output, source, accumulator, loop, *body, UOp(Ops.ENDRANGE, src=(loop,)), total, store]
+
+
+@pytest.mark.parametrize(
+    "dtype, op, identity, values",
+    [
+        (dtypes.float32, Ops.ADD, 0.0, numbers(1000, seed=18)),
+        (dtypes.float32, Ops.MAX, -np.inf, np.where(np.arange(300) == 77, np.nan, numbers(300, seed=19))),
+        (dtypes.int32, Ops.ADD, 0, integers(999, seed=20)),
+        (dtypes.bool, Ops.MAX, False, np.arange(100) == 63),
+        (dtypes.float16, Ops.ADD, 0.0, numbers(200, seed=21, low=0.0, high=1.0)),
+    ],
+)
+def test_opencl_group_reductions_run_on_pocl(dtype, op, identity, values):
+    """The group reductions GPUs get (vector width 1), run on PoCL: every work-item of one group takes a share."""
+    try:
+        device = Device["GPU"]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    from lazygrad.runtime.ops_gpu import CLProgram
+
+    renderer = OpenCLRenderer(vector_width=1, group_size=64)
+    values = values.astype(dtype.np)
+    program = full_reduction(dtype, op, identity, values.size)
+    source = renderer.render("probe", program)
+    assert "barrier(CLK_LOCAL_MEM_FENCE);" in source
+    built = device.cl.Program(device.context, [device.device], [device.compiler.compile(source)]).build()
+    runner = CLProgram(device, device.cl.Kernel(built, "probe"), *renderer.launch_size(()))
+    output, data = Buffer("GPU", 1, dtype), Buffer("GPU", values.size, dtype).copyin(values)
+    runner(output.handle, data.handle)
+    expected = values.max() if op is Ops.MAX else values.sum(dtype=np.float64 if dtype.is_float else np.int64)
+    np.testing.assert_allclose(output.numpy().astype(np.float64), np.float64(expected), rtol=1e-3)
+
+
+# ---- rendered sources ----------------------------------------------------------------------------------------------
+
+
+def linear_programs(tensor: Tensor) -> list[list]:
+    """The unoptimized linear program of each kernel that realizing `tensor` would run: the loops are the tensor's
+    axes, whatever the optimizer would choose (merging, upcasting, unrolling)."""
+    return [linearize(lower_kernel(item.ast)) for item in tensor.schedule() if item.kind == "kernel"]
+
+
+def render(renderer, tensor: Tensor) -> str:
+    (program,) = linear_programs(tensor)
+    return renderer.render(kernel_name(program), program)
+
+
+def test_gpu_sources_use_the_thread_index():
+    elementwise = Tensor(numbers(4, 8)) * 2
+    opencl, cuda = render(OpenCLRenderer(), elementwise), render(CUDARenderer(), elementwise)
+    assert "get_global_id(0)" in opencl and "__kernel void" in opencl
+    assert "blockIdx.x * blockDim.x + threadIdx.x" in cuda and "__global__ void" in cuda
+    c_source = render(CStyleRenderer(), elementwise)
+    assert "for (" in c_source and "get_global_id" not in c_source and "threadIdx" not in c_source
+
+
+def test_opencl_vectorizes_the_innermost_global_loop():
+    opencl = render(OpenCLRenderer(), Tensor(numbers(4, 32)) * 2)
+    assert "vload8(" in opencl and "vstore8(" in opencl and "float8" in opencl
+    assert OpenCLRenderer().launch_size((128,)) == (16, None) and OpenCLRenderer().launch_size((4, 32)) == (4, None)
+    # a reduce inside each work-item: the accumulator holds 8 outputs of the inner global loop
+    assert "float8 acc0" in render(OpenCLRenderer(), Tensor(numbers(4, 8, 16)).sum(axis=1))
+    wide = OpenCLRenderer(vector_width=16)
+    assert wide.lanes_for(64) == 16 and wide.lanes_for(24) == 8 and wide.lanes_for(12) == 4 and wide.lanes_for(6) == 1
+    assert "float16 acc0" in render(wide, Tensor(numbers(16, 32)).sum(axis=0))
+    assert "float4" not in render(OpenCLRenderer(vector_width=1), Tensor(numbers(4, 32)) * 2)
+    assert "float8" not in render(OpenCLRenderer(), Tensor(numbers(3, 5)) * 2)  # 5 is no multiple of 4
+
+
+def test_full_reductions_render_group_and_vector_reductions():
+    total = Tensor(numbers(1000)).sum()
+    cuda = render(CUDARenderer(), total)
+    assert "__shared__ float partial0[128];" in cuda and "__syncthreads();" in cuda and "if (lidx == 0)" in cuda
+    opencl_gpu = render(OpenCLRenderer(vector_width=1, group_size=64), total)
+    assert "__local float partial0[64];" in opencl_gpu and "barrier(CLK_LOCAL_MEM_FENCE);" in opencl_gpu
+    assert CUDARenderer().launch_size(()) == (128, 128) and OpenCLRenderer(1, 64).launch_size(()) == (64, 64)
+    opencl_cpu = render(OpenCLRenderer(vector_width=8), total)
+    assert "float8 acc0" in opencl_cpu and "acc0.s7" in opencl_cpu and "__local" not in opencl_cpu
+    assert OpenCLRenderer().launch_size(()) == (1, 1)
+
+
+def test_gpu_sources_keep_inner_loops():
+    matrix = Tensor(numbers(6, 10)).sum(axis=1)
+    opencl = render(OpenCLRenderer(), matrix)
+    assert "get_global_id(0)" in opencl and "for (" in opencl  # the reduce stays a loop in the work-item
+
+
+def test_half_rendering():
+    half_sum = Tensor(numbers(8).astype(np.float16)) + 1
+    opencl, cuda, c_source = (
+        render(renderer, half_sum) for renderer in (OpenCLRenderer(), CUDARenderer(), CStyleRenderer())
+    )
+    assert "vload_half" in opencl and "vstore_half" in opencl and "cl_khr_fp16" not in opencl
+    assert "#include <cuda_fp16.h>" in cuda and "__float2half" in cuda
+    assert "_Float16" in c_source
+
+
+def test_float_constants_are_exact():
+    renderer = CStyleRenderer()
+    assert renderer.render_const(3.0, dtypes.float32) == "0x1.8p+1f"
+    assert renderer.render_const(-0.1, dtypes.float32) == "(-0x1.99999ap-4f)"
+    assert renderer.render_const(float("inf"), dtypes.float32) == "INFINITY"
+    assert renderer.render_const(float("-inf"), dtypes.float32) == "(-INFINITY)"
+    assert renderer.render_const(float("nan"), dtypes.float32) == "NAN"
+    assert renderer.render_const(-(2**31), dtypes.int32) == "(-2147483647-1)"
+    assert CUDARenderer().render_const(float("inf"), dtypes.float32) == "__int_as_float(0x7f800000)"
+
+
+# ---- unavailable devices -----------------------------------------------------------------------------------------
+
+
+def test_gpu_without_platform(monkeypatch):
+    from lazygrad.runtime import ops_gpu
+
+    class NoPlatforms:
+        Error = RuntimeError
+
+        @staticmethod
+        def get_platforms():
+            return []
+
+    with pytest.raises(DeviceUnavailable, match=r"GPU: no OpenCL platform found — pip install 'lazygrad\[opencl\]'"):
+        ops_gpu.choose_device(NoPlatforms)
+
+
+def test_gpu_without_pyopencl(monkeypatch):
+    from lazygrad.runtime import ops_gpu
+
+    monkeypatch.setitem(sys.modules, "pyopencl", None)
+    with pytest.raises(DeviceUnavailable, match=r"GPU: pyopencl is not installed — pip install 'lazygrad\[opencl\]'"):
+        ops_gpu.open_device()
+
+
+def test_cuda_without_driver(monkeypatch):
+    from lazygrad.helpers import MOCKCUDA
+    from lazygrad.runtime import ops_cuda
+
+    monkeypatch.setattr(ops_cuda, "has_driver", lambda: False)
+    monkeypatch.setattr(MOCKCUDA, "value", 0)
+    message = "CUDA: no CUDA driver — set MOCKCUDA=1 to run on the CPU, or install a driver"
+    with pytest.raises(DeviceUnavailable, match=message):
+        ops_cuda.open_device()
+
+
+# ---- the CUDA shim ----------------------------------------------------------------------------------------------
+
+BLOCK_SUM = """extern "C" __global__ void block_sum(float* __restrict__ data0, const float* __restrict__ data1) {
+  __shared__ float partial[64];
+  unsigned int thread = threadIdx.x;
+  partial[thread] = data1[blockIdx.x * blockDim.x + thread];
+  __syncthreads();
+  for (unsigned int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (thread < stride) partial[thread] += partial[thread + stride];
+    __syncthreads();
+  }
+  if (thread == 0) data0[blockIdx.x] = partial[0];
+}
+"""
+
+
+def test_cuda_shim_runs_shared_memory_and_barriers():
+    from lazygrad.runtime import ops_cuda
+
+    try:
+        compiler = ops_cuda.MockCUDACompiler()
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    program = ops_cuda.MockCUDAProgram("block_sum", compiler.compile(BLOCK_SUM), (3 * 64,))
+    assert (program.grid, program.block) == (1, 192)
+    program.grid, program.block = 3, 64
+    values = numbers(3 * 64, seed=12)
+    out = np.zeros(3, dtype=np.float32)
+    program(out, values)
+    np.testing.assert_allclose(out, values.reshape(3, 64).sum(axis=1), rtol=1e-5)
+
+
+def test_cuda_compile_errors_show_source_and_log():
+    from lazygrad.runtime import ops_cuda
+
+    try:
+        compiler = ops_cuda.PTXCompiler("compute_80")
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    broken = 'extern "C" __global__ void broken(float* data0) { data0[0] = undefined_name; }\n'
+    with pytest.raises(RuntimeError, match=r"(?s)NVRTC failed to compile.*undefined_name.*identifier"):
+        compiler.compile(broken)
+
+
+# ---- the disk cache ----------------------------------------------------------------------------------------------
+
+CACHE_SCRIPT = """
+import json
+import numpy as np
+from lazygrad import Device, Tensor
+from lazygrad.device import Buffer, DeviceUnavailable
+from lazygrad.helpers import GlobalCounters
+try:
+    Device[Device.DEFAULT]
+except DeviceUnavailable as error:
+    print(json.dumps({"unavailable": str(error)}))
+    raise SystemExit(0)
+x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6))
+assert ((x * 3 + 1).sum(axis=1).numpy() == (np.arange(24).reshape(4, 6) * 3 + 1).sum(axis=1)).all()
+print(json.dumps({"compiles": GlobalCounters.compile_count, "hits": GlobalCounters.compile_cache_hits}))
+"""
+
+
+def run_on(device_name: str, cache: str) -> dict:
+    """Run CACHE_SCRIPT in a new process on a device, with its own cache directory."""
+    environment = {key: value for key, value in os.environ.items() if key not in DEVICE_ENV_VARS}
+    environment.update({device_name: "1", "LAZYGRAD_CACHE": cache, "PYTHONPATH": REPOSITORY})
+    if device_name == "CUDA":
+        environment.setdefault("MOCKCUDA", "1")
+    result = subprocess.run(
+        [sys.executable, "-c", CACHE_SCRIPT], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("device_name", BACKENDS)
+def test_disk_cache_is_reused_by_a_second_process(device_name, tmp_path):
+    first = run_on(device_name, str(tmp_path))
+    if "unavailable" in first:
+        pytest.skip(first["unavailable"])
+    assert first["compiles"] > 0
+    second = run_on(device_name, str(tmp_path))
+    assert second["compiles"] == 0 and second["hits"] > 0
