@@ -3,11 +3,13 @@ content-keyed cache, an allocator and a program runner."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import os
 import tempfile
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
@@ -195,3 +197,36 @@ def describe_devices() -> list[tuple[str, str]]:
         except (DeviceUnavailable, ImportError) as error:
             rows.append((name, f"unavailable: {error}"))
     return rows
+
+
+class HostProgram:
+    """A kernel compiled to this CPU, called through ctypes with the buffers' addresses and the [start, end) range
+    of its outermost loop. Kernels with enough work split that loop across the cores (ctypes releases the GIL during
+    each call, so the threads run in parallel)."""
+
+    # below this many loop iterations in all, a thread costs more than it saves
+    PARALLEL_WORK = 1 << 17
+
+    def __init__(self, function: Callable, global_loops: tuple[int, ...], work: int):
+        self.function = function
+        self.outer = global_loops[0] if global_loops else 1
+        self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
+
+    def __call__(self, *buffers: np.ndarray) -> None:
+        pointers = [buffer.ctypes.data for buffer in buffers]
+        bounds = [self.outer * part // self.parts for part in range(self.parts + 1)]
+        others = [
+            thread_pool().submit(self.function, *pointers, bounds[i], bounds[i + 1]) for i in range(1, self.parts)
+        ]
+        self.function(*pointers, bounds[0], bounds[1])
+        for other in others:
+            other.result()
+
+
+CORES = os.cpu_count() or 1
+
+
+@functools.cache
+def thread_pool() -> ThreadPoolExecutor:
+    """The threads that run the other parts of a split kernel."""
+    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lazygrad")

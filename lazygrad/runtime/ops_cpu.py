@@ -4,18 +4,16 @@ with ctypes and called with the buffers' addresses."""
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer
-from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator
+from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
 
 # No -ffast-math: it makes isnan(NaN) false. -fwrapv: signed integers wrap around, as on every other device.
 C_FLAGS = (
@@ -79,37 +77,21 @@ class CCompiler(Compiler):
                 return file.read()
 
 
-class CProgram:
-    """A compiled kernel: a function in a loaded shared library, called with the buffers' addresses and the range
-    of its outermost loop to run. Kernels with enough work split that loop across the cores (ctypes releases the
-    GIL during each call)."""
-
-    # below this many loop iterations in all, a thread costs more than it saves
-    PARALLEL_WORK = 1 << 17
+class CProgram(HostProgram):
+    """A compiled kernel: a function in a loaded shared library, run as a HostProgram."""
 
     def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         self.library = load_shared_library(binary)
-        self.function = getattr(self.library, name)
-        self.function.restype = None
-        self.outer = global_loops[0] if global_loops else 1
-        self.chunks = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
+        function = getattr(self.library, name)
+        function.restype = None
+        super().__init__(function, global_loops, work)
+        self.typed = False
 
     def __call__(self, *buffers: np.ndarray) -> None:
-        pointers = [ctypes.c_void_p(buffer.ctypes.data) for buffer in buffers]
-        bounds = [ctypes.c_int64(self.outer * part // self.chunks) for part in range(self.chunks + 1)]
-        others = [thread_pool().submit(self.function, *pointers, *bounds[i : i + 2]) for i in range(1, self.chunks)]
-        self.function(*pointers, *bounds[0:2])
-        for other in others:
-            other.result()
-
-
-CORES = os.cpu_count() or 1
-
-
-@functools.cache
-def thread_pool() -> ThreadPoolExecutor:
-    """The threads that run the other parts of a split kernel."""
-    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lazygrad-cpu")
+        if not self.typed:  # the signature is known at the first call: buffers, then start and end
+            self.function.argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
+            self.typed = True
+        super().__call__(*buffers)
 
 
 def open_device() -> Compiled:

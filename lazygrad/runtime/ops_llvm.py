@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 from lazygrad.codegen.renderer.llvmir import LLVMRenderer
-from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator
+from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
 
 
 @functools.cache
@@ -55,12 +53,8 @@ def hash_of(machine) -> str:
     ]
 
 
-class LLVMProgram:
-    """A compiled kernel: object code loaded into an MCJIT engine, called with the buffers' addresses. Kernels with
-    enough work split their outermost loop across the cores; ctypes releases the GIL during each call."""
-
-    # below this many loop iterations in all, a thread costs more than it saves
-    PARALLEL_WORK = 1 << 17
+class LLVMProgram(HostProgram):
+    """A compiled kernel: object code loaded into an MCJIT engine, run as a HostProgram."""
 
     def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         import llvmlite.binding as llvm
@@ -69,31 +63,13 @@ class LLVMProgram:
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
         self.engine.finalize_object()
         self.address = self.engine.get_function_address(name)
-        self.outer = global_loops[0] if global_loops else 1
-        self.chunks = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
-        self.function = None
+        super().__init__(None, global_loops, work)
 
     def __call__(self, *buffers) -> None:
-        if self.function is None:
+        if self.function is None:  # the signature is known at the first call: buffers, then start and end
             types = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
             self.function = ctypes.CFUNCTYPE(None, *types)(self.address)
-        pointers = [buffer.ctypes.data for buffer in buffers]
-        if self.chunks == 1:
-            self.function(*pointers, 0, self.outer)
-            return
-        bounds = [self.outer * part // self.chunks for part in range(self.chunks + 1)]
-        others = [_pool().submit(self.function, *pointers, bounds[i], bounds[i + 1]) for i in range(1, self.chunks)]
-        self.function(*pointers, bounds[0], bounds[1])
-        for other in others:
-            other.result()
-
-
-CORES = os.cpu_count() or 1
-
-
-@functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lazygrad-llvm")
+        super().__call__(*buffers)
 
 
 def open_device() -> Compiled:
