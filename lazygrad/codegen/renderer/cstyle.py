@@ -305,7 +305,8 @@ class CStyleRenderer(Renderer):
         and `varying`, the nodes whose value depends on it."""
 
     def render_vector_node(self, position: int, node: UOp) -> None:
-        raise NotImplementedError(f"{type(self).__name__} renders no vectors")
+        """Render a node computed in vector lanes; only reached when `choose_vector_loop` picked a loop."""
+        raise RuntimeError(f"{type(self).__name__} chose no vector loop, so it has no vector nodes to render")
 
     # ---- memory -------------------------------------------------------------------------------------------------
 
