@@ -1,5 +1,5 @@
-"""Running a schedule: each kernel AST is lowered, optimized, linearized, rendered and compiled once per device
-(cached by the AST's content hash), then launched on its buffers."""
+"""Running a schedule: each kernel AST is lowered, optimized, linearized, rendered and compiled once per device (in
+memory by the interned AST, on disk by the hash of the source), then launched on its buffers."""
 
 from __future__ import annotations
 
@@ -34,36 +34,23 @@ class CompiledKernel:
 _programs: dict[tuple[str, UOp, bool], CompiledKernel] = {}
 
 
-def count_work(program: list[UOp], sink: UOp) -> tuple[int, int]:
-    """Floating/integer ops and bytes moved by one launch, estimated from loop trip counts."""
-    ops = memory = 0
-    trips = 1
-    trip_stack = []
-    for node in program:
-        if node.op is Ops.RANGE:
-            trip_stack.append(trips)
-            trips *= node.src[0].arg
-        elif node.op is Ops.ENDRANGE:
-            trips = trip_stack.pop()
-        elif node.op in ALU and node.dtype.is_float or (node.op in ALU and node.src and node.src[-1].dtype.is_float):
-            ops += trips
-    for node in sink.toposort:
-        if node.op is Ops.DEFINE_GLOBAL:
-            memory += node.arg[1] * node.dtype.itemsize
-    return ops, memory
-
-
-def loop_trips(program: list[UOp]) -> int:
-    """How many times the innermost statements run, summed over the program's loops (a measure of work)."""
-    total, trips, stack = 0, 1, []
+def measure_work(program: list[UOp]) -> tuple[int, int, int]:
+    """For one launch: floating-point ops, bytes of the buffers it touches, and how many times innermost
+    statements run in all (the work that decides whether a kernel is worth splitting across cores); all from
+    loop trip counts."""
+    ops = trips_total = 0
+    trips, stack = 1, []
     for node in program:
         if node.op is Ops.RANGE:
             stack.append(trips)
             trips *= node.src[0].arg
         elif node.op is Ops.ENDRANGE:
-            total += trips
+            trips_total += trips
             trips = stack.pop()
-    return max(total, trips)
+        elif node.op in ALU and (node.dtype.is_float or (node.src and node.src[-1].dtype.is_float)):
+            ops += trips
+    memory = sum(node.arg[1] * node.dtype.itemsize for node in program if node.op is Ops.DEFINE_GLOBAL)
+    return ops, memory, max(trips_total, trips)
 
 
 def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
@@ -92,10 +79,10 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     if DEBUG >= 4:
         print(source)
     binary = device.compiler.compile_cached(source)
-    ops, memory = count_work(program, kernel_graph)
+    ops, memory, work = measure_work(program)
     # the sizes of the global loops, outermost first: GPU-style devices launch threads over (some of) them
     global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] == "global")
-    runner = device.runtime(name, binary, global_loops, loop_trips(program))
+    runner = device.runtime(name, binary, global_loops, work)
     kernel = CompiledKernel(name, runner, source, ops, memory, prod(global_loops))
     _programs[key] = kernel
     return kernel
