@@ -39,11 +39,19 @@ class TinyJit:
         self.launches: list[realize.Launch] = []
         self.input_slots: list[tuple[int, int, int]] = []  # (launch, buffer position, input number)
         self.outputs: Any = None
+        self.bound: list[list] = []
         functools.update_wrapper(self, function)
 
     def reset(self) -> None:
         """Forget the capture; the next calls warm up and capture again."""
-        self.calls, self.signature, self.launches, self.input_slots, self.outputs = 0, None, [], [], None
+        self.calls, self.signature, self.launches, self.input_slots, self.outputs, self.bound = (
+            0,
+            None,
+            [],
+            [],
+            None,
+            [],
+        )
 
     @staticmethod
     def _signature(args: tuple, kwargs: dict, tensors: list) -> tuple:
@@ -106,13 +114,15 @@ class TinyJit:
             for position, buffer in enumerate(launch.buffers)
             if buffer in inputs
         ]
+        # pre-bound: each launch's buffers, looked up once; a replay only swaps in the new inputs'
+        self.bound = [[buffer_of(node) for node in launch.buffers] for launch in launches]
         self.outputs = result
         return result
 
     def _replay(self, tensors: list):
         from lazygrad.tensor import Tensor
 
-        buffers = [[buffer_of(node) for node in launch.buffers] for launch in self.launches]
+        buffers = [list(launch_buffers) for launch_buffers in self.bound]
         for launch_number, position, input_number in self.input_slots:
             buffers[launch_number][position] = buffer_of(tensors[input_number].uop.base)
         for launch, launch_buffers in zip(self.launches, buffers):
