@@ -104,10 +104,18 @@ def cosine(x: UOp) -> UOp:
 
 
 def source_device(copy: UOp) -> str:
-    """The device a COPY reads from: that of the buffers below it."""
+    """The device a COPY reads from: that of the buffers below it (or the target of a COPY below it)."""
     from lazygrad.device import Device
 
-    return next((node.arg[2] for node in copy.src[0].toposort if node.op is Ops.BUFFER), Device.DEFAULT)
+    stack = [copy.src[0]]
+    while stack:
+        node = stack.pop()
+        if node.op is Ops.COPY:
+            return node.arg
+        if node.op is Ops.BUFFER:
+            return node.arg[2]
+        stack.extend(node.src)
+    return Device.DEFAULT
 
 
 LN_2 = math.log(2)

@@ -419,3 +419,44 @@ def test_disk_cache_is_reused_by_a_second_process(device_name, tmp_path):
     assert first["compiles"] > 0
     second = run_on(device_name, str(tmp_path))
     assert second["compiles"] == 0 and second["hits"] > 0
+
+
+# ---- selection -------------------------------------------------------------------------------------------------
+
+
+def test_two_device_variables_are_an_error():
+    environment = {key: value for key, value in os.environ.items() if key not in DEVICE_ENV_VARS}
+    environment.update({"GPU": "1", "CUDA": "1", "PYTHONPATH": REPOSITORY})
+    script = "from lazygrad import Device; Device.DEFAULT"
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "GPU=1 and CUDA=1" in result.stderr and "pick one" in result.stderr
+
+
+def test_ops_across_devices_name_both():
+    a = Tensor([1.0, 2.0], device="PYTHON")
+    b = Tensor([3.0, 4.0], device="LLVM")
+    with pytest.raises(ValueError, match="PYTHON and LLVM"):
+        a + b
+
+
+def test_to_copies_between_devices(device):
+    source = numbers(6, seed=30)
+    moved = Tensor(source, device="PYTHON").to(device)
+    assert moved.device == device
+    np.testing.assert_allclose((moved * 2).numpy(), source * 2)
+    np.testing.assert_allclose((moved * 2).to("PYTHON").numpy(), source * 2)
+
+
+def test_unknown_device_name():
+    with pytest.raises(ValueError, match="unknown device"):
+        Tensor([1.0], device="TPU")
+
+
+def test_gradient_flows_back_across_a_copy():
+    x = Tensor([1.0, 2.0], device="PYTHON")
+    (x.to("LLVM") * 3).sum().backward()
+    assert x.grad.device == "PYTHON"
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])

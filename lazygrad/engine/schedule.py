@@ -104,11 +104,18 @@ def _reads_target_elsewhere(assign: UOp) -> bool:
 
 
 def _device_of(root: UOp, default: str) -> str:
-    for node in root.toposort:
+    """The device a kernel runs on: that of the buffers it reads, a COPY below it counting as its target device."""
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op is Ops.COPY and node is not root:
+            return node.arg
         if node.op is Ops.BUFFER:
             return node.arg[2]
-        if node.op is Ops.COPY:
-            return node.arg
+        stack.extend(node.src)
     return default
 
 
