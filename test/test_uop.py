@@ -201,3 +201,17 @@ def test_index_simplified_under_its_gate():
     for r, c in [(1, 1), (3, 5), (7, 7)]:
         value = simplify(substitute(simplified, {row: UOp.const(INDEX, r), col: UOp.const(INDEX, c)}))
         assert value.arg == (r * 8 + c - 9) % 64
+
+
+def test_matrix_products_are_register_blocked():
+    def accumulators(tensor: Tensor) -> int:
+        return sum(node.op is Ops.DEFINE_ACC for node in program_of(tensor))
+
+    a, b = Tensor(np.ones((32, 64), np.float32)), Tensor(np.ones((64, 32), np.float32))
+    # x @ w: a block of 16 outputs along the row (contiguous in w) times 4 rows
+    assert accumulators(a @ b) == 64
+    # x @ wᵀ: both inputs contiguous along the reduce, which the compiler vectorizes; a 4x4 block of outputs
+    program = program_of(a @ a.T)
+    assert sum(node.op is Ops.DEFINE_ACC for node in program) == 16
+    assert any(node.op is Ops.RANGE and node.arg[1] == "contiguous_reduce" for node in program)
+    np.testing.assert_allclose((a @ b).numpy(), np.full((32, 32), 64.0))

@@ -4,6 +4,8 @@
   one flat loop indexed by the counter alone (and LLVM can vectorize it);
 - upcast: repeat a kernel's body for consecutive values of a loop so several outputs share loads and registers
   (register blocking, for loops along which some input is reused);
+- mark a reduce loop along which every input is contiguous (or fixed) as "contiguous_reduce", for the compiler
+  to vectorize;
 - unroll small reduce loops into straight-line code.
 
 Every choice depends only on the kernel's own AST.
