@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import Ops, UOp
@@ -103,21 +104,6 @@ def cosine(x: UOp) -> UOp:
     return full_like(x, 1.0) - full_like(x, 2.0) * half_sine * half_sine
 
 
-def source_device(copy: UOp) -> str:
-    """The device a COPY reads from: that of the buffers below it (or the target of a COPY below it)."""
-    from lazygrad.device import Device
-
-    stack = [copy.src[0]]
-    while stack:
-        node = stack.pop()
-        if node.op is Ops.COPY:
-            return node.arg
-        if node.op is Ops.BUFFER:
-            return node.arg[2]
-        stack.extend(node.src)
-    return Device.DEFAULT
-
-
 LN_2 = math.log(2)
 
 # one entry per primitive: the rule returns one gradient (or None) per source
@@ -152,7 +138,10 @@ derivative_rules = PatternMatcher(
         (UPat(Ops.SHRINK, name="out"), lambda grad, out: shrink_gradient(out, grad)),
         (UPat(Ops.FLIP, name="out"), lambda grad, out: (UOp(Ops.FLIP, grad.dtype, (grad,), out.arg),)),
         (UPat(Ops.CONTIGUOUS), lambda grad: (grad,)),
-        (UPat(Ops.COPY, name="out"), lambda grad, out: (UOp(Ops.COPY, grad.dtype, (grad,), source_device(out)),)),
+        (
+            UPat(Ops.COPY, name="out"),
+            lambda grad, out: (UOp(Ops.COPY, grad.dtype, (grad,), out.src[0].device(Device.DEFAULT)),),
+        ),
     ]
 )
 # comparisons, integer ops, DETACH and the leaves have no rule: no gradient flows through them

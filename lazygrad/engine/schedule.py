@@ -103,22 +103,6 @@ def _reads_target_elsewhere(assign: UOp) -> bool:
     return False
 
 
-def _device_of(root: UOp, default: str) -> str:
-    """The device a kernel runs on: that of the buffers it reads, a COPY below it counting as its target device."""
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op is Ops.COPY and node is not root:
-            return node.arg
-        if node.op is Ops.BUFFER:
-            return node.arg[2]
-        stack.extend(node.src)
-    return default
-
-
 def _prepare(sink: UOp) -> dict[UOp, UOp]:
     """Each node mapped to the graph as kernels see it: nodes realized earlier read from their buffers, DETACH
     dropped."""
@@ -167,7 +151,7 @@ def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[lis
     buffer_views: dict[UOp, UOp] = {}
     schedule: list[ScheduleItem] = []
     for root in roots:
-        root_device = root.arg if root.op is Ops.COPY else _device_of(root, device)
+        root_device = root.arg if root.op is Ops.COPY else root.device(device)
         if root.op is Ops.ASSIGN:
             buffer, buffer_views[root] = root.src[0].base, root.src[0]
         else:

@@ -194,6 +194,22 @@ class UOp:
         """The shape of a tensor-graph node; None for kernel nodes."""
         return self._derive("shape", _shape_of)
 
+    def device(self, default: str) -> str:
+        """The device this node's value is computed on: that of the buffers below it, a COPY below it counting
+        as its target device (`default` for a graph with neither, such as a constant)."""
+        stack, seen = list(self.src) if self.op is Ops.COPY else [self], set()
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if node.op is Ops.COPY:
+                return node.arg
+            if node.op is Ops.BUFFER:
+                return node.arg[2]
+            stack.extend(node.src)
+        return default
+
     @property
     def size(self) -> int:
         return prod(self.shape)
