@@ -1,9 +1,27 @@
-"""Benchmark lazygrad against NumPy, PyTorch (CPU) and tinygrad on a few core workloads.
+"""Benchmark lazygrad against NumPy, PyTorch (CPU) and tinygrad on core workloads and training targets.
 
-Every number in the table is measured in the same process, so read the ratios, not the absolute
+Every number in the table is measured in the same run, so read the ratios, not the absolute
 times: the machines this project runs on are shared and noisy.
 
-Per case the table shows:
+The rows:
+
+- expression rows (elementwise chain, sums, matmul, softmax): one expression, written once for every library
+  and checked against NumPy.
+- ``mlp step jit``: one training step of a 784-512-512-10 MLP (batch 256, sparse cross-entropy, backward, SGD)
+  wrapped in ``TinyJit``, beside the same model built with ``torch.nn``, ``cross_entropy`` and ``torch.optim.SGD``.
+  Its kernels column is kernels per step; its check compares a step's loss with NumPy's cross-entropy of the
+  weights that step started from.
+- ``conv2d fwd+bwd``: ``x.conv2d(weight, bias, padding=1).sum()`` over a (batch, 3, 32, 32) input and 16 3x3
+  filters, then backward; a call realizes the loss and the gradients of x, weight and bias, and the gradients
+  are checked against NumPy.
+- ``mlp step cold``: that MLP's first training step in a new Python process with ``CACHELEVEL=0`` (no disk
+  compile cache), from building the model to the loss on the host; it is in the ``lg cold`` column. The imports
+  are timed apart and printed below the table, with PyTorch's first step in a new process. The check compares
+  the loss with NumPy's for the same (seeded) first weights.
+- ``dispatch``: ``(t + 1).realize()`` on a realized 1-element tensor, many times in a loop (``t + 1`` in torch);
+  its times and kernels are per operation, and its times in microseconds are printed below the table.
+
+Per row the table shows:
 
 - lazygrad's warm time: the median of several calls of ``f(inputs).realize()``, which covers building
   the lazy graph, scheduling, looking up (already compiled) kernels and running them. Each call gets
@@ -13,11 +31,14 @@ Per case the table shows:
   cache on disk from an earlier run makes cold times shorter; run with ``CACHELEVEL=0`` to turn it off.
 - the number of kernels lazygrad ran for one call of the case, and how many programs it compiled
   over all calls of the case (normally all in the cold call; 0 when the disk cache had them all).
-- NumPy's, PyTorch's and tinygrad's warm medians (a column is left out when its library is missing).
+- NumPy's, PyTorch's and tinygrad's warm medians (a column is left out when its library is missing; '-' where a
+  row has no version for that library).
 - the ratio lazygrad / torch (below 1 means lazygrad is faster).
 
 Each lazygrad result is checked against NumPy once; a mismatch is printed loudly and makes the script
-exit with status 1.
+exit with status 1. Below the table, every row's target and whether this run met it: elementwise <= 0.5x
+torch's time, sums <= 2x, matmul >= 0.5x torch's GFLOP/s, softmax <= 2.5x, MLP step <= 2x and <= 26 kernels,
+conv2d <= 3x, cold MLP step <= 1 s, dispatch <= 50 us per operation. ``--json`` writes them too.
 
 Usage::
 
@@ -29,22 +50,28 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lazygrad
 from lazygrad import Tensor
 from lazygrad.helpers import GlobalCounters
 
@@ -63,11 +90,26 @@ WARMUP_MIN_CALLS = 2
 WARMUP_MAX_CALLS = 50
 WARMUP_SECONDS = 0.2
 NOISY_RATIO = 2.0  # a warm median this many times the fastest call gets a '*' in the table
+MLP_SIZES = (784, 512, 512, 10)
+MLP_BATCH = 256
+MLP_LEARNING_RATE = 0.01
+CONV_PADDING = 1  # with 3x3 filters: output as large as the input
+COLD_CHILD_TIMEOUT_S = 300
+COLD_CHILD_IMPORTS = {"lazygrad": "lazygrad, lazygrad.nn.optim, lazygrad.nn.state", "torch": "torch"}
+COLD_CHILD_SCRIPT = """\
+import sys, time
+sys.path[:0] = {paths!r}
+start = time.perf_counter()
+import {modules}
+imported = time.perf_counter()
+import {bench}
+{bench}.cold_step_child({library!r}, imported - start, {seed})
+"""
 
 
 @dataclass
 class Case:
-    """One workload: its inputs and the same computation written for every library."""
+    """One expression: its inputs and the same computation written for every library."""
 
     name: str
     make_inputs: Callable[[np.random.Generator], list[np.ndarray]]
@@ -77,6 +119,11 @@ class Case:
     flops: float | None = None  # floating-point operations per call, for GFLOP/s
     rtol: float = 1e-3
     atol: float = 1e-4  # scaled by the largest magnitude of the expected result
+    goals: tuple[Goal, ...] = ()
+
+    def run(self, repeats: int, seed: int) -> CaseResult:
+        """Measure every available library on this case."""
+        return run_case(self, repeats, seed)
 
 
 @dataclass
@@ -104,6 +151,130 @@ class CaseResult:
     max_abs_error: float | None = None
     ratio_lazygrad_over_torch: float | None = None
     gflops: dict[str, float] = field(default_factory=dict)
+    details: dict[str, float] = field(default_factory=dict)  # numbers only some rows have, printed below the table
+
+
+@dataclass
+class Target:
+    """One goal checked against one row's measurements; ``--json`` writes these under "targets"."""
+
+    case: str
+    what: str
+    value: float | None
+    comparison: str  # "<=" or ">="
+    limit: float
+    unit: str
+    met: bool | None  # None when the value could not be measured
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A target for one row: ``metric(result) <= limit``, or ``>= limit`` when ``at_least``."""
+
+    what: str  # what the metric measures, e.g. "lazygrad/torch time"
+    metric: Callable[[CaseResult], float | None]
+    limit: float
+    unit: str = "x"
+    at_least: bool = False
+
+    def check(self, result: CaseResult) -> Target:
+        """This goal's verdict on one row."""
+        value = self.metric(result)
+        met = None
+        if value is not None:
+            met = value >= self.limit if self.at_least else value <= self.limit
+        return Target(result.name, self.what, value, ">=" if self.at_least else "<=", self.limit, self.unit, met)
+
+
+def time_ratio(result: CaseResult) -> float | None:
+    """lazygrad's warm time over torch's."""
+    return result.ratio_lazygrad_over_torch
+
+
+def gflops_ratio(result: CaseResult) -> float | None:
+    """lazygrad's GFLOP/s over torch's."""
+    lazy, reference = result.gflops.get("lazygrad"), result.gflops.get("torch")
+    return lazy / reference if lazy and reference else None
+
+
+def cold_seconds(result: CaseResult) -> float | None:
+    """lazygrad's first call, in seconds."""
+    return None if result.lazygrad.cold_ms is None else result.lazygrad.cold_ms / 1e3
+
+
+def warm_microseconds(result: CaseResult) -> float | None:
+    """lazygrad's warm median, in microseconds."""
+    return None if result.lazygrad.warm_ms is None else result.lazygrad.warm_ms * 1e3
+
+
+def kernel_count(result: CaseResult) -> float | None:
+    """The kernels lazygrad ran for one call."""
+    return result.kernel_count
+
+
+@dataclass
+class Workload:
+    """One library's version of a step row, set up and ready: ``call(prepare())`` is one call."""
+
+    call: Callable[[Any], list[Any]]  # the timed work; returns the tensors that the check reads
+    prepare: Callable[[], Any] = lambda: None  # untimed, before every call: e.g. fresh input tensors
+    expected: Callable[[], list[np.ndarray]] | None = None  # NumPy's answer for the next call (lazy libraries only)
+
+
+@dataclass
+class StepCase:
+    """A row whose work is more than one expression (a training step, forward and backward, a loop of small
+    operations), so that each library gets its own set-up. These rows have no NumPy column."""
+
+    name: str
+    make_inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    lazy_workload: Callable[[Any, list[np.ndarray]], Workload]  # (lazygrad or tinygrad module, inputs)
+    torch_workload: Callable[[list[np.ndarray]], Workload]
+    ops_per_call: int = 1  # operations in one call: times and kernels are per operation
+    rtol: float = 1e-3
+    atol: float = 1e-4  # scaled by the largest magnitude of each expected array
+    goals: tuple[Goal, ...] = ()
+
+    def run(self, repeats: int, seed: int) -> CaseResult:
+        """Measure lazygrad, torch and tinygrad (where installed) on this row."""
+        arrays = self.make_inputs(np.random.default_rng(seed))
+        result = CaseResult(self.name)
+        measure_lazygrad(result, lambda: run_lazygrad_workload(self, arrays, repeats, result))
+        if torch is not None:
+            result.torch = measure(
+                f"torch {self.name}", lambda: time_workload(self.torch_workload(arrays), repeats, self.ops_per_call)
+            )
+        if tinygrad is not None:
+            result.tinygrad = measure(
+                f"tinygrad {self.name}",
+                lambda: time_workload(self.lazy_workload(tinygrad, arrays), repeats, self.ops_per_call),
+            )
+        set_ratio(result)
+        if self.ops_per_call > 1:
+            for library in ("lazygrad", "torch", "tinygrad"):
+                timing = getattr(result, library)
+                if timing is not None and timing.warm_ms is not None:
+                    result.details[f"{library}_us_per_op"] = timing.warm_ms * 1e3
+        return result
+
+
+@dataclass
+class ColdCase:
+    """The MLP training step's first call in a new process with the disk compile cache off (``CACHELEVEL=0``), from
+    building the model to the loss on the host; PyTorch's first step in a new process goes below the table."""
+
+    name: str
+    rtol: float = 1e-3
+    atol: float = 1e-4
+    goals: tuple[Goal, ...] = ()
+
+    def run(self, repeats: int, seed: int) -> CaseResult:
+        """Measure lazygrad (and torch) once each, in new processes; ``repeats`` does not apply."""
+        result = CaseResult(self.name)
+        measure_lazygrad(result, lambda: run_lazygrad_cold(self, seed, result))
+        if torch is not None:
+            result.torch = measure(f"torch {self.name}", lambda: run_torch_cold(seed, result))
+        return result
 
 
 def elementwise_chain(a, b, c):
@@ -122,12 +293,178 @@ def softmax_numpy(x):
     return exponentials / exponentials.sum(axis=-1, keepdims=True)
 
 
-def make_cases(quick: bool) -> list[Case]:
-    """The benchmark cases, at full or ``--quick`` sizes."""
+def mlp_inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    """A batch of random images for the MLP and their labels."""
+    images = rng.standard_normal((MLP_BATCH, MLP_SIZES[0]), dtype=np.float32)
+    return [images, rng.integers(0, MLP_SIZES[-1], MLP_BATCH).astype(np.int32)]
+
+
+def mlp_model(library: Any) -> list[Any]:
+    """The MLP's Linear layers in lazygrad or tinygrad, from seed 0: the same first weights every time."""
+    library.Tensor.manual_seed(0)
+    return [library.nn.Linear(fan_in, fan_out) for fan_in, fan_out in pairwise(MLP_SIZES)]
+
+
+def mlp_forward(layers: list[Any], x: Any) -> Any:
+    """The MLP's logits: Linear layers with ReLU between them."""
+    for layer in layers[:-1]:
+        x = layer(x).relu()
+    return layers[-1](x)
+
+
+def mlp_loss_numpy(layers: list[Any], images: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The cross-entropy of the layers' current weights on one batch, computed with NumPy in float64."""
+    activations = images.astype(np.float64)
+    for index, layer in enumerate(layers):
+        if index:  # ReLU between layers
+            activations = np.maximum(activations, 0)
+        activations = activations @ layer.weight.numpy().T.astype(np.float64) + layer.bias.numpy()
+    shifted = activations - activations.max(axis=1, keepdims=True)
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return np.asarray(-log_probabilities[np.arange(len(labels)), labels].mean())
+
+
+def training_mode(library: Any) -> contextlib.AbstractContextManager:
+    """tinygrad's optimizers only step inside ``Context(TRAINING=1)``; lazygrad's have no such switch."""
+    return library.Context(TRAINING=1) if library is tinygrad else contextlib.nullcontext()
+
+
+def lazy_mlp_workload(library: Any, arrays: list[np.ndarray]) -> Workload:
+    """The MLP training step in ``TinyJit``, for lazygrad or tinygrad; a call is one step, up to the loss on the
+    host."""
+    images, labels = arrays
+    layers = mlp_model(library)
+    optimizer = library.nn.optim.SGD(library.nn.state.get_parameters(layers), lr=MLP_LEARNING_RATE)
+
+    @library.TinyJit
+    def step(x, y):
+        with training_mode(library):
+            optimizer.zero_grad()
+            loss = mlp_forward(layers, x).sparse_categorical_crossentropy(y)
+            loss.backward()
+            return loss.realize(*optimizer.schedule_step())
+
+    x, y = library.Tensor(images).realize(), library.Tensor(labels).realize()
+
+    def call(_):
+        loss = step(x, y)
+        loss.numpy()
+        return [loss]
+
+    return Workload(call, expected=lambda: [mlp_loss_numpy(layers, images, labels)])
+
+
+def torch_mlp_workload(arrays: list[np.ndarray]) -> Workload:
+    """The same MLP training step with ``torch.nn``, ``cross_entropy`` and ``torch.optim.SGD``."""
+    images, labels = arrays
+    torch.manual_seed(0)
+    modules = []
+    for fan_in, fan_out in pairwise(MLP_SIZES):
+        modules += [torch.nn.Linear(fan_in, fan_out), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*modules[:-1])
+    optimizer = torch.optim.SGD(model.parameters(), lr=MLP_LEARNING_RATE)
+    x, y = torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
+
+    def call(_):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        return [loss]
+
+    return Workload(call)
+
+
+def conv_inputs(rng: np.random.Generator, batch: int) -> list[np.ndarray]:
+    """An input of ``batch`` 3-channel 32x32 images, 16 3x3 filters and their biases."""
+    shapes = [(batch, 3, 32, 32), (16, 3, 3, 3), (16,)]
+    return [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
+
+
+def conv_grads_numpy(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> list[np.ndarray]:
+    """The gradients of ``conv2d(x, weight, bias, padding=1).sum()`` for 3x3 filters, in float64.
+
+    Every output pixel's gradient is 1, so the weight's gradient sums the input windows (the same for every
+    filter), the bias's counts the output pixels, and an input pixel's sums the filters' taps over the output
+    pixels it reaches.
+    """
+    batch, _, height, width = x.shape
+    kernel = weight.shape[2:]
+    pads = ((0, 0), (0, 0), (CONV_PADDING, CONV_PADDING), (CONV_PADDING, CONV_PADDING))
+    windows = sliding_window_view(np.pad(x.astype(np.float64), pads), kernel, axis=(2, 3))
+    weight_grad = np.broadcast_to(windows.sum(axis=(0, 2, 3)), weight.shape)
+    bias_grad = np.full(bias.shape, float(batch * height * width))
+    reached = sliding_window_view(np.pad(np.ones((height, width)), CONV_PADDING), kernel)
+    flipped = weight[:, :, ::-1, ::-1].astype(np.float64)
+    x_grad = np.broadcast_to(np.einsum("ocij,hwij->chw", flipped, reached), x.shape)
+    return [x_grad, weight_grad, bias_grad]
+
+
+def lazy_conv_workload(library: Any, arrays: list[np.ndarray]) -> Workload:
+    """conv2d forward and backward for lazygrad or tinygrad, on fresh inputs each call."""
+
+    def call(inputs):
+        x, weight, bias = inputs
+        loss = x.conv2d(weight, bias, padding=CONV_PADDING).sum()
+        loss.backward()
+        loss.realize(x.grad, weight.grad, bias.grad)
+        return [x.grad, weight.grad, bias.grad]
+
+    def prepare():
+        return [library.Tensor(array, requires_grad=True).realize() for array in arrays]
+
+    return Workload(call, prepare, expected=lambda: conv_grads_numpy(*arrays))
+
+
+def torch_conv_workload(arrays: list[np.ndarray]) -> Workload:
+    """The same conv2d forward and backward with ``torch.nn.functional.conv2d``."""
+
+    def call(inputs):
+        x, weight, bias = inputs
+        loss = torch.nn.functional.conv2d(x, weight, bias, padding=CONV_PADDING).sum()
+        loss.backward()
+        return [x.grad, weight.grad, bias.grad]
+
+    def prepare():
+        return [torch.from_numpy(array).requires_grad_() for array in arrays]
+
+    return Workload(call, prepare)
+
+
+def lazy_dispatch_workload(library: Any, arrays: list[np.ndarray], ops: int) -> Workload:
+    """``ops`` times ``(t + 1).realize()`` on a realized 1-element tensor, for lazygrad or tinygrad."""
+    t = library.Tensor(arrays[0]).realize()
+
+    def call(_):
+        # no result stays alive into the next operation: a lazy library could answer the same graph from it
+        for _ in range(ops - 1):
+            (t + 1).realize()
+        return [(t + 1).realize()]
+
+    return Workload(call, expected=lambda: [arrays[0] + 1])
+
+
+def torch_dispatch_workload(arrays: list[np.ndarray], ops: int) -> Workload:
+    """``ops`` times ``t + 1`` on a 1-element torch tensor."""
+    t = torch.from_numpy(arrays[0])
+
+    def call(_):
+        for _ in range(ops - 1):
+            t + 1
+        return [t + 1]
+
+    return Workload(call)
+
+
+def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
+    """The benchmark rows, at full or ``--quick`` sizes."""
     vector_size = 1 << 20 if quick else 1 << 24
     square = 1024 if quick else 4096
     matmul_size = 256 if quick else 1024
     softmax_shape = (1024, 256) if quick else (4096, 1024)
+    conv_batch = 8 if quick else 32
+    dispatch_ops = 500 if quick else 2000
 
     def normal(*shape):
         return lambda rng: [rng.standard_normal(shape, dtype=np.float32) for _ in range(3)]
@@ -139,16 +476,26 @@ def make_cases(quick: bool) -> list[Case]:
     def matmul_inputs(rng):
         return [rng.standard_normal((matmul_size, matmul_size), dtype=np.float32) for _ in range(2)]
 
+    def time_goal(limit):
+        return (Goal("lazygrad/torch time", time_ratio, limit),)
+
     million = vector_size / (1 << 20)
     return [
-        Case(f"elementwise chain {million:g}M", normal(vector_size), elementwise_chain, elementwise_chain_numpy),
-        Case(f"sum {million:g}M", uniform(vector_size), lambda a: a.sum(), lambda a: a.sum()),
+        Case(
+            f"elementwise chain {million:g}M",
+            normal(vector_size),
+            elementwise_chain,
+            elementwise_chain_numpy,
+            goals=time_goal(0.5),
+        ),
+        Case(f"sum {million:g}M", uniform(vector_size), lambda a: a.sum(), lambda a: a.sum(), goals=time_goal(2.0)),
         Case(
             f"sum axis=1 {square}x{square}",
             uniform(square, square),
             lambda a: a.sum(axis=1),
             lambda a: a.sum(axis=1),
             torch_fn=lambda a: a.sum(dim=1),
+            goals=time_goal(2.0),
         ),
         Case(
             f"matmul {matmul_size}^3",
@@ -156,6 +503,7 @@ def make_cases(quick: bool) -> list[Case]:
             lambda a, b: a @ b,
             lambda a, b: a @ b,
             flops=2.0 * matmul_size**3,
+            goals=(Goal("lazygrad/torch GFLOP/s", gflops_ratio, 0.5, at_least=True),),
         ),
         Case(
             f"softmax {softmax_shape[0]}x{softmax_shape[1]} axis=-1",
@@ -163,6 +511,33 @@ def make_cases(quick: bool) -> list[Case]:
             lambda x: x.softmax(-1),
             softmax_numpy,
             torch_fn=lambda x: torch.softmax(x, -1),
+            goals=time_goal(2.5),
+        ),
+        StepCase(
+            f"mlp step jit {'-'.join(map(str, MLP_SIZES))} b{MLP_BATCH}",
+            mlp_inputs,
+            lazy_mlp_workload,
+            torch_mlp_workload,
+            goals=time_goal(2.0) + (Goal("kernels per step", kernel_count, 26, unit=""),),
+        ),
+        StepCase(
+            f"conv2d fwd+bwd {conv_batch}x3x32x32 3->16 3x3 pad={CONV_PADDING}",
+            partial(conv_inputs, batch=conv_batch),
+            lazy_conv_workload,
+            torch_conv_workload,
+            goals=time_goal(3.0),
+        ),
+        ColdCase(
+            "mlp step cold, new process",
+            goals=(Goal("build + first step", cold_seconds, 1.0, unit="s"),),
+        ),
+        StepCase(
+            "dispatch (t+1).realize(), per op",
+            lambda rng: [np.ones(1, dtype=np.float32)],
+            partial(lazy_dispatch_workload, ops=dispatch_ops),
+            partial(torch_dispatch_workload, ops=dispatch_ops),
+            ops_per_call=dispatch_ops,
+            goals=(Goal("time per op", warm_microseconds, 50.0, unit="us"),),
         ),
     ]
 

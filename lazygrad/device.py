@@ -41,6 +41,8 @@ class _DeviceRegistry:
         return upper
 
     def __getitem__(self, name: str) -> Compiled:
+        if (opened := self._opened.get(name)) is not None:
+            return opened
         name = self.canonicalize(name)
         if name not in self._opened:
             module = importlib.import_module(f"lazygrad.runtime.ops_{name.lower()}")
@@ -131,14 +133,22 @@ class Allocator(ABC):
         """Copy device memory into a contiguous array."""
 
 
+class HostMemory(np.ndarray):
+    """A NumPy byte array that knows its address (asking NumPy for it on every kernel launch is slow)."""
+
+    address: int
+
+
 class HostAllocator(Allocator):
     """Memory in this process, as NumPy byte arrays (used by the CPU-side devices)."""
 
-    def alloc(self, nbytes: int) -> np.ndarray:
+    def alloc(self, nbytes: int) -> HostMemory:
         # 64-byte alignment so 512-bit vector loads never straddle
         raw = np.empty(nbytes + 64, dtype=np.uint8)
         offset = (-raw.ctypes.data) % 64
-        return raw[offset : offset + nbytes]
+        memory = raw[offset : offset + nbytes].view(HostMemory)
+        memory.address = raw.ctypes.data + offset
+        return memory
 
     def copyin(self, handle: np.ndarray, array: np.ndarray) -> None:
         handle[: array.nbytes] = array.view(np.uint8)
@@ -212,8 +222,11 @@ class HostProgram:
         self.outer = global_loops[0] if global_loops else 1
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
 
-    def __call__(self, *buffers: np.ndarray) -> None:
-        pointers = [buffer.ctypes.data for buffer in buffers]
+    def __call__(self, *buffers: HostMemory) -> None:
+        pointers = [buffer.address for buffer in buffers]
+        if self.parts == 1:
+            self.function(*pointers, 0, self.outer)
+            return
         bounds = [self.outer * part // self.parts for part in range(self.parts + 1)]
         others = [
             thread_pool().submit(self.function, *pointers, bounds[i], bounds[i + 1]) for i in range(1, self.parts)

@@ -50,6 +50,15 @@ def tensors_holding(nodes) -> list[Tensor]:
     return list(found.values())
 
 
+def _broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
+    """`node` broadcast to `shape` (which `_broadcast_shape` checked): leading ones added, then expanded."""
+    if node.shape == shape:
+        return node
+    if len(node.shape) < len(shape):
+        node = UOp(Ops.RESHAPE, node.dtype, (node,), (1,) * (len(shape) - len(node.shape)) + node.shape)
+    return node if node.shape == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
+
+
 def _broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
     ndim = max(len(shape) for shape in shapes)
@@ -179,9 +188,14 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         return bool(self.item())
 
     def _new(self, uop: UOp) -> Tensor:
+        """A tensor for the result of an op on this one (built directly: the hottest path of graph building)."""
+        tensor = object.__new__(Tensor)
+        tensor.device, tensor.grad, tensor._history = self.device, None, None
         if Tensor.no_grad:
-            return Tensor(UOp(Ops.DETACH, uop.dtype, (uop,)), device=self.device, requires_grad=False)
-        return Tensor(uop, device=self.device)
+            tensor.requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
+        else:
+            tensor.requires_grad, tensor.uop = None, uop
+        return tensor
 
     # ---- gradients ---------------------------------------------------------------------------------------------
 
@@ -268,7 +282,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
         realized.update(remember)
-        for tensor in tensors_holding(becomes):
+        for tensor in tensors_holding(node for node, view in becomes.items() if node is not view):
             if tensor.device != becomes[tensor.uop].base.arg[2]:
                 continue  # the same device-less node (a constant) on another device
             if tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
@@ -367,14 +381,14 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     def _to_float(self) -> Tensor:
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
-    def _operands(self, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
-        """Both operands of a binary op, promoted to one dtype and broadcast to one shape."""
+    def _operand_nodes(self, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[UOp, UOp]:
+        """The nodes of both operands of a binary op, promoted to one dtype and broadcast to one shape."""
         if isinstance(other, Tensor):
             if other.device != self.device:
                 raise ValueError(
                     f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
                 )
-            dtype = least_upper_dtype(self.dtype, other.dtype)
+            dtype, other_node = least_upper_dtype(self.dtype, other.dtype), other.uop
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
             # a Python number takes the tensor's dtype unless it needs a wider kind (a float with an int tensor)
@@ -383,25 +397,31 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
                 dtype = self.dtype
             else:
                 dtype = least_upper_dtype(self.dtype, scalar_dtype)
-            other = Tensor(UOp.const(dtype, other), device=self.device)
+            other_node = UOp.const(dtype, other)
         else:
             raise TypeError(
                 f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number"
             )
-        x, y = (other, self) if reverse else (self, other)
-        x, y = x.cast(dtype), y.cast(dtype)
+        x, y = (other_node, self.uop) if reverse else (self.uop, other_node)
+        x = x if x.dtype == dtype else UOp(Ops.CAST, dtype, (x,))
+        y = y if y.dtype == dtype else UOp(Ops.CAST, dtype, (y,))
         shape = _broadcast_shape(op_name, x.shape, y.shape)
-        return x._broadcast_to(shape), y._broadcast_to(shape)
+        return _broadcast_node(x, shape), _broadcast_node(y, shape)
+
+    def _operands(self, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands of a binary op as tensors, promoted to one dtype and broadcast to one shape."""
+        x, y = self._operand_nodes(other, op_name, reverse)
+        tensors = (other, self) if reverse else (self, other)
+        return tuple(
+            t if isinstance(t, Tensor) and t.uop is node else self._new(node) for t, node in zip(tensors, (x, y))
+        )
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-        if self.shape == shape:
-            return self
-        padded = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
-        return padded.expand(shape)
+        return self if self.shape == shape else self._new(_broadcast_node(self.uop, shape))
 
     def _binary(self, op: Ops, other: Tensor | Scalar, reverse: bool = False, op_name: str | None = None) -> Tensor:
-        x, y = self._operands(other, op_name or op.name.lower(), reverse)
-        return x._new(x.uop.alu(op, y.uop))
+        x, y = self._operand_nodes(other, op_name or op.name.lower(), reverse)
+        return self._new(x.alu(op, y))
 
     def add(self, other, reverse: bool = False) -> Tensor:
         return self._binary(Ops.ADD, other, reverse, "add")
@@ -490,10 +510,10 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         return (self > other) | (self == other)
 
     def _bitwise(self, op: Ops, other, reverse: bool, name: str) -> Tensor:
-        x, y = self._operands(other, name, reverse)
+        x, y = self._operand_nodes(other, name, reverse)
         if x.dtype.is_float:
             raise TypeError(f"{name}: bitwise ops need int or bool tensors, got {x.dtype}")
-        return x._new(x.uop.alu(op, y.uop))
+        return self._new(x.alu(op, y))
 
     def __and__(self, other):
         return self._bitwise(Ops.AND, other, False, "&")

@@ -190,3 +190,38 @@ def test_mlp_training_step():
     y = Tensor(np.random.default_rng(0).integers(0, 10, 8).astype(np.int32))
     # tinygrad: 26
     assert _training_step_kernels(model, optimizer, x, y, lambda out, y: out.sparse_categorical_crossentropy(y)) == 23
+
+
+def test_plan_reused_for_a_graph_over_new_buffers():
+    from lazygrad.engine import schedule
+
+    def step(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        a, b = Tensor(x), Tensor(y)
+        return ((a * b).sum(axis=1) + a.max()).numpy()
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((8, 5)).astype(np.float32) for _ in range(4)]
+    step(arrays[0], arrays[1])
+    plans = len(schedule._plans)
+    for x, y in [(arrays[2], arrays[3]), (arrays[1], arrays[0])]:
+        np.testing.assert_allclose(step(x, y), (x * y).sum(axis=1) + x.max(), rtol=1e-5)
+    assert len(schedule._plans) == plans
+
+
+def test_plan_tells_one_buffer_used_twice_from_two():
+    # a + a and a + b have the same shape of graph, but in the first both operands are one buffer
+    x, y = np.arange(6, dtype=np.float32), np.ones(6, dtype=np.float32)
+    a, b = Tensor(x), Tensor(y)
+    np.testing.assert_array_equal((a + b).numpy(), x + y)
+    np.testing.assert_array_equal((a + a).numpy(), x + x)
+    np.testing.assert_array_equal((b + a).numpy(), y + x)
+
+
+def test_plan_reused_for_assigns_to_new_buffers():
+    for start in (1.0, 5.0):
+        weight = Tensor([start, start]).realize()
+        old = weight * 2  # read before the write: must run first
+        weight.assign(weight + 1)
+        Tensor.realize_all(old, weight)
+        np.testing.assert_array_equal(old.numpy(), [2 * start] * 2)
+        np.testing.assert_array_equal(weight.numpy(), [start + 1] * 2)

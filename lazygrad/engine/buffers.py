@@ -1,7 +1,7 @@
 """The link between BUFFER UOps and device memory.
 
-A BUFFER UOp owns its `Buffer` through a weak-key map: when the last UOp (and so the last Tensor or graph) referring
-to the buffer dies, the memory is freed. Realized results are remembered the same way, so any graph that still
+A BUFFER UOp owns its `Buffer` (kept with the node's cached facts): when the last UOp (and so the last Tensor or
+graph) referring to the buffer dies, the memory is freed. Realized results are remembered the same way, so any graph that still
 contains a computed node reads the buffer instead of recomputing it.
 """
 
@@ -16,7 +16,6 @@ from lazygrad.device import Buffer
 from lazygrad.dtype import DType
 from lazygrad.uop.ops import Ops, UOp
 
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # computed node -> the view of the buffer that holds its value
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # view a tensor was switched to by realization -> (a weak reference to) the computation it replaced, so gradients
@@ -24,25 +23,27 @@ realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # this map never keeps a graph or a buffer alive by itself.
 history: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
 _unique_ids = itertools.count()
+_VIEW_OPS = (Ops.BUFFER, Ops.RESHAPE)
 
 
 def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A fresh BUFFER UOp with (not yet allocated) device memory behind it."""
     node = UOp(Ops.BUFFER, dtype, (), (next(_unique_ids), size, device))
-    _buffers[node] = Buffer(device, size, dtype)
+    # each BUFFER node is unique (a fresh id), so its memory is one more fact about it, looked up on every launch
+    node.__dict__["buffer"] = Buffer(device, size, dtype)
     return node
 
 
 def buffer_from_numpy(array: np.ndarray, device: str, dtype: DType) -> UOp:
     """A BUFFER UOp holding a copy of `array`, viewed with the array's shape."""
     node = new_buffer(device, array.size, dtype)
-    _buffers[node].copyin(array)
+    buffer_of(node).copyin(array)
     return node if array.shape == (array.size,) else UOp(Ops.RESHAPE, dtype, (node,), array.shape)
 
 
 def buffer_of(node: UOp) -> Buffer:
     """The memory behind a BUFFER UOp."""
-    return _buffers[node]
+    return node.__dict__["buffer"]
 
 
 def is_buffer_view(node: UOp) -> bool:
@@ -94,13 +95,15 @@ def with_history(roots: list[UOp]) -> dict[UOp, UOp]:
         node, sources_done = stack.pop()
         if node in done:
             continue
-        inner = history_of(node)
-        if inner is not node:  # already expanded when it was recorded
+        # only views of buffers have history (checked first: the lookup in the weak map is the slow part)
+        if node.op in _VIEW_OPS and (inner := history_of(node)) is not node:  # expanded when it was recorded
             done[node] = inner
             continue
         if not sources_done:
             stack.append((node, True))
-            stack.extend((source, False) for source in node.src if source not in done)
+            for source in node.src:
+                if source not in done:
+                    stack.append((source, False))
             continue
         new_src = tuple(done[source] for source in node.src)
         done[node] = node if new_src == node.src else node.replace(src=new_src)

@@ -130,7 +130,6 @@ def run_item(item: ScheduleItem) -> None:
 
 def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: str) -> None:
     """Run a compiled kernel on buffers, counting it (and printing it at DEBUG>=2)."""
-    device = Device[device_name]
     start = time.perf_counter()
     measured = kernel.program(*(buffer.handle for buffer in buffers))
     # a device that times its own launches (GPU profiling events at DEBUG>=2) returns the seconds
@@ -141,7 +140,7 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
     GlobalCounters.time_sum_s += elapsed
     if DEBUG >= 2:
         print(
-            f"*** {device.name:6s} {GlobalCounters.kernel_count:4d} {kernel.name:28s} global {kernel.global_size:<10d} "
+            f"*** {Device[device_name].name:6s} {GlobalCounters.kernel_count:4d} {kernel.name:28s} global {kernel.global_size:<10d} "
             f"{elapsed * 1e3:9.3f} ms {kernel.ops / elapsed / 1e9 if elapsed else 0:8.2f} GFLOP/s "
             f"{kernel.memory / elapsed / 1e9 if elapsed else 0:8.2f} GB/s"
         )

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from lazygrad.dtype import DType
 from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
 from lazygrad.helpers import DEBUG, prod
-from lazygrad.uop.ops import MOVEMENT, Ops, UOp
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key
 from lazygrad.uop.pattern import substitute
 
 
@@ -103,29 +105,100 @@ def _reads_target_elsewhere(assign: UOp) -> bool:
     return False
 
 
-def _prepare(sink: UOp) -> dict[UOp, UOp]:
+def _prepare(sink: UOp) -> tuple[dict[UOp, UOp], list[UOp]]:
     """Each node mapped to the graph as kernels see it: nodes realized earlier read from their buffers, DETACH
-    dropped."""
+    dropped. Also the nodes of `sink`, sources first."""
     done: dict[UOp, UOp] = {}
-    for node in sink.toposort:
-        if node in realized:
-            done[node] = realized[node]
+    nodes = sink.toposort
+    for node in nodes:
+        if (view := realized.get(node)) is not None:
+            done[node] = view
         elif node.op is Ops.DETACH:
             done[node] = done[node.src[0]]
         else:
             new_src = tuple(done[source] for source in node.src)
             done[node] = node if new_src == node.src else node.replace(src=new_src)
-    return done
+    return done, nodes
+
+
+@dataclass
+class _Plan:
+    """The schedule of one graph structure, with buffers as numbered slots: first the graph's own buffers in
+    topological order, then the ones the schedule allocates. Positions number the graph's nodes in
+    topological order."""
+
+    kernels: list[tuple[UOp | None, list[int], str, str]]  # AST, buffer slots, device, kind
+    new_buffers: list[tuple[str, int, DType]]  # device, size and dtype of each allocated slot
+    views: dict[int, tuple[int, tuple[tuple[int, ...], ...]]]  # position -> slot and the reshapes viewing it
+    remember: frozenset[int]  # positions whose value later graphs may reuse
+    overwritten: list[int]  # slots that assigns write
+
+
+_plans: dict[tuple, _Plan] = {}
+PLAN_CACHE_SIZE = 4096
+
+
+def _structure(nodes: list[UOp], device: str) -> tuple[tuple, list[UOp]]:
+    """What the schedule of a graph (its nodes, sources first) depends on: each node's op, dtype, argument and
+    sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN dropped (a buffer used
+    twice is one node, so positions still tell it from two buffers). Also the buffers in order."""
+    position = {node: index for index, node in enumerate(nodes)}
+    buffers: list[UOp] = []
+    entries: list[Any] = [device]
+    for node in nodes:
+        if node.op is Ops.BUFFER:
+            buffers.append(node)
+            entries.append((node.dtype, node.arg[1], node.arg[2]))
+        else:
+            arg = None if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else _const_key(node.arg)
+            entries.append((node.op, node.dtype, arg, tuple(position[source] for source in node.src)))
+    return tuple(entries), buffers
 
 
 def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
     """The kernels that compute `outputs`, in order; the map from each computed node to the buffer view that will
-    hold its value; and the part of that map later graphs may reuse."""
+    hold its value; and the part of that map later graphs may reuse.
+
+    Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
+    step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
     start = time.perf_counter()
     # graphs may contain nodes realized earlier: read those from their buffers
     original_sink = UOp(Ops.SINK, src=tuple(outputs))
-    prepared = _prepare(original_sink)
+    prepared, original_nodes = _prepare(original_sink)
     sink = prepared[original_sink]
+    nodes = original_nodes if sink is original_sink else sink.toposort
+    key, inputs = _structure(nodes, device)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _make_plan(sink, nodes, inputs, device)
+        if len(_plans) > PLAN_CACHE_SIZE:
+            del _plans[next(iter(_plans))]
+    buffers = inputs + [new_buffer(*spec) for spec in plan.new_buffers]
+    for slot in plan.overwritten:
+        forget_buffer(buffers[slot])  # nodes computed into it earlier no longer read their value there
+    schedule = [
+        ScheduleItem(ast, [buffers[slot] for slot in slots], dev, kind) for ast, slots, dev, kind in plan.kernels
+    ]
+    views = {}
+    for position, (slot, shapes) in plan.views.items():
+        view = buffers[slot]
+        for shape in shapes:
+            view = UOp(Ops.RESHAPE, view.dtype, (view,), shape)
+        views[nodes[position]] = view
+    # every node of the original graph that was computed (or found realized) goes to its buffer view
+    becomes = {
+        original: views.get(new, new) for original, new in prepared.items() if new in views or is_buffer_view(new)
+    }
+    becomes |= views
+    remembered = {nodes[position] for position in plan.remember}
+    remember = {node: view for node, view in becomes.items() if prepared.get(node, node) in remembered}
+    if DEBUG >= 1:
+        print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+    return schedule, becomes, remember
+
+
+def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _Plan:
+    """Schedule a graph and abstract the result over its buffers."""
     # When assigns read each other's old values in a cycle, one assign's value is computed apart first.
     forced: frozenset[UOp] = frozenset()
     while True:
@@ -136,12 +209,47 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         if ordered.outputs[0].src[1] in forced:
             raise RuntimeError("schedule: assigns depend on each other in a cycle; realize one of them first")
         forced = forced | {ordered.outputs[0].src[1]}
+    slots = {buffer: slot for slot, buffer in enumerate(inputs)}
+    new_buffers = []
     for root in roots:
-        if root.op is Ops.ASSIGN:
-            forget_buffer(root.src[0].base)  # nodes computed into it earlier no longer read their value there
-    if DEBUG >= 1:
-        print(f"scheduled {len(ordered)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
-    return ordered, *_results(prepared, sink, roots, buffer_views)
+        buffer = buffer_views[root].base
+        if buffer not in slots:
+            slots[buffer] = len(slots)
+            new_buffers.append((buffer.arg[2], buffer.arg[1], buffer.dtype))
+    position = {node: index for index, node in enumerate(nodes)}
+    views = {}
+    for root, view in buffer_views.items():
+        shapes = []
+        while view.op is Ops.RESHAPE:
+            shapes.append(view.arg)
+            view = view.src[0]
+        views[position[root]] = (slots[view], tuple(reversed(shapes)))
+    return _Plan(
+        [(item.ast, [slots[buffer] for buffer in item.buffers], item.device, item.kind) for item in ordered],
+        new_buffers,
+        views,
+        frozenset(position[node] for node in _reusable(sink, roots, buffer_views)),
+        [slots[root.src[0].base] for root in roots if root.op is Ops.ASSIGN],
+    )
+
+
+def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list[UOp]:
+    """The computed nodes whose values later graphs may reuse: not values computed from a buffer this schedule
+    overwrites (later graphs must read the new contents), but every assign (a unique event, which stands for its
+    buffer once it has run)."""
+    assigned = {root.src[0].base for root in roots if root.op is Ops.ASSIGN}
+    reads_assigned: set[UOp] = set()
+    # a node with no buffer below it (a broadcast constant, an arange) belongs to no device: recomputing it is
+    # free, and remembering it would hand one device's buffer to a graph on another
+    reads_buffer: set[UOp] = set()
+    for node in sink.toposort:
+        if node in assigned or any(source in reads_assigned for source in node.src):
+            reads_assigned.add(node)
+        if node.op is Ops.BUFFER or any(source in reads_buffer for source in node.src):
+            reads_buffer.add(node)
+    return [
+        node for node in buffer_views if node in reads_buffer and (node.op is Ops.ASSIGN or node not in reads_assigned)
+    ]
 
 
 def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[list[UOp], list[ScheduleItem], dict]:
@@ -161,36 +269,6 @@ def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[lis
             )
         schedule.append(_build_item(root, buffer, buffer_views, root_device))
     return roots, schedule, buffer_views
-
-
-def _results(prepared: dict[UOp, UOp], sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> tuple[dict, dict]:
-    """Every node of the original graph that was computed (or found realized) mapped to its buffer view; and the
-    part later graphs may reuse: not values computed from a buffer this schedule overwrites (later graphs must
-    read the new contents), but every assign (a unique event, which stands for its buffer once it has run)."""
-    becomes = {
-        original: buffer_views.get(new, new)
-        for original, new in prepared.items()
-        if new in buffer_views or is_buffer_view(new)
-    }
-    becomes |= {node: buffer_views[node] for node in roots}
-    assigned = {root.src[0].base for root in roots if root.op is Ops.ASSIGN}
-    reads_assigned: set[UOp] = set()
-    # a node with no buffer below it (a broadcast constant, an arange) belongs to no device: recomputing it is
-    # free, and remembering it would hand one device's buffer to a graph on another
-    reads_buffer: set[UOp] = set()
-    for node in sink.toposort:
-        if node in assigned or any(source in reads_assigned for source in node.src):
-            reads_assigned.add(node)
-        if node.op is Ops.BUFFER or any(source in reads_buffer for source in node.src):
-            reads_buffer.add(node)
-    remember = {
-        node: view
-        for node, view in becomes.items()
-        if prepared.get(node, node) in buffer_views
-        and prepared.get(node, node) in reads_buffer
-        and (node.op is Ops.ASSIGN or prepared.get(node, node) not in reads_assigned)
-    }
-    return becomes, remember
 
 
 def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:

@@ -145,6 +145,7 @@ class UOp:
         order: list[UOp] = []
         visited: set[UOp] = set()
         stack: list[tuple[UOp, bool]] = [(self, False)]
+        push = stack.append
         while stack:
             node, sources_done = stack.pop()
             if sources_done:
@@ -153,8 +154,11 @@ class UOp:
             if node in visited:
                 continue
             visited.add(node)
-            stack.append((node, True))
-            stack.extend((source, False) for source in reversed(node.src) if source not in visited)
+            push((node, True))
+            # a plain loop: a generator expression here costs twice as much (this is a hot path)
+            for source in reversed(node.src):
+                if source not in visited:
+                    push((source, False))
         return order
 
     def _derive(self, name: str, compute) -> Any:
@@ -172,7 +176,8 @@ class UOp:
             elif node not in visited and name not in node.__dict__:
                 visited.add(node)
                 stack.append((node, True))
-                stack.extend((source, False) for source in node.src)
+                for source in node.src:
+                    stack.append((source, False))
         for node in order:
             node.__dict__[name] = compute(node)
         return self.__dict__[name]
@@ -302,6 +307,8 @@ def cast_python(value: Any, dtype: DType) -> Any:
             return 0
         return wrap_int(int(value), dtype)
     if dtype.is_float:
+        if -65504.0 <= value <= 65504.0:  # representable in every float dtype: no overflow to silence (the slow part)
+            return float(dtype.np.type(value))
         with np.errstate(over="ignore", invalid="ignore"):
             return float(dtype.np.type(value))
     return value
