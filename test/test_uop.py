@@ -203,6 +203,29 @@ def test_index_simplified_under_its_gate():
         assert value.arg == (r * 8 + c - 9) % 64
 
 
+def test_index_simplified_under_a_gate_on_sums():
+    from itertools import product
+
+    from lazygrad.uop.pattern import substitute
+    from lazygrad.uop.symbolic import simplify_given
+
+    # a 3x3 window over a padded 8x8 image: the gate bounds the sums h + kh - 1 and w + kw - 1, not single loops
+    h, w, kh, kw = loop(8, 0), loop(8, 1), loop(3, 2), loop(3, 3)
+    index = simplify((h * 8 + kh * 8 + w + kw - 9) % 64)
+    row, col = h + kh - 1, w + kw - 1
+    minus_one, eight = UOp.const(INDEX, -1), UOp.const(INDEX, 8)
+    gate = simplify(
+        minus_one.lt(row).logical_and(row.lt(eight)).logical_and(minus_one.lt(col)).logical_and(col.lt(eight))
+    )
+    simplified = simplify_given(index, gate)
+    assert all(node.op not in (Ops.MOD, Ops.IDIV) for node in simplified.toposort)
+    for values in product(range(8), range(8), range(3), range(3)):
+        if 0 <= values[0] + values[2] - 1 < 8 and 0 <= values[1] + values[3] - 1 < 8:
+            bound = {var: UOp.const(INDEX, value) for var, value in zip((h, w, kh, kw), values)}
+            expected = (values[0] * 8 + values[2] * 8 + values[1] + values[3] - 9) % 64
+            assert simplify(substitute(simplified, bound)).arg == expected
+
+
 def test_matrix_products_are_register_blocked():
     def accumulators(tensor: Tensor) -> int:
         return sum(node.op is Ops.DEFINE_ACC for node in program_of(tensor))

@@ -214,25 +214,29 @@ def simplify(node: UOp) -> UOp:
     return graph_rewrite(node, symbolic)
 
 
-def _range_bound(clause: UOp) -> tuple[UOp, int | None, int | None] | None:
-    """A comparison `c < r + d` or `r + d < c` on one loop r, as (r, lowest, highest) it allows."""
-    if clause.op is not Ops.CMPLT:
+def _sum_bound(clause: UOp) -> tuple[UOp, int | None, int | None] | None:
+    """A comparison `c < s` or `s < c` of an integer sum s with a constant, as (s without its constant term, the
+    lowest value it allows, the highest)."""
+    if clause.op is not Ops.CMPLT or not clause.src[0].dtype.is_int:
         return None
     left, right = clause.src
     for side, const, is_lower in ((right, left, True), (left, right, False)):
-        if const.op is not Ops.CONST:
+        if const.op is not Ops.CONST or side.op is Ops.CONST:
             continue
-        offset = 0
-        if side.op is Ops.ADD and side.src[1].op is Ops.CONST:
-            side, offset = side.src[0], side.src[1].arg
-        if side.op is Ops.RANGE:
-            return (side, const.arg - offset + 1, None) if is_lower else (side, None, const.arg - offset - 1)
+        terms = [split_term(term) for term in sum_terms(side)]
+        offset = sum(coefficient for base, coefficient in terms if base is None)
+        expression = build_sum(side.dtype, [(base, coefficient) for base, coefficient in terms if base is not None])
+        return (expression, const.arg - offset + 1, None) if is_lower else (expression, None, const.arg - offset - 1)
     return None
 
 
 def simplify_given(index: UOp, valid: UOp) -> UOp:
-    """`index` simplified knowing `valid` holds (the index of a load gated by `valid` only matters then): loops
-    that `valid` bounds are given those narrower ranges, which often removes a `%` or `//`."""
+    """`index` simplified knowing `valid` holds (the index of a load gated by `valid` only matters then), which
+    often removes a `%` or `//`.
+
+    Each sum s that `valid` bounds to [lo, hi] becomes a stand-in loop v over that range: one loop r of s (with
+    coefficient 1) is rewritten as v - (s - r), which is exact, so the other loops of s cancel wherever the index
+    uses s as a whole (a padded window's `h + kh`). After simplifying, v is turned back into s."""
     clauses, stack = [], [valid]
     while stack:
         clause = stack.pop()
@@ -240,26 +244,34 @@ def simplify_given(index: UOp, valid: UOp) -> UOp:
             stack.extend(clause.src)
         else:
             clauses.append(clause)
-    narrowed: dict[UOp, list[int]] = {}
+    bounds: dict[UOp, list[int]] = {}
     for clause in clauses:
-        if (bound := _range_bound(clause)) is not None:
-            loop, low, high = bound
-            current = narrowed.setdefault(loop, [0, loop.src[0].arg - 1])
+        if (bound := _sum_bound(clause)) is not None:
+            expression, low, high = bound
+            current = bounds.setdefault(expression, [expression.vmin, expression.vmax])
             current[0] = max(current[0], low) if low is not None else current[0]
             current[1] = min(current[1], high) if high is not None else current[1]
-    narrowed = {loop: bounds for loop, bounds in narrowed.items() if bounds != [0, loop.src[0].arg - 1]}
-    if not narrowed or any(low > high for low, high in narrowed.values()):
+    replacements, back, used = {}, {}, set()
+    for expression, (low, high) in bounds.items():
+        if low > high:
+            return index  # never valid: the load is never made
+        if (low, high) == (expression.vmin, expression.vmax):
+            continue
+        loops = {base for base in expression.toposort if base.op is Ops.RANGE}
+        unit = [b for b, c in map(split_term, sum_terms(expression)) if c == 1 and b is not None and b.op is Ops.RANGE]
+        if not unit or loops & used:
+            continue  # loops shared with a sum already replaced: keep it simple and leave this clause out
+        used |= loops
+        stand_in = UOp(
+            Ops.RANGE, expression.dtype, (UOp.const(expression.dtype, high - low + 1),), (-1 - len(back), "bound")
+        )
+        replacements[unit[0]] = (stand_in + low) - (expression - unit[0])
+        back[stand_in] = expression - low
+    if not replacements:
         return index
-    # stand-in loops with the narrowed ranges, shifted to start at 0
-    stand_ins = {
-        loop: UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, high - low + 1),), (-1 - number, "bound"))
-        for number, (loop, (low, high)) in enumerate(narrowed.items())
-    }
     from lazygrad.uop.pattern import substitute
 
-    shifted = simplify(substitute(index, {loop: stand_ins[loop] + narrowed[loop][0] for loop in narrowed}))
-    back = {stand_in: loop - narrowed[loop][0] for loop, stand_in in stand_ins.items()}
-    return simplify(substitute(shifted, back))
+    return simplify(substitute(simplify(substitute(index, replacements)), back))
 
 
 def simplify_gated_loads(sink: UOp) -> UOp:
