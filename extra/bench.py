@@ -23,9 +23,10 @@ The rows:
 
 Per row the table shows:
 
-- lazygrad's warm time: the median of several calls of ``f(inputs).realize()``, which covers building
-  the lazy graph, scheduling, looking up (already compiled) kernels and running them. Each call gets
-  freshly realized inputs (see ``fresh_lazy_inputs``); copying the input data in is not timed.
+- lazygrad's warm time: the median of several calls (``f(inputs).realize()`` for an expression row), which
+  covers building the lazy graph, scheduling, looking up (already compiled) kernels and running them. Expression
+  and conv2d calls get freshly realized inputs (see ``fresh_lazy_inputs``); copying the input data in is not
+  timed.
 - lazygrad's cold time: the first call of that case in this process, including compilation. The first
   case also pays one-time start-up costs (device and compiler initialization). A compiled-program
   cache on disk from an earlier run makes cold times shorter; run with ``CACHELEVEL=0`` to turn it off.
@@ -207,7 +208,7 @@ def warm_microseconds(result: CaseResult) -> float | None:
     return None if result.lazygrad.warm_ms is None else result.lazygrad.warm_ms * 1e3
 
 
-def kernel_count(result: CaseResult) -> float | None:
+def kernels_per_call(result: CaseResult) -> float | None:
     """The kernels lazygrad ran for one call."""
     return result.kernel_count
 
@@ -412,7 +413,10 @@ def lazy_conv_workload(library: Any, arrays: list[np.ndarray]) -> Workload:
         return [x.grad, weight.grad, bias.grad]
 
     def prepare():
-        return [library.Tensor(array, requires_grad=True).realize() for array in arrays]
+        inputs = fresh_lazy_inputs(library.Tensor, arrays)
+        for tensor in inputs:
+            tensor.requires_grad = True  # set apart: tinygrad's Tensor() takes no requires_grad argument
+        return inputs
 
     return Workload(call, prepare, expected=lambda: conv_grads_numpy(*arrays))
 
@@ -518,7 +522,7 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
             mlp_inputs,
             lazy_mlp_workload,
             torch_mlp_workload,
-            goals=time_goal(2.0) + (Goal("kernels per step", kernel_count, 26, unit=""),),
+            goals=time_goal(2.0) + (Goal("kernels per step", kernels_per_call, 26, unit=""),),
         ),
         StepCase(
             f"conv2d fwd+bwd {conv_batch}x3x32x32 3->16 3x3 pad={CONV_PADDING}",
@@ -528,7 +532,7 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
             goals=time_goal(3.0),
         ),
         ColdCase(
-            "mlp step cold, new process",
+            "mlp step cold (new process, CACHELEVEL=0)",
             goals=(Goal("build + first step", cold_seconds, 1.0, unit="s"),),
         ),
         StepCase(
@@ -613,23 +617,123 @@ def run_lazygrad(case: Case, arrays: list[np.ndarray], repeats: int, result: Cas
     result.kernel_count = GlobalCounters.kernel_count
     if result.kernel_count == 0:
         print(f"!!! WARNING [{case.name}]: a warm call ran 0 kernels -- was the result cached?", file=sys.stderr)
+    check_outputs(result, [output.numpy()], [case.numpy_fn(*arrays)], case.rtol, case.atol)
 
-    expected = np.asarray(case.numpy_fn(*arrays))
-    got = np.asarray(output.numpy())
-    if got.shape != expected.shape:
-        result.matches_numpy = False
-        print(f"!!! MISMATCH [{case.name}]: shape {got.shape}, expected {expected.shape}", file=sys.stderr)
-        return
-    difference = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-    result.max_abs_error = float(np.nanmax(difference)) if difference.size else 0.0
-    atol = case.atol * max(1.0, float(np.abs(expected).max()))
-    result.matches_numpy = bool(np.allclose(got, expected, rtol=case.rtol, atol=atol))
-    if not result.matches_numpy:
-        print(
-            f"!!! MISMATCH [{case.name}]: lazygrad differs from NumPy, max abs error {result.max_abs_error:.3g}\n"
-            f"    got      {got.ravel()[:6]}\n    expected {expected.ravel()[:6]}",
-            file=sys.stderr,
-        )
+
+def check_outputs(
+    result: CaseResult, outputs: list[np.ndarray], expected: list[np.ndarray], rtol: float, atol: float
+) -> None:
+    """Compare lazygrad's outputs with NumPy's, pair by pair, into ``matches_numpy`` and ``max_abs_error``.
+
+    ``atol`` is scaled by the largest magnitude of each expected array; a mismatch is printed loudly.
+    """
+    result.matches_numpy, result.max_abs_error = True, 0.0
+    for got, want in zip(outputs, expected, strict=True):
+        got, want = np.asarray(got), np.asarray(want)
+        if got.shape != want.shape:
+            result.matches_numpy = False
+            print(f"!!! MISMATCH [{result.name}]: shape {got.shape}, expected {want.shape}", file=sys.stderr)
+            continue
+        difference = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        error = float(np.nanmax(difference)) if difference.size else 0.0
+        result.max_abs_error = max(result.max_abs_error, error)
+        scaled_atol = atol * max(1.0, float(np.abs(want).max()))
+        if not np.allclose(got, want, rtol=rtol, atol=scaled_atol):
+            result.matches_numpy = False
+            print(
+                f"!!! MISMATCH [{result.name}]: lazygrad differs from NumPy, max abs error {error:.3g}\n"
+                f"    got      {got.ravel()[:6]}\n    expected {want.ravel()[:6]}",
+                file=sys.stderr,
+            )
+
+
+def time_workload(
+    workload: Workload, repeats: int, ops_per_call: int, synchronize: Callable[[], None] = lambda: None
+) -> Timing:
+    """Time a workload as ``time_calls`` does. With several operations per call the times are per operation, and
+    the cold time, which would spread one compile over the whole call, is left out."""
+
+    def call(prepared):
+        workload.call(prepared)
+        synchronize()
+
+    timing = time_calls(call, repeats, workload.prepare)
+    if ops_per_call == 1:
+        return timing
+    return Timing(warm_ms=timing.warm_ms / ops_per_call, warm_min_ms=timing.warm_min_ms / ops_per_call)
+
+
+def run_lazygrad_workload(case: StepCase, arrays: list[np.ndarray], repeats: int, result: CaseResult) -> None:
+    """Time lazygrad on a step row, count its kernels per operation and check one call against NumPy."""
+    GlobalCounters.reset()
+    workload = case.lazy_workload(lazygrad, arrays)
+    result.lazygrad = time_workload(workload, repeats, case.ops_per_call, synchronize_lazygrad)
+    result.compile_count = GlobalCounters.compile_count
+
+    expected = workload.expected()  # before the call: a training step changes the weights it starts from
+    inputs = workload.prepare()
+    GlobalCounters.reset()
+    outputs = workload.call(inputs)
+    synchronize_lazygrad()
+    result.kernel_count = GlobalCounters.kernel_count // case.ops_per_call
+    check_outputs(result, [output.numpy() for output in outputs], expected, case.rtol, case.atol)
+
+
+def run_cold_child(library: str, seed: int) -> dict[str, Any]:
+    """Run ``cold_step_child`` for ``library`` in a new Python process with ``CACHELEVEL=0``; return its report."""
+    here = Path(__file__).resolve()
+    script = COLD_CHILD_SCRIPT.format(
+        paths=[str(here.parent.parent), str(here.parent)],
+        modules=COLD_CHILD_IMPORTS[library],
+        bench=here.stem,
+        library=library,
+        seed=seed,
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "CACHELEVEL": "0"},
+        capture_output=True,
+        text=True,
+        timeout=COLD_CHILD_TIMEOUT_S,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"{library} process exited with status {completed.returncode}:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.splitlines()[-1])
+
+
+def cold_step_child(library: str, import_seconds: float, seed: int) -> None:
+    """The new process of ``ColdCase``: time building the MLP and its first training step, then print a JSON
+    report as the last line (lazygrad's also gives its kernels, compiles and the loss beside NumPy's)."""
+    arrays = mlp_inputs(np.random.default_rng(seed))
+    GlobalCounters.reset()
+    start = time.perf_counter()
+    workload = lazy_mlp_workload(lazygrad, arrays) if library == "lazygrad" else torch_mlp_workload(arrays)
+    (loss,) = workload.call(workload.prepare())
+    report = {"import_s": import_seconds, "build_and_step_s": time.perf_counter() - start}
+    if library == "lazygrad":
+        report |= {
+            "kernels": GlobalCounters.kernel_count,
+            "compiles": GlobalCounters.compile_count,
+            "loss": float(loss.numpy()),
+            "expected_loss": float(mlp_loss_numpy(mlp_model(lazygrad), *arrays)),  # seeded: the same first weights
+        }
+    print(json.dumps(report))
+
+
+def run_lazygrad_cold(case: ColdCase, seed: int, result: CaseResult) -> None:
+    """lazygrad's first MLP step in a new process, its kernels and compiles, and its loss checked against NumPy."""
+    report = run_cold_child("lazygrad", seed)
+    result.lazygrad = Timing(cold_ms=report["build_and_step_s"] * 1e3)
+    result.kernel_count, result.compile_count = report["kernels"], report["compiles"]
+    result.details["lazygrad_import_s"] = report["import_s"]
+    check_outputs(result, [report["loss"]], [report["expected_loss"]], case.rtol, case.atol)
+
+
+def run_torch_cold(seed: int, result: CaseResult) -> Timing:
+    """PyTorch's first MLP step in a new process, for reference beside lazygrad's."""
+    report = run_cold_child("torch", seed)
+    result.details |= {"torch_import_s": report["import_s"], "torch_build_and_step_s": report["build_and_step_s"]}
+    return Timing(cold_ms=report["build_and_step_s"] * 1e3)
 
 
 def run_torch(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
@@ -659,25 +763,35 @@ def measure(label: str, function: Callable[[], Timing]) -> Timing:
         return Timing(error=f"{type(error).__name__}: {error}")
 
 
+def measure_lazygrad(result: CaseResult, function: Callable[[], None]) -> None:
+    """Run lazygrad's part of a row, which fills ``result``; an exception is recorded there instead of raised."""
+    try:
+        function()
+    except Exception as error:  # noqa: BLE001 -- report the error in the table and go on
+        traceback.print_exc()
+        print(f"!!! ERROR [lazygrad {result.name}]: {type(error).__name__}: {error}", file=sys.stderr)
+        result.lazygrad.error = f"{type(error).__name__}: {error}"
+
+
+def set_ratio(result: CaseResult) -> None:
+    """Set lazygrad's warm time over torch's, where both were measured."""
+    if result.torch and result.torch.warm_ms and result.lazygrad.warm_ms is not None:
+        result.ratio_lazygrad_over_torch = result.lazygrad.warm_ms / result.torch.warm_ms
+
+
 def run_case(case: Case, repeats: int, seed: int) -> CaseResult:
     """Measure every available library on one case."""
     arrays = case.make_inputs(np.random.default_rng(seed))
     result = CaseResult(case.name)
 
-    try:
-        run_lazygrad(case, arrays, repeats, result)
-    except Exception as error:  # noqa: BLE001 -- report the error in the table and go on
-        traceback.print_exc()
-        print(f"!!! ERROR [lazygrad {case.name}]: {type(error).__name__}: {error}", file=sys.stderr)
-        result.lazygrad.error = f"{type(error).__name__}: {error}"
+    measure_lazygrad(result, lambda: run_lazygrad(case, arrays, repeats, result))
     result.numpy = measure(f"numpy {case.name}", lambda: time_calls(lambda _: case.numpy_fn(*arrays), repeats))
     if torch is not None:
         result.torch = measure(f"torch {case.name}", lambda: run_torch(case, arrays, repeats))
     if tinygrad is not None:
         result.tinygrad = measure(f"tinygrad {case.name}", lambda: run_tinygrad(case, arrays, repeats))
 
-    if result.torch and result.torch.warm_ms and result.lazygrad.warm_ms is not None:
-        result.ratio_lazygrad_over_torch = result.lazygrad.warm_ms / result.torch.warm_ms
+    set_ratio(result)
     if case.flops:
         for library in ("lazygrad", "numpy", "torch", "tinygrad"):
             timing = getattr(result, library)
@@ -723,15 +837,34 @@ def format_table(results: list[CaseResult]) -> str:
         if torch is not None:
             row.append(format_warm(result.torch))
         if tinygrad is not None:
-            row += [format_warm(result.tinygrad), format_ms(result.tinygrad.cold_ms)]
+            row += [format_warm(result.tinygrad), format_ms(result.tinygrad.cold_ms if result.tinygrad else None)]
         ratio = result.ratio_lazygrad_over_torch
         row.append("-" if ratio is None else f"{ratio:.2f}x")
         row.append({True: "ok", False: "MISMATCH", None: "-"}[result.matches_numpy])
         rows.append(row)
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    return align(rows)
+
+
+def format_targets(targets: list[Target]) -> str:
+    """Every row's targets, its value in this run and whether it met them, as an aligned table."""
+    rows = [["case", "target", "value", "goal", "met"]]
+    for target in targets:
+        value = "-" if target.value is None else f"{target.value:.3g}{target.unit}"
+        goal = f"{target.comparison} {target.limit:g}{target.unit}"
+        rows.append([target.case, target.what, value, goal, {True: "yes", False: "NO", None: "-"}[target.met]])
+    return align(rows, left_columns=2)
+
+
+def align(rows: list[list[str]], left_columns: int = 1) -> str:
+    """Rows of cells as text columns: the first ``left_columns`` left-aligned, the rest right-aligned, and a rule
+    under the header (the first row)."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = []
     for index, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        cells = [
+            cell.ljust(width) if column < left_columns else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
         lines.append("  ".join(cells))
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
@@ -769,10 +902,12 @@ def main() -> int:
 
     print(describe_setup())
     print(f"times in ms: median of {repeats} calls after warm-up; 'lg cold' = first call, including compile\n")
-    results = []
+    results, targets = [], []
     for case in make_cases(args.quick):
         print(f"running {case.name} ...", file=sys.stderr, flush=True)
-        results.append(run_case(case, repeats, args.seed))
+        result = case.run(repeats, args.seed)
+        results.append(result)
+        targets += [goal.check(result) for goal in case.goals]
 
     table = format_table(results)
     print(table)
@@ -782,6 +917,12 @@ def main() -> int:
         if result.gflops:
             rates = ", ".join(f"{library} {rate:.1f}" for library, rate in result.gflops.items())
             print(f"{result.name} GFLOP/s: {rates}")
+        if result.details:
+            print(f"{result.name}: " + ", ".join(f"{key} {value:.3g}" for key, value in result.details.items()))
+    print(f"\ntargets ({sum(target.met is True for target in targets)} of {len(targets)} met):")
+    if args.quick:
+        print("(--quick sizes: the targets are set for the full sizes)")
+    print(format_targets(targets))
 
     failed = [result.name for result in results if result.matches_numpy is False or result.lazygrad.error]
     if failed:
@@ -789,6 +930,7 @@ def main() -> int:
     if args.json:
         report = {"setup": describe_setup(), "quick": args.quick, "repeats": repeats}
         report["cases"] = [asdict(result) for result in results]
+        report["targets"] = [asdict(target) for target in targets]
         Path(args.json).write_text(json.dumps(report, indent=2))
         print(f"wrote {args.json}")
     return 1 if failed else 0
