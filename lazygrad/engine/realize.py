@@ -3,7 +3,9 @@ memory by the interned AST, on disk by the hash of the source), then launched on
 
 from __future__ import annotations
 
+import functools
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +13,7 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import optimize
 from lazygrad.codegen.renderer import kernel_name
-from lazygrad.device import Buffer, Device
+from lazygrad.device import CORES, Buffer, Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
 from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters, prod
@@ -31,7 +33,13 @@ class CompiledKernel:
     global_size: int
 
 
-_programs: dict[tuple[str, UOp, bool], CompiledKernel] = {}
+_programs: dict[tuple[str, UOp, bool], CompiledKernel | Future] = {}
+
+
+@functools.cache
+def compile_pool() -> ThreadPoolExecutor:
+    """Where device compilers run: they release the GIL, so this thread goes on generating the next kernel."""
+    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lazygrad-compile")
 
 
 def measure_work(program: list[UOp]) -> tuple[int, int, int]:
@@ -57,10 +65,66 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     """The compiled kernel for `ast` on a device, built once per process (and compiled once per machine)."""
     # ASTs are interned, so an equal kernel is the same object: a dictionary lookup, no hashing of the graph
     key = (device_name, ast, bool(NOOPT))
-    if key in _programs:
+    kernel = _programs.get(key)
+    if isinstance(kernel, CompiledKernel):
         GlobalCounters.compile_cache_hits += 1
-        return _programs[key]
+        return kernel
+    if kernel is None:
+        build_kernels(device_name, [ast])
+    kernel = _programs[key] = _programs[key].result()
+    return kernel
+
+
+@dataclass
+class GeneratedKernel:
+    """A kernel's source and what is known of it before it is compiled."""
+
+    name: str
+    source: str
+    ops: int
+    memory: int
+    work: int
+    global_loops: tuple[int, ...]  # sizes of the global loops, outermost first: GPU-style devices launch over them
+
+
+BATCH_SIZE = 8  # kernels compiled together, where the device's language can join sources
+
+
+def build_kernels(device_name: str, asts: list[UOp]) -> None:
+    """Start building kernels: code is generated here, one kernel after another, while the compiler (which releases
+    the GIL) works in the background on the ones before. Where the renderer can join sources (LLVM IR), kernels
+    are compiled in batches, since each compiler call has a high fixed cost; batches follow the order of `asts`,
+    so the same schedule makes the same batches, and the disk cache finds them. `get_kernel` waits for them."""
     device = Device[device_name]
+    batch_size = BATCH_SIZE if device.renderer.can_join else 1
+    batch: list[tuple[Future, GeneratedKernel]] = []
+    for number, ast in enumerate(asts):
+        future: Future = Future()
+        _programs[(device_name, ast, bool(NOOPT))] = future
+        batch.append((future, generate_kernel(device, ast)))
+        if len(batch) == batch_size or number == len(asts) - 1:
+            compile_pool().submit(_compile_batch, device, batch)
+            batch = []
+
+
+def _compile_batch(device: Any, batch: list[tuple[Future, GeneratedKernel]]) -> None:
+    """Compile a batch into one binary and hand each kernel of it to its future (or the error to all)."""
+    try:
+        sources = [kernel.source for _, kernel in batch]
+        binary = device.compiler.compile_cached(sources[0] if len(sources) == 1 else device.renderer.join(sources))
+        for future, kernel in batch:
+            runner = device.runtime(kernel.name, binary, kernel.global_loops, kernel.work)
+            future.set_result(
+                CompiledKernel(kernel.name, runner, kernel.source, kernel.ops, kernel.memory, prod(kernel.global_loops))
+            )
+    except BaseException as error:  # noqa: BLE001 -- the error belongs to whoever waits for these kernels
+        for future, _ in batch:
+            if not future.done():
+                future.set_exception(error)
+
+
+def generate_kernel(device: Any, ast: UOp) -> GeneratedKernel:
+    """Lower, optimize, linearize and render a kernel AST for a device."""
     if DEBUG >= 5:
         print_graph(ast)
     kernel_graph = lower_kernel(ast)
@@ -74,18 +138,23 @@ def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
             print(
                 f"{position:4d} {node.op.name:14s} {str(node.dtype):18s} {[program.index(s) if s in program else s.arg for s in node.src]} {node.arg}"
             )
-    name = kernel_name(program)
+    name = unique_name(device.name, kernel_name(program))
     source = device.renderer.render(name, program)
     if DEBUG >= 4:
         print(source)
-    binary = device.compiler.compile_cached(source)
     ops, memory, work = measure_work(program)
-    # the sizes of the global loops, outermost first: GPU-style devices launch threads over (some of) them
     global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] == "global")
-    runner = device.runtime(name, binary, global_loops, work)
-    kernel = CompiledKernel(name, runner, source, ops, memory, prod(global_loops))
-    _programs[key] = kernel
-    return kernel
+    return GeneratedKernel(name, source, ops, memory, work, global_loops)
+
+
+_names_taken: dict[tuple[str, str], int] = {}
+
+
+def unique_name(device_name: str, name: str) -> str:
+    """`name`, or `name` with a number after it when another kernel of this process already has it: programs may
+    share one symbol table (the LLVM device loads every kernel into one engine), and DEBUG output tells them apart."""
+    count = _names_taken[device_name, name] = _names_taken.get((device_name, name), 0) + 1
+    return name if count == 1 else f"{name}n{count}"
 
 
 def print_graph(root: UOp) -> None:
@@ -147,6 +216,17 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
 
 
 def run_schedule(schedule: list[ScheduleItem]) -> None:
-    """Run every item in order."""
+    """Run every item in order, after starting to build every kernel not built yet (so a cold schedule generates
+    code for the next kernels while the compiler works on the first)."""
+    new: dict[str, dict[UOp, None]] = {}  # per device, in schedule order, without repeats
+    for item in schedule:
+        if (
+            item.kind == "kernel"
+            and (item.device, item.ast, bool(NOOPT)) not in _programs
+            and buffer_of(item.buffers[0]).size
+        ):
+            new.setdefault(item.device, {})[item.ast] = None
+    for device_name, asts in new.items():
+        build_kernels(device_name, list(asts))
     for item in schedule:
         run_item(item)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import threading
 
 from lazygrad.codegen.renderer.llvmir import LLVMRenderer
 from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
@@ -44,8 +46,6 @@ class LLVMCompiler(Compiler):
 
 
 def hash_of(machine) -> str:
-    import hashlib
-
     import llvmlite.binding as llvm
 
     return hashlib.sha256(f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}".encode()).hexdigest()[
@@ -53,16 +53,32 @@ def hash_of(machine) -> str:
     ]
 
 
+@functools.cache
+def engine():
+    """The one MCJIT engine every kernel is loaded into (an engine per kernel costs milliseconds to set up; kernel
+    names are unique per process, so their symbols never clash). It owns the target machine, and lives as long."""
+    import llvmlite.binding as llvm
+
+    return llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+
+
+_loading = threading.Lock()  # kernels are loaded from the compile threads
+_loaded: set[bytes] = set()  # digests of the objects in the engine: a batch of kernels is one object
+
+
 class LLVMProgram(HostProgram):
-    """A compiled kernel: object code loaded into an MCJIT engine, run as a HostProgram."""
+    """A compiled kernel: object code loaded into the MCJIT engine, run as a HostProgram."""
 
     def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         import llvmlite.binding as llvm
 
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
-        self.engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
-        self.engine.finalize_object()
-        self.address = self.engine.get_function_address(name)
+        digest = hashlib.sha256(binary).digest()
+        with _loading:
+            if digest not in _loaded:
+                engine().add_object_file(llvm.ObjectFileRef.from_data(binary))
+                engine().finalize_object()
+                _loaded.add(digest)
+            self.address = engine().get_function_address(name)
         super().__init__(None, global_loops, work)
 
     def __call__(self, *buffers) -> None:

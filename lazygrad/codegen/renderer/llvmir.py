@@ -127,6 +127,7 @@ class LLVMRenderer(Renderer):
     function; the outermost global loop runs from start to end, so the runtime can split it across threads."""
 
     rewrites = transcendental_rules
+    can_join = True
 
     def render(self, name: str, program: list[UOp]) -> str:
         names: dict[UOp, str] = {}
@@ -218,6 +219,16 @@ class LLVMRenderer(Renderer):
         attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
         metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
         return "\n".join([body, *sorted(declarations), attributes, *metadata]) + "\n"
+
+    def join(self, sources: list[str]) -> str:
+        """One module: every function, then the declarations, attributes and metadata they share (`render` puts
+        those after the function's closing brace, the same text in every kernel)."""
+        functions, shared = [], {}
+        for source in sources:
+            end = source.index("\n}\n") + 3
+            functions.append(source[:end])
+            shared.update(dict.fromkeys(source[end:].splitlines()))
+        return "".join(functions) + "\n".join(shared) + "\n"
 
     @staticmethod
     def render_accumulate(out: str, node: UOp, value, vectorized: set[UOp], declarations: set[str]) -> list[str]:
