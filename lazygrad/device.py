@@ -69,8 +69,43 @@ class _DeviceRegistry:
 Device = _DeviceRegistry()
 
 
+class MemoryPool:
+    """Memory of dead buffers, kept for the next buffer of the same device and size: fresh memory costs more than
+    the kernels of a small step (a device allocation, or on the host new pages that fault when first written).
+    Holds at most `limit` bytes; beyond that, memory goes back to the device."""
+
+    def __init__(self, limit: int = 1 << 30):
+        self.limit, self.held = limit, 0
+        self.free_memory: dict[tuple[str, int], list[Any]] = {}
+
+    def take(self, device: str, nbytes: int) -> Any:
+        """Kept memory of exactly this size, or fresh memory."""
+        kept = self.free_memory.get((device, nbytes))
+        if kept:
+            self.held -= nbytes
+            return kept.pop()
+        return Device[device].allocator.alloc(nbytes)
+
+    def give_back(self, device: str, nbytes: int, handle: Any) -> None:
+        if self.held + nbytes > self.limit:
+            Device[device].allocator.free(handle)
+            return
+        self.held += nbytes
+        self.free_memory.setdefault((device, nbytes), []).append(handle)
+
+    def clear(self) -> None:
+        """Give all kept memory back to the devices."""
+        for (device, _), handles in self.free_memory.items():
+            for handle in handles:
+                Device[device].allocator.free(handle)
+        self.free_memory, self.held = {}, 0
+
+
+memory_pool = MemoryPool()
+
+
 class Buffer:
-    """Memory on a device holding `size` elements of `dtype`; allocated on first use."""
+    """Memory on a device holding `size` elements of `dtype`; allocated on first use (from the memory pool)."""
 
     def __init__(self, device: str, size: int, dtype: DType):
         self.device, self.size, self.dtype = device, size, dtype
@@ -83,8 +118,12 @@ class Buffer:
     @property
     def handle(self) -> Any:
         if self._handle is None:
-            self._handle = Device[self.device].allocator.alloc(max(self.nbytes, self.dtype.itemsize))
+            self._handle = memory_pool.take(self.device, self._allocated_bytes)
         return self._handle
+
+    @property
+    def _allocated_bytes(self) -> int:
+        return max(self.nbytes, self.dtype.itemsize)
 
     @property
     def is_allocated(self) -> bool:
@@ -106,7 +145,7 @@ class Buffer:
     def __del__(self):
         if self._handle is not None:
             try:
-                Device[self.device].allocator.free(self._handle)
+                memory_pool.give_back(self.device, self._allocated_bytes, self._handle)
             except Exception:  # interpreter shutdown
                 pass
 

@@ -157,3 +157,25 @@ def test_kernels_of_one_schedule_compiled_together_keep_apart():
     expected = [x + 1.5, x * 2.5, x - 3.5, (x * x).sum(), x.max(), x + 4.5, x * 5.5, x - 6.5, x / 7.5, x + 8.5]
     for result, value in zip(results, expected):
         np.testing.assert_allclose(result.numpy(), value, rtol=1e-6)
+
+
+def test_memory_of_dead_buffers_is_reused_up_to_a_limit():
+    from lazygrad.device import Buffer, MemoryPool, memory_pool
+    from lazygrad.dtype import dtypes
+
+    first = Buffer("LLVM", 1000, dtypes.float32).copyin(np.ones(1000, np.float32))
+    address = first.handle.address
+    del first
+    second = Buffer("LLVM", 1000, dtypes.float32)
+    assert second.handle.address == address  # the same memory, handed out again
+    second.copyin(np.arange(1000, dtype=np.float32))
+    np.testing.assert_array_equal(second.numpy(), np.arange(1000, dtype=np.float32))
+    # a pool at its limit gives memory back instead of keeping it
+    pool = MemoryPool(limit=4000)
+    pool.give_back("LLVM", 4000, pool.take("LLVM", 4000))
+    pool.give_back("LLVM", 4000, pool.take("LLVM", 4000))
+    pool.give_back("LLVM", 8, pool.take("LLVM", 8))
+    assert pool.held == 4000 and len(pool.free_memory[("LLVM", 4000)]) == 1
+    assert ("LLVM", 8) not in pool.free_memory
+    pool.clear()
+    assert pool.held == 0 and memory_pool.held <= memory_pool.limit
