@@ -140,6 +140,7 @@ class LLVMRenderer(Renderer):
 
         parallel = next((n for n in program if n.op is Ops.RANGE and n.arg[1] == "global"), None)
         vectorized = vectorized_loops(program)
+        block, open_loops = "entry", []  # the basic block the next line goes into; the loops around it
         for position, node in enumerate(program):
             out = f"%v{position}"
             names[node] = out
@@ -161,6 +162,8 @@ class LLVMRenderer(Renderer):
                     f"  br i1 %{label}_go, label %{label}_body, label %{label}_exit",
                     f"{label}_body:",
                 ]
+                block = f"{label}_body"
+                open_loops.append(node)
             elif op is Ops.ENDRANGE:
                 label = names[src[0]][1:-2]
                 lines += [
@@ -170,6 +173,8 @@ class LLVMRenderer(Renderer):
                     f"  br label %{label}_head{'' if src[0] in vectorized else ', !llvm.loop !0'}",
                     f"{label}_exit:",
                 ]
+                block = f"{label}_exit"
+                open_loops.pop()
             elif op is Ops.DEFINE_ACC:
                 allocas.append(f"  {out} = alloca {LLVM_TYPES[dtype]}")
                 lines.append(f"  store {LLVM_TYPES[dtype]} {render_const(node.arg[0], dtype)}, ptr {out}")
@@ -177,6 +182,9 @@ class LLVMRenderer(Renderer):
                 lines.append(f"  {out} = load {LLVM_TYPES[dtype]}, ptr {names[src[0]]}")
             elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
                 lines.append(f"  store {LLVM_TYPES[src[1].dtype]} {value(src[1])}, ptr {names[src[0]]}")
+            elif op is Ops.LOAD and len(src) == 3 and open_loops and open_loops[-1] in vectorized:
+                lines += self.render_branched_load(out, node, value, block)
+                block = f"{out[1:]}_join"
             elif op is Ops.LOAD:
                 lines += self.render_load(out, node, value)
             elif op is Ops.STORE:
@@ -281,6 +289,30 @@ class LLVMRenderer(Renderer):
                 f"  {out} = select i1 {value(node.src[2])}, {register_type} {loaded}, {register_type} {render_const(0, node.dtype)}"
             )
         return lines
+
+    @staticmethod
+    def render_branched_load(out: str, node: UOp, value, block: str) -> list[str]:
+        """A gated load in a loop left to LLVM's vectorizer: a load only where the gate holds, which the vectorizer
+        turns into a masked vector load (a select of the index, as `render_load` does, would make it a gather)."""
+        buffer, index, gate = node.src
+        memory_type, register_type = MEMORY_TYPES[node.dtype], LLVM_TYPES[node.dtype]
+        label = out[1:]
+        lines = [
+            f"  {out}_ptr = getelementptr {memory_type}, ptr %data{buffer.arg[0]}, i64 {value(index)}",
+            f"  br i1 {value(gate)}, label %{label}_load, label %{label}_join",
+            f"{label}_load:",
+            f"  {out}_raw = load {memory_type}, ptr {out}_ptr",
+        ]
+        loaded = f"{out}_raw"
+        if node.dtype == dtypes.bool:
+            lines.append(f"  {out}_bool = trunc i8 {loaded} to i1")
+            loaded = f"{out}_bool"
+        zero = render_const(0, node.dtype)
+        return lines + [
+            f"  br label %{label}_join",
+            f"{label}_join:",
+            f"  {out} = phi {register_type} [{loaded}, %{label}_load], [{zero}, %{block}]",
+        ]
 
     @staticmethod
     def render_division(out: str, node: UOp, value) -> list[str]:
