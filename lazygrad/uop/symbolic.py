@@ -237,15 +237,8 @@ def simplify_given(index: UOp, valid: UOp) -> UOp:
     Each sum s that `valid` bounds to [lo, hi] becomes a stand-in loop v over that range: one loop r of s (with
     coefficient 1) is rewritten as v - (s - r), which is exact, so the other loops of s cancel wherever the index
     uses s as a whole (a padded window's `h + kh`). After simplifying, v is turned back into s."""
-    clauses, stack = [], [valid]
-    while stack:
-        clause = stack.pop()
-        if clause.op is Ops.AND and clause.dtype == dtypes.bool:
-            stack.extend(clause.src)
-        else:
-            clauses.append(clause)
     bounds: dict[UOp, list[int]] = {}
-    for clause in clauses:
+    for clause in _clauses(valid):
         if (bound := _sum_bound(clause)) is not None:
             expression, low, high = bound
             current = bounds.setdefault(expression, [expression.vmin, expression.vmax])
@@ -274,13 +267,42 @@ def simplify_given(index: UOp, valid: UOp) -> UOp:
     return simplify(substitute(simplify(substitute(index, replacements)), back))
 
 
+def _clauses(valid: UOp) -> list[UOp]:
+    clauses, stack = [], [valid]
+    while stack:
+        clause = stack.pop()
+        if clause.op is Ops.AND and clause.dtype == dtypes.bool:
+            stack.extend(clause.src)
+        else:
+            clauses.append(clause)
+    return clauses
+
+
+def _all_of(clauses: list[UOp]) -> UOp:
+    result = clauses[0]
+    for clause in clauses[1:]:
+        result = result.alu(Ops.AND, clause)
+    return result
+
+
+def simplify_gate(valid: UOp) -> UOp:
+    """A gate with each clause simplified knowing the others hold (a padded view of a padded view checks an index
+    that is a `%` of the outer one until the outer clauses bound it)."""
+    clauses = _clauses(valid)
+    if len(clauses) == 1:
+        return valid
+    return simplify(
+        _all_of([simplify_given(c, _all_of(clauses[:i] + clauses[i + 1 :])) for i, c in enumerate(clauses)])
+    )
+
+
 def simplify_gated_loads(sink: UOp) -> UOp:
     """A gated load's index only matters where its gate holds: simplify each one knowing that."""
     from lazygrad.uop.pattern import substitute
 
-    gated = {
-        node: node.replace(src=(node.src[0], simplify_given(node.src[1], node.src[2]), node.src[2]))
-        for node in sink.toposort
-        if node.op is Ops.LOAD and len(node.src) == 3 and node.src[0].op is Ops.DEFINE_GLOBAL
-    }
+    gated = {}
+    for node in sink.toposort:
+        if node.op is Ops.LOAD and len(node.src) == 3 and node.src[0].op is Ops.DEFINE_GLOBAL:
+            gate = simplify_gate(node.src[2])
+            gated[node] = node.replace(src=(node.src[0], simplify_given(node.src[1], gate), gate))
     return simplify(substitute(sink, gated)) if gated else sink
