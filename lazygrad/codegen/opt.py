@@ -13,6 +13,7 @@ Every choice depends only on the kernel's own AST.
 
 from __future__ import annotations
 
+from lazygrad.helpers import prod
 from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads
 
@@ -140,9 +141,9 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
     """
     loops = global_loops(sink)
     reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
-    if len(reduces) != 1 or len(reduces[0].src) != 2:
-        return sink
-    loop = reduces[0].src[1]
+    if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        return sink  # (several reduces over the same loops are computed in one loop nest)
+    loop = reduces[0].src[-1]  # the innermost reduce loop
     loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
     along_reduce = {stride(index, loop) for index in loads}
     if 1 in along_reduce and along_reduce <= {0, 1}:
@@ -162,9 +163,40 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
     return sink
 
 
+def unroll_selecting_loops(sink: UOp) -> UOp:
+    """Upcast small global loops that choose between loads, whole: in a stack of pieces (a conv's taps) each piece
+    is a load gated by a comparison of the loop with constants, and with the loop a constant in each copy, every
+    copy keeps one load instead of one per piece."""
+    for loop in global_loops(sink):
+        if loop.src[0].arg <= UNROLL_LIMIT:
+            gates = [n.src[2] for n in sink.toposort if n.op is Ops.LOAD and len(n.src) == 3]
+            if any(loop in gate.toposort for gate in gates):
+                sink = upcast(sink, loop, loop.src[0].arg)
+    return sink
+
+
+def drop_invariant_reduce_loops(sink: UOp) -> UOp:
+    """A reduce over loops its value does not depend on: a sum is the value times their trip count, a max or min
+    the value itself (the gradient of a sum or mean reaches a layer as a broadcast constant)."""
+    replacements: dict[UOp, UOp] = {}
+    for node in sink.toposort:
+        if node.op is not Ops.RANGE_REDUCE or node.arg not in (Ops.ADD, Ops.MAX):
+            continue
+        used = set(node.src[0].toposort)
+        unused = [loop for loop in node.src[1:] if loop not in used]
+        if not unused:
+            continue
+        value = node.src[0]
+        if node.arg is Ops.ADD:
+            value = value.alu(Ops.MUL, UOp.const(value.dtype, prod(loop.src[0].arg for loop in unused)))
+        rest = tuple(loop for loop in node.src[1:] if loop in used)
+        replacements[node] = node.replace(src=(value, *rest)) if rest else value
+    return replace_ranges(sink, replacements, {}) if replacements else sink
+
+
 def optimize(sink: UOp) -> UOp:
     """The optimized kernel graph."""
-    sink = merge_loops(sink)
+    sink = unroll_selecting_loops(merge_loops(drop_invariant_reduce_loops(sink)))
     if any(node.op is Ops.RANGE_REDUCE for node in sink.toposort):
         sink = upcast_reduce_kernel(sink)
     return simplify_gated_loads(unroll_reduces(sink))
