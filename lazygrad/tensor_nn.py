@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from lazygrad.codegen.opt import UNROLL_LIMIT
 from lazygrad.dtype import dtypes
 
 if TYPE_CHECKING:
@@ -31,20 +32,36 @@ class NNMixin:
     def _window(self: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
         """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view.
 
-        The axis is repeated and re-read with rows of length R = m*i + dilation: row k then starts at element
-        k*dilation (mod i), so a plain reshape and shrink line the windows up without copying."""
+        A small kernel stacks one strided slice per tap: kernels index it with plain sums (h + kh) under a gate
+        that folds away once codegen unrolls the tap loop, and its gradient adds shifted copies. A larger kernel
+        repeats the axis and re-reads it with rows of length R = m*i + dilation: row k then starts at element
+        k*dilation (mod i), so a plain reshape and shrink line the windows up without a gate per tap (at the
+        price of `%` in the index, and in the gradient)."""
         size = self.shape[axis]
         out = (size - dilation * (kernel - 1) - 1) // stride + 1
         if out <= 0:
             raise ValueError(
                 f"pool/conv: window {kernel} (dilation {dilation}) does not fit an axis of size {size} in {self.shape}"
             )
+        before, after = self.shape[:axis], self.shape[axis + 1 :]
+        if kernel <= UNROLL_LIMIT:
+            span = (out - 1) * stride + 1
+            taps = []
+            for tap in range(kernel):
+                start = tap * dilation
+                x = self.shrink(tuple((start, start + span) if i == axis else None for i in range(self.ndim)))
+                if stride > 1:  # every stride-th element: pad to out*stride, fold into (out, stride), keep column 0
+                    x = x.pad(tuple((0, out * stride - span) if i == axis else None for i in range(self.ndim)))
+                    x = x.reshape(*before, out, stride, *after)
+                    x = x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim)))
+                    x = x.reshape(*before, out, *after)
+                taps.append(x)
+            return taps[0].stack(*taps[1:], dim=axis + 1)
         row = size + dilation
         while row < out * stride:
             row += size
         repeats = math.ceil(kernel * row / size)
         x = self.unsqueeze(axis).expand(*self.shape[:axis], repeats, *self.shape[axis:])
-        before, after = self.shape[:axis], self.shape[axis + 1 :]
         x = x.reshape(*before, repeats * size, *after)
         x = x.shrink(tuple((0, kernel * row) if i == axis else None for i in range(x.ndim)))
         x = x.reshape(*before, kernel, row, *after)

@@ -45,25 +45,31 @@ def _expands(node: UOp) -> bool:
 
 
 def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
-    """Reduces that must become buffers: reached from more than one kernel, or below an expand or another reduce
-    inside the kernel that would fuse them (both would compute the reduce many times)."""
+    """Reduces that must become buffers: reached from more than one kernel, below an expand or another reduce
+    inside the kernel that would fuse them, or read there through two different views (a padded copy beside
+    another): each would compute the reduce several times per output."""
     reached_by: dict[UOp, set[UOp]] = {}
     unsafe: set[UOp] = set()
     for root in roots:
-        seen: set[tuple[UOp, bool]] = set()
+        # the movement ops each reduce is read through (since the last other op), per kernel
+        views: dict[UOp, set[tuple[UOp, ...]]] = {}
+        seen: set[tuple[UOp, bool, tuple[UOp, ...]]] = set()
         # below a root that is itself a reduce, any other reduce would be nested in its loop
-        stack = [(source, True) for source in root.src] if root.op is Ops.REDUCE else [(root, False)]
+        stack = [(source, True, ()) for source in root.src] if root.op is Ops.REDUCE else [(root, False, ())]
         while stack:
-            node, below_expand_or_reduce = stack.pop()
-            if (node, below_expand_or_reduce) in seen or (node in to_realize and node is not root):
+            node, below_expand_or_reduce, view = stack.pop()
+            if (node, below_expand_or_reduce, view) in seen or (node in to_realize and node is not root):
                 continue
-            seen.add((node, below_expand_or_reduce))
+            seen.add((node, below_expand_or_reduce, view))
             if node.op is Ops.REDUCE and node is not root:
                 reached_by.setdefault(node, set()).add(root)
+                views.setdefault(node, set()).add(view)
                 if below_expand_or_reduce:
                     unsafe.add(node)
             flag = below_expand_or_reduce or _expands(node) or node.op is Ops.REDUCE
-            stack.extend((source, flag) for source in node.src)
+            source_view = (*view, node) if node.op in MOVEMENT else ()
+            stack.extend((source, flag, source_view) for source in node.src)
+        unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     return unsafe
 
