@@ -225,3 +225,15 @@ def test_plan_reused_for_assigns_to_new_buffers():
         Tensor.realize_all(old, weight)
         np.testing.assert_array_equal(old.numpy(), [2 * start] * 2)
         np.testing.assert_array_equal(weight.numpy(), [start + 1] * 2)
+
+
+def test_reduce_read_through_two_views_is_realized():
+    # r[i-1] + r[i]: fused, every output would compute two sums; realized, each sum is computed once
+    x = rand(64, 32)
+    r = x.sum(0)
+    shifted = r.pad(((1, 0),)) + r.pad(((0, 1),))
+    assert kernels(shifted) == 2
+    expected = x.numpy().sum(0)
+    np.testing.assert_allclose(shifted.numpy(), np.pad(expected, (1, 0)) + np.pad(expected, (0, 1)), rtol=1e-5)
+    # read twice through the same view, it still fuses
+    assert kernels(r * 2 + r.exp()) == 1

@@ -238,3 +238,10 @@ def test_matrix_products_are_register_blocked():
     assert sum(node.op is Ops.DEFINE_ACC for node in program) == 16
     assert any(node.op is Ops.RANGE and node.arg[1] == "contiguous_reduce" for node in program)
     np.testing.assert_allclose((a @ b).numpy(), np.full((32, 32), 64.0))
+
+
+def test_reduce_of_a_value_constant_along_the_loop_is_a_product():
+    x = Tensor(np.arange(4, dtype=np.float32))
+    total = x.reshape(4, 1).expand(4, 64).sum(1)
+    assert not any(node.op is Ops.RANGE and node.arg[1] != "global" for node in program_of(total))
+    np.testing.assert_array_equal(total.numpy(), np.arange(4, dtype=np.float32) * 64)
