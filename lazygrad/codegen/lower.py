@@ -70,15 +70,16 @@ class Lowerer:
         """The value of `root` at `indices`, built without recursion (kernels may fuse thousands of ops)."""
         done: dict[tuple, UOp] = {}
         start = (root, indices, None)
-        stack: list[tuple[tuple, bool]] = [(start, False)]
+        # a request waits on the stack with its children (worked out once: it simplifies index expressions)
+        stack: list[tuple[tuple, list[tuple] | None]] = [(start, None)]
         while stack:
-            request, sources_ready = stack.pop()
+            request, children = stack.pop()
             if request in done:
                 continue
-            children = self.child_requests(*request)
-            if not sources_ready:
-                stack.append((request, True))
-                stack.extend((child, False) for child in reversed(children) if child not in done)
+            if children is None:
+                children = self.child_requests(*request)
+                stack.append((request, children))
+                stack.extend((child, None) for child in reversed(children) if child not in done)
                 continue
             done[request] = self.build(*request, [done[child] for child in children])
         return done[start]

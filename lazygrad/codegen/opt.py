@@ -13,6 +13,8 @@ Every choice depends only on the kernel's own AST.
 
 from __future__ import annotations
 
+import itertools
+
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads
@@ -73,28 +75,23 @@ def merge_loops(sink: UOp) -> UOp:
 
 
 def unroll_reduces(sink: UOp) -> UOp:
-    """Replace each small reduce loop by the reduction of its copies (range = 0, 1, ...)."""
-    while True:
-        target = next(
-            (
-                (node, r)
-                for node in sink.toposort
-                if node.op is Ops.RANGE_REDUCE
-                for r in node.src[1:]
-                if r.src[0].arg <= UNROLL_LIMIT
-            ),
-            None,
-        )
-        if target is None:
-            return sink
-        node, loop = target
-        copies = [replace_ranges(node.src[0], {loop: UOp.const(loop.dtype, i)}, {}) for i in range(loop.src[0].arg)]
-        combined = copies[0]
-        for copy in copies[1:]:
-            combined = combined.alu(node.arg, copy)
-        rest = tuple(r for r in node.src[1:] if r is not loop)
-        replacement = node.replace(src=(combined, *rest)) if rest else combined
-        sink = replace_ranges(sink, {node: replacement}, {})
+    """Replace the small loops of each reduce by the reduction of copies of its value, one per combination of
+    their values (all built first, then simplified together once)."""
+    replacements: dict[UOp, UOp] = {}
+    for node in sink.toposort:
+        if node.op is not Ops.RANGE_REDUCE:
+            continue
+        small = [loop for loop in node.src[1:] if loop.src[0].arg <= UNROLL_LIMIT]
+        if not small:
+            continue
+        combined = None
+        for values in itertools.product(*(range(loop.src[0].arg) for loop in small)):
+            constants = {loop: UOp.const(loop.dtype, value) for loop, value in zip(small, values)}
+            copy = replace_ranges(node.src[0], constants, {}, simplified=False)
+            combined = copy if combined is None else combined.alu(node.arg, copy)
+        rest = tuple(loop for loop in node.src[1:] if loop not in small)
+        replacements[node] = node.replace(src=(combined, *rest)) if rest else combined
+    return replace_ranges(sink, replacements, {}) if replacements else sink
 
 
 def stride(index: UOp, loop: UOp) -> int | None:
