@@ -237,3 +237,12 @@ def test_reduce_read_through_two_views_is_realized():
     np.testing.assert_allclose(shifted.numpy(), np.pad(expected, (1, 0)) + np.pad(expected, (0, 1)), rtol=1e-5)
     # read twice through the same view, it still fuses
     assert kernels(r * 2 + r.exp()) == 1
+
+
+def test_padded_input_read_by_many_taps_is_realized():
+    # the 9 taps of a padded 3x3 convolution read one padded copy of the input, with no bounds checks
+    x, weight = rand(2, 3, 8, 8), rand(4, 3, 3, 3)
+    assert kernels(x.conv2d(weight, padding=1)) == 2
+    assert kernels(x.conv2d(weight)) == 1
+    # a pad read through one view stays fused
+    assert kernels(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).relu() * 2) == 1

@@ -140,6 +140,8 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
     reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
     if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
         return sink  # (several reduces over the same loops are computed in one loop nest)
+    if all(loop.src[0].arg <= UNROLL_LIMIT for loop in reduces[0].src[1:]):
+        return sink  # unrolled whole, the kernel is elementwise: its innermost loop is left to the vectorizer
     loop = reduces[0].src[-1]  # the innermost reduce loop
     loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
     along_reduce = {stride(index, loop) for index in loads}

@@ -47,7 +47,8 @@ def _expands(node: UOp) -> bool:
 def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
     """Reduces that must become buffers: reached from more than one kernel, below an expand or another reduce
     inside the kernel that would fuse them, or read there through two different views (a padded copy beside
-    another): each would compute the reduce several times per output."""
+    another): each would compute the reduce several times per output. Also pads read through two different views
+    (the taps of a padded convolution): realized, the taps read memory without a bounds check each."""
     reached_by: dict[UOp, set[UOp]] = {}
     unsafe: set[UOp] = set()
     for root in roots:
@@ -61,6 +62,8 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
             if (node, below_expand_or_reduce, view) in seen or (node in to_realize and node is not root):
                 continue
             seen.add((node, below_expand_or_reduce, view))
+            if node.op is Ops.PAD and node is not root:
+                views.setdefault(node, set()).add(view)
             if node.op is Ops.REDUCE and node is not root:
                 reached_by.setdefault(node, set()).add(root)
                 views.setdefault(node, set()).add(view)

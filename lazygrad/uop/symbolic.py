@@ -14,6 +14,7 @@ from lazygrad.uop.ops import ALU, COMMUTATIVE, Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 INT_TYPES = (dtypes.int32, dtypes.int64, dtypes.uint32)
+FLOAT_TYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
 
 
 def fold_constants(node: UOp) -> UOp | None:
@@ -192,6 +193,22 @@ symbolic = PatternMatcher(
         ),
         (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("one"))), lambda x, one: x if one.arg == 1 else None),
         (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),
+        (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("x"), UPat.var("y"))), lambda c, x, y: x if c.arg else y),
+        # a float plus zero is itself (but for the sign of a zero: -0.0 + 0.0 is 0.0), so the zeros of padding go
+        (
+            UPat(Ops.ADD, dtype=FLOAT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
+            lambda x, zero: x if zero.arg == 0 else None,
+        ),
+        # where(g, load gated by g, 0) is the load: it reads zero where g fails
+        (
+            UPat(Ops.WHERE, src=(UPat.var("gate"), UPat(Ops.LOAD, name="load"), UPat.cvar("zero"))),
+            lambda gate, load, zero: load if zero.arg == 0 and len(load.src) == 3 and load.src[2] is gate else None,
+        ),
+        # a load whose gate is known: always made, or never (then it reads zero)
+        (
+            UPat(Ops.LOAD, name="load", src=(UPat(Ops.DEFINE_GLOBAL), UPat.var(), UPat.cvar("gate"))),
+            lambda load, gate: load.replace(src=load.src[:2]) if gate.arg else UOp.const(load.dtype, 0),
+        ),
         (UPat(Ops.AND, dtype=dtypes.bool, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg else c),
         # integer sums and products
         (UPat(Ops.ADD, dtype=INT_TYPES, name="node"), canonical_sum),
