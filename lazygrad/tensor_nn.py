@@ -111,9 +111,11 @@ class NNMixin:
         windows = x._pool(tuple(kernel), _pair(stride, 2, "stride"), _pair(dilation, 2, "dilation"))
         out_h, out_w = windows.shape[2:4]
         per_group = channels_out // groups
-        windows = windows.reshape(batch, groups, 1, group_channels, out_h, out_w, *kernel)
-        weights = weight.reshape(1, groups, per_group, group_channels, 1, 1, *kernel)
-        result = (windows * weights).sum((3, 6, 7)).reshape(batch, channels_out, out_h, out_w)
+        # taps before positions: the gradient of the windows (a reduce over output channels) is then laid out
+        # along the image's rows, where adding its taps back up into the input's gradient reads it in order
+        windows = windows.permute(0, 1, 4, 5, 2, 3).reshape(batch, groups, 1, group_channels, *kernel, out_h, out_w)
+        weights = weight.reshape(1, groups, per_group, group_channels, *kernel, 1, 1)
+        result = (windows * weights).sum((3, 4, 5)).reshape(batch, channels_out, out_h, out_w)
         return result if bias is None else result + bias.reshape(1, -1, 1, 1)
 
     def _pool2d(self: Tensor, kernel_size, stride, dilation, padding, value: float) -> Tensor:

@@ -13,7 +13,7 @@ from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import optimize
 from lazygrad.dtype import dtypes
 from lazygrad.uop.ops import Ops, UOp
-from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
 from lazygrad.uop.symbolic import simplify
 
 INDEX = dtypes.index
@@ -245,3 +245,13 @@ def test_reduce_of_a_value_constant_along_the_loop_is_a_product():
     total = x.reshape(4, 1).expand(4, 64).sum(1)
     assert not any(node.op is Ops.RANGE and node.arg[1] != "global" for node in program_of(total))
     np.testing.assert_array_equal(total.numpy(), np.arange(4, dtype=np.float32) * 64)
+
+
+def test_gate_with_a_repeated_clause_keeps_it():
+    from lazygrad.uop.symbolic import simplify_gate
+
+    row = loop(3, 0)
+    above, below = UOp.const(INDEX, -1).lt(row - 1), (row - 1).lt(UOp.const(INDEX, 1))  # together: row == 1
+    gate = simplify_gate(above.logical_and(below).logical_and(above).logical_and(below))
+    for value in range(3):
+        assert simplify(substitute(gate, {row: UOp.const(INDEX, value)})).arg == (value == 1)

@@ -171,6 +171,16 @@ def fold_div_mod(node: UOp) -> UOp | None:
     return None
 
 
+def gate_load(c: UOp, load: UOp, zero: UOp) -> UOp | None:
+    if zero.arg != 0 or load.src[0].op is not Ops.DEFINE_GLOBAL:
+        return None
+    if len(load.src) == 2:
+        return load.replace(src=(*load.src, c))
+    present = set(_clauses(load.src[2]))
+    missing = [clause for clause in _clauses(c) if clause not in present]
+    return load.replace(src=(*load.src[:2], _all_of([load.src[2], *missing]))) if missing else load
+
+
 def fold_compare(node: UOp) -> UOp | None:
     low, high = node.bounds
     return UOp.const(dtypes.bool, low) if low == high else None
@@ -199,11 +209,10 @@ symbolic = PatternMatcher(
             UPat(Ops.ADD, dtype=FLOAT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
             lambda x, zero: x if zero.arg == 0 else None,
         ),
-        # where(g, load gated by g, 0) is the load: it reads zero where g fails
-        (
-            UPat(Ops.WHERE, src=(UPat.var("gate"), UPat(Ops.LOAD, name="load"), UPat.cvar("zero"))),
-            lambda gate, load, zero: load if zero.arg == 0 and len(load.src) == 3 and load.src[2] is gate else None,
-        ),
+        # where(c, load, 0) is the load gated by c too (a gated load reads zero where its gate fails), so the gate's
+        # clauses can simplify each other
+        (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.LOAD, name="load"), UPat.cvar("zero"))), gate_load),
+        (UPat(Ops.AND, dtype=dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),
         # a load whose gate is known: always made, or never (then it reads zero)
         (
             UPat(Ops.LOAD, name="load", src=(UPat(Ops.DEFINE_GLOBAL), UPat.var(), UPat.cvar("gate"))),
@@ -305,9 +314,9 @@ def _all_of(clauses: list[UOp]) -> UOp:
 def simplify_gate(valid: UOp) -> UOp:
     """A gate with each clause simplified knowing the others hold (a padded view of a padded view checks an index
     that is a `%` of the outer one until the outer clauses bound it)."""
-    clauses = _clauses(valid)
+    clauses = list(dict.fromkeys(_clauses(valid)))  # each once: a clause given itself would vanish
     if len(clauses) == 1:
-        return valid
+        return clauses[0]
     return simplify(
         _all_of([simplify_given(c, _all_of(clauses[:i] + clauses[i + 1 :])) for i, c in enumerate(clauses)])
     )
