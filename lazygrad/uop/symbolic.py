@@ -172,7 +172,9 @@ def fold_div_mod(node: UOp) -> UOp | None:
 
 
 def gate_load(c: UOp, load: UOp, zero: UOp) -> UOp | None:
-    if zero.arg != 0 or load.src[0].op is not Ops.DEFINE_GLOBAL:
+    # only conditions on indices: a gate that depends on loaded data (relu's gradient) would turn vector loads
+    # into masked or gathered ones
+    if zero.arg != 0 or load.src[0].op is not Ops.DEFINE_GLOBAL or any(n.op is Ops.LOAD for n in c.toposort):
         return None
     if len(load.src) == 2:
         return load.replace(src=(*load.src, c))
@@ -209,8 +211,8 @@ symbolic = PatternMatcher(
             UPat(Ops.ADD, dtype=FLOAT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
             lambda x, zero: x if zero.arg == 0 else None,
         ),
-        # where(c, load, 0) is the load gated by c too (a gated load reads zero where its gate fails), so the gate's
-        # clauses can simplify each other
+        # where(c, load, 0) for a condition c on indices is the load gated by c too (a gated load reads zero where
+        # its gate fails), so the gate's clauses can simplify each other
         (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.LOAD, name="load"), UPat.cvar("zero"))), gate_load),
         (UPat(Ops.AND, dtype=dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),
         # a load whose gate is known: always made, or never (then it reads zero)
