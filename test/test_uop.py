@@ -255,3 +255,12 @@ def test_gate_with_a_repeated_clause_keeps_it():
     gate = simplify_gate(above.logical_and(below).logical_and(above).logical_and(below))
     for value in range(3):
         assert simplify(substitute(gate, {row: UOp.const(INDEX, value)})).arg == (value == 1)
+
+
+def test_only_index_conditions_gate_loads():
+    def gated_loads(tensor: Tensor) -> int:
+        return sum(node.op is Ops.LOAD and len(node.src) == 3 for node in program_of(tensor))
+
+    x, g = Tensor(np.linspace(-1, 1, 32, dtype=np.float32)), Tensor(np.ones(32, np.float32))
+    assert gated_loads((x > 0).where(g, 0)) == 0  # relu's gradient: a select on data, loads stay plain
+    assert gated_loads(g.pad(((2, 2),))) == 1  # padding: a condition on the index gates the load
