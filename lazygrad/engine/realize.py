@@ -200,7 +200,7 @@ def run_item(item: ScheduleItem) -> None:
 def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: str) -> None:
     """Run a compiled kernel on buffers, counting it (and printing it at DEBUG>=2)."""
     start = time.perf_counter()
-    measured = kernel.program(*(buffer.handle for buffer in buffers))
+    measured = kernel.program(*[buffer.handle for buffer in buffers])
     # a device that times its own launches (GPU profiling events at DEBUG>=2) returns the seconds
     elapsed = measured if isinstance(measured, float) else time.perf_counter() - start
     GlobalCounters.kernel_count += 1

@@ -19,7 +19,7 @@ from typing import Any
 from lazygrad.dtype import DType
 from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
 from lazygrad.helpers import DEBUG, prod
-from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key, toposort
 from lazygrad.uop.pattern import substitute
 
 
@@ -114,20 +114,23 @@ def _reads_target_elsewhere(assign: UOp) -> bool:
     return False
 
 
-def _prepare(sink: UOp) -> tuple[dict[UOp, UOp], list[UOp]]:
-    """Each node mapped to the graph as kernels see it: nodes realized earlier read from their buffers, DETACH
-    dropped. Also the nodes of `sink`, sources first."""
+_NEVER_COMPUTED = (Ops.BUFFER, Ops.CONST)
+
+
+def _prepare(nodes: list[UOp]) -> dict[UOp, UOp]:
+    """Each node (sources first) mapped to the graph as kernels see it: nodes realized earlier read from their
+    buffers, DETACH dropped."""
     done: dict[UOp, UOp] = {}
-    nodes = sink.toposort
     for node in nodes:
-        if (view := realized.get(node)) is not None:
+        # (buffers and constants are never computed, so never looked up: the weak map is slow to ask)
+        if node.op not in _NEVER_COMPUTED and (view := realized.get(node)) is not None:
             done[node] = view
         elif node.op is Ops.DETACH:
             done[node] = done[node.src[0]]
         else:
             new_src = tuple(done[source] for source in node.src)
             done[node] = node if new_src == node.src else node.replace(src=new_src)
-    return done, nodes
+    return done
 
 
 @dataclass
@@ -147,13 +150,14 @@ _plans: dict[tuple, _Plan] = {}
 PLAN_CACHE_SIZE = 4096
 
 
-def _structure(nodes: list[UOp], device: str) -> tuple[tuple, list[UOp]]:
+def _structure(nodes: list[UOp], outputs: list[UOp], device: str) -> tuple[tuple, list[UOp]]:
     """What the schedule of a graph (its nodes, sources first) depends on: each node's op, dtype, argument and
     sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN dropped (a buffer used
-    twice is one node, so positions still tell it from two buffers). Also the buffers in order."""
+    twice is one node, so positions still tell it from two buffers), and the outputs' positions. Also the buffers
+    in order."""
     position = {node: index for index, node in enumerate(nodes)}
     buffers: list[UOp] = []
-    entries: list[Any] = [device]
+    entries: list[Any] = [device, tuple(position[output] for output in outputs)]
     for node in nodes:
         if node.op is Ops.BUFFER:
             buffers.append(node)
@@ -172,14 +176,15 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
     start = time.perf_counter()
     # graphs may contain nodes realized earlier: read those from their buffers
-    original_sink = UOp(Ops.SINK, src=tuple(outputs))
-    prepared, original_nodes = _prepare(original_sink)
-    sink = prepared[original_sink]
-    nodes = original_nodes if sink is original_sink else sink.toposort
-    key, inputs = _structure(nodes, device)
+    original_nodes = toposort(outputs)
+    prepared = _prepare(original_nodes)
+    kernel_outputs = [prepared[output] for output in outputs]
+    unchanged = all(new is output for new, output in zip(kernel_outputs, outputs))
+    nodes = original_nodes if unchanged else toposort(kernel_outputs)
+    key, inputs = _structure(nodes, kernel_outputs, device)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _make_plan(sink, nodes, inputs, device)
+        plan = _plans[key] = _make_plan(UOp(Ops.SINK, src=tuple(kernel_outputs)), nodes, inputs, device)
         if len(_plans) > PLAN_CACHE_SIZE:
             del _plans[next(iter(_plans))]
     buffers = inputs + [new_buffer(*spec) for spec in plan.new_buffers]

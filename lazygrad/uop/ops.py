@@ -100,6 +100,28 @@ def _const_key(arg: Any) -> Any:
     return arg
 
 
+def toposort(roots: list[UOp]) -> list[UOp]:
+    """Every node reachable from `roots`, sources before users, roots in the order given."""
+    order: list[UOp] = []
+    visited: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
+    push = stack.append
+    while stack:
+        node, sources_done = stack.pop()
+        if sources_done:
+            order.append(node)
+            continue
+        if node in visited:
+            continue
+        visited.add(node)
+        push((node, True))
+        # a plain loop: a generator expression here costs twice as much (this is a hot path)
+        for source in reversed(node.src):
+            if source not in visited:
+                push((source, False))
+    return order
+
+
 class UOp:
     """An immutable graph node. Structurally equal UOps are the same object, so `is`/`==` is structural equality."""
 
@@ -142,24 +164,7 @@ class UOp:
     def toposort(self) -> list[UOp]:
         """Every node reachable from this one, sources before users (computed without recursion). Not cached: a
         cached list would hold the node itself, and such a cycle would keep buffers alive until the next gc."""
-        order: list[UOp] = []
-        visited: set[UOp] = set()
-        stack: list[tuple[UOp, bool]] = [(self, False)]
-        push = stack.append
-        while stack:
-            node, sources_done = stack.pop()
-            if sources_done:
-                order.append(node)
-                continue
-            if node in visited:
-                continue
-            visited.add(node)
-            push((node, True))
-            # a plain loop: a generator expression here costs twice as much (this is a hot path)
-            for source in reversed(node.src):
-                if source not in visited:
-                    push((source, False))
-        return order
+        return toposort([self])
 
     def _derive(self, name: str, compute) -> Any:
         """A fact cached on each node, computed from the sources' facts; only nodes missing it are visited, so
