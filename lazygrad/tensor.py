@@ -285,7 +285,9 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         for tensor in tensors_holding(node for node, view in becomes.items() if node is not view):
             if tensor.device != becomes[tensor.uop].base.arg[2]:
                 continue  # the same device-less node (a constant) on another device
-            if tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
+            # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
+            # read: not where this schedule overwrote one (a parameter drawn from the random counter it advanced)
+            if tensor.uop in remember and tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
                 tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
             tensor.uop = becomes[tensor.uop]
         if DEBUG >= 1:

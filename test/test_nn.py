@@ -1085,3 +1085,20 @@ def test_optimizer_bad_params():
             make([np.zeros(3, np.float32)])
     with pytest.raises(ValueError, match="nesterov"):
         optim.SGD([float_param], lr=0.1, nesterov=True)
+
+
+def test_gradients_of_freshly_initialized_layers_use_their_stored_values():
+    # the parameters are drawn from the random counter, which their own realization advances: gradients must
+    # use the stored values, not redraw them from the counter's new contents
+    Tensor.manual_seed(0)
+    first, second = nn.Linear(4, 3), nn.Linear(3, 2)
+    Tensor.realize_all(first.weight, first.bias, second.weight, second.bias)
+    x = np.random.default_rng(1).standard_normal((50, 4)).astype(np.float32)
+    second(first(Tensor(x)).relu()).relu().sum().backward()
+    w1, b1, w2, b2 = (t.numpy() for t in (first.weight, first.bias, second.weight, second.bias))
+    hidden = np.maximum(x @ w1.T + b1, 0)
+    grad_out = ((hidden @ w2.T + b2) > 0).astype(np.float32)
+    grad_hidden = (grad_out @ w2) * (hidden > 0)
+    np.testing.assert_allclose(second.weight.grad.numpy(), grad_out.T @ hidden, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(first.weight.grad.numpy(), grad_hidden.T @ x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(first.bias.grad.numpy(), grad_hidden.sum(0), rtol=1e-5, atol=1e-5)

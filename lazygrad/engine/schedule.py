@@ -248,22 +248,20 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _
 
 
 def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list[UOp]:
-    """The computed nodes whose values later graphs may reuse: not values computed from a buffer this schedule
-    overwrites (later graphs must read the new contents), but every assign (a unique event, which stands for its
-    buffer once it has run)."""
+    """The computed nodes whose values later graphs may reuse (and gradients may be taken through): not values
+    computed from the old contents of a buffer this schedule overwrites, but every assign (a unique event, which
+    stands for its buffer's new contents once it has run) and what is computed from those new contents."""
     assigned = {root.src[0].base for root in roots if root.op is Ops.ASSIGN}
-    reads_assigned: set[UOp] = set()
+    reads_assigned: set[UOp] = set()  # reads old contents
     # a node with no buffer below it (a broadcast constant, an arange) belongs to no device: recomputing it is
     # free, and remembering it would hand one device's buffer to a graph on another
     reads_buffer: set[UOp] = set()
     for node in sink.toposort:
-        if node in assigned or any(source in reads_assigned for source in node.src):
+        if node.op is not Ops.ASSIGN and (node in assigned or any(source in reads_assigned for source in node.src)):
             reads_assigned.add(node)
         if node.op is Ops.BUFFER or any(source in reads_buffer for source in node.src):
             reads_buffer.add(node)
-    return [
-        node for node in buffer_views if node in reads_buffer and (node.op is Ops.ASSIGN or node not in reads_assigned)
-    ]
+    return [node for node in buffer_views if node in reads_buffer and node not in reads_assigned]
 
 
 def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[list[UOp], list[ScheduleItem], dict]:
