@@ -40,6 +40,8 @@ class LLVMCompiler(Compiler):
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
         tuning.loop_vectorization = True
         tuning.slp_vectorization = True
+        tuning.loop_unrolling = False
+        tuning.loop_interleaving = False
         builder = llvm.create_pass_builder(self.machine, tuning)
         builder.getModulePassManager().run(module, builder)
         return self.machine.emit_object(module)
