@@ -32,7 +32,8 @@ class NNMixin:
     def _window(self: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
         """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view.
 
-        A small kernel stacks one strided slice per tap: kernels index it with plain sums (h + kh) under a gate
+        Windows that do not overlap (stride >= kernel, no dilation) are rows of a reshape: (out, stride), cut to
+        (out, kernel). A small kernel stacks one strided slice per tap: kernels index it with plain sums (h + kh) under a gate
         that folds away once codegen unrolls the tap loop, and its gradient adds shifted copies. A larger kernel
         repeats the axis and re-reads it with rows of length R = m*i + dilation: row k then starts at element
         k*dilation (mod i), so a plain reshape and shrink line the windows up without a gate per tap (at the
@@ -44,6 +45,11 @@ class NNMixin:
                 f"pool/conv: window {kernel} (dilation {dilation}) does not fit an axis of size {size} in {self.shape}"
             )
         before, after = self.shape[:axis], self.shape[axis + 1 :]
+        if stride >= kernel and dilation == 1:
+            x = self.pad(tuple((0, max(0, out * stride - size)) if i == axis else None for i in range(self.ndim)))
+            x = x.shrink(tuple((0, out * stride) if i == axis else None for i in range(self.ndim)))
+            x = x.reshape(*before, out, stride, *after)
+            return x.shrink(tuple((0, kernel) if i == axis + 1 else None for i in range(x.ndim)))
         if kernel <= UNROLL_LIMIT:
             span = (out - 1) * stride + 1
             taps = []
