@@ -179,3 +179,11 @@ def test_memory_of_dead_buffers_is_reused_up_to_a_limit():
     assert ("LLVM", 8) not in pool.free_memory
     pool.clear()
     assert pool.held == 0 and memory_pool.held <= memory_pool.limit
+
+
+def test_graph_with_a_nan_constant_compiles_once():
+    steps = Tensor([1.0, 2.0]).realize()
+    for _ in range(3):
+        GlobalCounters.reset()
+        np.testing.assert_allclose((0.9**steps).numpy(), [0.9, 0.81], rtol=1e-6)  # pow's NaN for negative bases
+    assert GlobalCounters.compile_count == 0 and GlobalCounters.compile_cache_hits > 0

@@ -264,3 +264,9 @@ def test_only_index_conditions_gate_loads():
     x, g = Tensor(np.linspace(-1, 1, 32, dtype=np.float32)), Tensor(np.ones(32, np.float32))
     assert gated_loads((x > 0).where(g, 0)) == 0  # relu's gradient: a select on data, loads stay plain
     assert gated_loads(g.pad(((2, 2),))) == 1  # padding: a condition on the index gates the load
+
+
+def test_nan_constants_are_one_node():
+    # NaN equals nothing, not even itself: without care every NaN constant would be a new node and a new kernel
+    assert UOp.const(dtypes.float32, float("nan")) is UOp.const(dtypes.float32, float("nan"))
+    assert UOp.const(dtypes.float32, float("nan")) is not UOp.const(dtypes.float64, float("nan"))

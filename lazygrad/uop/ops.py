@@ -92,9 +92,10 @@ COMPARISON = {Ops.CMPLT, Ops.CMPNE}
 
 
 def _const_key(arg: Any) -> Any:
-    # 0.0 == -0.0 and True == 1 in Python; the type and the sign keep such constants apart.
+    # 0.0 == -0.0 and True == 1 in Python; the type and the sign keep such constants apart. NaN equals nothing,
+    # not even itself, so it gets a key that does (else every NaN constant would be a new node, and a new kernel).
     if isinstance(arg, float):
-        return (float, arg, math.copysign(1.0, arg))
+        return (float, "nan") if math.isnan(arg) else (float, arg, math.copysign(1.0, arg))
     if isinstance(arg, (bool, int)):
         return (type(arg), arg)
     return arg
