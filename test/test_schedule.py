@@ -246,3 +246,16 @@ def test_padded_input_read_by_many_taps_is_realized():
     assert kernels(x.conv2d(weight)) == 1
     # a pad read through one view stays fused
     assert kernels(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).relu() * 2) == 1
+
+
+def test_long_reduce_into_one_value_is_split_across_cores():
+    # 2**20 values into one: 256 partial sums (a kernel the cores share), then their sum
+    values = np.random.default_rng(0).random(1 << 20, dtype=np.float32)
+    x = Tensor(values, requires_grad=True)
+    assert kernels(x.sum()) == 2 and kernels(x.max()) == 2
+    np.testing.assert_allclose(x.sum().numpy(), values.astype(np.float64).sum(), rtol=1e-6)
+    assert x.max().numpy() == values.max()
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * values, rtol=1e-6)
+    # short reduces, and reduces into many values, stay one kernel
+    assert kernels(rand(1000).sum()) == 1 and kernels(rand(512, 1024).sum(1)) == 1
