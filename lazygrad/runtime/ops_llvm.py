@@ -25,12 +25,17 @@ def target_machine():
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=True)
 
 
+# the optimization pipeline; it is part of the disk cache's key, so objects built under other settings are not reused
+PIPELINE = {"loop_vectorization": True, "slp_vectorization": True}
+
+
 class LLVMCompiler(Compiler):
     """IR text → O3-optimized object code for the host CPU."""
 
     def __init__(self):
         self.machine = target_machine()
-        self.cache_name = f"llvm-{self.machine.triple}-{hash_of(self.machine)}"
+        settings = ",".join(f"{name}={value}" for name, value in sorted(PIPELINE.items()))
+        self.cache_name = f"llvm-{self.machine.triple}-{hash_of(self.machine)}-O3-{settings}"
 
     def compile(self, source: str) -> bytes:
         import llvmlite.binding as llvm
@@ -38,10 +43,8 @@ class LLVMCompiler(Compiler):
         module = llvm.parse_assembly(source)
         module.verify()
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True
-        tuning.loop_unrolling = False
-        tuning.loop_interleaving = False
+        for name, value in PIPELINE.items():
+            setattr(tuning, name, value)
         builder = llvm.create_pass_builder(self.machine, tuning)
         builder.getModulePassManager().run(module, builder)
         return self.machine.emit_object(module)
