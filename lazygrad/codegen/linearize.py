@@ -1,6 +1,7 @@
 """Linearizing: the kernel graph becomes a list of UOps in execution order, with explicit loops.
 
-Global loops open first and close last. A RANGE_REDUCE becomes an accumulator (DEFINE_ACC) set before its loops,
+Global loops open first and close last; a reduce that depends only on the outer ones runs before the inner ones
+open. A RANGE_REDUCE becomes an accumulator (DEFINE_ACC) set before its loops,
 updated inside them (LOAD/STORE on the accumulator) and read after them. Before a reduce's loops open, every part
 of its body that does not depend on them is emitted, so each value is computed once, in the outermost loop where
 it can be, and every use of a value comes after it in a scope that contains it.
@@ -120,8 +121,14 @@ class Linearizer:
         global_loops = sorted(
             (n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0]
         )
-        for loop in global_loops:
+        for depth, loop in enumerate(global_loops):
             self.open_loop(loop)
+            # a reduce that needs only the loops open so far runs here, once per their index (a softmax's max and
+            # sum, once per row), not inside the loops still to open
+            if depth < len(global_loops) - 1:
+                for node in self.reduces:
+                    if node not in self.linear and self.used[node] <= self.open:
+                        self.emit_node(node)
         for store in self.sink.src:
             self.emit(store)
         for loop in reversed(global_loops):

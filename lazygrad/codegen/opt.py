@@ -138,8 +138,18 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
     """
     loops = global_loops(sink)
     reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
-    if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
-        return sink  # (several reduces over the same loops are computed in one loop nest)
+    if not reduces:
+        return sink
+    if any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        # reduces one after another (a softmax's max, then its sum): each innermost loop along which the inputs
+        # are contiguous goes to the compiler's vectorizer (several reduces over the same loops, in one loop nest,
+        # are blocked below)
+        contiguous = {}
+        for loop in {r.src[-1] for r in reduces}:
+            along = {stride(index, loop) for index in memory_indices(sink, Ops.LOAD)}
+            if 1 in along and along <= {0, 1}:
+                contiguous[loop] = UOp(Ops.RANGE, loop.dtype, loop.src, (loop.arg[0], "contiguous_reduce"))
+        return replace_ranges(sink, contiguous, {}) if contiguous else sink
     if all(loop.src[0].arg <= UNROLL_LIMIT for loop in reduces[0].src[1:]):
         return sink  # unrolled whole, the kernel is elementwise: its innermost loop is left to the vectorizer
     loop = reduces[0].src[-1]  # the innermost reduce loop

@@ -44,34 +44,69 @@ def _expands(node: UOp) -> bool:
     return node.op is Ops.EXPAND and prod(node.arg) > prod(node.src[0].shape)
 
 
+def _reduces_suffix(node: UOp) -> bool:
+    """A reduce over the last axes of its source: its loops can run innermost, under the kept axes' loops."""
+    shape, axes = node.src[0].shape, node.arg[1]
+    return tuple(axes) == tuple(range(len(shape) - len(axes), len(shape)))
+
+
+def _broadcasts_suffix(node: UOp, loops: tuple[int, ...] | None) -> bool:
+    """An expand of the last axes to the shape of the loops around it (a softmax's max, read along its row)."""
+    if node.op is not Ops.EXPAND or node.shape != loops:
+        return False
+    widened = [axis for axis, (before, after) in enumerate(zip(node.src[0].shape, node.shape)) if before != after]
+    return bool(widened) and widened == list(range(widened[0], len(loops)))
+
+
+# what a reduce met on the way down from a kernel's root would be: computed once per index of the loops around it
+# (FREE), inside another reduce's loop (NESTED), or once per element of an expand (REPEATED)
+FREE, NESTED, REPEATED = range(3)
+
+
 def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
-    """Reduces that must become buffers: reached from more than one kernel, below an expand or another reduce
-    inside the kernel that would fuse them, or read there through two different views (a padded copy beside
-    another): each would compute the reduce several times per output. Also pads read through two different views
-    (the taps of a padded convolution): realized, the taps read memory without a bounds check each."""
+    """Reduces that must become buffers: reached from more than one kernel, inside the loop of another reduce or
+    below an expand in the kernel that would fuse them, or read there through two different views (a padded copy
+    beside another): each would compute the reduce several times per output. Also pads read through two different
+    views (the taps of a padded convolution): realized, the taps read memory without a bounds check each.
+
+    One expand is fine: that of a reduce over the last axes back to the loops around it, as a softmax reads its row's
+    max and sum. Codegen computes such a reduce once per row, before the row's inner loops (and the loop of any
+    other reduce over the row), so a softmax is one kernel."""
     reached_by: dict[UOp, set[UOp]] = {}
     unsafe: set[UOp] = set()
     for root in roots:
         # the movement ops each reduce is read through (since the last other op), per kernel
         views: dict[UOp, set[tuple[UOp, ...]]] = {}
-        seen: set[tuple[UOp, bool, tuple[UOp, ...]]] = set()
-        # below a root that is itself a reduce, any other reduce would be nested in its loop
-        stack = [(source, True, ()) for source in root.src] if root.op is Ops.REDUCE else [(root, False, ())]
+        seen: set[tuple] = set()
+        # (node, what a reduce there would be, the movement ops above it, the shape of the loops around it)
+        if root.op is Ops.REDUCE:
+            loops = root.src[0].shape if _reduces_suffix(root) else None
+            stack = [(source, NESTED, (), loops) for source in root.src]
+        else:
+            stack = [(root, FREE, (), root.shape)]
         while stack:
-            node, below_expand_or_reduce, view = stack.pop()
-            if (node, below_expand_or_reduce, view) in seen or (node in to_realize and node is not root):
+            state = stack.pop()
+            node, where, view, loops = state
+            if state in seen or (node in to_realize and node is not root):
                 continue
-            seen.add((node, below_expand_or_reduce, view))
+            seen.add(state)
             if node.op is Ops.PAD and node is not root:
                 views.setdefault(node, set()).add(view)
             if node.op is Ops.REDUCE and node is not root:
                 reached_by.setdefault(node, set()).add(root)
                 views.setdefault(node, set()).add(view)
-                if below_expand_or_reduce:
+                if where is not FREE:
                     unsafe.add(node)
-            flag = below_expand_or_reduce or _expands(node) or node.op is Ops.REDUCE
+            if node.op is Ops.REDUCE:
+                where, loops = NESTED, node.src[0].shape if _reduces_suffix(node) else None
+            elif _broadcasts_suffix(node, loops) and where is not REPEATED:
+                where, loops = FREE, node.src[0].shape
+            elif _expands(node):
+                where, loops = REPEATED, None
+            elif node.shape != loops:
+                loops = None
             source_view = (*view, node) if node.op in MOVEMENT else ()
-            stack.extend((source, flag, source_view) for source in node.src)
+            stack.extend((source, where, source_view, loops) for source in node.src)
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     return unsafe

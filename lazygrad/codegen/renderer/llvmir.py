@@ -73,13 +73,22 @@ INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32",
 
 
 def vectorized_loops(program: list[UOp]) -> set[UOp]:
-    """The loops LLVM's loop vectorizer may work on: every loop of a kernel without reduces, and reduce loops that
-    codegen found contiguous. Elsewhere codegen's upcast has made blocks of accumulators for the SLP pass to pack,
-    and an outer loop around a reduce would only be vectorized with gathers."""
-    loops = {node for node in program if node.op is Ops.RANGE}
-    if not any(node.op is Ops.DEFINE_ACC for node in program):
-        return loops
-    return {loop for loop in loops if loop.arg[1] == "contiguous_reduce"}
+    """The loops LLVM's loop vectorizer may work on: loops with no reduce inside (every loop of an elementwise
+    kernel; the row loop of a softmax after its max and sum), and reduce loops that codegen found contiguous.
+    Elsewhere codegen's upcast has made blocks of accumulators for the SLP pass to pack, and an outer loop around a
+    reduce would only be vectorized with gathers."""
+    vectorized, open_loops = set(), []  # open loops, each with whether an accumulator is updated inside it
+    for node in program:
+        if node.op is Ops.RANGE:
+            open_loops.append([node, False])
+        elif node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
+            for entry in open_loops:
+                entry[1] = True
+        elif node.op is Ops.ENDRANGE:
+            loop, has_reduce = open_loops.pop()
+            if not has_reduce or loop.arg[1] == "contiguous_reduce":
+                vectorized.add(loop)
+    return vectorized
 
 
 def is_accumulator(node: UOp) -> bool:
