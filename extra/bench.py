@@ -676,6 +676,8 @@ def run_lazygrad_workload(case: StepCase, arrays: list[np.ndarray], repeats: int
     outputs = workload.call(inputs)
     synchronize_lazygrad()
     result.kernel_count = GlobalCounters.kernel_count // case.ops_per_call
+    # every live buffer counts (weights, inputs, intermediates), at the call's fullest moment
+    result.details["lazygrad_peak_memory_mb"] = GlobalCounters.memory_peak / 1e6
     check_outputs(result, [output.numpy() for output in outputs], expected, case.rtol, case.atol)
 
 

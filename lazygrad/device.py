@@ -80,6 +80,8 @@ class MemoryPool:
 
     def take(self, device: str, nbytes: int) -> Any:
         """Kept memory of exactly this size, or fresh memory."""
+        GlobalCounters.memory_used += nbytes
+        GlobalCounters.memory_peak = max(GlobalCounters.memory_peak, GlobalCounters.memory_used)
         kept = self.free_memory.get((device, nbytes))
         if kept:
             self.held -= nbytes
@@ -87,6 +89,7 @@ class MemoryPool:
         return Device[device].allocator.alloc(nbytes)
 
     def give_back(self, device: str, nbytes: int, handle: Any) -> None:
+        GlobalCounters.memory_used -= nbytes
         if self.held + nbytes > self.limit:
             Device[device].allocator.free(handle)
             return

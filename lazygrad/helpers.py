@@ -72,7 +72,8 @@ def Context(**settings: int):
 
 
 class GlobalCounters:
-    """Totals since the last `reset()`: kernels run, floating ops and bytes moved, kernel time, compiles."""
+    """Totals since the last `reset()`: kernels run, floating ops and bytes moved, kernel time, compiles; and the
+    bytes of device memory live buffers hold, now (`memory_used`, never reset) and at most since (`memory_peak`)."""
 
     kernel_count = 0
     global_ops = 0
@@ -80,12 +81,15 @@ class GlobalCounters:
     time_sum_s = 0.0
     compile_count = 0
     compile_cache_hits = 0
+    memory_used = 0
+    memory_peak = 0
 
     @staticmethod
     def reset() -> None:
         GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
         GlobalCounters.time_sum_s = 0.0
         GlobalCounters.compile_count = GlobalCounters.compile_cache_hits = 0
+        GlobalCounters.memory_peak = GlobalCounters.memory_used
 
 
 def prod(values: Iterable[int]) -> int:

@@ -187,3 +187,15 @@ def test_graph_with_a_nan_constant_compiles_once():
         GlobalCounters.reset()
         np.testing.assert_allclose((0.9**steps).numpy(), [0.9, 0.81], rtol=1e-6)  # pow's NaN for negative bases
     assert GlobalCounters.compile_count == 0 and GlobalCounters.compile_cache_hits > 0
+
+
+def test_memory_in_use_and_its_peak_are_counted():
+    gc.collect()
+    before = GlobalCounters.memory_used
+    GlobalCounters.reset()
+    x = Tensor.ones(1000).contiguous().realize()
+    y = (x * 2).realize()
+    assert GlobalCounters.memory_used == before + 8000
+    del x, y
+    gc.collect()
+    assert GlobalCounters.memory_used == before and GlobalCounters.memory_peak >= before + 8000
