@@ -46,11 +46,13 @@ def test_uop_is_immutable():
 
 
 def test_interned_nodes_are_freed():
+    from lazygrad.uop import ops
+
     node = UOp(Ops.CONST, dtypes.float32, (), 123.456)
-    ref = weakref.ref(node)
+    ref, entries = weakref.ref(node), len(ops._interned)
     del node
     gc.collect()
-    assert ref() is None
+    assert ref() is None and len(ops._interned) == entries - 1  # the table forgets it too
 
 
 def test_content_key_is_structural():

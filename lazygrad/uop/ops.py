@@ -123,11 +123,21 @@ def toposort(roots: list[UOp]) -> list[UOp]:
     return order
 
 
+# structural key -> weak reference to the one node with it (a plain dict of weak references: a WeakValueDictionary
+# does the same with more Python per call, and node creation is the hottest path of graph building)
+_interned: dict[tuple, weakref.KeyedRef] = {}
+
+
+def _forget(reference: weakref.KeyedRef) -> None:
+    """Drop a dead node's entry (unless a new node with the same key took the place already)."""
+    if _interned.get(reference.key) is reference:
+        del _interned[reference.key]
+
+
 class UOp:
     """An immutable graph node. Structurally equal UOps are the same object, so `is`/`==` is structural equality."""
 
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-    _interned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     op: Ops
     dtype: DType
@@ -136,14 +146,14 @@ class UOp:
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         key = (op, dtype, src, _const_key(arg))
-        if (existing := UOp._interned.get(key)) is not None:
+        if (reference := _interned.get(key)) is not None and (existing := reference()) is not None:
             return existing
         node = object.__new__(cls)
-        object.__setattr__(node, "op", op)
-        object.__setattr__(node, "dtype", dtype)
-        object.__setattr__(node, "src", src)
-        object.__setattr__(node, "arg", arg)
-        UOp._interned[key] = node
+        _set_op(node, op)
+        _set_dtype(node, dtype)
+        _set_src(node, src)
+        _set_arg(node, arg)
+        _interned[key] = weakref.KeyedRef(node, _forget, key)
         return node
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -410,3 +420,7 @@ def _shape_of(node: UOp) -> tuple[int, ...] | None:
     if node.src and (op in ALU or op in (Ops.CAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN)):
         return node.src[0].shape
     return None
+
+
+# the slots' own setters: UOp.__setattr__ refuses every assignment, so nodes are filled in through these
+_set_op, _set_dtype, _set_src, _set_arg = (getattr(UOp, name).__set__ for name in ("op", "dtype", "src", "arg"))
