@@ -7,15 +7,33 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, eq=False)
 class DType:
-    """A scalar type: its priority for promotion, size in bytes, name, NumPy equivalent and kind."""
+    """A scalar type: its priority for promotion, size in bytes, name, NumPy equivalent and kind.
+
+    There is one object per type (equal fields give the same object, unpickling too), so equality and hashing are
+    by identity: both run in C, and every UOp's interning key hashes a dtype."""
 
     priority: int
     itemsize: int
     name: str
     np_name: str
     kind: str  # "bool", "int", "uint" or "float"
+
+    def __new__(cls, priority: int, itemsize: int, name: str, np_name: str, kind: str) -> DType:
+        key = (priority, itemsize, name, np_name, kind)
+        if (existing := _dtypes.get(key)) is None:
+            existing = _dtypes[key] = super().__new__(cls)
+        return existing
+
+    def __reduce__(self):
+        return DType, (self.priority, self.itemsize, self.name, self.np_name, self.kind)
+
+    def __lt__(self, other: DType) -> bool:  # promotion order: max() of dtypes is the one they promote to
+        return self.priority < other.priority
+
+    def __gt__(self, other: DType) -> bool:
+        return self.priority > other.priority
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}"
@@ -39,6 +57,9 @@ class DType:
     @property
     def bits(self) -> int:
         return 8 * self.itemsize
+
+
+_dtypes: dict[tuple, DType] = {}
 
 
 class dtypes:

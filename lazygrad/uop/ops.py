@@ -17,6 +17,8 @@ from lazygrad.helpers import prod
 class Ops(Enum):
     """Every kind of UOp. Tensor graphs use the first groups; kernels add the last ones."""
 
+    __hash__ = object.__hash__  # members are unique objects: hash them in C (Enum's own hash is Python)
+
     # data
     BUFFER = auto()  # arg: (unique id, size, device)
     CONST = auto()  # arg: the Python value
