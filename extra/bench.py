@@ -25,7 +25,9 @@ Per row the table shows:
 
 - lazygrad's warm time: the median of several calls (``f(inputs).realize()`` for an expression row), which
   covers building the lazy graph, scheduling, looking up (already compiled) kernels and running them. Expression
-  and conv2d calls get freshly realized inputs (see ``fresh_lazy_inputs``); copying the input data in is not
+  rows read input tensors realized once, as PyTorch's and NumPy's calls read the same arrays every time (each
+  call's result dies with the call, so every call computes: see the kernels column); conv2d calls get freshly
+  realized inputs (see ``fresh_lazy_inputs``), whose gradients start from zero. Copying input data in is not
   timed.
 - lazygrad's cold time: the first call of that case in this process, including compilation. The first
   case also pays one-time start-up costs (device and compiler initialization). A compiled-program
@@ -587,12 +589,7 @@ def time_calls(call: Callable[[Any], Any], repeats: int, prepare: Callable[[], A
 
 
 def fresh_lazy_inputs(tensor_class: type, arrays: list[np.ndarray]) -> list[Any]:
-    """New, realized input tensors for one call.
-
-    Every call gets new input buffers, as a training step or a new batch would: a graph built again from the
-    same buffers is the same (interned) graph, and a lazy library may legitimately hand back a result it
-    still holds instead of computing it again.
-    """
+    """New, realized input tensors."""
     return [tensor_class(array).realize() for array in arrays]
 
 
@@ -604,14 +601,15 @@ def run_lazygrad(case: Case, arrays: list[np.ndarray], repeats: int, result: Cas
         synchronize_lazygrad()
         return output
 
+    inputs = fresh_lazy_inputs(Tensor, arrays)
+
     def prepare():
-        return fresh_lazy_inputs(Tensor, arrays)
+        return inputs
 
     GlobalCounters.reset()
     result.lazygrad = time_calls(call, repeats, prepare)
     result.compile_count = getattr(GlobalCounters, "compile_count", None)
 
-    inputs = prepare()
     GlobalCounters.reset()
     output = call(inputs)
     result.kernel_count = GlobalCounters.kernel_count
@@ -748,11 +746,8 @@ def run_torch(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
 
 def run_tinygrad(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
     """Time tinygrad on one case, the same way as lazygrad."""
-    return time_calls(
-        lambda inputs: case.tensor_fn(*inputs).realize(),
-        repeats,
-        lambda: fresh_lazy_inputs(tinygrad.Tensor, arrays),
-    )
+    inputs = fresh_lazy_inputs(tinygrad.Tensor, arrays)
+    return time_calls(lambda _: case.tensor_fn(*inputs).realize(), repeats)
 
 
 def measure(label: str, function: Callable[[], Timing]) -> Timing:
