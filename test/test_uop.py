@@ -235,6 +235,9 @@ def test_matrix_products_are_register_blocked():
     a, b = Tensor(np.ones((32, 64), np.float32)), Tensor(np.ones((64, 32), np.float32))
     # x @ w: a block of 16 outputs along the row (contiguous in w) times 4 rows
     assert accumulators(a @ b) == 64
+    # a large product: 32 outputs along the row times 8 rows
+    big = Tensor(np.ones((1024, 1024), np.float32))
+    assert accumulators(big @ big) == 256
     # x @ wᵀ: both inputs contiguous along the reduce, which the compiler vectorizes; a 4x4 block of outputs
     program = program_of(a @ a.T)
     assert sum(node.op is Ops.DEFINE_ACC for node in program) == 16

@@ -20,6 +20,7 @@ from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads
 
 UNROLL_LIMIT = 4
+LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
 
 
 def count_divmod(sink: UOp) -> int:
@@ -162,13 +163,13 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
         return sink
     inner = loops[-1]
     along_inner = {stride(index, inner) for index in loads}
-    if (
-        inner.src[0].arg % 16 == 0
-        and 1 in along_inner
-        and along_inner <= {0, 1}
-        and all(stride(index, inner) == 1 for index in stores)
-    ):
-        sink = upcast_reused(upcast(sink, inner, 16), loops[:-1], 4, limit=1)
+    if 1 in along_inner and along_inner <= {0, 1} and all(stride(index, inner) == 1 for index in stores):
+        # a large product gets two 16-wide vectors across by 8 rows (16 of the 32 vector registers accumulate:
+        # twice the speed at 1024³, but slower to compile), others and odd sizes one vector by 4 rows
+        work = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]])
+        for width, rows in ((32, 8), (16, 4)) if work >= LARGE_PRODUCT else ((16, 4),):
+            if inner.src[0].arg % width == 0:
+                return upcast_reused(upcast(sink, inner, width), loops[:-1], rows, limit=1)
     return sink
 
 
