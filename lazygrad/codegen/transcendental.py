@@ -56,7 +56,8 @@ def exp2_float32(x: UOp) -> UOp:
     safe = select(is_nan(x), const(x, 0.0), clamped)
     n = round_to_int(safe, I32)
     fraction = safe - n.cast(F32)
-    series = polynomial(fraction * math.log(2), [1 / math.factorial(k) for k in range(8)])
+    # e^(f·ln2) = Σ (f·ln2)^k / k!, with ln2^k folded into the coefficients
+    series = polynomial(fraction, [math.log(2) ** k / math.factorial(k) for k in range(8)])
     low_half = n.alu(Ops.SHR, UOp.const(I32, 1))
     result = series * power_of_two(low_half) * power_of_two(n - low_half)
     return select(is_nan(x), x, result)
