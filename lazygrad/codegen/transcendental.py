@@ -54,8 +54,10 @@ def exp2_float32(x: UOp) -> UOp:
     # clamp so the exponent halves stay in range; nan is routed around the integer conversion
     clamped = select(x.lt(const(x, -151.0)), const(x, -151.0), select(const(x, 129.0).lt(x), const(x, 129.0), x))
     safe = select(is_nan(x), const(x, 0.0), clamped)
-    n = round_to_int(safe, I32)
-    fraction = safe - n.cast(F32)
+    # the nearest integer, as a float: adding and taking away 1.5·2^23 rounds away the fraction bits (|safe| is far
+    # below 2^22), cheaper than a compare, a select and two conversions
+    rounded = (safe + const(safe, 12582912.0)) - const(safe, 12582912.0)
+    n, fraction = rounded.cast(I32), safe - rounded
     # e^(f·ln2) = Σ (f·ln2)^k / k!, with ln2^k folded into the coefficients
     series = polynomial(fraction, [math.log(2) ** k / math.factorial(k) for k in range(8)])
     low_half = n.alu(Ops.SHR, UOp.const(I32, 1))
