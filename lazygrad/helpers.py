@@ -44,6 +44,9 @@ class ContextVar:
 DEBUG = ContextVar("DEBUG", 0, "1: schedule summary, 2: a line per kernel, 4: source, 5: kernel AST, 6: linear program")
 NOOPT = ContextVar("NOOPT", 0, "1 turns kernel optimizations (loop merging, unrolling) off")
 CACHELEVEL = ContextVar("CACHELEVEL", 1, "0 disables the on-disk compile cache")
+BEAM = ContextVar(
+    "BEAM", 0, "N > 0 times up to N register blocks per new kernel and keeps the fastest (cached on disk)"
+)
 JIT = ContextVar("JIT", 1, "0 makes TinyJit run the function every call instead of replaying its kernels")
 MOCKCUDA = ContextVar("MOCKCUDA", 0, "1 runs CUDA=1 without a driver: NVRTC compiles every kernel, the CPU runs it")
 CL_PLATFORM = ContextVar("CL_PLATFORM", -1, "index of the OpenCL platform GPU=1 uses (-1: the first that works)")

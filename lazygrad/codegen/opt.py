@@ -129,13 +129,53 @@ def upcast_reused(sink: UOp, loops: list[UOp], factor: int, limit: int) -> UOp:
     return sink
 
 
-def upcast_reduce_kernel(sink: UOp) -> UOp:
+# a register block: (outputs along the innermost output loop, outputs along each other reused loop); 0 across
+# means the reduce loop is the one vectorized
+Blocking = tuple[int, int]
+
+
+def matrix_shape(sink: UOp) -> str | None:
+    """Which shape of matrix product a one-reduce kernel is: "contiguous reduce" (x @ wᵀ: every input contiguous
+    or fixed along the innermost reduce loop), "contiguous outputs" (x @ w: along the innermost output loop), or
+    None (no register blocking applies)."""
+    reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
+    if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        return None
+    if all(loop.src[0].arg <= UNROLL_LIMIT for loop in reduces[0].src[1:]):
+        return None
+    loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
+    along_reduce = {stride(index, reduces[0].src[-1]) for index in loads}
+    if 1 in along_reduce and along_reduce <= {0, 1}:
+        return "contiguous reduce"
+    loops = global_loops(sink)
+    if loops:
+        along_inner = {stride(index, loops[-1]) for index in loads}
+        if 1 in along_inner and along_inner <= {0, 1} and all(stride(index, loops[-1]) == 1 for index in stores):
+            return "contiguous outputs"
+    return None
+
+
+def blocking_choices(sink: UOp) -> list[Blocking]:
+    """The register blocks `optimize` can give this (lowered) kernel, for BEAM search to time."""
+    sink = unroll_selecting_loops(merge_loops(drop_invariant_reduce_loops(sink)))
+    shape = matrix_shape(sink)
+    if shape == "contiguous reduce":
+        return [(0, rows) for rows in (2, 4, 8)]
+    if shape == "contiguous outputs":
+        inner = global_loops(sink)[-1].src[0].arg
+        return [(width, rows) for width in (16, 32, 64) if inner % width == 0 for rows in (2, 4, 8)]
+    return []
+
+
+def upcast_reduce_kernel(sink: UOp, blocking: Blocking | None = None) -> UOp:
     """Register blocking for a kernel with one reduce, in the two shapes of a matrix product:
 
     - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is marked
       "contiguous_reduce" for the compiler to vectorize, and a 4×4 block of outputs shares each loaded vector;
     - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): a block of 16 (× 4 where
       an input is reused) outputs, which the compiler packs into vectors.
+
+    `blocking` (from BEAM search) overrides the sizes these rules pick.
     """
     loops = global_loops(sink)
     reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
@@ -151,23 +191,19 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
             if 1 in along and along <= {0, 1}:
                 contiguous[loop] = UOp(Ops.RANGE, loop.dtype, loop.src, (loop.arg[0], "contiguous_reduce"))
         return replace_ranges(sink, contiguous, {}) if contiguous else sink
-    if all(loop.src[0].arg <= UNROLL_LIMIT for loop in reduces[0].src[1:]):
-        return sink  # unrolled whole, the kernel is elementwise: its innermost loop is left to the vectorizer
-    loop = reduces[0].src[-1]  # the innermost reduce loop
-    loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
-    along_reduce = {stride(index, loop) for index in loads}
-    if 1 in along_reduce and along_reduce <= {0, 1}:
+    shape = matrix_shape(sink)  # (None as well for an elementwise kernel whose reduces unroll whole)
+    if shape == "contiguous reduce":
+        loop = reduces[0].src[-1]
         contiguous = UOp(Ops.RANGE, loop.dtype, loop.src, (loop.arg[0], "contiguous_reduce"))
-        return upcast_reused(replace_ranges(sink, {loop: contiguous}, {}), loops, 4, limit=2)
-    if not loops:
-        return sink
-    inner = loops[-1]
-    along_inner = {stride(index, inner) for index in loads}
-    if 1 in along_inner and along_inner <= {0, 1} and all(stride(index, inner) == 1 for index in stores):
+        rows = blocking[1] if blocking else 4
+        return upcast_reused(replace_ranges(sink, {loop: contiguous}, {}), loops, rows, limit=2)
+    if shape == "contiguous outputs":
+        inner = loops[-1]
         # a large product gets two 16-wide vectors across by 8 rows (16 of the 32 vector registers accumulate:
         # twice the speed at 1024³, but slower to compile), others and odd sizes one vector by 4 rows
         work = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]])
-        for width, rows in ((32, 8), (16, 4)) if work >= LARGE_PRODUCT else ((16, 4),):
+        choices = [blocking] if blocking else [(32, 8), (16, 4)] if work >= LARGE_PRODUCT else [(16, 4)]
+        for width, rows in choices:
             if inner.src[0].arg % width == 0:
                 return upcast_reused(upcast(sink, inner, width), loops[:-1], rows, limit=1)
     return sink
@@ -204,9 +240,9 @@ def drop_invariant_reduce_loops(sink: UOp) -> UOp:
     return replace_ranges(sink, replacements, {}) if replacements else sink
 
 
-def optimize(sink: UOp) -> UOp:
-    """The optimized kernel graph."""
+def optimize(sink: UOp, blocking: Blocking | None = None) -> UOp:
+    """The optimized kernel graph (with the register block `blocking` where one applies and is given)."""
     sink = unroll_selecting_loops(merge_loops(drop_invariant_reduce_loops(sink)))
     if any(node.op is Ops.RANGE_REDUCE for node in sink.toposort):
-        sink = upcast_reduce_kernel(sink)
+        sink = upcast_reduce_kernel(sink, blocking)
     return simplify_gated_loads(unroll_reduces(sink))

@@ -11,12 +11,13 @@ from typing import Any
 
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
-from lazygrad.codegen.opt import optimize
+from lazygrad.codegen.opt import Blocking, optimize
 from lazygrad.codegen.renderer import kernel_name
 from lazygrad.device import CORES, Buffer, Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
-from lazygrad.helpers import DEBUG, NOOPT, GlobalCounters, prod
+from lazygrad.engine.search import best_blocking
+from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, prod
 from lazygrad.uop.ops import ALU, Ops, UOp
 from lazygrad.uop.pattern import graph_rewrite
 
@@ -103,7 +104,10 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
         _programs[(device_name, ast, bool(NOOPT))] = future
         batch.append((future, generate_kernel(device, ast)))
         if len(batch) == batch_size or number == len(asts) - 1:
-            compile_pool().submit(_compile_batch, device, batch)
+            if BEAM:  # BEAM times kernels as it generates them: no compiles beside it to skew the timings
+                _compile_batch(device, batch)
+            else:
+                compile_pool().submit(_compile_batch, device, batch)
             batch = []
 
 
@@ -124,12 +128,28 @@ def _compile_batch(device: Any, batch: list[tuple[Future, GeneratedKernel]]) -> 
 
 
 def generate_kernel(device: Any, ast: UOp) -> GeneratedKernel:
-    """Lower, optimize, linearize and render a kernel AST for a device."""
+    """Lower, optimize, linearize and render a kernel AST for a device (with BEAM, timing its register blocks)."""
     if DEBUG >= 5:
         print_graph(ast)
-    kernel_graph = lower_kernel(ast)
-    if not NOOPT:
-        kernel_graph = optimize(kernel_graph)
+    lowered = lower_kernel(ast)
+    blocking = None
+    if BEAM and not NOOPT:
+        blocking = best_blocking(device, ast, lowered, lambda choice: build_candidate(device, ast, lowered, choice))
+    return render_kernel(device, lowered if NOOPT else optimize(lowered, blocking))
+
+
+def build_candidate(device: Any, ast: UOp, lowered: UOp, blocking: Blocking) -> tuple[Any, list[tuple[str, int, Any]]]:
+    """A kernel compiled with a given register block, ready to time, and its parameters' (device, size, dtype)."""
+    kernel = render_kernel(device, optimize(lowered, blocking))
+    program = device.runtime(
+        kernel.name, device.compiler.compile_cached(kernel.source), kernel.global_loops, kernel.work
+    )
+    parameters = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
+    return program, [(device.name, node.arg[1], node.dtype) for node in parameters]
+
+
+def render_kernel(device: Any, kernel_graph: UOp) -> GeneratedKernel:
+    """Linearize and render an optimized kernel graph."""
     if device.renderer.rewrites is not None:
         kernel_graph = graph_rewrite(kernel_graph, device.renderer.rewrites)
     program = linearize(kernel_graph)
