@@ -1,9 +1,14 @@
 """The scheduler: decides which nodes of a tensor graph become buffers and groups the rest into kernels.
 
-Rules (DESIGN.md rule 5): elementwise chains fuse; movement ops never copy; a kernel holds at most one reduce on any
-path to its output, with the reduce's elementwise prologue and epilogue fused; a reduce is realized on its own when
-fusing it would recompute it (it is expanded afterwards, another reduce consumes it, or two kernels read it);
-outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier is read, never recomputed.
+Rules (DESIGN.md rule 5): elementwise chains fuse; movement ops never copy; a reduce fuses with its elementwise
+prologue and epilogue; a reduce is realized on its own when fusing it would compute it more than once per value
+(it is expanded afterwards, nested in another reduce's loop, read through two different views, or read by two
+kernels). The one exception is a reduce over the last axes read back along its row (a softmax's max and sum): codegen
+computes it once per row, before the row's other loops, so it fuses. A pad read through several views (a padded
+convolution's taps) is realized, so the taps read memory without bounds checks. Outputs, CONTIGUOUS, COPY and
+ASSIGN are always realized; anything realized earlier is read, never recomputed.
+
+Planning happens once per graph structure (`_structure`): a graph built again over new buffers reuses the plan.
 
 Constants are part of a kernel's AST, so they fold into the code and a new Python scalar compiles a new kernel
 (DEBUG=1 shows the compile-cache hits). What changes every step lives in device buffers instead — the optimizers'
