@@ -159,7 +159,7 @@ def matrix_shape(sink: UOp) -> str | None:
 
 def blocking_choices(sink: UOp) -> list[Blocking]:
     """The register blocks `optimize` can give this (lowered) kernel, for BEAM search to time."""
-    sink = unroll_selecting_loops(merge_loops(drop_invariant_reduce_loops(sink)))
+    sink = shape_loops(sink)
     shape = matrix_shape(sink)
     if shape == "contiguous reduce":
         return [(0, rows) for rows in (2, 4, 8)]
@@ -243,9 +243,15 @@ def drop_invariant_reduce_loops(sink: UOp) -> UOp:
     return replace_ranges(sink, replacements, {}) if replacements else sink
 
 
+def shape_loops(sink: UOp) -> UOp:
+    """The loop changes that come before register blocking: invariant reduce loops dropped, loops merged, loops
+    that choose between loads upcast."""
+    return unroll_selecting_loops(merge_loops(drop_invariant_reduce_loops(sink)))
+
+
 def optimize(sink: UOp, blocking: Blocking | None = None) -> UOp:
     """The optimized kernel graph (with the register block `blocking` where one applies and is given)."""
-    sink = unroll_selecting_loops(merge_loops(drop_invariant_reduce_loops(sink)))
+    sink = shape_loops(sink)
     if any(node.op is Ops.RANGE_REDUCE for node in sink.toposort):
         sink = upcast_reduce_kernel(sink, blocking)
     return simplify_gated_loads(unroll_reduces(sink))

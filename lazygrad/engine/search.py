@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lazygrad.codegen.opt import Blocking, blocking_choices
+from lazygrad.device import Buffer
 from lazygrad.helpers import BEAM, CACHEDIR, CACHELEVEL, DEBUG
 from lazygrad.uop.ops import UOp
 
@@ -47,8 +48,6 @@ def best_blocking(
 
 def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
     """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing)."""
-    from lazygrad.device import Buffer
-
     buffers = [Buffer(device_name, size, dtype) for device_name, size, dtype in parameters]
     handles = [buffer.handle for buffer in buffers]
     program(*handles)  # the first run pays for first touches of the memory

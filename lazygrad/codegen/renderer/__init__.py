@@ -20,12 +20,9 @@ class Renderer(ABC):
     this language has no good form of (e.g. polynomial exp2/log2/sin where the built-ins do not vectorize)."""
 
     rewrites: PatternMatcher | None = None
-    can_join = False  # whether `join` can put several kernels' sources into one compile
+    # True for a renderer with a `join(sources) -> source` that puts several kernels into one compile
+    can_join = False
 
     @abstractmethod
     def render(self, name: str, program: list[UOp]) -> str:
         """The source of a function called `name` running `program`."""
-
-    def join(self, sources: list[str]) -> str:
-        """One source defining every kernel of `sources` (only where `can_join`)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot join sources")
