@@ -5,6 +5,7 @@ import gc
 import weakref
 
 import numpy as np
+import pytest
 
 from lazygrad import Device, GlobalCounters, Tensor
 from lazygrad.engine import buffers
@@ -226,3 +227,26 @@ def test_beam_search_times_register_blocks_and_keeps_the_choice(tmp_path, monkey
 
     device = Device[item.device]
     assert search.best_blocking(device, item.ast, lower_kernel(item.ast), no_timing) == choice
+
+
+def test_a_kernel_that_fails_to_generate_leaves_no_kernel_waiting(monkeypatch):
+    from lazygrad.engine import realize
+
+    real = realize.generate_kernel
+    calls = []
+
+    def fail_on_second(device, ast):
+        calls.append(ast)
+        if len(calls) == 2:
+            raise RuntimeError("codegen failed")
+        return real(device, ast)
+
+    a = Tensor(np.arange(5, dtype=np.float32)).realize()
+    results = [a * 3.25, a.sum() + 7.5]
+    monkeypatch.setattr(realize, "generate_kernel", fail_on_second)
+    with pytest.raises(RuntimeError, match="codegen failed"):
+        Tensor.realize_all(*results)
+    monkeypatch.setattr(realize, "generate_kernel", real)
+    # both kernels are built afresh: the first was forgotten with the failure, not left pending
+    np.testing.assert_allclose(results[0].numpy(), np.arange(5) * 3.25)
+    np.testing.assert_allclose(results[1].numpy(), 10 + 7.5)

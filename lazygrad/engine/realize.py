@@ -100,9 +100,15 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
     batch_size = BATCH_SIZE if device.renderer.can_join else 1
     batch: list[tuple[Future, GeneratedKernel]] = []
     for number, ast in enumerate(asts):
+        try:
+            kernel = generate_kernel(device, ast)
+        except BaseException:
+            for earlier in asts[number - len(batch) : number]:  # not submitted: no one may wait for them forever
+                del _programs[(device_name, earlier, bool(NOOPT))]
+            raise
         future: Future = Future()
         _programs[(device_name, ast, bool(NOOPT))] = future
-        batch.append((future, generate_kernel(device, ast)))
+        batch.append((future, kernel))
         if len(batch) == batch_size or number == len(asts) - 1:
             if BEAM:  # BEAM times kernels as it generates them: no compiles beside it to skew the timings
                 _compile_batch(device, batch)
