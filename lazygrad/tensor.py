@@ -21,7 +21,7 @@ from lazygrad.engine.buffers import (
     remember_history,
     with_history,
 )
-from lazygrad.engine.realize import run_schedule
+from lazygrad.engine.realize import realize_lock, run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
@@ -108,8 +108,6 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     __slots__ = ("_uop", "device", "requires_grad", "grad", "_history", "__weakref__")
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
-    _rng_seed: int = 0
-    _rng_counters: dict[str, Tensor] = {}  # device -> its random-number counter
 
     def __init__(
         self,
@@ -274,6 +272,13 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
+        """Compute `tensors` in one schedule. Threads realize one after another: scheduling, running and switching
+        tensors to their buffers is one step, so a pending assign two threads share runs once."""
+        with realize_lock:
+            Tensor._realize_all(tensors)
+
+    @staticmethod
+    def _realize_all(tensors: tuple[Tensor, ...]) -> None:
         pending = [t for t in tensors if not is_buffer_view(t.uop)]
         if not pending:
             return

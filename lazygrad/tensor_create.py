@@ -9,6 +9,7 @@ import numpy as np
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes, python_type_dtype, to_dtype
+from lazygrad.engine import rng
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import Ops, UOp
 
@@ -16,18 +17,8 @@ if TYPE_CHECKING:
     from lazygrad.tensor import Scalar, Tensor
 
 
-def _mix32(value: int) -> int:
-    """A 32-bit integer hash of a Python int (the one `_hash32` computes in kernels)."""
-    value &= 0xFFFFFFFF
-    value ^= value >> 16
-    value = (value * 0x7FEB352D) & 0xFFFFFFFF
-    value ^= value >> 15
-    value = (value * 0x846CA68B) & 0xFFFFFFFF
-    return value ^ (value >> 16)
-
-
 def _hash32(bits: Tensor) -> Tensor:
-    """The same 32-bit hash on a uint32 tensor, built from shifts, xors and wrapping multiplies."""
+    """`rng.mix32` on a uint32 tensor, built from shifts, xors and wrapping multiplies."""
     bits = bits ^ (bits >> 16)
     bits = bits * 0x7FEB352D
     bits = bits ^ (bits >> 15)
@@ -128,25 +119,19 @@ class CreationMixin:
 
     @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
-        """Make the random numbers that follow repeatable."""
-        cls._rng_seed, cls._rng_counters = int(seed), {}
+        """Make the random numbers that follow repeatable (the same on every device)."""
+        rng.manual_seed(seed)
 
     @classmethod
     def _random_bits(cls, count: int, device: str | None) -> Tensor:
         """`count` pseudo-random uint32 values: a counter-based hash of (seed, counter), computed in the kernel.
 
-        The counter lives on the device and each call advances it with an assign, so each call gives new numbers,
-        a TinyJit replay advances it too (dropout masks differ between steps), and the same seed gives the same
-        sequence on every device."""
+        The counter values come from a random source of their own (engine/rng.py), so these bits are a pure
+        function of it: every kernel computing them gets the same values, and each call gets new ones."""
         device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        if device not in cls._rng_counters:
-            cls._rng_counters[device] = cls(np.zeros(1, np.uint32), device=device, requires_grad=False)
-        base = cls._rng_counters[device]
-        key = _mix32((cls._rng_seed * 0x9E3779B9 + 0x7F4A7C15) & 0xFFFFFFFF)
-        counter = cls.arange(count, device=device).cast(dtypes.uint32) + base.expand(count) + key
-        bits = _hash32(_hash32(counter) ^ key)
-        base.assign(base + count)
-        return bits
+        source = cls(rng.random_source(count, device), device=device, requires_grad=False)
+        start, key = source.shrink(((0, 1),)).expand(count), source.shrink(((1, 2),)).expand(count)
+        return _hash32(_hash32(cls.arange(count, device=device).cast(dtypes.uint32) + start) ^ key)
 
     @classmethod
     def rand(cls, *shape, dtype=None, device=None, **kwargs) -> Tensor:

@@ -26,12 +26,19 @@ _unique_ids = itertools.count()
 _VIEW_OPS = (Ops.BUFFER, Ops.RESHAPE)
 
 
-def new_buffer(device: str, size: int, dtype: DType) -> UOp:
-    """A fresh BUFFER UOp with (not yet allocated) device memory behind it."""
-    node = UOp(Ops.BUFFER, dtype, (), (next(_unique_ids), size, device))
+def new_buffer(device: str, size: int, dtype: DType, random_count: int | None = None) -> UOp:
+    """A fresh BUFFER UOp with (not yet allocated) device memory behind it. A random source (see engine/rng.py)
+    carries the count of values it covers as a fourth part of its arg."""
+    arg = (next(_unique_ids), size, device) if random_count is None else (next(_unique_ids), size, device, random_count)
+    node = UOp(Ops.BUFFER, dtype, (), arg)
     # each BUFFER node is unique (a fresh id), so its memory is one more fact about it, looked up on every launch
     node.__dict__["buffer"] = Buffer(device, size, dtype)
     return node
+
+
+def buffers_made_from_now() -> int:
+    """A number below the id of every BUFFER made from now on (and above every earlier one's)."""
+    return next(_unique_ids)
 
 
 def buffer_from_numpy(array: np.ndarray, device: str, dtype: DType) -> UOp:

@@ -7,7 +7,8 @@ import functools
 from typing import Any, Callable
 
 from lazygrad.engine import realize
-from lazygrad.engine.buffers import buffer_of, is_buffer_view
+from lazygrad.engine.buffers import buffer_of, buffers_made_from_now, is_buffer_view
+from lazygrad.engine.rng import is_random_source, redraw
 from lazygrad.helpers import JIT
 
 
@@ -40,6 +41,7 @@ class TinyJit:
         self.input_slots: list[tuple[int, int, int]] = []  # (launch, buffer position, input number)
         self.outputs: Any = None
         self.bound: list[list] = []
+        self.random_sources: list = []
         functools.update_wrapper(self, function)
 
     def reset(self) -> None:
@@ -52,6 +54,7 @@ class TinyJit:
             None,
             [],
         )
+        self.random_sources = []
 
     @staticmethod
     def _signature(args: tuple, kwargs: dict, tensors: list) -> tuple:
@@ -96,12 +99,13 @@ class TinyJit:
         return result
 
     def _capture(self, args, kwargs, tensors: list):
-        realize.capture = []
+        first_new_buffer = buffers_made_from_now()
+        realize.capture.launches = []
         try:
             result = self._run(args, kwargs)
-            launches = realize.capture
+            launches = realize.capture.launches
         finally:
-            realize.capture = None
+            realize.capture.launches = None
         if not launches:
             raise JitError(
                 f"TinyJit({self.function.__name__}): the function launched no kernels, so there is nothing to replay"
@@ -116,12 +120,27 @@ class TinyJit:
         ]
         # pre-bound: each launch's buffers, looked up once; a replay only swaps in the new inputs'
         self.bound = [[buffer_of(node) for node in launch.buffers] for launch in launches]
+        # the random sources the step itself drew, in the order it drew them: a replay draws them anew (random
+        # tensors made before the step are not redrawn: they are fixed values the step reads)
+        sources = {
+            node: None
+            for launch in launches
+            for node in launch.buffers
+            if is_random_source(node) and node.arg[0] > first_new_buffer
+        }
+        self.random_sources = sorted(sources, key=lambda node: node.arg[0])
         self.outputs = result
         return result
 
     def _replay(self, tensors: list):
+        with realize.realize_lock:  # as a realize: its launches and draws are not interleaved with another thread's
+            return self._replay_locked(tensors)
+
+    def _replay_locked(self, tensors: list):
         from lazygrad.tensor import Tensor
 
+        for source in self.random_sources:
+            redraw(source)
         buffers = [list(launch_buffers) for launch_buffers in self.bound]
         for launch_number, position, input_number in self.input_slots:
             buffers[launch_number][position] = buffer_of(tensors[input_number].uop.base)

@@ -4,6 +4,7 @@ memory by the interned AST, on disk by the hash of the source), then launched on
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -200,8 +201,15 @@ class Launch:
     device: str
 
 
-# while a JIT captures, every launch is appended here
-capture: list[Launch] | None = None
+class _Capture(threading.local):
+    """While a JIT captures on a thread, the launches of that thread (and only that thread) are appended here."""
+
+    launches: list[Launch] | None = None
+
+
+capture = _Capture()
+# held while a thread schedules, runs and stores a graph's results (Tensor.realize_all)
+realize_lock = threading.RLock()
 
 
 def copy_buffers(destination: Buffer, source: Buffer) -> None:
@@ -212,14 +220,14 @@ def run_item(item: ScheduleItem) -> None:
     buffers = [buffer_of(node) for node in item.buffers]
     if item.kind == "copy":
         copy_buffers(*buffers)
-        if capture is not None:
-            capture.append(Launch(None, item.buffers, item.device))
+        if capture.launches is not None:
+            capture.launches.append(Launch(None, item.buffers, item.device))
         return
     if buffers[0].size == 0:
         return
     kernel = get_kernel(item.device, item.ast)
-    if capture is not None:
-        capture.append(Launch(kernel, item.buffers, item.device))
+    if capture.launches is not None:
+        capture.launches.append(Launch(kernel, item.buffers, item.device))
     launch_kernel(kernel, buffers, item.device)
 
 

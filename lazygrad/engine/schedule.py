@@ -5,14 +5,16 @@ prologue and epilogue; a reduce is realized on its own when fusing it would comp
 (it is expanded afterwards, nested in another reduce's loop, read through two different views, or read by two
 kernels). The one exception is a reduce over the last axes read back along its row (a softmax's max and sum): codegen
 computes it once per row, before the row's other loops, so it fuses. A pad read through several views (a padded
-convolution's taps) is realized, so the taps read memory without bounds checks. Outputs, CONTIGUOUS, COPY and
-ASSIGN are always realized; anything realized earlier is read, never recomputed.
+convolution's taps) is realized, so the taps read memory without bounds checks. So is a random value (computed from
+random sources alone, such as a fresh layer's weights) that a kernel would compute more than once, or that two
+kernels read: it is drawn once. Outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier
+is read, never recomputed.
 
 Planning happens once per graph structure (`_structure`): a graph built again over new buffers reuses the plan.
 
 Constants are part of a kernel's AST, so they fold into the code and a new Python scalar compiles a new kernel
 (DEBUG=1 shows the compile-cache hits). What changes every step lives in device buffers instead — the optimizers'
-learning rate and step count, the random-number counter — so a training loop compiles once.
+learning rate and step count, each draw's random source — so a training loop compiles once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from lazygrad.dtype import DType
 from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
+from lazygrad.engine.rng import is_random_source
 from lazygrad.helpers import DEBUG, prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key, toposort
 from lazygrad.uop.pattern import substitute
@@ -68,11 +71,31 @@ def _broadcasts_suffix(node: UOp, loops: tuple[int, ...] | None) -> bool:
 FREE, NESTED, REPEATED = range(3)
 
 
-def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
+def _random_leaves(nodes: list[UOp], to_realize: set[UOp]) -> set[UOp]:
+    """The nodes computed from random sources alone (and constants), movement ops aside: pure functions of buffers
+    nothing writes, worth a buffer of their own once their values would be computed more than once. What reads
+    only random values already to be realized is cheap, and not one of them."""
+    random: set[UOp] = set()
+    data: set[UOp] = set(to_realize)
+    for node in nodes:
+        if node in data:
+            continue
+        if node.op is Ops.BUFFER:
+            (random if is_random_source(node) else data).add(node)
+        elif node.op in (Ops.ASSIGN, Ops.COPY) or any(source in data for source in node.src):
+            data.add(node)
+        elif any(source in random for source in node.src):
+            random.add(node)
+    return {node for node in random if node.op is not Ops.BUFFER and node.op not in MOVEMENT}
+
+
+def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[UOp]) -> set[UOp]:
     """Reduces that must become buffers: reached from more than one kernel, inside the loop of another reduce or
     below an expand in the kernel that would fuse them, or read there through two different views (a padded copy
     beside another): each would compute the reduce several times per output. Also pads read through two different
-    views (the taps of a padded convolution): realized, the taps read memory without a bounds check each.
+    views (the taps of a padded convolution): realized, the taps read memory without a bounds check each. And
+    random values (the outermost node of a computation from random sources, such as a fresh layer's weights) in
+    any of those places: a weight read by a convolution is drawn once, not once per output.
 
     One expand is fine: that of a reduce over the last axes back to the loops around it, as a softmax reads its row's
     max and sum. Codegen computes such a reduce once per row, before the row's inner loops (and the loop of any
@@ -83,25 +106,28 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
         # the movement ops each reduce is read through (since the last other op), per kernel
         views: dict[UOp, set[tuple[UOp, ...]]] = {}
         seen: set[tuple] = set()
-        # (node, what a reduce there would be, the movement ops above it, the shape of the loops around it)
+        # (node, what a reduce there would be, the movement ops above it, the shape of the loops around it, whether
+        # it is inside a random value computed in this kernel)
+        in_random = root in random_leaves
         if root.op is Ops.REDUCE:
             loops = root.src[0].shape if _reduces_suffix(root) else None
-            stack = [(source, NESTED, (), loops) for source in root.src]
+            stack = [(source, NESTED, (), loops, in_random) for source in root.src]
         else:
-            stack = [(root, FREE, (), root.shape)]
+            stack = [(root, FREE, (), root.shape, in_random)]
         while stack:
             state = stack.pop()
-            node, where, view, loops = state
+            node, where, view, loops, in_random = state
             if state in seen or (node in to_realize and node is not root):
                 continue
             seen.add(state)
             if node.op is Ops.PAD and node is not root:
                 views.setdefault(node, set()).add(view)
-            if node.op is Ops.REDUCE and node is not root:
+            if node is not root and (node.op is Ops.REDUCE or (node in random_leaves and not in_random)):
                 reached_by.setdefault(node, set()).add(root)
                 views.setdefault(node, set()).add(view)
                 if where is not FREE:
                     unsafe.add(node)
+            in_random = in_random or node in random_leaves
             if node.op is Ops.REDUCE:
                 where, loops = NESTED, node.src[0].shape if _reduces_suffix(node) else None
             elif _broadcasts_suffix(node, loops) and where is not REPEATED:
@@ -111,7 +137,7 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp]) -> set[UOp]:
             elif node.shape != loops:
                 loops = None
             source_view = (*view, node) if node.op in MOVEMENT else ()
-            stack.extend((source, where, source_view, loops) for source in node.src)
+            stack.extend((source, where, source_view, loops, in_random) for source in node.src)
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     return unsafe
@@ -128,10 +154,18 @@ def kernel_roots(sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozens
     to_realize |= {node.src[0] for node in nodes if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
     while True:
         roots = [node for node in nodes if node in to_realize]
-        unsafe = _unsafe_reduces(roots, to_realize)
+        random_leaves = _random_leaves(nodes, to_realize)
+        unsafe = _unsafe_reduces(roots, to_realize, random_leaves)
         if not unsafe:
             return roots
-        to_realize |= unsafe
+        # of random values nested in each other (a mask, and the mask cast to float), the inner one first: once
+        # it is realized, the outer one is cheap to compute from it
+        random_unsafe = unsafe & random_leaves
+        to_realize |= {
+            node
+            for node in unsafe
+            if node not in random_unsafe or not any(other in node.toposort for other in random_unsafe - {node})
+        }
 
 
 def _reads_target_elsewhere(assign: UOp) -> bool:
@@ -201,7 +235,7 @@ def _structure(nodes: list[UOp], outputs: list[UOp], device: str) -> tuple[tuple
     for node in nodes:
         if node.op is Ops.BUFFER:
             buffers.append(node)
-            entries.append((node.dtype, node.arg[1], node.arg[2]))
+            entries.append((node.dtype, *node.arg[1:]))
         else:
             arg = None if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else _const_key(node.arg)
             entries.append((node.op, node.dtype, arg, tuple(position[source] for source in node.src)))

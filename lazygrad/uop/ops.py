@@ -20,7 +20,7 @@ class Ops(Enum):
     __hash__ = object.__hash__  # members are unique objects: hash them in C (Enum's own hash is Python)
 
     # data
-    BUFFER = auto()  # arg: (unique id, size, device)
+    BUFFER = auto()  # arg: (unique id, size, device), and for a random source the count it covers
     CONST = auto()  # arg: the Python value
     COPY = auto()  # arg: the target device
     CONTIGUOUS = auto()
