@@ -291,7 +291,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
             if tensor.device != becomes[tensor.uop].base.arg[2]:
                 continue  # the same device-less node (a constant) on another device
             # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
-            # read: not where this schedule overwrote one (a parameter drawn from the random counter it advanced)
+            # read: not where this schedule overwrote one (a value computed from a buffer an assign here wrote)
             if tensor.uop in remember and tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
                 tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
             tensor.uop = becomes[tensor.uop]
