@@ -23,6 +23,7 @@ How it works:
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import functools
 import sys
 import time
@@ -47,6 +48,8 @@ INSTALL_HINT = (
     "libopenmpi-dev)"
 )
 _HANDSHAKE_TAG = 17
+_MPI_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+_LOGICAL_OPS = {"max": "LOR", "min": "LAND"}  # on bools: max is "on any rank", min "on every rank"
 
 
 class DistributedError(RuntimeError):
@@ -80,16 +83,30 @@ def init(seed: int = 0, timeout: float = 300.0) -> None:
     if not timeout > 0:
         raise ValueError(f"distributed.init: timeout must be a positive number of seconds, got {timeout!r}")
     if _world is None:
-        try:
-            from mpi4py import MPI
-        except ImportError as error:
-            raise ImportError(f"distributed.init: cannot import mpi4py ({error}) — {INSTALL_HINT}") from error
-        comm = MPI.COMM_WORLD.Dup()  # lazygrad's messages never meet the program's own MPI traffic
-        _world = _World(MPI, comm, comm.Get_rank(), comm.Get_size(), float(timeout))
-        if _world.size > 1:
-            _abort_on_uncaught_exception(_world)
+        MPI = _start_mpi(float(timeout))
+        world = _World(MPI, MPI.COMM_WORLD, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size(), float(timeout))
+        if world.size > 1:
+            _abort_on_uncaught_exception(world)
+        _agree(world, "init()")  # every rank is here (or the missing one is named), so the next call cannot hang
+        world.comm = MPI.COMM_WORLD.Dup()  # lazygrad's messages never meet the program's own MPI traffic
+        _world = world
     _world.timeout = float(timeout)
-    Tensor.manual_seed(rank_seed(seed, _world.rank))
+    Tensor.manual_seed(_rank_seed(seed, _world.rank))
+
+
+def _start_mpi(timeout: float) -> Any:
+    """Import mpi4py, which starts MPI. Open MPI's start waits for every rank of the job, so a rank that never
+    gets there (hung before `init()`) would hold the others forever. The wait holds the GIL, so no Python thread can
+    watch it: faulthandler's watchdog does, and after `timeout` seconds prints where this rank waits ("Timeout")
+    and exits, and mpirun ends the job."""
+    faulthandler.dump_traceback_later(timeout, exit=True)
+    try:
+        from mpi4py import MPI  # waits until every rank of the job gets here (see above)
+    except ImportError as error:
+        raise ImportError(f"distributed.init: cannot import mpi4py ({error}) — {INSTALL_HINT}") from error
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    return MPI
 
 
 def launched_by_mpirun() -> bool:
@@ -97,7 +114,7 @@ def launched_by_mpirun() -> bool:
     return MPI_WORLD_SIZE > 0
 
 
-def rank_seed(seed: int, rank: int) -> int:
+def _rank_seed(seed: int, rank: int) -> int:
     """The random seed of a rank: `seed` itself on rank 0, a 32-bit number drawn from (seed, rank) on the others."""
     return seed if rank == 0 else int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
@@ -296,14 +313,7 @@ def _mpi_type(world: _World, dtype: DType) -> Any:
 def _all_reduce_step(world: _World, summary: str, details: str, op: str, output: Buffer, *inputs: Buffer) -> None:
     _agree(world, summary, details)
     mpi = world.mpi
-    # bools: max is "any rank", min is "every rank" (MPI defines only the logical ops on them)
-    logical = output.dtype == dtypes.bool
-    mpi_op = {
-        "sum": mpi.SUM,
-        "mean": mpi.SUM,
-        "max": mpi.LOR if logical else mpi.MAX,
-        "min": mpi.LAND if logical else mpi.MIN,
-    }[op]
+    mpi_op = getattr(mpi, (_LOGICAL_OPS if output.dtype == dtypes.bool else _MPI_OPS)[op])
     mpi_type = _mpi_type(world, output.dtype)
     send = _mpi_memory(world, inputs[0]) if len(inputs) == 1 else None
     receive = _mpi_memory(world, output)

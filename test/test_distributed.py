@@ -418,6 +418,9 @@ def test_sharded_sampler_splits_each_global_batch():
 FAULT_SCRIPT = """
 import os, signal, sys, time
 from lazygrad import Tensor, distributed
+print("rank", os.environ["OMPI_COMM_WORLD_RANK"], "starts at", time.time(), flush=True)
+if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
+    {before_init}
 distributed.init(timeout={timeout})
 assert distributed.all_reduce(Tensor([1.0])).item() == 2
 if distributed.rank() == 1:
@@ -428,17 +431,18 @@ print("rank", distributed.rank(), "came back", flush=True)
 """
 
 
-def run_job(tmp_path, fault: str, timeout: float) -> tuple[int, str, float]:
+def run_job(tmp_path, fault: str, timeout: float, before_init: str = "pass") -> tuple[int, str, float]:
     """Run FAULT_SCRIPT on 2 ranks; its exit code, its output, and the seconds from rank 0 entering the collective
     to the job's end."""
     script = tmp_path / "job.py"
-    script.write_text(FAULT_SCRIPT.format(timeout=timeout, fault=fault))
+    script.write_text(FAULT_SCRIPT.format(timeout=timeout, fault=fault, before_init=before_init))
     command = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, str(script)]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     job = subprocess.run(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment, timeout=240
     )
     entered = re.search(r"rank 0 enters the collective at ([\d.]+)", job.stdout)
+    entered = entered or re.search(r"rank 0 starts at ([\d.]+)", job.stdout)
     assert entered is not None, job.stdout
     return job.returncode, job.stdout, time.time() - float(entered.group(1))
 
@@ -465,10 +469,18 @@ def test_hung_rank_is_named_after_the_timeout(tmp_path):
     code, output, seconds = run_job(tmp_path, "time.sleep(1000)", timeout=3)
     assert code != 0 and "came back" not in output
     assert (
-        "lazygrad.distributed: rank 0 of 2: all_reduce(float32 (1,), op='sum'), collective #2, timed out after 3 s: "
+        "lazygrad.distributed: rank 0 of 2: all_reduce(float32 (1,), op='sum'), collective #3, timed out after 3 s: "
         "rank 1 did not reach it" in output
     ), output
     assert 3 <= seconds < 30, f"the job ended {seconds:.1f} s after rank 0 entered the collective"
+
+
+@spawns_mpirun
+def test_rank_that_never_calls_init_ends_the_job_after_the_timeout(tmp_path):
+    code, output, seconds = run_job(tmp_path, "pass", timeout=3, before_init="time.sleep(1000)")
+    assert code != 0 and "came back" not in output
+    assert re.search(r"Timeout \(0:00:03\)!.*line \d+ in _start_mpi.*line \d+ in init", output, re.DOTALL), output
+    assert 3 <= seconds < 30, f"the job ended {seconds:.1f} s after rank 0 started"
 
 
 @spawns_mpirun
