@@ -18,6 +18,8 @@ setup(
         "cuda": ["pycuda", "nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
         # CUDA=1 MOCKCUDA=1 on a machine without a driver (pycuda only builds where one exists)
         "mockcuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
+        # data-parallel training (lazygrad.distributed); mpi4py needs an MPI library, e.g. Debian's openmpi-bin
+        "distributed": ["mpi4py"],
         "viz": ["graphviz"],
         "examples": ["tqdm", "matplotlib", "scikit-learn"],
     },

@@ -5,6 +5,11 @@ four MNIST IDX files to train on MNIST instead. Prints `test accuracy: NN.N%` on
 and saves the weights with safe_save.
 
     python extra/train_digits.py [--epochs N] [--mnist DIR] [--out weights.safetensors]
+
+Under mpirun it trains data-parallel: each rank takes its slice of every global batch (`--batch` stays the global
+batch) and the gradients are averaged across ranks; rank 0 alone prints and saves.
+
+    mpirun -n 2 python extra/train_digits.py
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 import numpy as np
 from tqdm import trange
 
-from lazygrad import Tensor, TinyJit, nn
+from lazygrad import Tensor, TinyJit, distributed, nn
 from lazygrad.helpers import GlobalCounters
 from lazygrad.nn.optim import Adam
 from lazygrad.nn.state import get_parameters, get_state_dict, safe_save
@@ -86,8 +91,16 @@ def main() -> None:
 
     start = time.perf_counter()
     train_x, train_y, test_x, test_y = load_mnist(args.mnist) if args.mnist else load_digits()
-    Tensor.manual_seed(0)
+    parallel = distributed.launched_by_mpirun()
+    if parallel:
+        distributed.init(seed=0)  # rank 0 draws the weights a single process would, and sends them to the others
+        rank, ranks = distributed.rank(), distributed.world_size()
+    else:
+        Tensor.manual_seed(0)
+        rank, ranks = 0, 1
     model = DigitNet(train_x.shape[-1])
+    if parallel:
+        distributed.broadcast_parameters(get_parameters(model))
     optimizer = Adam(get_parameters(model), lr=args.lr)
 
     @TinyJit
@@ -98,25 +111,29 @@ def main() -> None:
         loss = logits.sparse_categorical_crossentropy(labels)
         loss.backward()
         accuracy = (logits.argmax(-1) == labels).mean()
+        if parallel:
+            # the forward and backward in one schedule, then every rank applies the mean of the ranks' gradients
+            Tensor.realize_all(loss, accuracy, *(param.grad for param in optimizer.params))
+            distributed.sync_gradients(optimizer.params)
         # one schedule: the loss and accuracy read the weights before the update
         Tensor.realize_all(loss, accuracy, *optimizer.schedule_step())
         Tensor.training = False
         return loss, accuracy
 
-    steps_per_epoch = len(train_x) // args.batch
-    rng = np.random.default_rng(0)
+    # one shuffle per epoch, the same on every rank; each rank takes its slice of every global batch
+    sampler = distributed.ShardedSampler(len(train_x), args.batch, rank, ranks, seed=0)
+    batches = (batch for _ in range(args.epochs) for batch in sampler)
     kernels_per_step = 0
-    with trange(args.epochs * steps_per_epoch, desc="training") as progress:
-        for step in progress:
-            if step % steps_per_epoch == 0:
-                order = rng.permutation(len(train_x))
-            batch = order[(step % steps_per_epoch) * args.batch : (step % steps_per_epoch + 1) * args.batch]
+    with trange(args.epochs * len(sampler), desc="training", disable=rank != 0) as progress:
+        for step, batch in zip(progress, batches):
             GlobalCounters.reset()
             loss, accuracy = train_step(Tensor(train_x[batch]), Tensor(train_y[batch]))
             kernels_per_step = GlobalCounters.kernel_count
             if step % 10 == 0:
                 progress.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.2f}")
 
+    if rank != 0:  # the ranks hold the same weights: rank 0 evaluates, saves and prints
+        return
     correct = 0
     for first in range(0, len(test_x), 500):
         logits = model(Tensor(test_x[first : first + 500]))

@@ -174,6 +174,18 @@ class Allocator(ABC):
     def copyout(self, out: np.ndarray, handle: Any) -> None:
         """Copy device memory into a contiguous array."""
 
+    def host_bytes(self, handle: Any) -> np.ndarray | None:
+        """The memory itself as host bytes, where it is this process's memory; None for memory on a device."""
+        return None
+
+    def staging_memory(self, nbytes: int) -> np.ndarray:
+        """Host bytes for copies in and out of this device to pass through (page-locked where that is faster)."""
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def gpu_address(self, handle: Any) -> int | None:
+        """The address of GPU memory, for libraries that read it themselves (a CUDA-aware MPI); None elsewhere."""
+        return None
+
 
 class HostMemory(np.ndarray):
     """A NumPy byte array that knows its address (asking NumPy for it on every kernel launch is slow)."""
@@ -197,6 +209,9 @@ class HostAllocator(Allocator):
 
     def copyout(self, out: np.ndarray, handle: np.ndarray) -> None:
         out.view(np.uint8)[:] = handle[: out.nbytes]
+
+    def host_bytes(self, handle: np.ndarray) -> np.ndarray:
+        return handle
 
 
 class Compiler(ABC):

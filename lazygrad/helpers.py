@@ -52,6 +52,8 @@ MOCKCUDA = ContextVar("MOCKCUDA", 0, "1 runs CUDA=1 without a driver: NVRTC comp
 CL_PLATFORM = ContextVar("CL_PLATFORM", -1, "index of the OpenCL platform GPU=1 uses (-1: the first that works)")
 CL_DEVICE = ContextVar("CL_DEVICE", -1, "index of the OpenCL device in that platform (-1: the first that works)")
 CACHEDIR = os.path.expanduser(os.getenv("LAZYGRAD_CACHE", "~/.cache/lazygrad"))  # where compiled kernels are kept
+# set by mpirun in each process it starts (Open MPI; MPICH and Intel MPI set PMI_SIZE): the job's number of ranks, or 0
+MPI_WORLD_SIZE = int(os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMI_SIZE") or 0)
 # Device selection variables: exactly one of these may be set (read in device.py through `device_env_vars`).
 DEVICE_ENV_VARS = {"LLVM": "LLVM", "GPU": "GPU", "CUDA": "CUDA", "CPU": "CPU", "CLANG": "CPU", "PYTHON": "PYTHON"}
 

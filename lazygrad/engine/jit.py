@@ -145,8 +145,8 @@ class TinyJit:
         for launch_number, position, input_number in self.input_slots:
             buffers[launch_number][position] = buffer_of(tensors[input_number].uop.base)
         for launch, launch_buffers in zip(self.launches, buffers):
-            if launch.kernel is None:
-                realize.copy_buffers(*launch_buffers)
+            if launch.host is not None:
+                launch.host(*launch_buffers)
             elif launch_buffers[0].size:
                 realize.launch_kernel(launch.kernel, launch_buffers, launch.device)
 

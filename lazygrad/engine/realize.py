@@ -8,7 +8,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
@@ -194,11 +194,12 @@ def print_graph(root: UOp) -> None:
 
 @dataclass
 class Launch:
-    """One recorded kernel launch (or copy): what a JIT replays."""
+    """One recorded kernel launch, or one host step (a copy, a collective over MPI): what a JIT replays."""
 
     kernel: CompiledKernel | None
     buffers: list[UOp]
     device: str
+    host: Callable[..., None] | None = None  # a host step: called with the Buffers instead of a kernel
 
 
 class _Capture(threading.local):
@@ -216,13 +217,19 @@ def copy_buffers(destination: Buffer, source: Buffer) -> None:
     destination.copyin(source.numpy()[: destination.size])
 
 
+def run_host(function: Callable[..., None], buffers: list[UOp], device: str) -> None:
+    """Run a host step: Python code that reads and writes buffers between kernels (`function(*Buffers)`). A JIT
+    capture records it beside the kernels, and its replay calls it again at the same place."""
+    function(*[buffer_of(node) for node in buffers])
+    if capture.launches is not None:
+        capture.launches.append(Launch(None, buffers, device, function))
+
+
 def run_item(item: ScheduleItem) -> None:
-    buffers = [buffer_of(node) for node in item.buffers]
     if item.kind == "copy":
-        copy_buffers(*buffers)
-        if capture.launches is not None:
-            capture.launches.append(Launch(None, item.buffers, item.device))
+        run_host(copy_buffers, item.buffers, item.device)
         return
+    buffers = [buffer_of(node) for node in item.buffers]
     if buffers[0].size == 0:
         return
     kernel = get_kernel(item.device, item.ast)

@@ -183,6 +183,12 @@ class CUDAAllocator(Allocator):
     def copyout(self, out: np.ndarray, handle: Any) -> None:
         self.driver.memcpy_dtoh(out, handle)
 
+    def staging_memory(self, nbytes: int) -> np.ndarray:
+        return self.driver.pagelocked_empty(nbytes, np.uint8)
+
+    def gpu_address(self, handle: Any) -> int:
+        return int(handle)
+
 
 class CUDAProgram:
     """A PTX kernel loaded by the driver, launched over GPU buffers."""
