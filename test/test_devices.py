@@ -326,13 +326,17 @@ def test_gpu_without_pyopencl(monkeypatch):
 
 def test_cuda_without_driver(monkeypatch):
     from lazygrad.helpers import MOCKCUDA
-    from lazygrad.runtime import ops_cuda
+    from lazygrad.runtime import cuda_driver, ops_cuda
 
-    monkeypatch.setattr(ops_cuda, "has_driver", lambda: False)
+    monkeypatch.setattr(cuda_driver, "LIBRARY", "libcuda-absent.so.1")
     monkeypatch.setattr(MOCKCUDA, "value", 0)
-    message = "CUDA: no CUDA driver — set MOCKCUDA=1 to run on the CPU, or install a driver"
-    with pytest.raises(DeviceUnavailable, match=message):
+    message = (
+        "CUDA: no NVIDIA driver (libcuda-absent.so.1: cannot open shared object file: No such file or directory) — "
+        "install the NVIDIA driver, or set MOCKCUDA=1 to compile kernels with NVRTC and run them on the CPU"
+    )
+    with pytest.raises(DeviceUnavailable) as error:
         ops_cuda.open_device()
+    assert str(error.value) == message
 
 
 # ---- the CUDA shim ----------------------------------------------------------------------------------------------
@@ -352,26 +356,29 @@ BLOCK_SUM = """extern "C" __global__ void block_sum(float* __restrict__ data0, c
 
 
 def test_cuda_shim_runs_shared_memory_and_barriers():
-    from lazygrad.runtime import ops_cuda
+    from lazygrad.runtime import cuda_compiler, cuda_mock, ops_cuda
 
     try:
-        compiler = ops_cuda.MockCUDACompiler()
+        compiler = cuda_compiler.MockCUDACompiler()
     except DeviceUnavailable as error:
         pytest.skip(str(error))
-    program = ops_cuda.MockCUDAProgram("block_sum", compiler.compile(BLOCK_SUM), (3 * 64,))
-    assert (program.grid, program.block) == (1, 192)
-    program.grid, program.block = 3, 64
+    assert ops_cuda.launch_size((3 * 64,)) == (1, 192)
+    driver = cuda_mock.MockDriver()
+    driver.set_current_context(driver.primary_context(driver.device(0)))
+    function = driver.module_function(driver.module_load(compiler.compile(BLOCK_SUM)), "block_sum")
     values = numbers(3 * 64, seed=12)
     out = np.zeros(3, dtype=np.float32)
-    program(out, values)
+    arguments, params = ops_cuda.argument_array(2)
+    arguments[:] = [out.ctypes.data, values.ctypes.data]
+    driver.launch(function, 3, 64, driver.stream_create(), params)
     np.testing.assert_allclose(out, values.reshape(3, 64).sum(axis=1), rtol=1e-5)
 
 
 def test_cuda_compile_errors_show_source_and_log():
-    from lazygrad.runtime import ops_cuda
+    from lazygrad.runtime import cuda_compiler
 
     try:
-        compiler = ops_cuda.PTXCompiler("compute_80")
+        compiler = cuda_compiler.NVRTCCompiler("compute_80")
     except DeviceUnavailable as error:
         pytest.skip(str(error))
     broken = 'extern "C" __global__ void broken(float* data0) { data0[0] = undefined_name; }\n'
