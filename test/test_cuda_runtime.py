@@ -396,6 +396,18 @@ def test_a_released_program_unloads_once_no_graph_uses_it(fake):
         program(1, 2)
 
 
+def test_beam_waits_for_each_timed_launch(fake):
+    from lazygrad.engine import search
+
+    x = Tensor(numbers(64, seed=9), device="CUDA").realize()
+    (x * 6).realize()
+    kernel = next(value for key, value in realize._programs.items() if key[0] == "CUDA")
+    fake.calls.clear()
+    search._time(kernel.program, [("CUDA", 64, dtypes.float32)] * 2)
+    sequence = [call[0] for call in fake.calls if call[0] in ("launch", "stream_synchronize")]
+    assert sequence == ["launch", "stream_synchronize"] * (1 + search.TIMED_RUNS)
+
+
 # ---- memory --------------------------------------------------------------------------------------------------------
 
 
