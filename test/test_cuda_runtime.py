@@ -28,7 +28,7 @@ from lazygrad import Device, Tensor, TinyJit, dtypes
 from lazygrad.device import Compiler, DeviceUnavailable
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of
-from lazygrad.helpers import DEVICE_ENV_VARS, Context
+from lazygrad.helpers import DEVICE_ENV_VARS, MOCKCUDA, Context
 from lazygrad.runtime import cuda_compiler, cuda_driver, cuda_mock, ops_cuda
 from lazygrad.runtime.cuda_driver import CUDAError
 
@@ -696,6 +696,26 @@ def test_the_device_report_says_why_cuda_is_unavailable(tmp_path):
         "kernels with NVRTC and run them on the CPU"
     )
     assert report["LLVM"] == "available" and report["default:"] == "LLVM"
+
+
+def test_a_gpu_that_cannot_be_opened_says_why(monkeypatch, nvrtc):
+    class TakenGPU(FakeDriver):
+        def primary_context(self, device):
+            raise CUDAError(
+                "cuDevicePrimaryCtxRetain",
+                216,
+                "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
+                "exclusive-thread device already in use by a different thread",
+            )
+
+    monkeypatch.setattr(ops_cuda, "CUDADriver", TakenGPU)
+    monkeypatch.setattr(MOCKCUDA, "value", 0)
+    with pytest.raises(DeviceUnavailable) as error:
+        ops_cuda.open_device()
+    assert str(error.value) == (
+        "CUDA: the GPU cannot be used: cuDevicePrimaryCtxRetain failed: CUDA_ERROR_CONTEXT_ALREADY_IN_USE "
+        "(exclusive-thread device already in use by a different thread)"
+    )
 
 
 def test_the_device_report_describes_the_mock_device(tmp_path, nvrtc):

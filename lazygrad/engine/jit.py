@@ -157,9 +157,8 @@ def device_graph(launches: list[realize.Launch], buffers: list[list[Buffer]]) ->
     if len(device_names) != 1 or any(launch.kernel is None for launch in launches):
         return False
     device = Device[device_names.pop()]
-    if not hasattr(device, "graph"):
-        return False
-    return device.graph([launch.kernel.program for launch, bound in zip(launches, buffers) if bound[0].size])
+    programs = [launch.kernel.program for launch, bound in zip(launches, buffers) if bound[0].size]
+    return device.graph(programs) if programs and hasattr(device, "graph") else False
 
 
 def launch_graph(graph: Any, launches: list[realize.Launch], buffers: list[list[Buffer]]) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lazygrad.codegen.renderer.cstyle import CUDARenderer
-from lazygrad.device import Allocator, Compiled, Compiler
+from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable
 from lazygrad.helpers import DEBUG, MOCKCUDA
 from lazygrad.runtime.cuda_compiler import MockCUDACompiler, NVRTCCompiler, choose_target, load_nvrtc
 from lazygrad.runtime.cuda_driver import OUT_OF_MEMORY, CUDADriver, CUDAError
@@ -80,7 +80,8 @@ class CUDAProgram:
         with device.current():  # the driver is thread-safe: loading needs no lock, and may take a while (PTX)
             self.module = device.driver.module_load(binary)
             self.function = device.driver.module_function(self.module, name)
-        self.values: ctypes.Array | None = None  # the argument array, made at the first launch
+        self.values: ctypes.Array | None = None  # the argument values and params, made at the first launch
+        self.params: ctypes.Array | None = None
         self.graphs = 0  # graphs that launch this kernel: its module stays loaded while there are any
         self.released = False
 
@@ -380,5 +381,8 @@ def open_device() -> CUDADevice:
 
         return CUDADevice(MockDriver(), MockCUDACompiler())
     driver = CUDADriver()
-    capability = driver.compute_capability(driver.device(0))
-    return CUDADevice(driver, NVRTCCompiler(choose_target(load_nvrtc(), capability)))
+    try:
+        capability = driver.compute_capability(driver.device(0))
+        return CUDADevice(driver, NVRTCCompiler(choose_target(load_nvrtc(), capability)))
+    except CUDAError as error:  # e.g. the GPU is taken by another process in exclusive mode
+        raise DeviceUnavailable(f"CUDA: the GPU cannot be used: {str(error).removeprefix('CUDA: ')}") from None
