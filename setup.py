@@ -15,8 +15,9 @@ setup(
     extras_require={
         "testing": ["pytest", "pytest-xdist", "hypothesis", "ruff", "torch==2.13.0", "safetensors"],
         "opencl": ["pyopencl", "pocl-binary-distribution"],
-        "cuda": ["pycuda", "nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
-        # CUDA=1 MOCKCUDA=1 on a machine without a driver (pycuda only builds where one exists)
+        # NVRTC and the headers it compiles with; the GPU is driven through the NVIDIA driver's libcuda (ctypes)
+        "cuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
+        # CUDA=1 MOCKCUDA=1 without a GPU: the same (and g++ from the system)
         "mockcuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
         # data-parallel training (lazygrad.distributed); mpi4py needs an MPI library, e.g. Debian's openmpi-bin
         "distributed": ["mpi4py"],

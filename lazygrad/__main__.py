@@ -4,5 +4,7 @@ from lazygrad.device import Device, describe_devices
 
 if __name__ == "__main__":
     for device_name, state in describe_devices():
+        if state == "available" and hasattr(Device[device_name], "description"):
+            state += f": {Device[device_name].description}"
         print(f"{device_name:8s} {state}")
     print(f"default: {Device.DEFAULT}")

@@ -90,8 +90,9 @@ class MemoryPool:
 
     def give_back(self, device: str, nbytes: int, handle: Any) -> None:
         GlobalCounters.memory_used -= nbytes
-        if self.held + nbytes > self.limit:
-            Device[device].allocator.free(handle)
+        allocator = Device[device].allocator
+        if allocator.caches_memory or self.held + nbytes > self.limit:
+            allocator.free(handle)
             return
         self.held += nbytes
         self.free_memory.setdefault((device, nbytes), []).append(handle)
@@ -158,6 +159,9 @@ class Buffer:
 
 class Allocator(ABC):
     """Allocates device memory and copies NumPy arrays in and out of it."""
+
+    # True where the allocator keeps freed memory for reuse itself: the memory pool then hands it straight back
+    caches_memory = False
 
     @abstractmethod
     def alloc(self, nbytes: int) -> Any:

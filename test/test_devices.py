@@ -224,6 +224,43 @@ def test_opencl_group_reductions_run_on_pocl(dtype, op, identity, values):
     np.testing.assert_allclose(output.numpy().astype(np.float64), np.float64(expected), rtol=1e-3)
 
 
+def test_tinyjit_replays_through_the_device_graph(device, monkeypatch, capsys):
+    """GPU (prebuilt OpenCL argument lists) and CUDA (a CUDA graph) replay a captured step without a launch per
+    kernel from the engine; CPU replays kernel by kernel. Values stay right as the inputs' buffers change."""
+    from lazygrad import Context, TinyJit
+    from lazygrad.engine import realize
+
+    weights = numbers(6, 5, seed=40)
+    weight = Tensor(weights, device=device).realize()
+    step = TinyJit(lambda x: ((x @ weight).relu() * 0.5).sum(axis=1).realize())
+    launches = []
+    launch_kernel = realize.launch_kernel
+    monkeypatch.setattr(realize, "launch_kernel", lambda *arguments: launches.append(launch_kernel(*arguments)))
+    for call in range(4):
+        data = numbers(4, 6, seed=41 + call)
+        result = step(Tensor(data, device=device)).numpy()
+        np.testing.assert_allclose(result, (np.maximum(data @ weights, 0) * 0.5).sum(axis=1), rtol=1e-5, atol=1e-6)
+    kernels = len(step.launches)
+    replayed = len(launches) - 2 * kernels  # what the two replays launched kernel by kernel
+    assert replayed == (2 * kernels if device == "CPU" else 0)
+    if device != "CPU":
+        with Context(DEBUG=2):
+            step(Tensor(numbers(4, 6, seed=50), device=device)).numpy()
+        assert f"graph of {kernels} kernels, one launch" in capsys.readouterr().out
+
+
+def test_debug_2_can_be_turned_on_after_the_device_opened(device, capsys):
+    """Kernel times come from the device's own events (OpenCL profiling, CUDA events) whenever DEBUG=2 is set."""
+    from lazygrad import Context
+
+    x = Tensor(numbers(1000, seed=42), device=device).realize()
+    (x * 4).realize()
+    with Context(DEBUG=2):
+        np.testing.assert_allclose((x * 5).numpy(), numbers(1000, seed=42) * 5, rtol=1e-6)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"*** {device}"))
+    assert float(line.split(" ms")[0].split()[-1]) > 0
+
+
 # ---- rendered sources ----------------------------------------------------------------------------------------------
 
 
@@ -312,8 +349,13 @@ def test_gpu_without_platform(monkeypatch):
         def get_platforms():
             return []
 
-    with pytest.raises(DeviceUnavailable, match=r"GPU: no OpenCL platform found — pip install 'lazygrad\[opencl\]'"):
+    with pytest.raises(DeviceUnavailable) as error:
         ops_gpu.choose_device(NoPlatforms)
+    assert str(error.value) == (
+        "GPU: no OpenCL platform found (no driver is registered in /etc/OpenCL/vendors) — pip install "
+        "'lazygrad[opencl]' for PoCL on the CPU; for an NVIDIA GPU register its driver: echo libnvidia-opencl.so.1 > "
+        "/etc/OpenCL/vendors/nvidia.icd"
+    )
 
 
 def test_gpu_without_pyopencl(monkeypatch):
@@ -326,13 +368,17 @@ def test_gpu_without_pyopencl(monkeypatch):
 
 def test_cuda_without_driver(monkeypatch):
     from lazygrad.helpers import MOCKCUDA
-    from lazygrad.runtime import ops_cuda
+    from lazygrad.runtime import cuda_driver, ops_cuda
 
-    monkeypatch.setattr(ops_cuda, "has_driver", lambda: False)
+    monkeypatch.setattr(cuda_driver, "LIBRARY", "libcuda-absent.so.1")
     monkeypatch.setattr(MOCKCUDA, "value", 0)
-    message = "CUDA: no CUDA driver — set MOCKCUDA=1 to run on the CPU, or install a driver"
-    with pytest.raises(DeviceUnavailable, match=message):
+    message = (
+        "CUDA: no NVIDIA driver (libcuda-absent.so.1: cannot open shared object file: No such file or directory) — "
+        "install the NVIDIA driver, or set MOCKCUDA=1 to compile kernels with NVRTC and run them on the CPU"
+    )
+    with pytest.raises(DeviceUnavailable) as error:
         ops_cuda.open_device()
+    assert str(error.value) == message
 
 
 # ---- the CUDA shim ----------------------------------------------------------------------------------------------
@@ -352,26 +398,29 @@ BLOCK_SUM = """extern "C" __global__ void block_sum(float* __restrict__ data0, c
 
 
 def test_cuda_shim_runs_shared_memory_and_barriers():
-    from lazygrad.runtime import ops_cuda
+    from lazygrad.runtime import cuda_compiler, cuda_mock, ops_cuda
 
     try:
-        compiler = ops_cuda.MockCUDACompiler()
+        compiler = cuda_compiler.MockCUDACompiler()
     except DeviceUnavailable as error:
         pytest.skip(str(error))
-    program = ops_cuda.MockCUDAProgram("block_sum", compiler.compile(BLOCK_SUM), (3 * 64,))
-    assert (program.grid, program.block) == (1, 192)
-    program.grid, program.block = 3, 64
+    assert ops_cuda.launch_size((3 * 64,)) == (1, 192)
+    driver = cuda_mock.MockDriver()
+    driver.set_current_context(driver.primary_context(driver.device(0)))
+    function = driver.module_function(driver.module_load(compiler.compile(BLOCK_SUM)), "block_sum")
     values = numbers(3 * 64, seed=12)
     out = np.zeros(3, dtype=np.float32)
-    program(out, values)
+    arguments, params = ops_cuda.argument_array(2)
+    arguments[:] = [out.ctypes.data, values.ctypes.data]
+    driver.launch(function, 3, 64, driver.stream_create(), params)
     np.testing.assert_allclose(out, values.reshape(3, 64).sum(axis=1), rtol=1e-5)
 
 
 def test_cuda_compile_errors_show_source_and_log():
-    from lazygrad.runtime import ops_cuda
+    from lazygrad.runtime import cuda_compiler
 
     try:
-        compiler = ops_cuda.PTXCompiler("compute_80")
+        compiler = cuda_compiler.NVRTCCompiler("compute_80")
     except DeviceUnavailable as error:
         pytest.skip(str(error))
     broken = 'extern "C" __global__ void broken(float* data0) { data0[0] = undefined_name; }\n'

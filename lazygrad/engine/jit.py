@@ -4,12 +4,14 @@ inputs' buffers with no scheduling or codegen."""
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable
 
+from lazygrad.device import Buffer, Device
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of, buffers_made_from_now, is_buffer_view
 from lazygrad.engine.rng import is_random_source, redraw
-from lazygrad.helpers import JIT
+from lazygrad.helpers import DEBUG, JIT, GlobalCounters
 
 
 class JitError(RuntimeError):
@@ -42,17 +44,19 @@ class TinyJit:
         self.outputs: Any = None
         self.bound: list[list] = []
         self.random_sources: list = []
+        self.graph: Any = None  # the device's graph of the step, False where there is none; made at the first replay
         functools.update_wrapper(self, function)
 
     def reset(self) -> None:
         """Forget the capture; the next calls warm up and capture again."""
-        self.calls, self.signature, self.launches, self.input_slots, self.outputs, self.bound = (
+        self.calls, self.signature, self.launches, self.input_slots, self.outputs, self.bound, self.graph = (
             0,
             None,
             [],
             [],
             None,
             [],
+            None,
         )
         self.random_sources = []
 
@@ -129,7 +133,7 @@ class TinyJit:
             if is_random_source(node) and node.arg[0] > first_new_buffer
         }
         self.random_sources = sorted(sources, key=lambda node: node.arg[0])
-        self.outputs = result
+        self.outputs, self.graph = result, None
         return result
 
     def _replay(self, tensors: list):
@@ -144,11 +148,16 @@ class TinyJit:
         buffers = [list(launch_buffers) for launch_buffers in self.bound]
         for launch_number, position, input_number in self.input_slots:
             buffers[launch_number][position] = buffer_of(tensors[input_number].uop.base)
-        for launch, launch_buffers in zip(self.launches, buffers):
-            if launch.host is not None:
-                launch.host(*launch_buffers)
-            elif launch_buffers[0].size:
-                realize.launch_kernel(launch.kernel, launch_buffers, launch.device)
+        if self.graph is None:  # the device's own replay of the whole step, where it has one (CUDA graphs)
+            self.graph = device_graph(self.launches, buffers)
+        if self.graph:
+            launch_graph(self.graph, self.launches, buffers)
+        else:
+            for launch, launch_buffers in zip(self.launches, buffers):
+                if launch.host is not None:
+                    launch.host(*launch_buffers)
+                elif launch_buffers[0].size:
+                    realize.launch_kernel(launch.kernel, launch_buffers, launch.device)
 
         def fresh(value):
             if isinstance(value, Tensor):
@@ -158,3 +167,29 @@ class TinyJit:
             return value
 
         return fresh(self.outputs)
+
+
+def device_graph(launches: list[realize.Launch], buffers: list[list[Buffer]]) -> Any:
+    """The step's kernels as one graph of their device (`graph(programs)`, e.g. a CUDA graph), or False where the
+    device offers none, or the step copies or uses several devices."""
+    device_names = {launch.device for launch in launches}
+    if len(device_names) != 1 or any(launch.kernel is None for launch in launches):
+        return False
+    device = Device[device_names.pop()]
+    programs = [launch.kernel.program for launch, bound in zip(launches, buffers) if bound[0].size]
+    return device.graph(programs) if programs and hasattr(device, "graph") else False
+
+
+def launch_graph(graph: Any, launches: list[realize.Launch], buffers: list[list[Buffer]]) -> None:
+    """Replay a step with one launch of its graph, counting its kernels (DEBUG=2 prints one line for the graph)."""
+    kernels = [(launch.kernel, bound) for launch, bound in zip(launches, buffers) if bound[0].size]
+    start = time.perf_counter()
+    measured = graph([[buffer.handle for buffer in bound] for _, bound in kernels])
+    # a device that times its own work (events at DEBUG>=2) returns the seconds
+    elapsed = measured if isinstance(measured, float) else time.perf_counter() - start
+    GlobalCounters.kernel_count += len(kernels)
+    GlobalCounters.global_ops += sum(kernel.ops for kernel, _ in kernels)
+    GlobalCounters.global_mem += sum(kernel.memory for kernel, _ in kernels)
+    GlobalCounters.time_sum_s += elapsed
+    if DEBUG >= 2:
+        print(f"*** {launches[0].device:6s} graph of {len(kernels)} kernels, one launch {elapsed * 1e3:9.3f} ms")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lazygrad.codegen.opt import Blocking, blocking_choices
-from lazygrad.device import Buffer
+from lazygrad.device import Buffer, Device
 from lazygrad.helpers import BEAM, CACHEDIR, CACHELEVEL, DEBUG
 from lazygrad.uop.ops import UOp
 
@@ -50,10 +50,14 @@ def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
     """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing)."""
     buffers = [Buffer(device_name, size, dtype) for device_name, size, dtype in parameters]
     handles = [buffer.handle for buffer in buffers]
+    # devices that queue launches (GPU, CUDA) are waited for, so that the time is the kernel's, not the queueing's
+    synchronize = getattr(Device[parameters[0][0]], "synchronize", lambda: None)
     program(*handles)  # the first run pays for first touches of the memory
+    synchronize()
     fastest = float("inf")
     for _ in range(TIMED_RUNS):
         start = time.perf_counter()
         program(*handles)
+        synchronize()
         fastest = min(fastest, time.perf_counter() - start)
     return fastest

@@ -64,23 +64,23 @@ struct positions_for<0, Positions...> {
   using type = positions<Positions...>;
 };
 
-// Calls kernel(arguments[0], arguments[1], ...) with each void* converted to the kernel's parameter type.
+// Calls kernel(*params[0], *params[1], ...): as with cuLaunchKernel, params[i] points to parameter i's value.
 template <typename... Parameters, unsigned int... Positions>
-void call(void (*kernel)(Parameters...), void **arguments, positions<Positions...>) {
-  kernel(static_cast<Parameters>(arguments[Positions])...);
+void call(void (*kernel)(Parameters...), void **params, positions<Positions...>) {
+  kernel(*static_cast<Parameters *>(params[Positions])...);
 }
 
 // Runs grid x block threads of a kernel. A kernel that synchronizes (`cooperative`) runs block after block, each
 // block's threads as one OpenMP team so that __syncthreads() can wait for all of them; any other kernel runs its
 // threads as a plain parallel loop.
 template <typename... Parameters>
-void launch(void (*kernel)(Parameters...), void **arguments, unsigned int grid, unsigned int block, bool cooperative) {
+void launch(void (*kernel)(Parameters...), void **params, unsigned int grid, unsigned int block, bool cooperative) {
   auto run_thread = [&](unsigned int block_index, unsigned int thread_index) {
     blockIdx = {block_index, 0, 0};
     threadIdx = {thread_index, 0, 0};
     blockDim = {block, 1, 1};
     gridDim = {grid, 1, 1};
-    call(kernel, arguments, typename positions_for<sizeof...(Parameters)>::type{});
+    call(kernel, params, typename positions_for<sizeof...(Parameters)>::type{});
   };
   if (cooperative) {
     omp_set_dynamic(0);

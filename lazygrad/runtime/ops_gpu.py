@@ -57,7 +57,11 @@ def choose_device(cl) -> Any:
     except cl.Error:  # the ICD loader reports "platform not found" as an error
         platforms = []
     if not platforms:
-        raise DeviceUnavailable(f"GPU: no OpenCL platform found — {INSTALL_HINT}")
+        raise DeviceUnavailable(
+            f"GPU: no OpenCL platform found (no driver is registered in /etc/OpenCL/vendors) — {INSTALL_HINT} for "
+            "PoCL on the CPU; for an NVIDIA GPU register its driver: echo libnvidia-opencl.so.1 > "
+            "/etc/OpenCL/vendors/nvidia.icd"
+        )
     platform_choice, device_choice = CL_PLATFORM.value, CL_DEVICE.value
     if platform_choice >= len(platforms):
         raise DeviceUnavailable(f"GPU: CL_PLATFORM={platform_choice} but there are {len(platforms)} OpenCL platforms")
@@ -128,8 +132,9 @@ class CLDevice(Compiled):
         self.cl = cl
         self.device = choose_device(cl)
         self.context = cl.Context([self.device])
-        properties = cl.command_queue_properties.PROFILING_ENABLE if DEBUG >= 2 else 0
-        self.queue = cl.CommandQueue(self.context, self.device, properties=properties)
+        # profiling always on: DEBUG=2 times kernels by their events whenever it is turned on
+        profiling = cl.command_queue_properties.PROFILING_ENABLE
+        self.queue = cl.CommandQueue(self.context, self.device, properties=profiling)
         self.programs: dict[bytes, Any] = {}
         allocator = CLAllocator(cl, self.context, self.queue)
         compiler = CLCompiler(cl, self.context, self.device)
@@ -153,6 +158,10 @@ class CLDevice(Compiled):
         """Wait until every queued command has finished."""
         self.queue.finish()
 
+    def graph(self, programs: list[CLProgram]) -> CLGraph:
+        """A replay of these kernels, in this order, with arguments set once (see `CLGraph`)."""
+        return CLGraph(self, programs)
+
 
 class CLProgram:
     """A kernel object and its launch size: `threads` work-items (rounded up to whole groups; the kernel checks its
@@ -172,6 +181,32 @@ class CLProgram:
         if DEBUG >= 2:
             event.wait()
             return (event.profile.end - event.profile.start) * 1e-9
+        return None
+
+
+class CLGraph:
+    """The kernels of a captured step, replayed with prebuilt arguments: each launch has a kernel object of its own,
+    whose arguments are set at the first call and later only where a launch's buffers changed, so a replay is one
+    enqueue per kernel."""
+
+    def __init__(self, device: CLDevice, programs: list[CLProgram]):
+        self.device, self.programs = device, programs
+        self.kernels = [device.cl.Kernel(program.kernel.program, program.kernel.function_name) for program in programs]
+        self.sizes = [((program.global_size,), (program.local_size,)) for program in programs]
+        self.buffers: list[list[Any]] = [[] for _ in programs]
+
+    def __call__(self, buffers: list[list[Any]]) -> float | None:
+        """Queue every kernel on its buffers; at DEBUG>=2 wait, and return the seconds from the first kernel's start
+        to the last one's end (profiling events)."""
+        for kernel, bound, new in zip(self.kernels, self.buffers, buffers):
+            if bound != new:
+                kernel.set_args(*new)
+                bound[:] = new
+        enqueue, queue = self.device.cl.enqueue_nd_range_kernel, self.device.queue
+        events = [enqueue(queue, kernel, *sizes) for kernel, sizes in zip(self.kernels, self.sizes)]
+        if DEBUG >= 2:
+            events[-1].wait()
+            return (events[-1].profile.end - events[0].profile.start) * 1e-9
         return None
 
 

@@ -1,0 +1,193 @@
+"""CUDA C → GPU code with NVRTC: a CUBIN for the GPU's own architecture, or PTX; and, for `MOCKCUDA=1`, the same
+source as C++ over cuda_shim.h, a shared library that runs on the CPU.
+
+NVRTC is loaded only from an installed place: the `nvidia-cuda-nvrtc` wheel in site-packages, the toolkit in
+/usr/local/cuda, or the system library path — never from the working directory (a folder named `nvidia` there would
+otherwise shadow the installed package). Its headers (cuda_fp16.h) come from the `nvidia-cuda-runtime` wheel or the
+toolkit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import hashlib
+import os
+import re
+import shutil
+import site
+import subprocess
+import sysconfig
+import tempfile
+
+from lazygrad.device import Compiler, DeviceUnavailable
+
+INSTALL_HINT = "pip install 'lazygrad[cuda]'"
+TOOLKIT = "/usr/local/cuda"
+SHIM_PATH = os.path.join(os.path.dirname(__file__), "cuda_shim.h")
+SHIM_FLAGS = ("-std=c++17", "-O2", "-march=native", "-fwrapv", "-fopenmp", "-shared", "-fPIC")
+MOCK_TARGET = "compute_80"  # MOCKCUDA has no GPU: PTX for a fixed architecture checks the source
+
+
+def site_directories() -> list[str]:
+    """The installed package directories (site-packages of this interpreter or virtual environment, and the
+    user's), without the working directory or PYTHONPATH entries."""
+    paths = sysconfig.get_paths()
+    candidates = [paths["purelib"], paths["platlib"], *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        candidates.append(site.getusersitepackages())
+    return list(dict.fromkeys(os.path.abspath(path) for path in candidates if os.path.isabs(path)))
+
+
+def library_candidates() -> list[str]:
+    """Where libnvrtc may be, in order: the pip wheels (nvidia/*/lib in site-packages), the toolkit, then the sonames
+    the dynamic loader finds on the system library path."""
+    directories = [path for root in site_directories() for path in sorted(glob.glob(f"{root}/nvidia/*/lib"))]
+    directories.append(f"{TOOLKIT}/lib64")
+    paths = [path for directory in directories for path in sorted(glob.glob(f"{directory}/libnvrtc.so*"))]
+    return [path for path in paths if ".alt." not in path] + ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+
+
+def header_directory() -> str | None:
+    """A directory holding cuda_fp16.h: the nvidia-cuda-runtime wheel's or the toolkit's."""
+    directories = [path for root in site_directories() for path in sorted(glob.glob(f"{root}/nvidia/*/include"))]
+    directories.append(f"{TOOLKIT}/include")
+    return next((path for path in directories if os.path.exists(f"{path}/cuda_fp16.h")), None)
+
+
+class NVRTC:
+    """The NVRTC library through ctypes: CUDA C source → CUBIN or PTX."""
+
+    def __init__(self):
+        for candidate in library_candidates():
+            try:
+                if os.sep in candidate:
+                    # libnvrtc opens its builtins by name: load them first, globally, from the same directory
+                    for builtins in sorted(
+                        glob.glob(os.path.join(os.path.dirname(candidate), "libnvrtc-builtins.so*"))
+                    ):
+                        if ".alt." not in builtins:
+                            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+                self.library, self.path = ctypes.CDLL(candidate), candidate
+                break
+            except OSError:
+                continue
+        else:
+            raise DeviceUnavailable(
+                f"CUDA: NVRTC not found (looked in site-packages' nvidia/*/lib, {TOOLKIT}/lib64 and the system library "
+                f"path) — {INSTALL_HINT}, or pip install 'nvidia-cuda-nvrtc==13.0.*'"
+            )
+        self.include_directory = header_directory()
+        if self.include_directory is None:
+            raise DeviceUnavailable(
+                f"CUDA: cuda_fp16.h not found (looked in site-packages' nvidia/*/include and {TOOLKIT}/include) — "
+                f"{INSTALL_HINT}, or pip install 'nvidia-cuda-runtime==13.0.*'"
+            )
+        self.library.nvrtcGetErrorString.restype = ctypes.c_char_p
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.check(self.library.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)))
+        self.version = f"{major.value}.{minor.value}"
+        count = ctypes.c_int()
+        self.check(self.library.nvrtcGetNumSupportedArchs(ctypes.byref(count)))
+        architectures = (ctypes.c_int * count.value)()
+        self.check(self.library.nvrtcGetSupportedArchs(architectures))
+        self.architectures = sorted(architectures)  # e.g. [75, 80, ..., 120]: compute capability major*10+minor
+
+    def check(self, status: int, what: str = "call") -> None:
+        if status != 0:
+            raise RuntimeError(f"CUDA: NVRTC {what} failed: {self.library.nvrtcGetErrorString(status).decode()}")
+
+    def compile(self, source: str, target: str) -> bytes:
+        """A CUBIN (`target` "sm_90") or PTX (`target` "compute_90") for `source`; a compile error raises with the
+        source and NVRTC's log."""
+        program = ctypes.c_void_p()
+        self.check(
+            self.library.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"kernel.cu", 0, None, None),
+            "nvrtcCreateProgram",
+        )
+        try:
+            options = [f"--gpu-architecture={target}", f"--include-path={self.include_directory}"]
+            option_array = (ctypes.c_char_p * len(options))(*(option.encode() for option in options))
+            status = self.library.nvrtcCompileProgram(program, len(options), option_array)
+            if status != 0:
+                log = self.read(program, "ProgramLog").decode(errors="replace")
+                raise RuntimeError(f"CUDA: NVRTC failed to compile\n{source}\n{log}")
+            return self.read(program, "CUBIN" if target.startswith("sm_") else "PTX")
+        finally:
+            self.library.nvrtcDestroyProgram(ctypes.byref(program))
+
+    def read(self, program: ctypes.c_void_p, what: str) -> bytes:
+        """The program's "PTX", "CUBIN" or "ProgramLog" (text ends at its NUL)."""
+        size = ctypes.c_size_t()
+        self.check(getattr(self.library, f"nvrtcGet{what}Size")(program, ctypes.byref(size)))
+        output = ctypes.create_string_buffer(size.value)
+        self.check(getattr(self.library, f"nvrtcGet{what}")(program, output))
+        return output.raw if what == "CUBIN" else output.value
+
+
+@functools.cache
+def load_nvrtc() -> NVRTC:
+    return NVRTC()
+
+
+def choose_target(nvrtc: NVRTC, compute_capability: tuple[int, int]) -> str:
+    """`sm_XY` (a CUBIN the driver loads as it is) where NVRTC knows the GPU's architecture, else `compute_XY` (PTX the
+    driver compiles at load) for the newest architecture NVRTC knows below it."""
+    architecture = compute_capability[0] * 10 + compute_capability[1]
+    if architecture in nvrtc.architectures:
+        return f"sm_{architecture}"
+    older = [known for known in nvrtc.architectures if known < architecture]
+    if not older:
+        raise DeviceUnavailable(
+            f"CUDA: NVRTC {nvrtc.version} cannot compile for this GPU (compute capability "
+            f"{compute_capability[0]}.{compute_capability[1]}; it knows {nvrtc.architectures}) — install an NVRTC "
+            "that supports it"
+        )
+    return f"compute_{older[-1]}"
+
+
+class NVRTCCompiler(Compiler):
+    """CUDA C → GPU code for one target (`sm_90`: CUBIN, `compute_90`: PTX). The disk cache is keyed by the target
+    and NVRTC's version."""
+
+    def __init__(self, target: str):
+        self.nvrtc, self.target = load_nvrtc(), target
+        self.cache_name = f"cuda-{target}-nvrtc{self.nvrtc.version}"
+
+    def compile(self, source: str) -> bytes:
+        return self.nvrtc.compile(source, self.target)
+
+
+class MockCUDACompiler(NVRTCCompiler):
+    """CUDA C → PTX (checked, then dropped) → the same source as C++ with cuda_shim.h → a shared library whose
+    `lazygrad_launch_<kernel>(params, grid, block)` runs the kernel on the CPU."""
+
+    def __init__(self):
+        super().__init__(MOCK_TARGET)
+        self.compiler = shutil.which("g++")
+        if self.compiler is None:
+            raise DeviceUnavailable("CUDA: MOCKCUDA=1 needs g++ to run kernels on the CPU — apt-get install g++")
+        with open(SHIM_PATH, "rb") as file:
+            shim_hash = hashlib.sha256(file.read() + str(SHIM_FLAGS).encode()).hexdigest()[:12]
+        self.cache_name = f"cuda-mock-nvrtc{self.nvrtc.version}-{shim_hash}"
+
+    def compile(self, source: str) -> bytes:
+        super().compile(source)
+        name = re.search(r"__global__ void (\w+)\(", source).group(1)
+        cooperative = "__syncthreads" in source or "__shared__" in source
+        # the shim replaces cuda_fp16.h; the kernel itself is compiled unchanged
+        body = source.replace("#include <cuda_fp16.h>\n", "")
+        launcher = (
+            f'extern "C" void lazygrad_launch_{name}(void **params, unsigned int grid, unsigned int block) {{\n'
+            f"  lazygrad_shim::launch({name}, params, grid, block, {str(cooperative).lower()});\n"
+            "}\n"
+        )
+        with tempfile.TemporaryDirectory() as directory:
+            output = os.path.join(directory, "kernel.so")
+            command = [self.compiler, *SHIM_FLAGS, "-include", SHIM_PATH, "-x", "c++", "-", "-o", output]
+            result = subprocess.run(command, input=body + launcher, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"CUDA: g++ failed to compile the mock kernel\n{body}{launcher}\n{result.stderr}")
+            with open(output, "rb") as file:
+                return file.read()

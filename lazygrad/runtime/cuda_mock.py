@@ -1,0 +1,191 @@
+"""`MockDriver`: the driver calls the CUDA runtime makes (see cuda_driver.py), carried out on the CPU for `CUDA=1
+MOCKCUDA=1`, so that every test run without a GPU goes through the same runtime code as a GPU would.
+
+Modules are the shared libraries MockCUDACompiler builds (a kernel and its `lazygrad_launch_<name>` entry), device
+and pinned memory are host memory, and work runs when it is issued, so streams and events have nothing to wait for
+(an event holds the host clock's time). A graph keeps copies of its kernels' argument values, as the driver does.
+Contexts follow the driver's rules: each thread has its own current context, none at first, and every call but the
+context ones fails with "invalid device context" unless the primary context is current on the calling thread.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import itertools
+import os
+import threading
+import time
+
+import numpy as np
+
+from lazygrad.runtime.cuda_driver import INVALID_CONTEXT, CUDAError
+from lazygrad.runtime.ops_cpu import load_shared_library
+
+PRIMARY_CONTEXT = 0x1000
+ALIGNMENT = 64  # every allocation starts on a 64-byte boundary, as the kernels' vector loads expect
+LAUNCH_TYPES = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+
+
+def copy_params(params: ctypes.Array) -> tuple[ctypes.Array, ctypes.Array]:
+    """A copy of each argument's value (all are 8 bytes: the runtime passes device pointers), and params to them."""
+    values = (ctypes.c_uint64 * len(params))(*(ctypes.c_uint64.from_address(pointer).value for pointer in params))
+    return values, (ctypes.c_void_p * len(params))(*(ctypes.addressof(values) + 8 * i for i in range(len(params))))
+
+
+class MockDriver:
+    """The CUDA driver's surface over this process's memory and the CPU."""
+
+    def __init__(self):
+        self.thread = threading.local()
+        self.lock = threading.Lock()
+        self.handles = itertools.count(1)
+        self.memory: dict[int, np.ndarray] = {}  # device and pinned host allocations, by address
+        self.modules: dict[int, ctypes.CDLL] = {}
+        self.times: dict[int, float] = {}  # when each event was recorded
+        self.graphs: dict[int, list[tuple]] = {}  # graphs and instantiated graphs: their kernel nodes
+
+    def require_context(self, call: str) -> None:
+        if getattr(self.thread, "context", None) != PRIMARY_CONTEXT:
+            raise CUDAError(call, INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context")
+
+    def new_handle(self) -> int:
+        with self.lock:
+            return next(self.handles)
+
+    # ---- the driver, devices and contexts ----
+
+    def version(self) -> str:
+        return "none (MOCKCUDA)"
+
+    def device_count(self) -> int:
+        return 1
+
+    def device(self, ordinal: int) -> int:
+        return ordinal
+
+    def device_name(self, device: int) -> str:
+        return "the CPU (MOCKCUDA=1)"
+
+    def compute_capability(self, device: int) -> tuple[int, int]:
+        return 8, 0
+
+    def primary_context(self, device: int) -> int:
+        return PRIMARY_CONTEXT
+
+    def current_context(self) -> int | None:
+        return getattr(self.thread, "context", None)
+
+    def set_current_context(self, context: int | None) -> None:
+        self.thread.context = context
+
+    # ---- modules ----
+
+    def module_load(self, image: bytes) -> int:
+        self.require_context("cuModuleLoadData")
+        handle = self.new_handle()
+        self.modules[handle] = load_shared_library(image)
+        return handle
+
+    def module_unload(self, module: int) -> None:
+        self.require_context("cuModuleUnload")
+        _ctypes.dlclose(self.modules.pop(module)._handle)
+
+    def module_function(self, module: int, name: str):
+        self.require_context("cuModuleGetFunction")
+        try:
+            function = getattr(self.modules[module], f"lazygrad_launch_{name}")
+        except AttributeError:
+            raise CUDAError("cuModuleGetFunction", 500, "CUDA_ERROR_NOT_FOUND", "named symbol not found") from None
+        function.argtypes, function.restype = LAUNCH_TYPES, None
+        return function
+
+    # ---- memory ----
+
+    def mem_alloc(self, nbytes: int) -> int:
+        self.require_context("cuMemAlloc")
+        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        address = raw.ctypes.data + (-raw.ctypes.data) % ALIGNMENT
+        self.memory[address] = raw
+        return address
+
+    def mem_free(self, pointer: int) -> None:
+        self.require_context("cuMemFree")
+        del self.memory[pointer]
+
+    def mem_info(self) -> tuple[int, int]:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+    host_alloc, host_free = mem_alloc, mem_free
+
+    def copy_to_device(self, pointer: int, address: int, nbytes: int, stream: int) -> None:
+        self.require_context("cuMemcpyHtoDAsync")
+        ctypes.memmove(pointer, address, nbytes)
+
+    def copy_to_host(self, address: int, pointer: int, nbytes: int, stream: int) -> None:
+        self.require_context("cuMemcpyDtoHAsync")
+        ctypes.memmove(address, pointer, nbytes)
+
+    # ---- streams, launches, events ----
+
+    def stream_create(self) -> int:
+        self.require_context("cuStreamCreate")
+        return self.new_handle()
+
+    def stream_synchronize(self, stream: int) -> None:
+        self.require_context("cuStreamSynchronize")
+
+    def launch(self, function, grid: int, block: int, stream: int, params: ctypes.Array) -> None:
+        self.require_context("cuLaunchKernel")
+        function(params, grid, block)
+
+    def event_create(self) -> int:
+        self.require_context("cuEventCreate")
+        return self.new_handle()
+
+    def event_record(self, event: int, stream: int) -> None:
+        self.require_context("cuEventRecord")
+        self.times[event] = time.perf_counter()
+
+    def event_synchronize(self, event: int) -> None:
+        self.require_context("cuEventSynchronize")
+
+    def event_elapsed(self, start: int, end: int) -> float:
+        self.require_context("cuEventElapsedTime")
+        return self.times[end] - self.times[start]
+
+    # ---- graphs ----
+
+    def graph_create(self) -> int:
+        self.require_context("cuGraphCreate")
+        handle = self.new_handle()
+        self.graphs[handle] = []
+        return handle
+
+    def graph_add_kernel(self, graph: int, dependency, function, grid: int, block: int, params: ctypes.Array) -> int:
+        self.require_context("cuGraphAddKernelNode")
+        nodes = self.graphs[graph]
+        if dependency is not None and dependency != len(nodes) - 1:
+            raise CUDAError("cuGraphAddKernelNode", 1, "CUDA_ERROR_INVALID_VALUE", "the mock builds chains only")
+        nodes.append((function, grid, block, copy_params(params)))
+        return len(nodes) - 1
+
+    def graph_instantiate(self, graph: int) -> int:
+        self.require_context("cuGraphInstantiate")
+        handle = self.new_handle()
+        self.graphs[handle] = list(self.graphs[graph])
+        return handle
+
+    def graph_set_kernel(self, executable: int, node: int, function, grid: int, block: int, params) -> None:
+        self.require_context("cuGraphExecKernelNodeSetParams")
+        self.graphs[executable][node] = (function, grid, block, copy_params(params))
+
+    def graph_launch(self, executable: int, stream: int) -> None:
+        self.require_context("cuGraphLaunch")
+        for function, grid, block, (_, params) in self.graphs[executable]:
+            function(params, grid, block)
+
+    def graph_destroy(self, graph: int, executable: int) -> None:
+        self.require_context("cuGraphDestroy")
+        del self.graphs[executable], self.graphs[graph]
