@@ -471,9 +471,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
 
     def minimum(self, other) -> Tensor:
         x, y = self._operands(other, "minimum")
-        if x.dtype == dtypes.bool:
-            return x & y
-        return -((-x).maximum(-y))
+        return x._order_reversed().maximum(y._order_reversed())._order_reversed()
 
     def where(self, true_value: Tensor | Scalar, false_value: Tensor | Scalar) -> Tensor:
         """`true_value` where this (bool) tensor is true, else `false_value`."""
