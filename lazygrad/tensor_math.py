@@ -42,9 +42,7 @@ class MathMixin:
         return self._to_float()._unary(Ops.SIN)
 
     def cos(self: Tensor) -> Tensor:
-        # 1 - 2 sin²(x/2): halving is exact, so large arguments keep their precision (unlike sin(pi/2 - x))
-        half_sine = (self._to_float() * 0.5).sin()
-        return 1 - 2 * half_sine * half_sine
+        return self._to_float()._unary(Ops.COS)
 
     def tan(self: Tensor) -> Tensor:
         return self.sin() / self.cos()

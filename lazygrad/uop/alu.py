@@ -71,10 +71,15 @@ def _fmax(a: float, b: float) -> float:
     return a if (math.isnan(a) or a > b) else b if not math.isnan(b) else b
 
 
+def _cos(x: float) -> float:
+    return math.nan if math.isinf(x) else math.cos(x)
+
+
 ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.EXP2: _exp2,
     Ops.LOG2: _log2,
     Ops.SIN: _sin,
+    Ops.COS: _cos,
     Ops.SQRT: _sqrt,
     Ops.RECIP: _recip,
     Ops.NEG: operator.neg,

@@ -73,6 +73,7 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.EXP2: {"float": "call {t} @llvm.exp2.{tn}({t} {a})"},
     Ops.LOG2: {"float": "call {t} @llvm.log2.{tn}({t} {a})"},
     Ops.SIN: {"float": "call {t} @llvm.sin.{tn}({t} {a})"},
+    Ops.COS: {"float": "call {t} @llvm.cos.{tn}({t} {a})"},
 }
 INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32", "i64": "i64"}
 

@@ -2,7 +2,7 @@
 
 On a CPU driver (PoCL), loops are computed several iterations at a time in vector types (float8 ...): PoCL
 vectorizes straight-line kernels across work-items by itself, but a loop inside a work-item stays scalar there, and
-its exp2/log2/sin are vectorized only when called on vectors. The vectorized loop is the innermost global loop or,
+its exp2/log2 are vectorized only when called on vectors. The vectorized loop is the innermost global loop or,
 in a kernel without global loops (a full reduction), its top-level reduce loop, whose vector accumulators are
 combined lane by lane after it. A GPU driver prefers a vector width of 1, which turns vectors off and group
 reductions on (see the C-style base). Vector bools are signed integer vectors (-1 true, 0 false), as OpenCL's
@@ -12,6 +12,7 @@ vector comparisons return them.
 from __future__ import annotations
 
 from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
+from lazygrad.codegen.transcendental import sin_cos_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import Ops, UOp
@@ -77,7 +78,9 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_prefix = "__global "
     gpu_style = True
     split_outer_loop = False
-    rewrites = None  # PoCL's exp2/log2/sin work on vectors, a GPU's are hardware
+    # exp2 and log2 are built in (PoCL's work on vectors, a GPU's are hardware); sin and cos are not: PoCL's vector
+    # versions return garbage for denormal lanes when another lane of the vector is large
+    rewrites = sin_cos_rules
     thread_index = "get_global_id(0)"
     local_index = "get_local_id(0)"
     shared_prefix = "__local "
