@@ -98,12 +98,6 @@ def cast_gradient(out: UOp, grad: UOp) -> tuple[UOp | None]:
     return (cast_like(grad, out.src[0]),) if out.src[0].dtype.is_float else (None,)
 
 
-def cosine(x: UOp) -> UOp:
-    """cos(x) as 1 - 2 sin²(x/2), precise for large x."""
-    half_sine = (x * full_like(x, 0.5)).alu(Ops.SIN)
-    return full_like(x, 1.0) - full_like(x, 2.0) * half_sine * half_sine
-
-
 LN_2 = math.log(2)
 
 # one entry per primitive: the rule returns one gradient (or None) per source
@@ -116,7 +110,8 @@ derivative_rules = PatternMatcher(
         (UPat(Ops.SQRT, name="out"), lambda grad, out: (divide(grad, out * full_like(out, 2.0)),)),
         (UPat(Ops.EXP2, name="out"), lambda grad, out: (grad * out * full_like(out, LN_2),)),
         (UPat(Ops.LOG2, name="out"), lambda grad, out: (divide(grad, out.src[0] * full_like(out, LN_2)),)),
-        (UPat(Ops.SIN, name="out"), lambda grad, out: (grad * cosine(out.src[0]),)),
+        (UPat(Ops.SIN, name="out"), lambda grad, out: (grad * out.src[0].alu(Ops.COS),)),
+        (UPat(Ops.COS, name="out"), lambda grad, out: ((grad * out.src[0].alu(Ops.SIN)).alu(Ops.NEG),)),
         (UPat(Ops.MAX, name="out"), lambda grad, out: binary_max_gradient(out, grad)),
         (
             UPat(Ops.WHERE, name="out"),

@@ -452,21 +452,30 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         return x * y.reciprocal()
 
     def floordiv(self, other, reverse: bool = False) -> Tensor:
-        """Division rounded down (Python's `//`)."""
+        """Division rounded down (Python's `//`). For ints, `x // 0` is 0 (as in NumPy) and the most negative value
+        divided by -1 wraps to itself."""
         x, y = self._operands(other, "floordiv", reverse)
         if x.dtype.is_float:
             return (x / y).floor()
         if x.dtype == dtypes.bool:
             raise TypeError("floordiv: not defined for bool tensors; cast to int first")
         quotient = x._new(x.uop.alu(Ops.IDIV, y.uop))
-        # the kernel truncates toward zero; step down where the signs differ and it did not divide evenly
-        inexact = (quotient * y) != x
-        return (inexact & ((x < 0) != (y < 0))).where(quotient - 1, quotient)
+        # the kernel truncates toward zero: step down where a remainder is left and its sign differs from y's
+        return x._truncated_remainder_off(y).where(quotient - 1, quotient)
 
     def mod(self, other, reverse: bool = False) -> Tensor:
-        """Remainder with the divisor's sign (Python's `%`)."""
+        """Remainder with the divisor's sign (Python's `%`). For ints, `x % 0` is 0 (as in NumPy)."""
         x, y = self._operands(other, "mod", reverse)
-        return x - x.floordiv(y) * y
+        if x.dtype.is_float or x.dtype == dtypes.bool:
+            return x - x.floordiv(y) * y
+        remainder = x._new(x.uop.alu(Ops.MOD, y.uop))
+        return x._truncated_remainder_off(y).where(remainder + y, remainder)
+
+    def _truncated_remainder_off(self, divisor: Tensor) -> Tensor:
+        """Where the truncating remainder of self / divisor is nonzero with the sign opposite to the divisor's: there
+        floor division is one less than the truncating quotient."""
+        remainder = self._new(self.uop.alu(Ops.MOD, divisor.uop))
+        return (remainder != 0) & ((remainder < 0) != (divisor < 0))
 
     def reciprocal(self) -> Tensor:
         return self._to_float()._unary(Ops.RECIP)
@@ -476,9 +485,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
 
     def minimum(self, other) -> Tensor:
         x, y = self._operands(other, "minimum")
-        if x.dtype == dtypes.bool:
-            return x & y
-        return -((-x).maximum(-y))
+        return x._order_reversed().maximum(y._order_reversed())._order_reversed()
 
     def where(self, true_value: Tensor | Scalar, false_value: Tensor | Scalar) -> Tensor:
         """`true_value` where this (bool) tensor is true, else `false_value`."""

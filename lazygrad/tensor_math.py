@@ -42,9 +42,7 @@ class MathMixin:
         return self._to_float()._unary(Ops.SIN)
 
     def cos(self: Tensor) -> Tensor:
-        # 1 - 2 sin²(x/2): halving is exact, so large arguments keep their precision (unlike sin(pi/2 - x))
-        half_sine = (self._to_float() * 0.5).sin()
-        return 1 - 2 * half_sine * half_sine
+        return self._to_float()._unary(Ops.COS)
 
     def tan(self: Tensor) -> Tensor:
         return self.sin() / self.cos()
@@ -120,7 +118,10 @@ class MathMixin:
     # ---- activations ---------------------------------------------------------------------------------------------
 
     def relu(self: Tensor) -> Tensor:
-        return (self > 0).where(self, 0)
+        positive = self > 0
+        if self.dtype.is_float:
+            positive = positive | (self != self)  # NaN passes through, with its gradient, as in torch
+        return positive.where(self, 0)
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         return (self > 0).where(self, self * neg_slope)
@@ -156,7 +157,8 @@ class MathMixin:
         return (self > 0).where(self, alpha * (negative_part.exp() - 1))
 
     def relu6(self: Tensor) -> Tensor:
-        return self.relu() - (self - 6).relu()
+        # a select, not relu(x) - relu(x - 6): that is inf - inf at inf
+        return (self >= 6).where(6, self.relu())
 
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         return self.clip(min_val, max_val)

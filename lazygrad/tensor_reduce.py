@@ -80,11 +80,12 @@ class ReduceMixin:
 
     def min(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         self._check_nonempty(axis, "min")
-        if self.dtype == dtypes.bool:
-            return ~((~self)._reduce(Ops.MAX, axis, keepdim, "min"))
-        if self.dtype.is_unsigned:
-            return ~((~self)._reduce(Ops.MAX, axis, keepdim, "min"))
-        return -((-self)._reduce(Ops.MAX, axis, keepdim, "min"))
+        return self._order_reversed()._reduce(Ops.MAX, axis, keepdim, "min")._order_reversed()
+
+    def _order_reversed(self: Tensor) -> Tensor:
+        """A one-to-one map that reverses the order of values, so min is built from max: -x for floats (exact, NaN
+        stays NaN), ~x for ints and bools (-x would wrap at the most negative int, which has no opposite)."""
+        return -self if self.dtype.is_float else ~self
 
     def _check_nonempty(self: Tensor, axis, op_name: str) -> None:
         if any(self.shape[a] == 0 for a in self._axes(axis, op_name)):
@@ -131,6 +132,9 @@ class ReduceMixin:
         shape[axis] = length
         countdown = Tensor.arange(length, 0, -1, device=self.device).reshape(shape)
         is_max = self == self.max(axis, keepdim=True)
+        if self.dtype.is_float:
+            # a row holding NaN has the maximum NaN, which equals nothing: its first NaN is the answer, as in torch
+            is_max = is_max | (self != self)
         best = (is_max.where(countdown, 0)).max(axis, keepdim=keepdim)
         return (length - best).cast(dtypes.int32)
 
@@ -138,8 +142,7 @@ class ReduceMixin:
         return self._argmax_along(axis, keepdim, "argmax")
 
     def argmin(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-        flipped = ~self if self.dtype == dtypes.bool or self.dtype.is_unsigned else -self
-        return flipped._argmax_along(axis, keepdim, "argmin")
+        return self._order_reversed()._argmax_along(axis, keepdim, "argmin")
 
     def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         peak = self.max(axis, keepdim=True)

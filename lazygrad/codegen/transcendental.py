@@ -1,11 +1,13 @@
-"""exp2, log2 and sin as polynomials built from plain arithmetic, for renderers whose built-in versions are scalar
-library calls (LLVM lowers llvm.exp2/log2/sin to libm calls that never vectorize).
+"""exp2, log2, sin and cos as polynomials built from plain arithmetic, for renderers whose built-in versions are
+scalar library calls (LLVM lowers llvm.exp2/log2/sin/cos to libm calls that never vectorize).
 
 exp2: 2^x = 2^n · 2^f with n = round(x), |f| ≤ 1/2, 2^f = e^(f·ln2) by its Taylor series to degree 7 (relative
 error below 1e-8), and 2^n built from exponent bits in two halves so overflow gives inf and tiny results are
 denormal. log2: x = m · 2^e with m in [√½, √2) read from the bits, ln m = 2·atanh((m-1)/(m+1)) by its series.
-sin: range reduction in float64 (so |x| up to ~1e9 keeps float32 accuracy), then sin or cos of the remainder in
-[-π/4, π/4] by their series, chosen by the quadrant.
+sin and cos: |x| = (n + f)·π/2 with n an integer and |f| ≤ 1/2, computed exactly enough for every float32 (a
+Payne–Hanek reduction in integer arithmetic, below), then sin or cos of f·π/2 by their series, chosen and signed by
+n mod 4. Everything is straight-line code with selects, so loops of it vectorize; results are within 1 ulp of the
+exact values (checked over the whole float32 range, near multiples of π/2 included).
 """
 
 from __future__ import annotations
@@ -37,12 +39,6 @@ def is_nan(x: UOp) -> UOp:
 
 def select(condition: UOp, if_true: UOp, if_false: UOp) -> UOp:
     return condition.where(if_true, if_false)
-
-
-def round_to_int(x: UOp, dtype) -> UOp:
-    """Nearest integer (halves away from zero) of a finite float."""
-    half = select(x.lt(const(x, 0.0)), const(x, -0.5), const(x, 0.5))
-    return (x + half).cast(dtype)
 
 
 def power_of_two(n: UOp) -> UOp:
@@ -87,38 +83,96 @@ def log2_float32(x: UOp) -> UOp:
     return select(x.lt(const(x, 0.0)), const(x, math.nan), select(is_nan(x), x, result))
 
 
-def sin_float32(x: UOp) -> UOp:
-    wide = x.cast(F64)
-    # nan, inf and values too large to reduce go through as 0 (the result is replaced below)
-    magnitude = wide.alu(Ops.MAX, -wide)
-    finite = select(magnitude.lt(const(wide, 1e15)), wide, const(wide, 0.0))
-    quarter_turns = round_to_int(finite * (2 / math.pi), I64)
-    # π/2 in two parts (fdlibm's): the product with the high part is exact, so the remainder keeps its accuracy
-    turns = quarter_turns.cast(F64)
-    remainder = (finite - turns * 1.5707963267341256) - turns * 6.077100506506192e-11
+# 2/π in binary, its first 224 bits after the point: enough for the largest float32 exponent plus 96 bits to keep
+TWO_OVER_PI_BITS = 0xA2F9836E_4E441529_FC2757D1_F534DDC0_DB629599_3C439041_FE5163AB
+# the same bits as 32-bit words, after two zero words, so a window may start up to 64 bits before the point
+TWO_OVER_PI_WORDS = (0, 0, *((TWO_OVER_PI_BITS >> (32 * (6 - i))) & 0xFFFFFFFF for i in range(7)))
+
+
+def select_constant(index: UOp, values: list[int], dtype) -> UOp:
+    """values[index] for a small integer index, as a chain of selects (a kernel has no constant tables)."""
+    result = UOp.const(dtype, values[0])
+    for position, value in enumerate(values[1:], start=1):
+        result = select(index.ne(UOp.const(index.dtype, position)), result, UOp.const(dtype, value))
+    return result
+
+
+def quarter_turns(bits: UOp) -> tuple[UOp, UOp]:
+    """|x| = (4k + n + f)·π/2 for a finite float32 |x| ≥ 2^-12 given by its bits (an int32): f·π/2 as a float32 in
+    [-π/4, π/4], and n as an int64 in 0..3.
+
+    |x| = m·2^e with m the 24-bit integer significand. Bits of 2/π worth 2^-j with j ≤ e - 2 add multiples of 4 to
+    |x|·2/π, which do not change sin or cos, so only the 96 bits after them matter: the window w. m·w is |x|·2/π
+    mod 4 in fixed point with 94 bits after the point, of which the 64 from the point's second bit above down are
+    enough: the closest a float32 comes to a multiple of π/2 is 2^-29.9 quarter turns (16367173·2^72), so f keeps
+    at least 30 of its bits. The window's words are chosen by selects and shifted into place in 64-bit integers; all
+    products fit in 64 bits."""
+    mantissa = bits.alu(Ops.AND, UOp.const(I32, 0x7FFFFF)).alu(Ops.OR, UOp.const(I32, 0x800000)).cast(I64)
+    # where the window starts, counted in bits from the first of TWO_OVER_PI_WORDS (64 bits before the point):
+    # |x| = m·2^(biased exponent - 150), and the window starts two bits later
+    start = bits.alu(Ops.SHR, UOp.const(I32, 23)) + (64 - 152)
+    word, shift = start.alu(Ops.SHR, UOp.const(I32, 5)), start.alu(Ops.AND, UOp.const(I32, 31)).cast(I64)
+    windows = []
+    for offset in range(3):  # the window's words, most significant first: each from a pair of table words
+        pairs = [(TWO_OVER_PI_WORDS[i + offset] << 32) | TWO_OVER_PI_WORDS[i + offset + 1] for i in range(6)]
+        pair = select_constant(word, pairs, I64)
+        windows.append(pair.alu(Ops.SHL, shift).alu(Ops.SHR, UOp.const(I64, 32)).alu(Ops.AND, const(pair, 0xFFFFFFFF)))
+    high, middle, low = (mantissa * window for window in windows)
+    # |x|·2/π mod 4 with 62 bits after the point (wrapping in 64 bits drops the multiples of 4)
+    fixed = high.alu(Ops.SHL, UOp.const(I64, 32)) + middle + low.alu(Ops.SHR, UOp.const(I64, 32))
+    # round to the nearest quarter turn: n is the top two bits after adding one half, f the rest less one half
+    rounded = fixed + (1 << 61)
+    quadrant = rounded.alu(Ops.SHR, UOp.const(I64, 62)).alu(Ops.AND, UOp.const(I64, 3))
+    fraction = rounded.alu(Ops.AND, UOp.const(I64, (1 << 62) - 1)) + -(1 << 61)
+    return (fraction.cast(F64) * (math.pi / 2 * 2.0**-62)).cast(F32), quadrant
+
+
+def sin_cos_float32(x: UOp, cosine: bool) -> UOp:
+    """sin(x), or cos(x) when `cosine`: the sine or cosine series of the remainder, by the quadrant."""
+    bits = UOp(Ops.BITCAST, I32, (x,)).alu(Ops.AND, UOp.const(I32, 0x7FFFFFFF))  # those of |x|
+    remainder, quadrant = quarter_turns(bits)
     square = remainder * remainder
-    sine = remainder * polynomial(square, [(-1) ** k / math.factorial(2 * k + 1) for k in range(7)])
-    cosine = polynomial(square, [(-1) ** k / math.factorial(2 * k) for k in range(8)])
-    quadrant = quarter_turns.alu(Ops.AND, UOp.const(I64, 3))
-    odd = quadrant.alu(Ops.AND, UOp.const(I64, 1)).ne(UOp.const(I64, 0))
+    # Taylor series to degree 9 and 10: on [-π/4, π/4] the next terms are below 2.5e-9 and 1.1e-10 of the value
+    sine_series = polynomial(square, [(-1) ** k / math.factorial(2 * k + 1) for k in range(1, 5)])
+    sine_of_remainder = remainder + remainder * square * sine_series
+    cosine_series = polynomial(square, [(-1) ** k / math.factorial(2 * k) for k in range(1, 6)])
+    cosine_of_remainder = const(x, 1.0) + square * cosine_series
+    # cos(x) = sin(x + π/2): a quarter turn further; sin is odd, cos even
+    quadrant = quadrant + 1 if cosine else quadrant
+    odd_quadrant = quadrant.alu(Ops.AND, UOp.const(I64, 1)).ne(UOp.const(I64, 0))
+    value = select(odd_quadrant, cosine_of_remainder, sine_of_remainder)
     negative = quadrant.alu(Ops.AND, UOp.const(I64, 2)).ne(UOp.const(I64, 0))
-    value = select(odd, cosine, sine)
-    value = select(negative, -value, value).cast(F32)
-    # sin of inf or nan is nan (x - x is nan exactly for those)
-    return select(is_nan(x - x), const(x, math.nan), value)
+    if not cosine:
+        negative = negative.alu(Ops.XOR, x.lt(const(x, 0.0)))
+    value = select(negative, -value, value)
+    # below 2^-12 (exponent bits 115), sin(x) rounds to x and cos(x) to 1 (and the reduction would lose bits to the
+    # fixed point); sin and cos of inf or nan (exponent bits 255) are nan
+    tiny = bits.lt(UOp.const(I32, 115 << 23))
+    value = select(tiny, const(x, 1.0) if cosine else x, value)
+    return select(UOp.const(I32, (255 << 23) - 1).lt(bits), const(x, math.nan), value)
 
 
 def via_float32(op: Ops, x: UOp) -> UOp:
     return UOp(op, F32, (x.cast(F32),)).cast(x.dtype)
 
 
-transcendental_rules = PatternMatcher(
+# sin and cos alone, for languages whose exp2 and log2 are good but whose sin and cos are not to be trusted
+sin_cos_rules = PatternMatcher(
     [
-        (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), exp2_float32),
-        (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
-        (UPat(Ops.SIN, dtype=F32, src=(UPat.var("x"),)), sin_float32),
-        (UPat(Ops.EXP2, dtype=dtypes.float16, src=(UPat.var("x"),)), lambda x: via_float32(Ops.EXP2, x)),
-        (UPat(Ops.LOG2, dtype=dtypes.float16, src=(UPat.var("x"),)), lambda x: via_float32(Ops.LOG2, x)),
+        (UPat(Ops.SIN, dtype=F32, src=(UPat.var("x"),)), lambda x: sin_cos_float32(x, cosine=False)),
+        (UPat(Ops.COS, dtype=F32, src=(UPat.var("x"),)), lambda x: sin_cos_float32(x, cosine=True)),
         (UPat(Ops.SIN, dtype=dtypes.float16, src=(UPat.var("x"),)), lambda x: via_float32(Ops.SIN, x)),
+        (UPat(Ops.COS, dtype=dtypes.float16, src=(UPat.var("x"),)), lambda x: via_float32(Ops.COS, x)),
     ]
+)
+transcendental_rules = (
+    PatternMatcher(
+        [
+            (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), exp2_float32),
+            (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
+            (UPat(Ops.EXP2, dtype=dtypes.float16, src=(UPat.var("x"),)), lambda x: via_float32(Ops.EXP2, x)),
+            (UPat(Ops.LOG2, dtype=dtypes.float16, src=(UPat.var("x"),)), lambda x: via_float32(Ops.LOG2, x)),
+        ]
+    )
+    + sin_cos_rules
 )

@@ -47,10 +47,12 @@ static inline double sqrt(double value) { return __builtin_sqrt(value); }
 static inline double exp2(double value) { return __builtin_exp2(value); }
 static inline double log2(double value) { return __builtin_log2(value); }
 static inline double sin(double value) { return __builtin_sin(value); }
+static inline double cos(double value) { return __builtin_cos(value); }
 static inline float sqrtf(float value) { return __builtin_sqrtf(value); }
 static inline float exp2f(float value) { return __builtin_exp2f(value); }
 static inline float log2f(float value) { return __builtin_log2f(value); }
 static inline float sinf(float value) { return __builtin_sinf(value); }
+static inline float cosf(float value) { return __builtin_cosf(value); }
 
 namespace lazygrad_shim {
 

@@ -1,5 +1,19 @@
-"""What each ALU op computes on Python scalars, with the kernels' C-like semantics (used for constant folding and
-by the PYTHON device)."""
+"""What each ALU op computes on Python scalars, with the kernels' semantics (used for constant folding and by the
+PYTHON device), and the facts renderers need to give every integer op that same, defined, result.
+
+Integer ops are defined for every input, on every device:
+
+- ADD, MUL and NEG wrap around (two's complement), as NumPy and PyTorch do;
+- IDIV truncates toward zero and MOD takes the dividend's sign, like C; dividing by zero gives 0 for both (as NumPy
+  does: kernels cannot raise), and the most negative value divided by -1 wraps to itself with remainder 0;
+- SHR of a signed value is arithmetic; a shift by an amount outside [0, bit width) shifts every bit out (SHL gives 0,
+  SHR 0 or -1 by the sign), as NumPy and PyTorch do.
+
+C, OpenCL C and CUDA C leave signed overflow, division by zero, that one overflowing division and out-of-range shifts
+undefined (and LLVM IR makes them poison or a trap), so renderers compute what may overflow through unsigned types and
+guard what may divide by zero or by -1 and shifts whose amount may be out of range; `may_wrap`, `division_hazards`
+and `shift_in_range` say which nodes need it, from their ranges.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.uop.ops import Ops, cast_python
+from lazygrad.uop.ops import Ops, UOp, cast_python, dtype_limits
 
 
 def _truncating_div(a: int, b: int) -> int:
@@ -57,14 +71,15 @@ def _fmax(a: float, b: float) -> float:
     return a if (math.isnan(a) or a > b) else b if not math.isnan(b) else b
 
 
-def _shift_right(a: int, b: int) -> int:
-    return a >> b
+def _cos(x: float) -> float:
+    return math.nan if math.isinf(x) else math.cos(x)
 
 
 ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.EXP2: _exp2,
     Ops.LOG2: _log2,
     Ops.SIN: _sin,
+    Ops.COS: _cos,
     Ops.SQRT: _sqrt,
     Ops.RECIP: _recip,
     Ops.NEG: operator.neg,
@@ -79,7 +94,7 @@ ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.OR: operator.or_,
     Ops.XOR: operator.xor,
     Ops.SHL: operator.lshift,
-    Ops.SHR: _shift_right,
+    Ops.SHR: operator.rshift,
     Ops.WHERE: lambda cond, a, b: a if cond else b,
 }
 
@@ -107,8 +122,10 @@ def exec_alu(op: Ops, dtype: DType, operands: list[Any]) -> Any:
             return cast_python(ALU_FUNCTIONS[op](*operands), dtype)
     if dtype == dtypes.bool and op in (Ops.ADD, Ops.MUL, Ops.MAX):
         return bool({Ops.ADD: operator.or_, Ops.MUL: operator.and_, Ops.MAX: operator.or_}[op](*operands))
-    if op is Ops.SHL:
-        return cast_python(operands[0] << (operands[1] % dtype.bits), dtype)
+    if op in (Ops.SHL, Ops.SHR):
+        # shifting by the bit width itself moves every bit out (Python's shifts never wrap the amount)
+        value, amount = operands
+        return cast_python(ALU_FUNCTIONS[op](value, amount if 0 <= amount < dtype.bits else dtype.bits), dtype)
     result = ALU_FUNCTIONS[op](*operands)
     return cast_python(result, dtype)
 
@@ -121,3 +138,30 @@ def cast_value(value: Any, dtype: DType) -> Any:
         return cast_python(int(value), dtype)
     with np.errstate(all="ignore"):
         return cast_python(value, dtype)
+
+
+def may_wrap(node: UOp) -> bool:
+    """Whether a signed integer ADD, MUL or NEG may leave its dtype's range (then a kernel must compute it wrapping
+    around); an index, whose range is known and fits, never does."""
+    if not node.dtype.is_int or node.dtype.is_unsigned:
+        return False
+    lowest = dtype_limits(node.dtype)[0]
+    if node.op is Ops.NEG:
+        return node.src[0].vmin == lowest
+    # ranges are clamped to the dtype's limits when they might overflow, and unknown values have those limits too
+    return node.bounds == dtype_limits(node.dtype)
+
+
+def division_hazards(node: UOp) -> tuple[bool, bool]:
+    """For an integer IDIV or MOD: whether its divisor may be 0, and whether it may divide the most negative value by
+    -1 (the one quotient that overflows); either makes C and LLVM undefined and traps on x86."""
+    dividend, divisor = node.src
+    may_be_zero = divisor.vmin <= 0 <= divisor.vmax
+    overflow = not node.dtype.is_unsigned and divisor.vmin <= -1 <= divisor.vmax
+    return may_be_zero, overflow and dividend.vmin == dtype_limits(node.dtype)[0]
+
+
+def shift_in_range(node: UOp) -> bool:
+    """Whether a SHL or SHR's amount is known to lie in [0, bit width), where every language shifts the same way."""
+    amount = node.src[1]
+    return 0 <= amount.vmin and amount.vmax < node.dtype.bits

@@ -30,6 +30,7 @@ class Ops(Enum):
     EXP2 = auto()
     LOG2 = auto()
     SIN = auto()
+    COS = auto()
     SQRT = auto()
     RECIP = auto()
     NEG = auto()
@@ -72,7 +73,7 @@ class Ops(Enum):
     ENDRANGE = auto()  # src: (range,)
 
 
-UNARY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG}
+UNARY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.NEG}
 BINARY = {
     Ops.ADD,
     Ops.MUL,

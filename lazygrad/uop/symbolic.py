@@ -2,6 +2,10 @@
 
 Index arithmetic is what every movement op turns into, so this is performance: a contiguous kernel must end with
 the loop index alone, and a reshape of a permute with as few divisions as the math allows.
+
+Integer arithmetic wraps around (lazygrad/uop/alu.py). Rewriting sums and products term by term is exact under
+wrapping (it is arithmetic modulo 2^bits); reasoning about a sum's value from its terms (what `//` and `%` folding
+and bounds from gates do) is only sound when the sum cannot wrap, which `fits` checks from the terms' ranges.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import math
 
 from lazygrad.dtype import dtypes
 from lazygrad.uop.alu import cast_value, exec_alu
-from lazygrad.uop.ops import ALU, COMMUTATIVE, Ops, UOp
+from lazygrad.uop.ops import ALU, COMMUTATIVE, Ops, UOp, dtype_limits
 from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 INT_TYPES = (dtypes.int32, dtypes.int64, dtypes.uint32)
@@ -64,6 +68,17 @@ def sum_terms(node: UOp) -> list[UOp]:
     return terms
 
 
+def fits(dtype, terms: list[tuple[UOp | None, int]]) -> bool:
+    """Whether a sum of terms stays inside `dtype`'s range for every value of its bases, so it never wraps around
+    and its value is the sum of its terms."""
+    low = high = 0
+    for base, coefficient in terms:
+        ends = (coefficient, coefficient) if base is None else (coefficient * base.vmin, coefficient * base.vmax)
+        low, high = low + min(ends), high + max(ends)
+    lowest, highest = dtype_limits(dtype)
+    return lowest <= low and high <= highest
+
+
 def build_sum(dtype, terms: list[tuple[UOp | None, int]]) -> UOp:
     """A canonical sum: like terms combined, ordered by content hash, the constant last."""
     coefficients: dict[UOp, int] = {}
@@ -90,7 +105,7 @@ def canonical_sum(node: UOp) -> UOp | None:
     # (x//c)*c + x%c is x
     bases = {base: coefficient for base, coefficient in terms if base is not None}
     for base, coefficient in list(bases.items()):
-        if base.op is Ops.IDIV and base.src[1].op is Ops.CONST and base.src[0].vmin >= 0:
+        if base.op is Ops.IDIV and base.src[1].op is Ops.CONST and base.src[1].arg > 0 and base.src[0].vmin >= 0:
             remainder = base.src[0].alu(Ops.MOD, base.src[1])
             divisor = base.src[1].arg
             if coefficient % divisor == 0 and bases.get(remainder) == coefficient // divisor:
@@ -100,7 +115,11 @@ def canonical_sum(node: UOp) -> UOp | None:
         # ((x // a) % b) * a + x % a is x % (a * b)
         if base.op is Ops.MOD and base.src[0].op is Ops.IDIV and base.src[1].op is Ops.CONST:
             inner, outer = base.src[0], base.src[1].arg
-            if inner.src[1].op is Ops.CONST and inner.src[0].vmin >= 0:
+            if (
+                inner.src[1].op is Ops.CONST
+                and inner.src[0].vmin >= 0
+                and fits_product(node.dtype, inner.src[1], outer)
+            ):
                 a = inner.src[1].arg
                 remainder = inner.src[0].alu(Ops.MOD, inner.src[1])
                 if coefficient % a == 0 and bases.get(remainder) == coefficient // a:
@@ -127,8 +146,11 @@ def fold_div_mod(node: UOp) -> UOp | None:
         return None
     if value.vmax < divisor:
         return value if node.op is Ops.MOD else UOp.const(node.dtype, 0)
+    terms = list(map(split_term, sum_terms(value)))
+    if not fits(node.dtype, terms):
+        return None
     quotient, remainder = [], []
-    for base, coefficient in map(split_term, sum_terms(value)):
+    for base, coefficient in terms:
         quotient.append((base, coefficient // divisor))
         remainder.append((base, coefficient % divisor))
     remainder_sum = build_sum(node.dtype, remainder)
@@ -136,7 +158,6 @@ def fold_div_mod(node: UOp) -> UOp | None:
         return remainder_sum if node.op is Ops.MOD else build_sum(node.dtype, quotient)
     # a factor f of the divisor that divides every term but a small remainder: (5a + b) // 30 is a // 6 when
     # 0 <= b < 5, and (5a + b) % 30 is (a % 6) * 5 + b
-    terms = list(map(split_term, sum_terms(value)))
     for factor in sorted({math.gcd(divisor, coefficient) for _, coefficient in terms}, reverse=True):
         if factor in (1, divisor):
             continue
@@ -152,9 +173,9 @@ def fold_div_mod(node: UOp) -> UOp | None:
         )
         return wrapped.alu(Ops.ADD, small_sum) if small else wrapped
     # divide out a factor common to every term and the divisor: (4a + 2b) // 8 is (2a + b) // 4
-    common = math.gcd(divisor, *(coefficient for _, coefficient in map(split_term, sum_terms(value))))
+    common = math.gcd(divisor, *(coefficient for _, coefficient in terms))
     if common > 1:
-        reduced = build_sum(node.dtype, [(b, c // common) for b, c in map(split_term, sum_terms(value))])
+        reduced = build_sum(node.dtype, [(b, c // common) for b, c in terms])
         if node.op is Ops.IDIV:
             return reduced.alu(Ops.IDIV, UOp.const(node.dtype, divisor // common))
         return reduced.alu(Ops.MOD, UOp.const(node.dtype, divisor // common)).alu(
@@ -162,13 +183,24 @@ def fold_div_mod(node: UOp) -> UOp | None:
         )
     # nested division and modulo
     if value.op is Ops.IDIV and value.src[1].op is Ops.CONST and node.op is Ops.IDIV and value.src[0].vmin >= 0:
-        return value.src[0].alu(Ops.IDIV, UOp.const(node.dtype, value.src[1].arg * divisor))
-    if value.op is Ops.MOD and value.src[1].op is Ops.CONST and value.src[1].arg % divisor == 0:
+        if fits_product(node.dtype, value.src[1], divisor):
+            return value.src[0].alu(Ops.IDIV, UOp.const(node.dtype, value.src[1].arg * divisor))
+    if (
+        value.op is Ops.MOD
+        and value.src[1].op is Ops.CONST
+        and value.src[1].arg != 0
+        and value.src[1].arg % divisor == 0
+    ):
         if node.op is Ops.MOD:
             return value.src[0].alu(Ops.MOD, divisor_node)
         outer = value.src[1].arg // divisor
         return value.src[0].alu(Ops.IDIV, divisor_node).alu(Ops.MOD, UOp.const(node.dtype, outer))
     return None
+
+
+def fits_product(dtype, constant: UOp, factor: int) -> bool:
+    """Whether a constant and a factor are positive and their product is a value of `dtype`."""
+    return constant.arg > 0 and factor > 0 and constant.arg * factor <= dtype_limits(dtype)[1]
 
 
 def gate_load(c: UOp, load: UOp, zero: UOp) -> UOp | None:
@@ -252,6 +284,8 @@ def _sum_bound(clause: UOp) -> tuple[UOp, int | None, int | None] | None:
         if const.op is not Ops.CONST or side.op is Ops.CONST:
             continue
         terms = [split_term(term) for term in sum_terms(side)]
+        if not fits(side.dtype, terms):
+            return None  # a sum that may wrap is not bounded by bounding its terms
         offset = sum(coefficient for base, coefficient in terms if base is None)
         expression = build_sum(side.dtype, [(base, coefficient) for base, coefficient in terms if base is not None])
         return (expression, const.arg - offset + 1, None) if is_lower else (expression, None, const.arg - offset - 1)

@@ -8,7 +8,10 @@ rounded, and (for the GPU-style languages) the thread index builtin.
 
 Semantics follow the LLVM renderer and the PYTHON device:
 
-- integer division and modulo truncate like C; dividing by a non-constant zero gives 0;
+- integers follow lazygrad/uop/alu.py: signed ADD, MUL and NEG that may overflow are computed in the unsigned type
+  of the same width (which wraps; C leaves signed overflow undefined), a signed SHL always is, a shift whose amount
+  may be out of range selects the result of shifting every bit out, and a division that may divide by zero (giving 0) or the most negative
+  value by -1 (giving that value back) is guarded, all decided from the operands' ranges, so index math stays plain;
 - MAX on floats propagates NaN; CMPNE on floats is unordered-not-equal (true when either side is NaN);
 - a cast to bool is `!= 0`; bools are stored as one byte;
 - a cast from float to a 32-bit integer goes through a 64-bit integer, so out-of-range values wrap like PYTHON's;
@@ -34,6 +37,7 @@ import numpy as np
 from lazygrad.codegen.renderer import Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
+from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import Ops, UOp
 
 # op -> template per operand kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} are the operands, which
@@ -63,9 +67,15 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.EXP2: {"float": "{exp2}({a})"},
     Ops.LOG2: {"float": "{log2}({a})"},
     Ops.SIN: {"float": "{sin}({a})"},
+    Ops.COS: {"float": "{cos}({a})"},
 }
-# division by a divisor that is not a known non-zero constant: 0 instead of a trap, like the PYTHON device
-SAFE_DIVISION = "{b} == 0 ? 0 : {division}"
+# signed integer ops computed in the unsigned type {u} of the same width, which wraps, then read back as signed {s}
+WRAPPING_TEMPLATES: dict[Ops, str] = {
+    Ops.ADD: "({s})(({u}){a} + ({u}){b})",
+    Ops.MUL: "({s})(({u}){a} * ({u}){b})",
+    Ops.NEG: "({s})(-({u}){a})",
+    Ops.SHL: "({s})(({u}){a} << {b})",
+}
 
 
 def top_level_reductions(program: list[UOp]) -> dict[UOp, list[UOp]]:
@@ -116,8 +126,9 @@ class CStyleRenderer(Renderer):
     int64_suffix = "ll"
     infinity = "INFINITY"
     nan = "NAN"
-    math_functions = {"sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf"}
-    double_math_functions = {"sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin"}
+    unsigned_types = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long long"}
+    math_functions = {"sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf", "cos": "cosf"}
+    double_math_functions = {"sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "cos": "cos"}
     half_load = "(float){buffer}[{index}]"
     half_store = "{buffer}[{index}] = (_Float16){value};"
     half_round = "(float)(_Float16)({a})"
@@ -259,9 +270,12 @@ class CStyleRenderer(Renderer):
         self.declare(node, name, self.names[node.src[0]])
 
     def combine(self, accumulator: UOp, a: str, b: str) -> str:
-        """The expression combining two partial results `a` and `b` of an accumulator."""
-        expression = ALU_TEMPLATES[self.combine_ops[accumulator]][accumulator.dtype.kind].format(a=a, b=b)
-        return self.half_round.format(a=expression) if accumulator.dtype == dtypes.float16 else expression
+        """The expression combining two partial results `a` and `b` of an accumulator (sums of ints wrap)."""
+        op, dtype = self.combine_ops[accumulator], accumulator.dtype
+        signed = dtype.is_int and not dtype.is_unsigned
+        template = self.wrapping(op, dtype) if signed and op in WRAPPING_TEMPLATES else ALU_TEMPLATES[op][dtype.kind]
+        expression = template.format(a=a, b=b)
+        return self.half_round.format(a=expression) if dtype == dtypes.float16 else expression
 
     # ---- group reductions ---------------------------------------------------------------------------------------
 
@@ -357,17 +371,56 @@ class CStyleRenderer(Renderer):
 
     def render_alu(self, node: UOp) -> str:
         operand_dtype = node.src[-1].dtype
-        template = ALU_TEMPLATES[node.op][operand_dtype.kind]
         operands = dict(zip("abc", (self.value(source) for source in node.src)))
-        if node.op in (Ops.IDIV, Ops.MOD):
-            divisor = node.src[1]
-            if not (divisor.op is Ops.CONST and divisor.arg != 0):
-                template = SAFE_DIVISION.replace("{division}", template)
+        template = self.integer_template(node) or ALU_TEMPLATES[node.op][operand_dtype.kind]
         functions = self.double_math_functions if operand_dtype.itemsize == 8 else self.math_functions
         expression = template.format(**operands, **functions)
         if node.dtype == dtypes.float16:
             return self.half_round.format(a=expression)
         return expression
+
+    def wrapping(self, op: Ops, dtype: DType) -> str:
+        """The template of a signed op computed in the unsigned type of the same width."""
+        template = WRAPPING_TEMPLATES[op].replace("{s}", self.register_types[dtype])
+        return template.replace("{u}", self.unsigned_types[dtype])
+
+    def integer_template(self, node: UOp) -> str | None:
+        """For an integer op whose plain C form is undefined for some inputs it may see, a template that is defined
+        for all of them; None where the plain form is (floats, bools, and ints whose ranges rule the hazard out)."""
+        dtype = node.dtype
+        if not dtype.is_int:
+            return None
+        if node.op in (Ops.IDIV, Ops.MOD):
+            return self.division_template(node)
+        if node.op in (Ops.SHL, Ops.SHR):
+            return self.shift_template(node)
+        return self.wrapping(node.op, dtype) if node.op in WRAPPING_TEMPLATES and may_wrap(node) else None
+
+    def shift_template(self, node: UOp) -> str:
+        """A shift, with a signed SHL computed unsigned (shifting a negative value left is undefined in C), and an
+        amount that may be out of range (undefined in C) replaced by the result of shifting every bit out."""
+        signed, bits = not node.dtype.is_unsigned, node.dtype.bits
+        shifted = (
+            self.wrapping(Ops.SHL, node.dtype) if signed and node.op is Ops.SHL else ALU_TEMPLATES[node.op]["uint"]
+        )
+        if shift_in_range(node):
+            return shifted
+        in_range = f"{{b}} >= 0 && {{b}} < {bits}" if signed else f"{{b}} < {bits}u"
+        if node.op is Ops.SHR and signed:  # the sign fills every bit: shift by bits - 1
+            return f"{{a}} >> (({in_range}) ? {{b}} : {bits - 1})"
+        return f"({in_range}) ? {shifted} : 0"
+
+    def division_template(self, node: UOp) -> str | None:
+        """Division and modulo guarded where the divisor may be 0 (the result is 0) or the most negative value may
+        be divided by -1 (the quotient wraps to that value, the remainder is 0)."""
+        may_be_zero, may_overflow = division_hazards(node)
+        plain = ALU_TEMPLATES[node.op][node.dtype.kind]
+        if may_overflow and node.op is Ops.IDIV:
+            zero_guard = "{b} == 0 ? 0 : " if may_be_zero else ""
+            return f"{{b}} == -1 ? {self.wrapping(Ops.NEG, node.dtype)} : ({zero_guard}{plain})"
+        if may_overflow:
+            return f"({{b}} == -1{' || {b} == 0' if may_be_zero else ''}) ? 0 : {plain}"
+        return f"{{b}} == 0 ? 0 : {plain}" if may_be_zero else None
 
 
 class CUDARenderer(CStyleRenderer):
@@ -377,7 +430,7 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     gpu_style = True
     split_outer_loop = False
-    rewrites = None  # CUDA's exp2f/log2f/sinf are fast on the GPU
+    rewrites = None  # CUDA's exp2f/log2f/sinf/cosf are fast on the GPU, and sinf/cosf within 2 ulp everywhere
     thread_index = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
     group_size = 128
     local_index = "threadIdx.x"

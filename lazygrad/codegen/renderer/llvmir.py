@@ -1,5 +1,9 @@
 """LLVM IR for the LLVM device: one function per kernel, loops with phi counters, accumulators as allocas that
-LLVM's mem2reg turns into registers. Rendering is table driven: per op and dtype kind, an instruction template."""
+LLVM's mem2reg turns into registers. Rendering is table driven: per op and dtype kind, an instruction template.
+
+Integers follow lazygrad/uop/alu.py: arithmetic carries no `nsw`/`nuw` flags, so it wraps; a shift whose amount may
+be out of range (poison in LLVM) selects the result of shifting every bit out; a division that may divide by zero or
+the most negative value by -1 (undefined, and a trap on x86) divides by 1 instead and selects the defined result."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import numpy as np
 from lazygrad.codegen.renderer import Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
+from lazygrad.uop.alu import division_hazards, shift_in_range
 from lazygrad.uop.ops import Ops, UOp
 
 LLVM_TYPES = {
@@ -68,6 +73,7 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.EXP2: {"float": "call {t} @llvm.exp2.{tn}({t} {a})"},
     Ops.LOG2: {"float": "call {t} @llvm.log2.{tn}({t} {a})"},
     Ops.SIN: {"float": "call {t} @llvm.sin.{tn}({t} {a})"},
+    Ops.COS: {"float": "call {t} @llvm.cos.{tn}({t} {a})"},
 }
 INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32", "i64": "i64"}
 
@@ -221,6 +227,9 @@ class LLVMRenderer(Renderer):
                     arity = template.count("{t} {")
                     declarations.add(f"declare {t} @{intrinsic}({', '.join([t] * arity)})")
                 operands = dict(zip("abc", (value(s) for s in src)))
+                if op in (Ops.SHL, Ops.SHR) and not shift_in_range(node):
+                    lines += self.render_shift(out, node, operands["a"], operands["b"])
+                    continue
                 instruction = template.format(
                     t=t, tn=INTRINSIC_NAMES.get(t, ""), one=render_const(1.0, operand_dtype), **operands
                 )
@@ -324,17 +333,49 @@ class LLVMRenderer(Renderer):
         ]
 
     @staticmethod
+    def render_shift(out: str, node: UOp, a: str, b: str) -> list[str]:
+        """A shift whose amount may be outside [0, bits) (poison in LLVM): there, every bit is shifted out (0, or
+        the sign in every bit for an arithmetic shift right). The poison of the unused shift never reaches a select's
+        result."""
+        t, bits = LLVM_TYPES[node.dtype], node.dtype.bits
+        signed = not node.dtype.is_unsigned
+        lines = [f"  {out}_in_range = icmp ult {t} {b}, {bits}"]  # unsigned: a negative amount is out of range too
+        if node.op is Ops.SHR and signed:
+            return lines + [
+                f"  {out}_amount = select i1 {out}_in_range, {t} {b}, {t} {bits - 1}",
+                f"  {out} = ashr {t} {a}, {out}_amount",
+            ]
+        instruction = "shl" if node.op is Ops.SHL else "lshr"
+        return lines + [
+            f"  {out}_shifted = {instruction} {t} {a}, {b}",
+            f"  {out} = select i1 {out}_in_range, {t} {out}_shifted, {t} 0",
+        ]
+
+    @staticmethod
     def render_division(out: str, node: UOp, value) -> list[str]:
         a, b = node.src
         t = LLVM_TYPES[node.dtype]
         signed = not node.dtype.is_unsigned
         instruction = ("sdiv" if signed else "udiv") if node.op is Ops.IDIV else ("srem" if signed else "urem")
-        if b.op is Ops.CONST and b.arg != 0:
+        may_be_zero, may_overflow = division_hazards(node)
+        if not (may_be_zero or may_overflow):
             return [f"  {out} = {instruction} {t} {value(a)}, {value(b)}"]
-        # dividing by zero is undefined in LLVM: divide by one instead and give 0, like the PYTHON device
-        return [
-            f"  {out}_zero = icmp eq {t} {value(b)}, 0",
-            f"  {out}_divisor = select i1 {out}_zero, {t} 1, {t} {value(b)}",
+        # where the divisor is 0, or -1 with a dividend that may be the most negative value, divide by 1 instead and
+        # select the defined result: 0 for a zero divisor; -a (wrapping) and remainder 0 for -1
+        hazards = [(f"{out}_zero", 0)] * may_be_zero + [(f"{out}_minus_one", -1)] * may_overflow
+        lines = [f"  {name} = icmp eq {t} {value(b)}, {divisor}" for name, divisor in hazards]
+        hazard = hazards[0][0]
+        if len(hazards) == 2:
+            lines.append(f"  {out}_hazard = or i1 {out}_zero, {out}_minus_one")
+            hazard = f"{out}_hazard"
+        lines += [
+            f"  {out}_divisor = select i1 {hazard}, {t} 1, {t} {value(b)}",
             f"  {out}_quotient = {instruction} {t} {value(a)}, {out}_divisor",
-            f"  {out} = select i1 {out}_zero, {t} 0, {t} {out}_quotient",
         ]
+        if may_overflow and node.op is Ops.IDIV:
+            lines += [
+                f"  {out}_negated = sub {t} 0, {value(a)}",
+                f"  {out}_defined = select i1 {out}_minus_one, {t} {out}_negated, {t} 0",
+            ]
+            return lines + [f"  {out} = select i1 {hazard}, {t} {out}_defined, {t} {out}_quotient"]
+        return lines + [f"  {out} = select i1 {hazard}, {t} 0, {t} {out}_quotient"]

@@ -2,7 +2,7 @@
 
 On a CPU driver (PoCL), loops are computed several iterations at a time in vector types (float8 ...): PoCL
 vectorizes straight-line kernels across work-items by itself, but a loop inside a work-item stays scalar there, and
-its exp2/log2/sin are vectorized only when called on vectors. The vectorized loop is the innermost global loop or,
+its exp2/log2 are vectorized only when called on vectors. The vectorized loop is the innermost global loop or,
 in a kernel without global loops (a full reduction), its top-level reduce loop, whose vector accumulators are
 combined lane by lane after it. A GPU driver prefers a vector width of 1, which turns vectors off and group
 reductions on (see the C-style base). Vector bools are signed integer vectors (-1 true, 0 false), as OpenCL's
@@ -12,7 +12,9 @@ vector comparisons return them.
 from __future__ import annotations
 
 from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
+from lazygrad.codegen.transcendental import sin_cos_rules
 from lazygrad.dtype import DType, dtypes
+from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import Ops, UOp
 
 
@@ -54,8 +56,14 @@ VECTOR_BOOL_TEMPLATES: dict[Ops, str] = {
     Ops.CMPLT: "~{a} & {b}",
     Ops.NEG: "~{a}",
 }
-# every lane divides by a non-zero number (integer division by zero traps), then lanes dividing by zero give 0
-VECTOR_SAFE_DIVISION = "({b} == 0) ? ({t})(0) : {a} {operator} (({b} == 0) ? ({t})(1) : {b})"
+# signed ops that may overflow, in vectors: the lanes reinterpreted as unsigned {u}, which wraps, and back as {s}
+# (vector types convert only through as_ and convert_ functions)
+VECTOR_WRAPPING_TEMPLATES: dict[Ops, str] = {
+    Ops.ADD: "as_{s}(as_{u}({a}) + as_{u}({b}))",
+    Ops.MUL: "as_{s}(as_{u}({a}) * as_{u}({b}))",
+    Ops.NEG: "as_{s}(-as_{u}({a}))",
+    Ops.SHL: "as_{s}(as_{u}({a}) << as_{u}({b}))",
+}
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -70,7 +78,9 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_prefix = "__global "
     gpu_style = True
     split_outer_loop = False
-    rewrites = None  # PoCL's exp2/log2/sin work on vectors, a GPU's are hardware
+    # exp2 and log2 are built in (PoCL's work on vectors, a GPU's are hardware); sin and cos are not: PoCL's vector
+    # versions return garbage for denormal lanes when another lane of the vector is large
+    rewrites = sin_cos_rules
     thread_index = "get_global_id(0)"
     local_index = "get_local_id(0)"
     shared_prefix = "__local "
@@ -85,6 +95,7 @@ class OpenCLRenderer(CStyleRenderer):
         "}}\n"
     )
     register_types = CStyleRenderer.register_types | {dtypes.bool: "bool", dtypes.uint32: "uint", dtypes.int64: "long"}
+    unsigned_types = {dtypes.int32: "uint", dtypes.int64: "ulong"}
     memory_types = register_types | {dtypes.bool: "uchar", dtypes.float16: "half"}
     int64_suffix = "l"
     math_functions = CStyleRenderer.double_math_functions  # overloaded for float, double and their vectors
@@ -328,13 +339,50 @@ class OpenCLRenderer(CStyleRenderer):
         operands = dict(zip("abc", (self.lanes(source) for source in src)))
         if operand_dtype == dtypes.bool:
             return VECTOR_BOOL_TEMPLATES[op].format(**operands)
-        if op in (Ops.IDIV, Ops.MOD) and not (src[1].op is Ops.CONST and src[1].arg != 0):
-            operator = "/" if op is Ops.IDIV else "%"
-            t = self.vector_type(node.dtype)
-            return VECTOR_SAFE_DIVISION.format(t=t, operator=operator, **operands)
+        if node.dtype.is_int and op in (Ops.IDIV, Ops.MOD):
+            return self.render_vector_division(node, operands)
+        if op in (Ops.SHL, Ops.SHR):
+            return self.render_vector_shift(node, operands)
+        if node.dtype.is_int and not node.dtype.is_unsigned and op in VECTOR_WRAPPING_TEMPLATES and may_wrap(node):
+            return self.vector_wrapping(op, node.dtype).format(**operands)
         expression = ALU_TEMPLATES[op][operand_dtype.kind].format(**operands, **self.double_math_functions)
         if op in (Ops.CMPLT, Ops.CMPNE) and operand_dtype.bits == 64:
             expression = f"convert_int{self.vector_width}({expression})"
         if node.dtype == dtypes.float16:
             expression = f"round_to_half{self.vector_width}({expression})"
         return expression
+
+    def vector_wrapping(self, op: Ops, dtype: DType) -> str:
+        template = VECTOR_WRAPPING_TEMPLATES[op].replace("{s}", self.vector_type(dtype))
+        return template.replace("{u}", f"{self.unsigned_types[dtype]}{self.vector_width}")
+
+    def render_vector_shift(self, node: UOp, operands: dict[str, str]) -> str:
+        """A shift of lanes; where the amount may be out of range (OpenCL would take it modulo the bit width), the
+        result of shifting every bit out is selected instead."""
+        signed, bits, t = not node.dtype.is_unsigned, node.dtype.bits, self.vector_type(node.dtype)
+        a, b = operands["a"], operands["b"]
+        if node.op is Ops.SHL:
+            shifted = self.vector_wrapping(Ops.SHL, node.dtype).format(a=a, b=b) if signed else f"{a} << {b}"
+        else:
+            shifted = f"{a} >> {b}"
+        if shift_in_range(node):
+            return shifted
+        in_range = f"({b} < ({t})({bits}))" + (f" & ({b} >= ({t})(0))" if signed else "")
+        if node.op is Ops.SHR and signed:  # the sign fills every bit: shift by bits - 1
+            return f"{a} >> (({in_range}) ? {b} : ({t})({bits - 1}))"
+        return f"({in_range}) ? ({shifted}) : ({t})(0)"
+
+    def render_vector_division(self, node: UOp, operands: dict[str, str]) -> str:
+        """Lanes divide by a safe divisor (1 where theirs may be 0 or -1: both are undefined for some dividends and
+        may trap), then take the defined results there: 0 for a zero divisor, -a and 0 for a divisor of -1."""
+        may_be_zero, may_overflow = division_hazards(node)
+        plain = f"{operands['a']} {'/' if node.op is Ops.IDIV else '%'} "
+        if not (may_be_zero or may_overflow):
+            return plain + operands["b"]
+        t, b = self.vector_type(node.dtype), operands["b"]
+        zero, minus_one = f"({b} == ({t})(0))", f"({b} == ({t})(-1))"
+        hazard = " | ".join([zero] * may_be_zero + [minus_one] * may_overflow)
+        result = f"({hazard}) ? ({t})(0) : {plain}(({hazard}) ? ({t})(1) : {b})"
+        if may_overflow and node.op is Ops.IDIV:
+            result = f"{minus_one} ? {self.vector_wrapping(Ops.NEG, node.dtype).format(a=operands['a'])} : ({result})"
+        return result

@@ -1,0 +1,353 @@
+"""Numerics on the selected device: NaN propagated as PyTorch propagates it, sin/cos/tan within a few ulp over the
+whole float32 range, and integer ops defined for every input (wrap-around, division by zero and of the most negative
+value by -1, out-of-range shifts, floor division of negative operands).
+
+The same file runs on every device (chosen by environment variables, as for test_ops.py); tensors stay small, so it
+is quick on the PYTHON emulator too. Values are checked against PyTorch (CPU) or NumPy. Two tests read generated
+source: C kernels are compiled with the undefined-behaviour sanitizer and run on every hazard, and LLVM IR must carry
+no wrap flags on arithmetic that can overflow.
+"""
+
+import ctypes
+import shutil
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor, dtypes
+from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.lower import lower_kernel
+from lazygrad.codegen.renderer.cstyle import CStyleRenderer
+from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+
+torch = pytest.importorskip("torch")
+
+NAN, INF = float("nan"), float("inf")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN = -(2**63)
+INTEGER_DTYPES = {dtypes.int32: np.int32, dtypes.int64: np.int64}
+
+
+def numpy_quietly(function, *arguments, **options):
+    """A NumPy result computed without its warnings about overflow and division by zero (those are the cases)."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return function(*arguments, **options)
+
+
+# ---- NaN -----------------------------------------------------------------------------------------------------------
+
+ROWS_WITH_NAN = np.array(
+    [
+        [1.0, NAN, 3.0, NAN],  # the first NaN, not the last, not the largest number
+        [NAN, 5.0, 1.0, 0.0],
+        [2.0, 5.0, 5.0, -INF],  # no NaN: the first of the tied maxima
+        [NAN, NAN, NAN, NAN],
+        [-INF, -INF, INF, NAN],
+    ],
+    dtype=np.float32,
+)
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_argmax_and_argmin_point_at_the_first_nan(name):
+    rows = Tensor(ROWS_WITH_NAN)
+    for axis in (1, 0, None):
+        expected = getattr(torch.tensor(ROWS_WITH_NAN), name)(dim=axis).numpy()
+        np.testing.assert_array_equal(getattr(rows, name)(axis).numpy(), expected, err_msg=f"{name} axis={axis}")
+    np.testing.assert_array_equal(rows.argmax(1, keepdim=True).numpy(), [[1], [0], [1], [0], [3]])
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_and_min_reductions_propagate_nan(name):
+    rows, reference = Tensor(ROWS_WITH_NAN), torch.tensor(ROWS_WITH_NAN)
+    torch_name = {"max": "amax", "min": "amin"}[name]
+    for axis in (1, 0):
+        expected = getattr(reference, torch_name)(dim=axis).numpy()
+        np.testing.assert_array_equal(getattr(rows, name)(axis).numpy(), expected, err_msg=f"{name} axis={axis}")
+    assert np.isnan(getattr(rows, name)().numpy())
+
+
+def test_maximum_and_minimum_propagate_nan():
+    a = np.array([NAN, 1.0, NAN, -INF, 2.0, 0.0], dtype=np.float32)
+    b = np.array([1.0, NAN, NAN, NAN, 3.0, -0.0], dtype=np.float32)
+    for name in ("maximum", "minimum"):
+        expected = getattr(torch, name)(torch.tensor(a), torch.tensor(b)).numpy()
+        np.testing.assert_array_equal(getattr(Tensor(a), name)(Tensor(b)).numpy(), expected, err_msg=name)
+        np.testing.assert_array_equal(getattr(Tensor(a), name)(2.0).numpy(), getattr(np, name)(a, 2.0))
+
+
+def test_relu_passes_nan_and_its_gradient():
+    values = np.array([NAN, -1.0, 0.0, 2.0, -INF, INF], dtype=np.float32)
+    x, reference = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    x.relu().sum().backward()
+    torch.relu(reference).sum().backward()
+    np.testing.assert_array_equal(x.relu().numpy(), torch.relu(reference).detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), reference.grad.numpy())
+    np.testing.assert_array_equal(Tensor(values).relu6().numpy(), torch.nn.functional.relu6(torch.tensor(values)))
+
+
+def test_max_gradients_split_ties_as_torch_does():
+    values = np.array([[1.0, 3.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0], [-1.0, 0.0, -2.0, 0.0]], dtype=np.float32)
+    other = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 4.0, 5.0], [-1.0, 0.0, -3.0, 1.0]], dtype=np.float32)
+    for reduce, torch_reduce in ((Tensor.max, torch.amax), (Tensor.min, torch.amin)):
+        x, reference = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+        (reduce(x, 1) * Tensor([1.0, 2.0, 3.0])).sum().backward()
+        (torch_reduce(reference, 1) * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), err_msg=torch_reduce.__name__)
+    for name in ("maximum", "minimum"):
+        x, y = Tensor(values, requires_grad=True), Tensor(other, requires_grad=True)
+        reference_x, reference_y = torch.tensor(values, requires_grad=True), torch.tensor(other, requires_grad=True)
+        getattr(x, name)(y).sum().backward()
+        getattr(torch, name)(reference_x, reference_y).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), reference_x.grad.numpy(), err_msg=name)
+        np.testing.assert_allclose(y.grad.numpy(), reference_y.grad.numpy(), err_msg=name)
+
+
+# ---- sin, cos, tan -------------------------------------------------------------------------------------------------
+
+
+def ulp_distance(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """How many representable values apart two float arrays of the same dtype are, elementwise (0 for equal values,
+    NaN with NaN included, and for +0 with -0)."""
+    bits = {np.dtype(np.float32): np.int32, np.dtype(np.float16): np.int16}[got.dtype]
+    ordered = []
+    for values in (got, expected):
+        integers = values.view(bits).astype(np.int64)
+        magnitude = integers & (np.iinfo(bits).max)
+        ordered.append(np.where(integers < 0, -magnitude, magnitude))
+    distance = np.abs(ordered[0] - ordered[1])
+    both_nan = np.isnan(got) & np.isnan(expected)
+    return np.where(both_nan, 0, np.where(np.isnan(got) | np.isnan(expected), np.iinfo(np.int64).max, distance))
+
+
+def trigonometric_sweep() -> np.ndarray:
+    """float32 values over the whole range: a log-spaced sweep from the smallest denormal to the largest float (both
+    signs), multiples of π/2 (rounded, and their neighbours, where the result is smallest), and the edges."""
+    magnitudes = np.logspace(np.log10(1.4e-45), np.log10(3.4028235e38), 240).astype(np.float32)
+    multiples = (np.array([1, 2, 3, 4, 5, 7, 11, 100, 1000, 10**5, 10**6, 10**7]) * np.pi / 2).astype(np.float32)
+    neighbours = np.concatenate([np.nextafter(multiples, np.float32(INF)), np.nextafter(multiples, np.float32(0))])
+    # 16367173·2^72 is the float32 closest to a multiple of π/2, relatively: 2^-29.9 quarter turns from it
+    edges = [3.4028235e38, 1.1754944e-38, 1e-40, 1.4e-45, 0.7853982, 2.0**-12, 2.0**-13, 1e5, 16367173 * 2.0**72]
+    edges = np.array(edges, np.float32)
+    positive = np.concatenate([magnitudes, multiples, neighbours, edges])
+    return np.concatenate([positive, -positive, np.float32([0.0, -0.0])]).astype(np.float32)
+
+
+@pytest.mark.parametrize("name, ulps", [("sin", 1), ("cos", 1), ("tan", 3)])
+def test_trigonometric_functions_over_the_whole_float32_range(name, ulps):
+    x = trigonometric_sweep()
+    got = getattr(Tensor(x), name)().numpy()
+    exact = getattr(np, name)(x.astype(np.float64)).astype(np.float32)  # the float64 result, rounded once
+    distance = ulp_distance(got, exact)
+    worst = int(np.argmax(distance))
+    assert distance.max() <= ulps, f"{name}({x[worst]!r}) = {got[worst]!r}, exact {exact[worst]!r}"
+    # and with NumPy's float32 functions, which are themselves up to 1 ulp (tan: 3) from the rounded exact value
+    assert ulp_distance(got, getattr(np, name)(x)).max() <= 2 * ulps + 1
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_trigonometric_functions_at_special_values(name):
+    special = np.array([INF, -INF, NAN, 0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38], dtype=np.float32)
+    got = getattr(Tensor(special), name)().numpy()
+    expected = numpy_quietly(getattr(np, name), special)
+    assert np.all(np.isnan(got[:3])), f"{name} of inf, -inf, nan: {got[:3]}"
+    np.testing.assert_array_equal(got[3:], expected[3:])  # denormals: sin(x) = tan(x) = x, cos(x) = 1
+    np.testing.assert_array_equal(np.signbit(got[3:]), np.signbit(expected[3:]))  # sin(-0) is -0
+
+
+def test_trigonometric_gradients_at_large_arguments():
+    values = np.array([1e20, -3.4e38, 123456.7, 1.5707964, 1e-30], dtype=np.float32)
+    for name, derivative in (("sin", np.cos), ("cos", lambda v: -np.sin(v))):
+        x = Tensor(values, requires_grad=True)
+        getattr(x, name)().sum().backward()
+        expected = derivative(values.astype(np.float64)).astype(np.float32)
+        assert ulp_distance(x.grad.numpy(), expected).max() <= 2, f"d/dx {name}: {x.grad.numpy()} vs {expected}"
+
+
+def test_half_precision_sin_and_cos():
+    x = np.concatenate([np.linspace(-60000, 60000, 64), np.linspace(-7, 7, 64)]).astype(np.float16)
+    for name in ("sin", "cos"):
+        got = getattr(Tensor(x), name)().numpy()
+        exact = getattr(np, name)(x.astype(np.float64)).astype(np.float16)
+        assert got.dtype == np.float16 and ulp_distance(got, exact).max() <= 1, name
+
+
+# ---- integers ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int64, dtypes.uint32])
+def test_min_and_argmin_at_the_ends_of_the_integer_range(dtype):
+    np_dtype = {dtypes.uint32: np.uint32, **INTEGER_DTYPES}[dtype]
+    info = np.iinfo(np_dtype)
+    values = np.array([[5, info.min, -3 if info.min else 3, info.max], [info.max, 7, info.min, 0]], dtype=np_dtype)
+    x = Tensor(values, dtype=dtype)
+    np.testing.assert_array_equal(x.min().numpy(), values.min())
+    np.testing.assert_array_equal(x.min(1).numpy(), values.min(1))
+    np.testing.assert_array_equal(x.argmin(1).numpy(), values.argmin(1))
+    np.testing.assert_array_equal(x.argmin().numpy(), values.argmin())
+    np.testing.assert_array_equal(x.max(0).numpy(), values.max(0))
+    np.testing.assert_array_equal(x.argmax(0).numpy(), values.argmax(0))
+    np.testing.assert_array_equal(x.minimum(x.flip(1)).numpy(), np.minimum(values, values[:, ::-1]))
+
+
+@pytest.mark.parametrize("dtype", list(INTEGER_DTYPES))
+def test_integer_arithmetic_wraps_around(dtype):
+    np_dtype = INTEGER_DTYPES[dtype]
+    info = np.iinfo(np_dtype)
+    a = np.array([info.max, info.min, info.min, info.max, -1, 3, info.max // 2 + 7], dtype=np_dtype)
+    b = np.array([1, -1, info.min, info.max, info.min, info.max, 3], dtype=np_dtype)
+    x, y = Tensor(a, dtype=dtype), Tensor(b, dtype=dtype)
+    for name, function in (("+", np.add), ("-", np.subtract), ("*", np.multiply)):
+        got = {"+": x + y, "-": x - y, "*": x * y}[name].numpy()
+        np.testing.assert_array_equal(got, numpy_quietly(function, a, b), err_msg=name)
+    np.testing.assert_array_equal((-x).numpy(), numpy_quietly(np.negative, a))
+    np.testing.assert_array_equal(x.sum().numpy(), numpy_quietly(np.sum, a, dtype=np_dtype))
+    np.testing.assert_array_equal((x + 1).numpy(), numpy_quietly(np.add, a, np_dtype(1)))
+
+
+def floor_division_cases(np_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Every sign combination, exact and inexact, the most negative value over -1 and 1, and zero divisors."""
+    low = np.iinfo(np_dtype).min
+    a = np.array([7, -7, 7, -7, 6, -6, 6, -6, 0, low, low, low, low + 1, 5, -5, 0, low], dtype=np_dtype)
+    b = np.array([2, 2, -2, -2, 3, 3, -3, -3, -4, -1, 1, 7, -1, 0, 0, 0, 0], dtype=np_dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", list(INTEGER_DTYPES))
+def test_floor_division_and_modulo_match_torch(dtype):
+    a, b = floor_division_cases(INTEGER_DTYPES[dtype])
+    nonzero = b != 0
+    x, y = Tensor(a, dtype=dtype), Tensor(b, dtype=dtype)
+    quotient, remainder = (x // y).numpy(), (x % y).numpy()
+    expected_quotient = torch.div(torch.tensor(a[nonzero]), torch.tensor(b[nonzero]), rounding_mode="floor")
+    np.testing.assert_array_equal(quotient[nonzero], expected_quotient.numpy())
+    np.testing.assert_array_equal(
+        remainder[nonzero], torch.remainder(torch.tensor(a[nonzero]), torch.tensor(b[nonzero]))
+    )
+    # integer division by zero is 0, and so is the remainder (NumPy's choice; PyTorch raises)
+    np.testing.assert_array_equal(quotient[~nonzero], 0)
+    np.testing.assert_array_equal(remainder[~nonzero], 0)
+    np.testing.assert_array_equal(quotient, numpy_quietly(np.floor_divide, a, b))
+    np.testing.assert_array_equal(remainder, numpy_quietly(np.remainder, a, b))
+
+
+def test_division_by_scalars_zero_and_minus_one():
+    a = np.array([7, -7, 0, INT32_MIN, INT32_MAX], dtype=np.int32)
+    x = Tensor(a)
+    np.testing.assert_array_equal((x // 0).numpy(), np.zeros(5, np.int32))
+    np.testing.assert_array_equal((x % 0).numpy(), np.zeros(5, np.int32))
+    np.testing.assert_array_equal((x // -1).numpy(), numpy_quietly(np.floor_divide, a, np.int32(-1)))
+    np.testing.assert_array_equal((x % -1).numpy(), np.zeros(5, np.int32))
+    np.testing.assert_array_equal((5 // Tensor(np.array([0, 2, -2], np.int32))).numpy(), [0, 2, -3])
+    # float division follows IEEE: x // 0.0 is ±inf (nan for 0), x % 0.0 is nan, as in torch
+    floats = np.array([7.0, -7.0, 0.0], dtype=np.float32)
+    np.testing.assert_array_equal((Tensor(floats) // 0.0).numpy(), (torch.tensor(floats) // 0.0).numpy())
+    assert np.isnan((Tensor(floats) % 0.0).numpy()).all()
+
+
+def test_constant_folding_agrees_with_kernels():
+    """The simplifier folds ops on constants in Python; the same ops on loaded values run in kernels."""
+    a, b = floor_division_cases(np.int32)
+    for name, function in (("//", Tensor.__floordiv__), ("%", Tensor.__mod__), ("*", Tensor.__mul__)):
+        constants = [Tensor.full((), int(left), dtype=dtypes.int32) for left in a]
+        folded = Tensor.stack(*(function(left, int(right)) for left, right in zip(constants, b))).numpy()
+        computed = function(Tensor(a), Tensor(b)).numpy()
+        np.testing.assert_array_equal(folded, computed, err_msg=name)
+        expected = {"//": np.floor_divide, "%": np.remainder, "*": np.multiply}[name]
+        np.testing.assert_array_equal(folded, numpy_quietly(expected, a, b), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint32])
+def test_shifts_by_any_amount_shift_every_bit_out_as_numpy_and_torch_do(dtype):
+    np_dtype = {dtypes.int32: np.int32, dtypes.uint32: np.uint32}[dtype]
+    values = np.array([1, 5, 2**31 - 1, 3, 7, 12345, 9, 1], dtype=np.int64)
+    amounts = np.resize(np.array([0, 1, 31, 32, 33, 100, 4, 30]), len(values))
+    if dtype == dtypes.int32:
+        values, amounts = np.concatenate([values, -values, [INT32_MIN]]), np.resize(amounts, 2 * len(values) + 1)
+        amounts[1::3] = -amounts[1::3] - 1  # negative amounts shift every bit out too
+    a, s = values.astype(np_dtype), amounts.astype(np_dtype)
+    x, amount = Tensor(a, dtype=dtype), Tensor(s, dtype=dtype)
+    np.testing.assert_array_equal((x << amount).numpy(), np.left_shift(a, s))
+    np.testing.assert_array_equal((x >> amount).numpy(), np.right_shift(a, s))
+    if dtype == dtypes.int32:  # torch has no shifts of uint32
+        np.testing.assert_array_equal((x << amount).numpy(), (torch.tensor(a) << torch.tensor(s)).numpy())
+        np.testing.assert_array_equal((x >> amount).numpy(), (torch.tensor(a) >> torch.tensor(s)).numpy())
+
+
+def test_the_simplifier_does_not_fold_through_overflow():
+    unsigned = np.array([2**30 + 5, 3, 2**31, 2**32 - 1], dtype=np.uint32)
+    x = Tensor(unsigned)
+    np.testing.assert_array_equal(((x * 4) // 4).numpy(), numpy_quietly(lambda v: v * np.uint32(4) // 4, unsigned))
+    np.testing.assert_array_equal(((x * 4) % 12).numpy(), numpy_quietly(lambda v: v * np.uint32(4) % 12, unsigned))
+    signed = np.array([INT32_MAX, 5, INT32_MAX - 1, -7], dtype=np.int32)
+    y = Tensor(signed)
+    np.testing.assert_array_equal(((y + 1) < -5).numpy(), numpy_quietly(lambda v: (v + np.int32(1)) < -5, signed))
+    np.testing.assert_array_equal(((y * 2) // 2).numpy(), numpy_quietly(lambda v: v * np.int32(2) // 2, signed))
+
+
+# ---- generated source ----------------------------------------------------------------------------------------------
+
+
+HAZARD_LEFT = np.array([INT32_MIN, INT32_MAX, -7, 7, 0, INT32_MIN, 5, -1], dtype=np.int32)
+HAZARD_RIGHT = np.array([-1, 2, 0, -2, 0, 40, -1, 32], dtype=np.int32)
+# int32 kernels over inputs where plain C or LLVM arithmetic would be undefined: overflow, division by 0 and of the
+# most negative value by -1, shifts by negative amounts and by the bit width or more
+HAZARD_KERNELS = {
+    "add": lambda a, b: a + b,
+    "mul": lambda a, b: a * b,
+    "neg": lambda a, b: -a,
+    "floordiv": lambda a, b: a // b,
+    "mod": lambda a, b: a % b,
+    "shl": lambda a, b: a << b,
+    "shr": lambda a, b: a >> b,
+    "sum": lambda a, b: a.sum(),
+    "min": lambda a, b: a.min(),
+}
+
+
+def hazard_kernel(name: str) -> tuple[list, list[np.ndarray], np.ndarray]:
+    """One hazard kernel's linear program, the arrays bound to its input parameters (in order), and its output as
+    the selected device computes it."""
+    left, right = Tensor(HAZARD_LEFT), Tensor(HAZARD_RIGHT)
+    result = HAZARD_KERNELS[name](left, right)
+    (item,) = [item for item in result.schedule() if item.kind == "kernel"]
+    arrays = {left.uop: HAZARD_LEFT, right.uop: HAZARD_RIGHT}
+    return linearize(lower_kernel(item.ast)), [arrays[buffer] for buffer in item.buffers[1:]], result.numpy()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (with the undefined-behaviour sanitizer)")
+def test_generated_c_is_free_of_undefined_behaviour(tmp_path, capfd):
+    """Every hazard kernel, as the C renderer writes it (C, CUDA and the scalar code of OpenCL share its templates),
+    compiled with -fsanitize=undefined and without -fwrapv, runs without a report and computes what the device did."""
+    for name in HAZARD_KERNELS:
+        program, inputs, expected = hazard_kernel(name)
+        source, library = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
+        source.write_text(CStyleRenderer().render("kernel", program))
+        flags = ["-O1", "-shared", "-fPIC", "-fsanitize=undefined", "-fno-sanitize-recover=undefined"]
+        built = subprocess.run(["cc", *flags, str(source), "-o", str(library)], capture_output=True, text=True)
+        if built.returncode != 0 and "sanitize" in built.stderr:
+            pytest.skip(f"cc cannot build with -fsanitize=undefined: {built.stderr[:300]}")
+        assert built.returncode == 0, built.stderr
+        output = np.zeros(max(expected.size, 1), np.int32)
+        buffers = [output, *(np.ascontiguousarray(array) for array in inputs)]
+        kernel = ctypes.CDLL(str(library)).kernel
+        kernel.argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_longlong, ctypes.c_longlong]
+        kernel(*(buffer.ctypes.data for buffer in buffers), 0, output.size)
+        assert "runtime error" not in capfd.readouterr().err, name
+        np.testing.assert_array_equal(output.reshape(expected.shape), expected, err_msg=name)
+
+
+def test_llvm_ir_has_no_wrap_flags_and_guards_its_divisions():
+    for name in HAZARD_KERNELS:
+        program, _, _ = hazard_kernel(name)
+        lines = LLVMRenderer().render("kernel", program).splitlines()
+        flagged = [line for line in lines if " nsw " in line or " nuw " in line]
+        # only a loop counter, which stops at its end, may promise not to wrap
+        assert all(line.strip().startswith("%L") and line.endswith(", 1") for line in flagged), (name, flagged)
+        divisions = [line for line in lines if " sdiv " in line or " srem " in line]
+        assert all(line.endswith("_divisor") for line in divisions), (name, divisions)
+        shifts = [line for line in lines if " shl " in line or " ashr " in line]
+        assert all("_amount" in line or "_shifted" in line for line in shifts), (name, shifts)
