@@ -1,4 +1,5 @@
-"""Random-graph fuzz tests: a few hundred seeds of extra/fuzz.py, each comparing lazygrad with NumPy.
+"""Random-graph fuzz tests: a few hundred seeds of extra/fuzz.py, each comparing lazygrad with NumPy, and the
+programs the fuzzer found wrong, kept as regression tests.
 
 Each seed builds a small random program of elementwise, reduce and movement ops (see extra/fuzz.py).
 A failure names the seed and the ops; ``python extra/fuzz.py --show SEED`` prints a runnable reproducer.
@@ -8,7 +9,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from lazygrad import Tensor
 
 SEEDS = 300
 
@@ -30,3 +34,26 @@ fuzz = load_fuzzer()
 def test_fuzz_seed(seed: int) -> None:
     """The lazygrad and NumPy versions of the seed's random program agree."""
     fuzz.run_seed(seed)
+
+
+# (op, rows, padding): relu of one array combined with a second, read as rows of two through a pad of both dims
+PADDED_ROWS = [
+    ("sub", 8, ((2, 0), (1, 1))),  # squared afterwards: the program first seen wrong
+    ("add", 12, ((2, 0), (1, 0))),
+    ("mul", 33, ((3, 2), (2, 0))),
+    ("add", 27, ((3, 1), (2, 1))),  # rows of 5: the row loop is unrolled by the compiler, not by codegen
+]
+
+
+@pytest.mark.parametrize("operation, rows, padding", PADDED_ROWS)
+def test_padded_rows_of_relu(operation, rows, padding):
+    """CPU=1 once got rows of zeros and values read past the buffers here: gcc 12 vectorized each row's gated loads
+    as a group of masked loads and gave every vector of the group after the first the first one's mask."""
+    rng = np.random.default_rng(rows)
+    a, b = (rng.uniform(-2, 2, rows * 2).astype(np.float32) for _ in range(2))
+    combine = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y}[operation]
+    result, expected = combine(Tensor(a).relu(), Tensor(b)), combine(np.maximum(a, np.float32(0)), b)
+    if operation == "sub":
+        result, expected = result * result, expected * expected
+    padded = result.reshape(rows, 2).pad(padding).numpy()
+    np.testing.assert_allclose(padded, np.pad(expected.reshape(rows, 2), padding), rtol=1e-6, atol=1e-6)

@@ -337,9 +337,13 @@ class CStyleRenderer(Renderer):
         if len(node.src) == 2:
             self.declare(node, name, self.read_memory(buffer, index, node.dtype))
             return
-        # a gated load reads element 0 when invalid, then selects zero: no branch, so loops still vectorize
+        # A gated load reads element 0 when invalid, then selects zero: no branch, so loops still vectorize. The index
+        # is masked, not selected: gcc 12 turns a load whose index is chosen by the gate into a load under the gate
+        # and vectorizes groups of those as masked loads, giving each later vector of a group the first vector's
+        # mask (lanes zeroed or read past the buffer). Unconditional reads from valid addresses cannot go wrong so.
         valid = self.value(node.src[2])
-        self.declare(node, f"{name}_raw", self.read_memory(buffer, f"{valid} ? {index} : 0", node.dtype))
+        safe_index = f"{index} & -({self.register_types[dtypes.index]}){valid}"
+        self.declare(node, f"{name}_raw", self.read_memory(buffer, safe_index, node.dtype))
         self.declare(node, name, f"{valid} ? {name}_raw : {self.render_const(0, node.dtype)}")
 
     def render_store(self, node: UOp) -> None:
