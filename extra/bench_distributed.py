@@ -161,6 +161,11 @@ def ring_seconds(nbytes: int, hosts: int, alpha: float, bandwidth: float, handsh
     return latency + transfer + buckets * (hosts - 1) * handshake
 
 
+def milliseconds(seconds: float) -> str:
+    value = seconds * 1e3
+    return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
+
+
 def human_bytes(nbytes: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if nbytes < 1024 or unit == "GB":
@@ -261,10 +266,10 @@ def main() -> None:
             cells = []
             for hosts in HOSTS:
                 step = computes[name] + ring_seconds(nbytes, hosts, alpha, link * 1e9 / 8, handshake)
-                cells.append(f"{step * 1e3:.3g} ({100 * computes[name] / step:.0f}%)")
+                cells.append(f"{milliseconds(step)} ({100 * computes[name] / step:.0f}%)")
             say(
-                f"| {name} | {parameters / 1e6:.3g}M, {human_bytes(nbytes)} | {computes[name] * 1e3:.3g} ms | "
-                f"{parallels[name] * 1e3:.3g} ms | {link} Gb/s | " + " | ".join(cells) + " |"
+                f"| {name} | {parameters:,}, {human_bytes(nbytes)} | {milliseconds(computes[name])} ms | "
+                f"{milliseconds(parallels[name])} ms | {link} Gb/s | " + " | ".join(cells) + " |"
             )
 
 
