@@ -136,16 +136,22 @@ def trigonometric_sweep() -> np.ndarray:
     return np.concatenate([positive, -positive, np.float32([0.0, -0.0])]).astype(np.float32)
 
 
-@pytest.mark.parametrize("name, ulps", [("sin", 1), ("cos", 1), ("tan", 3)])
-def test_trigonometric_functions_over_the_whole_float32_range(name, ulps):
+# the bound on each function's distance from the rounded exact value, in ulps, and NumPy's float32 version's own: the
+# polynomials are within 1 ulp for sin and cos and 3 for tan (sin times the reciprocal of cos); CUDA's sinf and cosf
+# are documented within 2
+TRIGONOMETRIC_ULPS = {"sin": (2, 1), "cos": (2, 1), "tan": (5, 3)}
+
+
+@pytest.mark.parametrize("name", list(TRIGONOMETRIC_ULPS))
+def test_trigonometric_functions_over_the_whole_float32_range(name):
+    ulps, numpy_ulps = TRIGONOMETRIC_ULPS[name]
     x = trigonometric_sweep()
     got = getattr(Tensor(x), name)().numpy()
     exact = getattr(np, name)(x.astype(np.float64)).astype(np.float32)  # the float64 result, rounded once
     distance = ulp_distance(got, exact)
     worst = int(np.argmax(distance))
     assert distance.max() <= ulps, f"{name}({x[worst]!r}) = {got[worst]!r}, exact {exact[worst]!r}"
-    # and with NumPy's float32 functions, which are themselves up to 1 ulp (tan: 3) from the rounded exact value
-    assert ulp_distance(got, getattr(np, name)(x)).max() <= 2 * ulps + 1
+    assert ulp_distance(got, getattr(np, name)(x)).max() <= ulps + numpy_ulps
 
 
 @pytest.mark.parametrize("name", ["sin", "cos", "tan"])
