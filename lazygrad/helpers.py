@@ -55,7 +55,7 @@ class ContextVar:
 # Every environment variable, in one place.
 DEBUG = ContextVar("DEBUG", 0, "1: schedule summary, 2: a line per kernel, 4: source, 5: kernel AST, 6: linear program")
 NOOPT = ContextVar("NOOPT", 0, "1 turns kernel optimizations (loop merging, unrolling) off")
-CACHELEVEL = ContextVar("CACHELEVEL", 1, "0 disables the on-disk compile cache")
+CACHELEVEL = ContextVar("CACHELEVEL", 1, "0 turns the disk cache (compiled kernels, BEAM choices) off")
 BEAM = ContextVar(
     "BEAM", 0, "N > 0 times up to N register blocks per new kernel and keeps the fastest (cached on disk)"
 )
@@ -63,7 +63,9 @@ JIT = ContextVar("JIT", 1, "0 makes TinyJit run the function every call instead 
 MOCKCUDA = ContextVar("MOCKCUDA", 0, "1 runs CUDA=1 without a driver: NVRTC compiles every kernel, the CPU runs it")
 CL_PLATFORM = ContextVar("CL_PLATFORM", -1, "index of the OpenCL platform GPU=1 uses (-1: the first that works)")
 CL_DEVICE = ContextVar("CL_DEVICE", -1, "index of the OpenCL device in that platform (-1: the first that works)")
-CACHEDIR = os.path.expanduser(getenv("LAZYGRAD_CACHE", "~/.cache/lazygrad"))  # where compiled kernels are kept
+# The disk cache's directory (see diskcache.py): compiled kernels and BEAM choices. Empty is the same as unset; a
+# relative path is taken from the directory lazygrad was started in.
+CACHEDIR = os.path.abspath(os.path.expanduser(getenv("LAZYGRAD_CACHE", "~/.cache/lazygrad")))
 # Device selection variables: exactly one of these may be set (read in device.py through `device_env_vars`).
 DEVICE_ENV_VARS = {"LLVM": "LLVM", "GPU": "GPU", "CUDA": "CUDA", "CPU": "CPU", "CLANG": "CPU", "PYTHON": "PYTHON"}
 
