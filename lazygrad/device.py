@@ -4,18 +4,17 @@ content-keyed cache, an allocator and a program runner."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import os
-import tempfile
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
 
+from lazygrad.diskcache import disk_cache
 from lazygrad.dtype import DType
-from lazygrad.helpers import CACHEDIR, CACHELEVEL, DEVICE_ENV_VARS, GlobalCounters, device_env_vars
+from lazygrad.helpers import DEVICE_ENV_VARS, GlobalCounters, device_env_vars
 
 KNOWN_DEVICES = ("LLVM", "GPU", "CUDA", "CPU", "PYTHON")
 
@@ -219,29 +218,22 @@ class HostAllocator(Allocator):
 
 
 class Compiler(ABC):
-    """Turns source text into a binary, cached in memory and on disk by the hash of (compiler, source)."""
+    """Turns source text into a binary, kept in the disk cache by (compiler, source)."""
 
-    cache_name = "compiler"
+    cache_name = "compiler"  # the compiler's identity: its version and target, and the settings that change its output
 
     @abstractmethod
     def compile(self, source: str) -> bytes:
         """The binary for `source`."""
 
     def compile_cached(self, source: str) -> bytes:
-        key = hashlib.sha256(f"{self.cache_name}\n{source}".encode()).hexdigest()
-        path = os.path.join(CACHEDIR, self.cache_name, key)
-        if CACHELEVEL >= 1 and os.path.exists(path):
+        binary = disk_cache.get(self.cache_name, source)
+        if binary is not None:
             GlobalCounters.compile_cache_hits += 1
-            with open(path, "rb") as file:
-                return file.read()
+            return binary
         binary = self.compile(source)
         GlobalCounters.compile_count += 1
-        if CACHELEVEL >= 1:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            # write then rename, so a concurrent reader never sees half a file
-            with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as file:
-                file.write(binary)
-            os.replace(file.name, path)
+        disk_cache.put(self.cache_name, source, binary)
         return binary
 
 

@@ -10,9 +10,21 @@ from typing import Iterable
 
 
 @functools.cache
-def getenv(key: str, default=0):
-    """An environment variable converted to the type of `default`."""
-    return type(default)(os.getenv(key, default))
+def getenv(key: str, default=0, meaning: str = ""):
+    """An environment variable converted to the type of `default` (an empty one is the same as an unset one); a value
+    that does not convert is an error naming the variable, what it accepts and, where given, what it means."""
+    value = os.getenv(key, "")
+    if value == "":
+        return default
+    try:
+        return type(default)(value)
+    except ValueError:
+        accepted = {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
+        explained = f" — {meaning} —" if meaning else ""
+        raise ValueError(
+            f"environment variable {key}={value!r} is not {accepted}: {key} takes {accepted}{explained} or is left unset "
+            f"for the default, {default}"
+        ) from None
 
 
 class ContextVar:
@@ -21,7 +33,7 @@ class ContextVar:
     registry: dict[str, ContextVar] = {}
 
     def __init__(self, key: str, default: int, meaning: str):
-        self.key, self.value, self.meaning = key, getenv(key, default), meaning
+        self.key, self.value, self.meaning = key, getenv(key, default, meaning), meaning
         ContextVar.registry[key] = self
 
     def __bool__(self) -> bool:
@@ -43,7 +55,7 @@ class ContextVar:
 # Every environment variable, in one place.
 DEBUG = ContextVar("DEBUG", 0, "1: schedule summary, 2: a line per kernel, 4: source, 5: kernel AST, 6: linear program")
 NOOPT = ContextVar("NOOPT", 0, "1 turns kernel optimizations (loop merging, unrolling) off")
-CACHELEVEL = ContextVar("CACHELEVEL", 1, "0 disables the on-disk compile cache")
+CACHELEVEL = ContextVar("CACHELEVEL", 1, "0 turns the disk cache (compiled kernels, BEAM choices) off")
 BEAM = ContextVar(
     "BEAM", 0, "N > 0 times up to N register blocks per new kernel and keeps the fastest (cached on disk)"
 )
@@ -51,7 +63,9 @@ JIT = ContextVar("JIT", 1, "0 makes TinyJit run the function every call instead 
 MOCKCUDA = ContextVar("MOCKCUDA", 0, "1 runs CUDA=1 without a driver: NVRTC compiles every kernel, the CPU runs it")
 CL_PLATFORM = ContextVar("CL_PLATFORM", -1, "index of the OpenCL platform GPU=1 uses (-1: the first that works)")
 CL_DEVICE = ContextVar("CL_DEVICE", -1, "index of the OpenCL device in that platform (-1: the first that works)")
-CACHEDIR = os.path.expanduser(os.getenv("LAZYGRAD_CACHE", "~/.cache/lazygrad"))  # where compiled kernels are kept
+# The disk cache's directory (see diskcache.py): compiled kernels and BEAM choices. Empty is the same as unset; a
+# relative path is taken from the directory lazygrad was started in.
+CACHEDIR = os.path.abspath(os.path.expanduser(getenv("LAZYGRAD_CACHE", "~/.cache/lazygrad")))
 # set by mpirun in each process it starts (Open MPI; MPICH and Intel MPI set PMI_SIZE): the job's number of ranks, or 0
 MPI_WORLD_SIZE = int(os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMI_SIZE") or 0)
 # Device selection variables: exactly one of these may be set (read in device.py through `device_env_vars`).
@@ -60,7 +74,7 @@ DEVICE_ENV_VARS = {"LLVM": "LLVM", "GPU": "GPU", "CUDA": "CUDA", "CPU": "CPU", "
 
 def device_env_vars() -> list[str]:
     """The device variables set to a true value in the environment."""
-    return [name for name in DEVICE_ENV_VARS if getenv(name, 0)]
+    return [name for name in DEVICE_ENV_VARS if getenv(name, 0, f"1 selects the {DEVICE_ENV_VARS[name]} device")]
 
 
 @contextlib.contextmanager

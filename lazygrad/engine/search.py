@@ -1,21 +1,22 @@
 """BEAM search: choose a kernel's register block by compiling and timing the candidates on the device.
 
 With `BEAM=N`, every new kernel that can be register-blocked (a matrix product, a reduce with reused inputs) has up
-to N candidate blocks compiled and run on scratch buffers of its sizes; the fastest is used. The choice is kept on
-disk by the kernel's content hash and the device, so a later process skips the search.
+to N candidate blocks compiled and run on scratch buffers of its sizes; the fastest is used. The choice is kept in the
+disk cache by the kernel's content hash and the device, so a later process skips the search; a kept choice that is
+not one of the kernel's candidates is ignored, and the search runs again.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from lazygrad.codegen.opt import Blocking, blocking_choices
 from lazygrad.device import Buffer, Device
-from lazygrad.helpers import BEAM, CACHEDIR, CACHELEVEL, DEBUG
+from lazygrad.diskcache import disk_cache
+from lazygrad.helpers import BEAM, DEBUG
 from lazygrad.uop.ops import UOp
 
 TIMED_RUNS = 3  # each candidate's time is its fastest of these runs
@@ -27,23 +28,36 @@ def best_blocking(
     """The fastest register block for a kernel, or None where there is no choice to make (or BEAM is off).
 
     `build(blocking)` compiles the kernel with that block and returns its program and, per parameter, the device,
-    size and dtype of the buffer it takes."""
-    choices = blocking_choices(lowered)[: max(BEAM.value, 0)]
+    size and dtype of the buffer it takes. A choice kept on disk is used only if it is one this kernel offers."""
+    offered = blocking_choices(lowered)
+    choices = offered[: max(BEAM.value, 0)]
     if len(choices) < 2:
         return None
-    path = os.path.join(CACHEDIR, "beam", f"{device.name}-{ast.key.hex()}.json")
-    if CACHELEVEL >= 1 and os.path.exists(path):
-        with open(path) as file:
-            return tuple(json.load(file))
+    key = f"{device.name} {ast.key.hex()}"
+    kept = disk_cache.get("beam", key)
+    if kept is not None:
+        choice = decode_choice(kept)
+        if choice in offered:
+            return choice
+        if DEBUG >= 1:
+            print(f"BEAM: ignoring the kept choice {kept.decode(errors='replace')}: not one of {offered}")
     timings = {choice: _time(*build(choice)) for choice in choices}
     best = min(timings, key=timings.get)
     if DEBUG >= 1:
         print(f"BEAM: {', '.join(f'{c}: {t * 1e3:.3f} ms' for c, t in timings.items())} -> {best}")
-    if CACHELEVEL >= 1:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as file:
-            json.dump(list(best), file)
+    disk_cache.put("beam", key, json.dumps(list(best)).encode())
     return best
+
+
+def decode_choice(kept: bytes) -> Blocking | None:
+    """A register block from its JSON (a list of two integers), or None."""
+    try:
+        value = json.loads(kept)
+    except ValueError:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(type(number) is int for number in value):
+        return tuple(value)
+    return None
 
 
 def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:

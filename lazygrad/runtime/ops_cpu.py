@@ -46,13 +46,13 @@ def compiler_identity(compiler: str) -> str:
 
 
 def load_shared_library(binary: bytes) -> ctypes.CDLL:
-    """Load a shared library from its bytes (written to a temporary file that is removed once loaded)."""
-    with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as file:
-        file.write(binary)
-    try:
-        return ctypes.CDLL(file.name)
-    finally:
-        os.unlink(file.name)
+    """Load a shared library from its bytes: written to a new file in a new private directory (so no other user
+    can change what is loaded between writing and loading), loaded, and removed."""
+    with tempfile.TemporaryDirectory(prefix="lazygrad-") as directory:
+        path = os.path.join(directory, "kernel.so")
+        with open(path, "xb") as file:
+            file.write(binary)
+        return ctypes.CDLL(path)
 
 
 class CCompiler(Compiler):
