@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from lazygrad.codegen.opt import UNROLL_LIMIT
+from lazygrad.codegen.heuristic import UNROLL_LIMIT
 from lazygrad.dtype import dtypes
 
 if TYPE_CHECKING:

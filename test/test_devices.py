@@ -22,7 +22,7 @@ from lazygrad.codegen.renderer.cstyle import CStyleRenderer, CUDARenderer
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
 from lazygrad.device import Buffer, DeviceUnavailable
 from lazygrad.helpers import DEVICE_ENV_VARS
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 BACKENDS = ["CPU", "GPU", "CUDA"]
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -152,7 +152,7 @@ def run_linear_program(device_name: str, program: list[UOp], output: Buffer, *in
     """Render, compile and run a hand-written linear program on a device; the output buffer's values."""
     device = Device[device_name]
     binary = device.compiler.compile_cached(device.renderer.render("probe", program))
-    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] == "global")
+    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL)
     device.runtime("probe", binary, global_loops)(output.handle, *(buffer.handle for buffer in inputs))
     return output.numpy()
 
@@ -168,7 +168,7 @@ def test_doubles_and_bitcasts_inside_kernels(device, size):
         UOp(Ops.DEFINE_GLOBAL, dtypes.int32, (), (0, size)),
         UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, size)),
     ]
-    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, "global"))
+    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, LoopKind.GLOBAL))
     loaded = UOp(Ops.LOAD, dtypes.float32, (parameters[1], loop))
     wide = UOp(Ops.CAST, dtypes.float64, (loaded,))
     root = UOp(Ops.SQRT, dtypes.float64, (UOp(Ops.MUL, dtypes.float64, (wide, UOp.const(dtypes.float64, 2.0))),))
@@ -184,7 +184,7 @@ def full_reduction(dtype, op: Ops, identity, size: int) -> list[UOp]:
     """The linear program of `data0[0] = reduce(op, data1[0:size])`."""
     output, source = UOp(Ops.DEFINE_GLOBAL, dtype, (), (0, 1)), UOp(Ops.DEFINE_GLOBAL, dtype, (), (1, size))
     accumulator = UOp(Ops.DEFINE_ACC, dtype, (), (identity, 0))
-    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, "reduce"))
+    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, LoopKind.REDUCE))
     loaded, current = UOp(Ops.LOAD, dtype, (source, loop)), UOp(Ops.LOAD, dtype, (accumulator, loop))
     updated = current.alu(op, loaded)
     total = UOp(Ops.LOAD, dtype, (accumulator,))

@@ -202,12 +202,13 @@ def test_memory_in_use_and_its_peak_are_counted():
     assert GlobalCounters.memory_used == before and GlobalCounters.memory_peak >= before + 8000
 
 
-def test_beam_search_times_register_blocks_and_keeps_the_choice(tmp_path, monkeypatch):
+def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypatch):
     import json
 
     from lazygrad import diskcache
+    from lazygrad.codegen.heuristic import heuristic_opts, register_blocks
     from lazygrad.codegen.lower import lower_kernel
-    from lazygrad.codegen.opt import blocking_choices
+    from lazygrad.codegen.opt import Opt, prepare
     from lazygrad.engine import search
     from lazygrad.helpers import BEAM
 
@@ -219,15 +220,17 @@ def test_beam_search_times_register_blocks_and_keeps_the_choice(tmp_path, monkey
     (item,) = product.schedule()
     np.testing.assert_allclose(product.numpy(), a @ b, rtol=1e-4, atol=1e-4)
     assert len(list((tmp_path / "beam").iterdir())) == 1
-    choice = tuple(json.loads(search.disk_cache.get("beam", f"{Device[item.device].name} {item.ast.key.hex()}")))
-    assert choice in blocking_choices(lower_kernel(item.ast))[:3]
+    device = Device[item.device]
+    kept = search.disk_cache.get("beam", f"{device.name} {item.ast.key.hex()}")
+    choice = tuple(Opt.from_json(value) for value in json.loads(kept))
+    kernel, target = prepare(lower_kernel(item.ast)), device.renderer.target
+    assert choice in [heuristic_opts(kernel, target, blocking) for blocking in register_blocks(kernel, target)[:3]]
 
     # a later search for the same kernel reads the choice instead of timing again
-    def no_timing(blocking):
+    def no_timing(opts):
         raise AssertionError("timed again")
 
-    device = Device[item.device]
-    assert search.best_blocking(device, item.ast, lower_kernel(item.ast), no_timing) == choice
+    assert search.beam_opts(device, item.ast, kernel, no_timing) == choice
 
 
 def test_a_kernel_that_fails_to_generate_leaves_no_kernel_waiting(monkeypatch):

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from lazygrad import Tensor
+from lazygrad.codegen.heuristic import heuristic_opts
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
-from lazygrad.codegen.opt import optimize
+from lazygrad.codegen.opt import apply_opts, prepare
+from lazygrad.codegen.renderer import Target
 from lazygrad.dtype import dtypes
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
 from lazygrad.uop.symbolic import simplify
 
@@ -20,7 +22,7 @@ INDEX = dtypes.index
 
 
 def loop(size: int, axis: int = 0) -> UOp:
-    return UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), (axis, "global"))
+    return UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), (axis, LoopKind.GLOBAL))
 
 
 # ---- interning ------------------------------------------------------------------------------------------------------
@@ -157,7 +159,8 @@ def test_simplified_index_keeps_its_value(value):
 
 def program_of(tensor: Tensor) -> list[UOp]:
     (item,) = tensor.schedule()
-    return linearize(optimize(lower_kernel(item.ast)))
+    kernel = prepare(lower_kernel(item.ast))
+    return linearize(apply_opts(kernel, heuristic_opts(kernel, Target())))
 
 
 def divisions(program: list[UOp]) -> int:
@@ -241,14 +244,14 @@ def test_matrix_products_are_register_blocked():
     # x @ wᵀ: both inputs contiguous along the reduce, which the compiler vectorizes; a 4x4 block of outputs
     program = program_of(a @ a.T)
     assert sum(node.op is Ops.DEFINE_ACC for node in program) == 16
-    assert any(node.op is Ops.RANGE and node.arg[1] == "contiguous_reduce" for node in program)
+    assert any(node.op is Ops.RANGE and node.arg[1] is LoopKind.VECTOR_REDUCE for node in program)
     np.testing.assert_allclose((a @ b).numpy(), np.full((32, 32), 64.0))
 
 
 def test_reduce_of_a_value_constant_along_the_loop_is_a_product():
     x = Tensor(np.arange(4, dtype=np.float32))
     total = x.reshape(4, 1).expand(4, 64).sum(1)
-    assert not any(node.op is Ops.RANGE and node.arg[1] != "global" for node in program_of(total))
+    assert not any(node.op is Ops.RANGE and node.arg[1] is not LoopKind.GLOBAL for node in program_of(total))
     np.testing.assert_array_equal(total.numpy(), np.arange(4, dtype=np.float32) * 64)
 
 

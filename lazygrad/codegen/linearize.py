@@ -10,7 +10,7 @@ it can be, and every use of a value comes after it in a scope that contains it.
 from __future__ import annotations
 
 from lazygrad.codegen.lower import reduce_identity
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 
 def ranges_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -119,7 +119,7 @@ class Linearizer:
         for node in self.program:
             self.linear[node] = node
         global_loops = sorted(
-            (n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0]
+            (n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] is LoopKind.GLOBAL), key=lambda n: n.arg[0]
         )
         for depth, loop in enumerate(global_loops):
             self.open_loop(loop)

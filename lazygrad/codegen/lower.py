@@ -5,7 +5,7 @@ input (and PAD adds a validity condition), so they never copy (DESIGN.md rule 4)
 from __future__ import annotations
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.uop.ops import ALU, Ops, UOp, dtype_limits
+from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp, dtype_limits
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads
 
 INDEX = dtypes.index
@@ -46,7 +46,7 @@ class Lowerer:
         self.reduce_ranges: dict[tuple, tuple[UOp, ...]] = {}
         self.next_axis = 0
 
-    def new_range(self, size: int, kind: str) -> UOp:
+    def new_range(self, size: int, kind: LoopKind) -> UOp:
         if size == 1:
             return index_const(0)
         node = UOp(Ops.RANGE, INDEX, (index_const(size),), (self.next_axis, kind))
@@ -57,7 +57,7 @@ class Lowerer:
         stores = []
         for store in ast.src:
             output, value = store.src
-            ranges = tuple(self.new_range(size, "global") for size in value.shape)
+            ranges = tuple(self.new_range(size, LoopKind.GLOBAL) for size in value.shape)
             lowered = self.lower_value(value, ranges)
             stores.append(UOp(Ops.STORE, src=(output, flat_index(ranges, value.shape), lowered)))
         # every parameter stays in the signature, even one whose loads simplified away
@@ -135,7 +135,7 @@ class Lowerer:
             _, axes = node.arg
             shape = node.src[0].shape
             self.reduce_ranges[key] = tuple(
-                self.new_range(size, "reduce") if axis in axes else index
+                self.new_range(size, LoopKind.REDUCE) if axis in axes else index
                 for axis, (index, size) in enumerate(zip(indices, shape))
             )
         return self.reduce_ranges[key]

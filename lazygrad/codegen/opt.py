@@ -1,28 +1,67 @@
-"""Kernel optimizations that keep the math and change the loops (NOOPT=1 turns them off):
+"""Kernel optimization as data: how a kernel's loops run is an ordered list of actions, each a small frozen value
+`Opt(op, axis, amount)` naming a loop by its axis number (the number lowering gave it, which merges keep). Applying
+an action rewrites the kernel graph and keeps the math; an action that does not fit the kernel raises
+KernelOptError, so a list read from disk or built by a search is checked by applying it. Which list a kernel gets
+is decided elsewhere (codegen/heuristic.py, or BEAM in engine/search.py); NOOPT=1 applies none.
 
-- drop reduce loops the reduced value does not depend on (a sum of a broadcast is a product);
-- merge adjacent loops whose indices only appear together as `outer*size + inner`, so a contiguous kernel runs
-  one flat loop indexed by the counter alone (and LLVM can vectorize it);
-- upcast small global loops that choose between loads (a convolution's taps) whole;
-- upcast: repeat a kernel's body for consecutive values of a loop so several outputs share loads and registers
-  (register blocking, for loops along which some input is reused);
-- mark a reduce loop along which every input is contiguous (or fixed) as "contiguous_reduce", for the compiler
-  to vectorize;
-- unroll small reduce loops into straight-line code.
+The actions:
 
-Every choice depends only on the kernel's own AST, except a register block that BEAM search timed.
+- MERGE(axis): fuse the loop with the next loop inside it of the same kind (the next output loop, or the next loop
+  of the same reduce) into one loop of their product, where their indices only appear as `outer*size + inner`
+  (else the merge would add divisions, and is refused);
+- UPCAST(axis, amount): an output loop computes `amount` consecutive iterations per iteration (register blocking:
+  the copies share loads and registers); an amount equal to the loop's size removes the loop;
+- UNROLL(axis, amount): the same for a reduce loop: `amount` copies of the reduced value per iteration, combined
+  in straight-line code;
+- VECTORIZE(axis): mark a reduce loop for the compiler's vectorizer (its inputs are contiguous or fixed along it).
 """
 
 from __future__ import annotations
 
-import itertools
+from dataclasses import dataclass
+from enum import Enum, auto
 
 from lazygrad.helpers import prod
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads
 
-UNROLL_LIMIT = 4
-LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
+
+class OptOp(Enum):
+    MERGE = auto()
+    UPCAST = auto()
+    UNROLL = auto()
+    VECTORIZE = auto()
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One optimization action: `op` on the loop numbered `axis`, with `amount` where the action takes one."""
+
+    op: OptOp
+    axis: int
+    amount: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.op.name}({self.axis}{f', {self.amount}' if self.amount else ''})"
+
+    def to_json(self) -> list:
+        return [self.op.name, self.axis, self.amount]
+
+    @staticmethod
+    def from_json(value: object) -> Opt:
+        """The action a JSON value `[op name, axis, amount]` describes; ValueError for anything else."""
+        if not (isinstance(value, list) and len(value) == 3 and value[0] in OptOp.__members__):
+            raise ValueError(f"not an optimization action: {value!r}")
+        if not all(type(number) is int and number >= 0 for number in value[1:]):
+            raise ValueError(f"not an optimization action: {value!r}")
+        return Opt(OptOp[value[0]], value[1], value[2])
+
+
+class KernelOptError(ValueError):
+    """An action that does not apply to this kernel; the message says why."""
+
+
+# ---- graph rewriting helpers ------------------------------------------------------------------------------------
 
 
 def count_divmod(sink: UOp) -> int:
@@ -46,70 +85,55 @@ def replace_ranges(
     return simplify(done[sink]) if simplified else done[sink]
 
 
-def merge_pair(sink: UOp, outer: UOp, inner: UOp) -> UOp | None:
-    """`sink` with two loops fused into one, or None when that would add divisions."""
+def new_loop(loop: UOp, size: int, kind: LoopKind | None = None) -> UOp:
+    """A loop with `loop`'s axis number (and kind, unless given) and `size` iterations."""
+    return UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, size),), (loop.arg[0], kind or loop.arg[1]))
+
+
+def loops_by_axis(sink: UOp) -> dict[int, UOp]:
+    return {node.arg[0]: node for node in sink.toposort if node.op is Ops.RANGE}
+
+
+def output_loops(sink: UOp) -> list[UOp]:
+    """The output (global) loops, outermost first."""
+    return sorted(
+        (node for node in sink.toposort if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL),
+        key=lambda node: node.arg[0],
+    )
+
+
+def reduces_over(sink: UOp, loop: UOp) -> list[UOp]:
+    return [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE and loop in node.src[1:]]
+
+
+# ---- the actions --------------------------------------------------------------------------------------------------
+
+
+def merge(sink: UOp, outer: UOp) -> UOp:
+    if outer.arg[1] is LoopKind.GLOBAL:
+        group = output_loops(sink)
+    else:
+        reduces = reduces_over(sink, outer)
+        group = list(reduces[0].src[1:]) if reduces else []
+    position = group.index(outer)
+    if position + 1 >= len(group):
+        raise KernelOptError(f"loop {outer.arg[0]} has no loop inside it of its kind to merge with")
+    inner = group[position + 1]
     inner_size = inner.src[0].arg
-    merged = UOp(Ops.RANGE, outer.dtype, (UOp.const(outer.dtype, outer.src[0].arg * inner_size),), outer.arg)
+    merged = new_loop(outer, outer.src[0].arg * inner_size)
     reduce_ranges = {}
     for node in sink.toposort:
         if node.op is Ops.RANGE_REDUCE and outer in node.src[1:] and inner in node.src[1:]:
             reduce_ranges[node] = tuple(merged if r is outer else r for r in node.src[1:] if r is not inner)
     candidate = replace_ranges(sink, {outer: merged // inner_size, inner: merged % inner_size}, reduce_ranges)
-    return candidate if count_divmod(candidate) <= count_divmod(sink) else None
-
-
-def merge_loops(sink: UOp) -> UOp:
-    """Merge neighbouring global loops, then neighbouring loops of each reduce, innermost first."""
-    global_ranges = sorted(
-        (n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0]
-    )
-    groups = [global_ranges] + [list(n.src[1:]) for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
-    for group in groups:
-        position = len(group) - 1
-        while position > 0:
-            outer, inner = group[position - 1], group[position]
-            merged = merge_pair(sink, outer, inner)
-            if merged is not None:
-                sink = merged
-                new_range = next(n for n in sink.toposort if n.op is Ops.RANGE and n.arg == outer.arg)
-                group[position - 1 : position + 1] = [new_range]
-            position -= 1
-    return sink
-
-
-def unroll_reduces(sink: UOp) -> UOp:
-    """Replace the small loops of each reduce by the reduction of copies of its value, one per combination of
-    their values (all built first, then simplified together once)."""
-    replacements: dict[UOp, UOp] = {}
-    for node in sink.toposort:
-        if node.op is not Ops.RANGE_REDUCE:
-            continue
-        small = [loop for loop in node.src[1:] if loop.src[0].arg <= UNROLL_LIMIT]
-        if not small:
-            continue
-        combined = None
-        for values in itertools.product(*(range(loop.src[0].arg) for loop in small)):
-            constants = {loop: UOp.const(loop.dtype, value) for loop, value in zip(small, values)}
-            copy = replace_ranges(node.src[0], constants, {}, simplified=False)
-            combined = copy if combined is None else combined.alu(node.arg, copy)
-        rest = tuple(loop for loop in node.src[1:] if loop not in small)
-        replacements[node] = node.replace(src=(combined, *rest)) if rest else combined
-    return replace_ranges(sink, replacements, {}) if replacements else sink
-
-
-def stride(index: UOp, loop: UOp) -> int | None:
-    """How much `index` grows when `loop` grows by one, or None when that is not a constant."""
-    difference = simplify(replace_ranges(index, {loop: loop + 1}, {}) - index)
-    return difference.arg if difference.op is Ops.CONST else None
-
-
-def memory_indices(sink: UOp, op: Ops) -> list[UOp]:
-    return [node.src[1] for node in sink.toposort if node.op is op and node.src[0].op is Ops.DEFINE_GLOBAL]
+    if count_divmod(candidate) > count_divmod(sink):
+        raise KernelOptError(f"merging loops {outer.arg[0]} and {inner.arg[0]} would add divisions")
+    return candidate
 
 
 def upcast(sink: UOp, loop: UOp, factor: int) -> UOp:
-    """Run `loop` size/factor times, each iteration doing the work of `factor` consecutive ones."""
-    outer = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, loop.src[0].arg // factor),), loop.arg)
+    """Run output loop `loop` size/factor times, each iteration doing the work of `factor` consecutive ones."""
+    outer = new_loop(loop, loop.src[0].arg // factor)
     stores: dict[UOp, None] = {}
     for store in sink.src:
         for part in range(factor):
@@ -118,115 +142,49 @@ def upcast(sink: UOp, loop: UOp, factor: int) -> UOp:
     return simplify(sink.replace(src=tuple(stores)))
 
 
-def global_loops(sink: UOp) -> list[UOp]:
-    return sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda n: n.arg[0])
+def unroll(sink: UOp, loop: UOp, factor: int) -> UOp:
+    """Every reduce over `loop` reduces `factor` copies of its value per iteration of a loop `factor` times
+    shorter (none, when `factor` is the loop's size)."""
+    size = loop.src[0].arg
+    outer = new_loop(loop, size // factor) if factor < size else None
+    replacements: dict[UOp, UOp] = {}
+    for node in reduces_over(sink, loop):
+        combined = None
+        for part in range(factor):
+            position = UOp.const(loop.dtype, part) if outer is None else outer * factor + part
+            copy = replace_ranges(node.src[0], {loop: position}, {}, simplified=False)
+            combined = copy if combined is None else combined.alu(node.arg, copy)
+        rest = tuple(outer if r is loop else r for r in node.src[1:] if r is not loop or outer is not None)
+        replacements[node] = node.replace(src=(combined, *rest)) if rest else combined
+    return replace_ranges(sink, replacements, {})
 
 
-def upcast_reused(sink: UOp, loops: list[UOp], factor: int, limit: int) -> UOp:
-    """Upcast up to `limit` of `loops` (innermost first) along which some input is reused (stride 0)."""
-    for loop in reversed(loops):
-        if limit and loop.src[0].arg % factor == 0:
-            if any(stride(index, loop) == 0 for index in memory_indices(sink, Ops.LOAD)):
-                sink, limit = upcast(sink, loop, factor), limit - 1
-    return sink
+def apply_opt(sink: UOp, opt: Opt) -> UOp:
+    """`sink` with one action applied; KernelOptError where it does not fit the kernel."""
+    loop = loops_by_axis(sink).get(opt.axis)
+    if loop is None:
+        raise KernelOptError(f"{opt}: the kernel has no loop {opt.axis}")
+    size, kind = loop.src[0].arg, loop.arg[1]
+    if opt.op is OptOp.MERGE:
+        return merge(sink, loop)
+    if opt.op is OptOp.VECTORIZE:
+        if kind is not LoopKind.REDUCE:
+            raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
+        return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
+    if opt.amount < 2 or size % opt.amount:
+        raise KernelOptError(f"{opt}: the amount must be at least 2 and divide the loop's {size} iterations")
+    if opt.op is OptOp.UPCAST:
+        if kind is not LoopKind.GLOBAL:
+            raise KernelOptError(f"{opt}: loop {opt.axis} is a reduce loop: UNROLL it instead")
+        return upcast(sink, loop, opt.amount)
+    if kind is LoopKind.GLOBAL:
+        raise KernelOptError(f"{opt}: loop {opt.axis} is an output loop: UPCAST it instead")
+    return unroll(sink, loop, opt.amount)
 
 
-# a register block: (outputs along the innermost output loop, outputs along each other reused loop); 0 across
-# means the reduce loop is the one vectorized
-Blocking = tuple[int, int]
-
-
-def matrix_shape(sink: UOp) -> str | None:
-    """Which shape of matrix product a one-reduce kernel is: "contiguous reduce" (x @ wᵀ: every input contiguous
-    or fixed along the innermost reduce loop), "contiguous outputs" (x @ w: along the innermost output loop), or
-    None (no register blocking applies)."""
-    reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
-    if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
-        return None
-    if all(loop.src[0].arg <= UNROLL_LIMIT for loop in reduces[0].src[1:]):
-        return None
-    loads, stores = memory_indices(sink, Ops.LOAD), memory_indices(sink, Ops.STORE)
-    along_reduce = {stride(index, reduces[0].src[-1]) for index in loads}
-    if 1 in along_reduce and along_reduce <= {0, 1}:
-        return "contiguous reduce"
-    loops = global_loops(sink)
-    if loops:
-        along_inner = {stride(index, loops[-1]) for index in loads}
-        if 1 in along_inner and along_inner <= {0, 1} and all(stride(index, loops[-1]) == 1 for index in stores):
-            return "contiguous outputs"
-    return None
-
-
-def blocking_choices(sink: UOp) -> list[Blocking]:
-    """The register blocks `optimize` can give this (lowered) kernel, for BEAM search to time."""
-    sink = shape_loops(sink)
-    shape = matrix_shape(sink)
-    if shape == "contiguous reduce":
-        return [(0, rows) for rows in (2, 4, 8)]
-    if shape == "contiguous outputs":
-        inner = global_loops(sink)[-1].src[0].arg
-        return [(width, rows) for width in (16, 32, 64) if inner % width == 0 for rows in (2, 4, 8)]
-    return []
-
-
-def upcast_reduce_kernel(sink: UOp, blocking: Blocking | None = None) -> UOp:
-    """Register blocking for a kernel with one reduce, in the two shapes of a matrix product:
-
-    - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is marked
-      "contiguous_reduce" for the compiler to vectorize, and a 4×4 block of outputs shares each loaded vector;
-    - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): a block of 16 (× 4 where
-      an input is reused) outputs, which the compiler packs into vectors; 32 × 8 for a large product.
-
-    Reduces one after another over different loops (a softmax's) only get their contiguous loops marked.
-    `blocking` (from BEAM search) overrides the sizes these rules pick.
-    """
-    loops = global_loops(sink)
-    reduces = [n for n in sink.toposort if n.op is Ops.RANGE_REDUCE]
-    if not reduces:
-        return sink
-    if any(r.src[1:] != reduces[0].src[1:] for r in reduces):
-        # reduces one after another (a softmax's max, then its sum): each innermost loop along which the inputs
-        # are contiguous goes to the compiler's vectorizer (several reduces over the same loops, in one loop nest,
-        # are blocked below)
-        contiguous = {}
-        for loop in {r.src[-1] for r in reduces}:
-            along = {stride(index, loop) for index in memory_indices(sink, Ops.LOAD)}
-            if 1 in along and along <= {0, 1}:
-                contiguous[loop] = UOp(Ops.RANGE, loop.dtype, loop.src, (loop.arg[0], "contiguous_reduce"))
-        return replace_ranges(sink, contiguous, {}) if contiguous else sink
-    shape = matrix_shape(sink)  # (None as well for an elementwise kernel whose reduces unroll whole)
-    if shape == "contiguous reduce":
-        loop = reduces[0].src[-1]
-        contiguous = UOp(Ops.RANGE, loop.dtype, loop.src, (loop.arg[0], "contiguous_reduce"))
-        rows = blocking[1] if blocking else 4
-        return upcast_reused(replace_ranges(sink, {loop: contiguous}, {}), loops, rows, limit=2)
-    if shape == "contiguous outputs":
-        inner = loops[-1]
-        # a large product gets two 16-wide vectors across by 8 rows (16 of the 32 vector registers accumulate:
-        # twice the speed at 1024³, but slower to compile), others and odd sizes one vector by 4 rows
-        work = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]])
-        choices = [blocking] if blocking else [(32, 8), (16, 4)] if work >= LARGE_PRODUCT else [(16, 4)]
-        for width, rows in choices:
-            if inner.src[0].arg % width == 0:
-                return upcast_reused(upcast(sink, inner, width), loops[:-1], rows, limit=1)
-    return sink
-
-
-def unroll_selecting_loops(sink: UOp) -> UOp:
-    """Upcast small global loops that choose between loads, whole: in a stack of pieces (a conv's taps) each piece
-    is a load gated by a comparison of the loop with constants, and with the loop a constant in each copy, every
-    copy keeps one load instead of one per piece."""
-    for loop in global_loops(sink):
-        if loop.src[0].arg <= UNROLL_LIMIT:
-            gates = [n.src[2] for n in sink.toposort if n.op is Ops.LOAD and len(n.src) == 3]
-            if any(loop in gate.toposort for gate in gates):
-                sink = upcast(sink, loop, loop.src[0].arg)
-    return sink
-
-
-def drop_invariant_reduce_loops(sink: UOp) -> UOp:
-    """A reduce over loops its value does not depend on: a sum is the value times their trip count, a max or min
-    the value itself (the gradient of a sum or mean reaches a layer as a broadcast constant)."""
+def prepare(sink: UOp) -> UOp:
+    """What every optimized kernel gets before its actions: reduce loops its values do not depend on are dropped
+    (a sum of a broadcast is a product; the gradient of a sum or mean reaches a layer as a broadcast constant)."""
     replacements: dict[UOp, UOp] = {}
     for node in sink.toposort:
         if node.op is not Ops.RANGE_REDUCE or node.arg not in (Ops.ADD, Ops.MAX):
@@ -243,15 +201,8 @@ def drop_invariant_reduce_loops(sink: UOp) -> UOp:
     return replace_ranges(sink, replacements, {}) if replacements else sink
 
 
-def shape_loops(sink: UOp) -> UOp:
-    """The loop changes that come before register blocking: invariant reduce loops dropped, loops merged, loops
-    that choose between loads upcast."""
-    return unroll_selecting_loops(merge_loops(drop_invariant_reduce_loops(sink)))
-
-
-def optimize(sink: UOp, blocking: Blocking | None = None) -> UOp:
-    """The optimized kernel graph (with the register block `blocking` where one applies and is given)."""
-    sink = shape_loops(sink)
-    if any(node.op is Ops.RANGE_REDUCE for node in sink.toposort):
-        sink = upcast_reduce_kernel(sink, blocking)
-    return simplify_gated_loads(unroll_reduces(sink))
+def apply_opts(sink: UOp, opts: tuple[Opt, ...]) -> UOp:
+    """The prepared kernel `sink` with `opts` applied in order, its gated loads simplified last."""
+    for opt in opts:
+        sink = apply_opt(sink, opt)
+    return simplify_gated_loads(sink)

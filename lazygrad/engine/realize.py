@@ -10,16 +10,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from lazygrad.codegen.heuristic import heuristic_opts
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
-from lazygrad.codegen.opt import Blocking, optimize
+from lazygrad.codegen.opt import Opt, apply_opts, prepare
 from lazygrad.codegen.renderer import kernel_name
 from lazygrad.device import CORES, Buffer, Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
-from lazygrad.engine.search import best_blocking
+from lazygrad.engine.search import beam_opts
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, prod
-from lazygrad.uop.ops import ALU, Ops, UOp
+from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp
 from lazygrad.uop.pattern import graph_rewrite
 
 
@@ -35,7 +36,12 @@ class CompiledKernel:
     global_size: int
 
 
-_programs: dict[tuple[str, UOp, bool], CompiledKernel | Future] = {}
+# by (device, AST, what chooses its optimization actions): the same AST under NOOPT or BEAM is another program
+_programs: dict[tuple[str, UOp, bool, int], CompiledKernel | Future] = {}
+
+
+def program_key(device_name: str, ast: UOp) -> tuple[str, UOp, bool, int]:
+    return (device_name, ast, bool(NOOPT), BEAM.value)
 
 
 @functools.cache
@@ -66,7 +72,7 @@ def measure_work(program: list[UOp]) -> tuple[int, int, int]:
 def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     """The compiled kernel for `ast` on a device, built once per process (and compiled once per machine)."""
     # ASTs are interned, so an equal kernel is the same object: a dictionary lookup, no hashing of the graph
-    key = (device_name, ast, bool(NOOPT))
+    key = program_key(device_name, ast)
     kernel = _programs.get(key)
     if isinstance(kernel, CompiledKernel):
         GlobalCounters.compile_cache_hits += 1
@@ -105,10 +111,10 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
             kernel = generate_kernel(device, ast)
         except BaseException:
             for earlier in asts[number - len(batch) : number]:  # not submitted: no one may wait for them forever
-                del _programs[(device_name, earlier, bool(NOOPT))]
+                del _programs[program_key(device_name, earlier)]
             raise
         future: Future = Future()
-        _programs[(device_name, ast, bool(NOOPT))] = future
+        _programs[program_key(device_name, ast)] = future
         batch.append((future, kernel))
         if len(batch) == batch_size or number == len(asts) - 1:
             if BEAM:  # BEAM times kernels as it generates them: no compiles beside it to skew the timings
@@ -135,19 +141,26 @@ def _compile_batch(device: Any, batch: list[tuple[Future, GeneratedKernel]]) -> 
 
 
 def generate_kernel(device: Any, ast: UOp) -> GeneratedKernel:
-    """Lower, optimize, linearize and render a kernel AST for a device (with BEAM, timing its register blocks)."""
+    """Lower a kernel AST, choose its optimization actions (none with NOOPT; BEAM's timed choice; else the
+    heuristic's), apply them, then linearize and render it for a device."""
     if DEBUG >= 5:
         print_graph(ast)
     lowered = lower_kernel(ast)
-    blocking = None
-    if BEAM and not NOOPT:
-        blocking = best_blocking(device, ast, lowered, lambda choice: build_candidate(device, ast, lowered, choice))
-    return render_kernel(device, lowered if NOOPT else optimize(lowered, blocking))
+    if NOOPT:
+        return render_kernel(device, lowered, ())
+    prepared = prepare(lowered)
+    if BEAM:
+        opts = beam_opts(device, ast, prepared, lambda choice: build_candidate(device, ast, prepared, choice))
+    else:
+        opts = heuristic_opts(prepared, device.renderer.target)
+    return render_kernel(device, apply_opts(prepared, opts), opts)
 
 
-def build_candidate(device: Any, ast: UOp, lowered: UOp, blocking: Blocking) -> tuple[Any, list[tuple[str, int, Any]]]:
-    """A kernel compiled with a given register block, ready to time, and its parameters' (device, size, dtype)."""
-    kernel = render_kernel(device, optimize(lowered, blocking))
+def build_candidate(
+    device: Any, ast: UOp, prepared: UOp, opts: tuple[Opt, ...]
+) -> tuple[Any, list[tuple[str, int, Any]]]:
+    """A kernel compiled with the actions `opts`, ready to time, and its parameters' (device, size, dtype)."""
+    kernel = render_kernel(device, apply_opts(prepared, opts), opts)
     program = device.runtime(
         kernel.name, device.compiler.compile_cached(kernel.source), kernel.global_loops, kernel.work
     )
@@ -155,8 +168,8 @@ def build_candidate(device: Any, ast: UOp, lowered: UOp, blocking: Blocking) -> 
     return program, [(device.name, node.arg[1], node.dtype) for node in parameters]
 
 
-def render_kernel(device: Any, kernel_graph: UOp) -> GeneratedKernel:
-    """Linearize and render an optimized kernel graph."""
+def render_kernel(device: Any, kernel_graph: UOp, opts: tuple[Opt, ...]) -> GeneratedKernel:
+    """Linearize and render a kernel graph optimized by the actions `opts`."""
     if device.renderer.rewrites is not None:
         kernel_graph = graph_rewrite(kernel_graph, device.renderer.rewrites)
     program = linearize(kernel_graph)
@@ -166,11 +179,13 @@ def render_kernel(device: Any, kernel_graph: UOp) -> GeneratedKernel:
                 f"{position:4d} {node.op.name:14s} {str(node.dtype):18s} {[program.index(s) if s in program else s.arg for s in node.src]} {node.arg}"
             )
     name = unique_name(device.name, kernel_name(program))
+    if DEBUG >= 3:
+        print(f"{name}: {' '.join(str(opt) for opt in opts) or 'no optimization actions'}")
     source = device.renderer.render(name, program)
     if DEBUG >= 4:
         print(source)
     ops, memory, work = measure_work(program)
-    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] == "global")
+    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL)
     return GeneratedKernel(name, source, ops, memory, work, global_loops)
 
 
@@ -263,7 +278,7 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
     for item in schedule:
         if (
             item.kind == "kernel"
-            and (item.device, item.ast, bool(NOOPT)) not in _programs
+            and program_key(item.device, item.ast) not in _programs
             and buffer_of(item.buffers[0]).size
         ):
             new.setdefault(item.device, {})[item.ast] = None

@@ -1,9 +1,10 @@
-"""BEAM search: choose a kernel's register block by compiling and timing the candidates on the device.
+"""BEAM search: choose a kernel's optimization actions by compiling and timing candidate lists on the device.
 
-With `BEAM=N`, every new kernel that can be register-blocked (a matrix product, a reduce with reused inputs) has up
-to N candidate blocks compiled and run on scratch buffers of its sizes; the fastest is used. The choice is kept in the
-disk cache by the kernel's content hash and the device, so a later process skips the search; a kept choice that is
-not one of the kernel's candidates is ignored, and the search runs again.
+With `BEAM=N`, every new kernel with choices to make (a matrix product, a reduce with reused inputs) has up to N
+candidate action lists — the default list with each register block the heuristic offers — compiled and run on
+scratch buffers of its sizes; the fastest is used. The choice is kept in the disk cache by the kernel's content
+hash and the device, so a later process skips the search; a kept list that is not one of the kernel's candidates
+is ignored, and the search runs again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lazygrad.codegen.opt import Blocking, blocking_choices
+from lazygrad.codegen.heuristic import heuristic_opts, register_blocks
+from lazygrad.codegen.opt import Opt
 from lazygrad.device import Buffer, Device
 from lazygrad.diskcache import disk_cache
 from lazygrad.helpers import BEAM, DEBUG
@@ -21,43 +23,44 @@ from lazygrad.uop.ops import UOp
 
 TIMED_RUNS = 3  # each candidate's time is its fastest of these runs
 
+Opts = tuple[Opt, ...]
 
-def best_blocking(
-    device: Any, ast: UOp, lowered: UOp, build: Callable[[Blocking], tuple[Any, list[tuple[str, int, Any]]]]
-) -> Blocking | None:
-    """The fastest register block for a kernel, or None where there is no choice to make (or BEAM is off).
 
-    `build(blocking)` compiles the kernel with that block and returns its program and, per parameter, the device,
-    size and dtype of the buffer it takes. A choice kept on disk is used only if it is one this kernel offers."""
-    offered = blocking_choices(lowered)
-    choices = offered[: max(BEAM.value, 0)]
-    if len(choices) < 2:
-        return None
+def beam_opts(
+    device: Any, ast: UOp, prepared: UOp, build: Callable[[Opts], tuple[Any, list[tuple[str, int, Any]]]]
+) -> Opts:
+    """The fastest of a kernel's candidate action lists (the heuristic's list where there is no choice to make).
+
+    `build(opts)` compiles the kernel with those actions and returns its program and, per parameter, the device,
+    size and dtype of the buffer it takes. A list kept on disk is used only if it is one of the candidates."""
+    target = device.renderer.target
+    offered = [heuristic_opts(prepared, target, blocking) for blocking in register_blocks(prepared, target)]
+    candidates = list(dict.fromkeys(offered))[: max(BEAM.value, 0)]
+    if len(candidates) < 2:
+        return heuristic_opts(prepared, target)
     key = f"{device.name} {ast.key.hex()}"
     kept = disk_cache.get("beam", key)
     if kept is not None:
-        choice = decode_choice(kept)
+        choice = decode_opts(kept)
         if choice in offered:
             return choice
         if DEBUG >= 1:
-            print(f"BEAM: ignoring the kept choice {kept.decode(errors='replace')}: not one of {offered}")
-    timings = {choice: _time(*build(choice)) for choice in choices}
+            print(f"BEAM: ignoring the kept choice {kept.decode(errors='replace')}: not one of the kernel's candidates")
+    timings = {opts: _time(*build(opts)) for opts in candidates}
     best = min(timings, key=timings.get)
     if DEBUG >= 1:
-        print(f"BEAM: {', '.join(f'{c}: {t * 1e3:.3f} ms' for c, t in timings.items())} -> {best}")
-    disk_cache.put("beam", key, json.dumps(list(best)).encode())
+        listed = ", ".join(f"[{' '.join(map(str, opts))}]: {seconds * 1e3:.3f} ms" for opts, seconds in timings.items())
+        print(f"BEAM: {listed} -> [{' '.join(map(str, best))}]")
+    disk_cache.put("beam", key, json.dumps([opt.to_json() for opt in best]).encode())
     return best
 
 
-def decode_choice(kept: bytes) -> Blocking | None:
-    """A register block from its JSON (a list of two integers), or None."""
+def decode_opts(kept: bytes) -> Opts | None:
+    """An action list from its JSON (a list of [op, axis, amount]), or None."""
     try:
-        value = json.loads(kept)
-    except ValueError:
+        return tuple(Opt.from_json(value) for value in json.loads(kept))
+    except (ValueError, TypeError):
         return None
-    if isinstance(value, list) and len(value) == 2 and all(type(number) is int for number in value):
-        return tuple(value)
-    return None
 
 
 def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:

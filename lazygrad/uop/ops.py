@@ -65,12 +65,22 @@ class Ops(Enum):
     # kernels
     SINK = auto()
     DEFINE_GLOBAL = auto()  # arg: parameter number
-    RANGE = auto()  # src: (end,), arg: (axis number, "global" | "reduce" | "contiguous_reduce")
+    RANGE = auto()  # src: (end,), arg: (axis number, LoopKind)
     LOAD = auto()  # src: (buffer, index[, valid]) or (accumulator, *ranges)
     STORE = auto()  # src: (buffer, index, value) or (accumulator, value)
     RANGE_REDUCE = auto()  # src: (value, *ranges), arg: Ops.ADD | Ops.MAX
     DEFINE_ACC = auto()  # arg: (identity value, number)
     ENDRANGE = auto()  # src: (range,)
+
+
+class LoopKind(Enum):
+    """What a loop (RANGE) of a kernel is for."""
+
+    __hash__ = object.__hash__
+
+    GLOBAL = auto()  # an output loop
+    REDUCE = auto()  # a loop a reduce runs over
+    VECTOR_REDUCE = auto()  # a reduce loop along which the inputs are contiguous, for the compiler to vectorize
 
 
 UNARY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.NEG}

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher
 
 
 def kernel_name(program: list[UOp]) -> str:
     """A readable name: `r_` for kernels with a reduce loop, `E_` for elementwise ones, then the loop sizes."""
     loops = [node for node in program if node.op is Ops.RANGE]
-    prefix = "r" if any(loop.arg[1] != "global" for loop in loops) else "E"
+    prefix = "r" if any(loop.arg[1] is not LoopKind.GLOBAL for loop in loops) else "E"
     return "_".join([prefix] + [str(loop.src[0].arg) for loop in loops]) if loops else prefix + "_1"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the optimization heuristics know of the device a renderer writes for."""
+
+    vector_width: int = 16  # floats in a vector register
+    vector_registers: int = 32
 
 
 class Renderer(ABC):
@@ -20,6 +29,7 @@ class Renderer(ABC):
     this language has no good form of (e.g. polynomial exp2/log2/sin where the built-ins do not vectorize)."""
 
     rewrites: PatternMatcher | None = None
+    target = Target()
     # True for a renderer with a `join(sources) -> source` that puts several kernels into one compile
     can_join = False
 

@@ -38,7 +38,7 @@ from lazygrad.codegen.renderer import Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 # op -> template per operand kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} are the operands, which
 # are always variable names or constants, so no template needs extra parentheses around them.
@@ -176,7 +176,7 @@ class CStyleRenderer(Renderer):
         self.lines: list[str] = []
         self.depth = 1
         self.uses_half = any(node.dtype == dtypes.float16 for node in program)
-        outer_loop = next((node for node in program if node.op is Ops.RANGE and node.arg[1] == "global"), None)
+        outer_loop = next((node for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL), None)
         self.thread_loop = outer_loop if self.gpu_style else None
         self.split_loop = outer_loop if self.split_outer_loop else None
         self.vector_loop, self.varying, self.strides = None, set(), {}
@@ -261,7 +261,7 @@ class CStyleRenderer(Renderer):
             self.names[node] = name
             self.emit(f"for ({index} {name} = lidx; {name} < {end}; {name} += {self.group_size}) {{")
         else:
-            name = f"{'gidx' if node.arg[1] == 'global' else 'ridx'}{position}"
+            name = f"{'gidx' if node.arg[1] is LoopKind.GLOBAL else 'ridx'}{position}"
             self.names[node] = name
             self.emit(f"for ({index} {name} = 0; {name} < {end}; {name}++) {{")
         self.depth += 1

@@ -16,7 +16,7 @@ from lazygrad.codegen.renderer import Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, shift_in_range
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 LLVM_TYPES = {
     dtypes.bool: "i1",
@@ -92,7 +92,7 @@ def vectorized_loops(program: list[UOp]) -> set[UOp]:
                 entry[1] = True
         elif node.op is Ops.ENDRANGE:
             loop, has_reduce = open_loops.pop()
-            if not has_reduce or loop.arg[1] == "contiguous_reduce":
+            if not has_reduce or loop.arg[1] is LoopKind.VECTOR_REDUCE:
                 vectorized.add(loop)
     return vectorized
 
@@ -153,7 +153,7 @@ class LLVMRenderer(Renderer):
         def value(node: UOp) -> str:
             return render_const(node.arg, node.dtype) if node.op is Ops.CONST else names[node]
 
-        parallel = next((n for n in program if n.op is Ops.RANGE and n.arg[1] == "global"), None)
+        parallel = next((n for n in program if n.op is Ops.RANGE and n.arg[1] is LoopKind.GLOBAL), None)
         vectorized = vectorized_loops(program)
         block, open_loops = "entry", []  # the basic block the next line goes into; the loops around it
         for position, node in enumerate(program):

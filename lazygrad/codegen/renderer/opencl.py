@@ -15,7 +15,7 @@ from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
 from lazygrad.codegen.transcendental import sin_cos_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 
 def find_varying(program: list[UOp], loop: UOp) -> set[UOp]:
@@ -30,7 +30,7 @@ def find_varying(program: list[UOp], loop: UOp) -> set[UOp]:
             if node in varying or node.op in (Ops.ENDRANGE, Ops.DEFINE_GLOBAL, Ops.RANGE):
                 continue
             if (
-                loop.arg[1] != "global"
+                loop.arg[1] is not LoopKind.GLOBAL
                 and node.op is Ops.LOAD
                 and node.src[0].op is Ops.DEFINE_ACC
                 and len(node.src) == 1
@@ -123,7 +123,7 @@ class OpenCLRenderer(CStyleRenderer):
         makes every store contiguous (a kernel whose loop was upcast is left to scalar code) and a reduce loop only
         when it makes every load it changes contiguous; the thread loop always is, since `launch_size` knows only
         the loop sizes."""
-        global_loops = [node for node in program if node.op is Ops.RANGE and node.arg[1] == "global"]
+        global_loops = [node for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL]
         top_loops = [node for node in program if node.op is Ops.RANGE][:1]
         candidate = global_loops[-1] if global_loops else (top_loops[0] if top_loops else None)
         self.vector_width = self.lanes_for(candidate.src[0].arg) if candidate is not None else 1
@@ -135,7 +135,7 @@ class OpenCLRenderer(CStyleRenderer):
         loads = [node for node in program if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL]
         if candidate is self.thread_loop:
             return
-        if candidate.arg[1] == "global":
+        if candidate.arg[1] is LoopKind.GLOBAL:
             contiguous = all(self.stride(node.src[1]) == 1 for node in stores)
         else:
             contiguous = all(self.stride(node.src[1]) in (0, 1) for node in loads)
@@ -239,7 +239,7 @@ class OpenCLRenderer(CStyleRenderer):
             self.declare_vector(node, name, self.render_vector_alu(node))
 
     def render_vector_range(self, position: int, node: UOp) -> None:
-        prefix = "gidx" if node.arg[1] == "global" else "ridx"
+        prefix = "gidx" if node.arg[1] is LoopKind.GLOBAL else "ridx"
         end, first, width = self.value(node.src[0]), f"{prefix}{position}_first", self.vector_width
         if node is self.thread_loop:
             self.emit(f"long {first} = {self.thread_index} * {width};")

@@ -1,0 +1,188 @@
+"""The default action list for a kernel (see codegen/opt.py), chosen from the kernel's own graph and the device's
+Target, in the order they apply:
+
+- merge neighbouring loops whose indices only appear together as `outer*size + inner`, so a contiguous kernel runs
+  one flat loop indexed by the counter alone (and the compiler can vectorize it);
+- upcast small output loops that choose between loads (a convolution's taps) whole;
+- register blocking for kernels shaped like a matrix product: upcast output loops along which some input is reused,
+  and mark a reduce loop along which every input is contiguous (or fixed) for the compiler to vectorize;
+- unroll small reduce loops into straight-line code.
+
+BEAM search times the register blocks `register_blocks` offers instead of taking the default one.
+"""
+
+from __future__ import annotations
+
+from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opt, output_loops, replace_ranges
+from lazygrad.codegen.renderer import Target
+from lazygrad.helpers import prod
+from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.symbolic import simplify
+
+UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
+LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
+
+# a register block: (outputs along the innermost output loop, outputs along each other reused loop); 0 across
+# means the reduce loop is the one vectorized
+Blocking = tuple[int, int]
+
+
+class Plan:
+    """A kernel and the actions applied to it so far."""
+
+    def __init__(self, sink: UOp):
+        self.sink, self.opts = sink, []
+
+    def apply(self, opt: Opt) -> None:
+        self.sink = apply_opt(self.sink, opt)
+        self.opts.append(opt)
+
+    def try_apply(self, opt: Opt) -> bool:
+        try:
+            self.apply(opt)
+        except KernelOptError:
+            return False
+        return True
+
+
+def stride(index: UOp, loop: UOp) -> int | None:
+    """How much `index` grows when `loop` grows by one, or None when that is not a constant."""
+    difference = simplify(replace_ranges(index, {loop: loop + 1}, {}) - index)
+    return difference.arg if difference.op is Ops.CONST else None
+
+
+def memory_indices(sink: UOp, op: Ops) -> list[UOp]:
+    return [node.src[1] for node in sink.toposort if node.op is op and node.src[0].op is Ops.DEFINE_GLOBAL]
+
+
+def contiguous_along(sink: UOp, loop: UOp) -> bool:
+    """Whether every load moves by one or stays put along `loop`, and one moves."""
+    along = {stride(index, loop) for index in memory_indices(sink, Ops.LOAD)}
+    return 1 in along and along <= {0, 1}
+
+
+def reduce_nodes(sink: UOp) -> list[UOp]:
+    return [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
+
+
+def merge_loops(plan: Plan) -> None:
+    """Merge neighbouring output loops, then neighbouring loops of each reduce, innermost first."""
+    groups = [[loop.arg[0] for loop in output_loops(plan.sink)]]
+    groups += [[loop.arg[0] for loop in node.src[1:]] for node in reduce_nodes(plan.sink)]
+    for group in groups:
+        for position in range(len(group) - 1, 0, -1):
+            plan.try_apply(Opt(OptOp.MERGE, group[position - 1]))
+
+
+def upcast_selecting_loops(plan: Plan) -> None:
+    """Upcast small output loops that choose between loads, whole: in a stack of pieces (a conv's taps) each piece
+    is a load gated by a comparison of the loop with constants, and with the loop a constant in each copy, every
+    copy keeps one load instead of one per piece."""
+    for loop in output_loops(plan.sink):
+        if loop.src[0].arg <= UNROLL_LIMIT:
+            gates = [n.src[2] for n in plan.sink.toposort if n.op is Ops.LOAD and len(n.src) == 3]
+            if any(loop in gate.toposort for gate in gates):
+                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], loop.src[0].arg))
+
+
+def matrix_shape(sink: UOp) -> str | None:
+    """Which shape of matrix product a one-reduce kernel is: "contiguous reduce" (x @ wᵀ: every input contiguous
+    or fixed along the innermost reduce loop), "contiguous outputs" (x @ w: along the innermost output loop), or
+    None (no register blocking applies)."""
+    reduces = reduce_nodes(sink)
+    if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        return None
+    if all(loop.src[0].arg <= UNROLL_LIMIT for loop in reduces[0].src[1:]):
+        return None
+    if contiguous_along(sink, reduces[0].src[-1]):
+        return "contiguous reduce"
+    loops = output_loops(sink)
+    if loops and contiguous_along(sink, loops[-1]):
+        if all(stride(index, loops[-1]) == 1 for index in memory_indices(sink, Ops.STORE)):
+            return "contiguous outputs"
+    return None
+
+
+def upcast_reused(plan: Plan, loops: list[UOp], factor: int, limit: int) -> None:
+    """Upcast up to `limit` of `loops` (innermost first) along which some input is reused (stride 0)."""
+    for loop in reversed(loops):
+        if limit and loop.src[0].arg % factor == 0:
+            if any(stride(index, loop) == 0 for index in memory_indices(plan.sink, Ops.LOAD)):
+                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], factor))
+                limit -= 1
+
+
+def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> None:
+    """Register blocking for a kernel with one reduce, in the two shapes of a matrix product:
+
+    - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is vectorized by the
+      compiler, and a 4×4 block of outputs shares each loaded vector;
+    - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): one vector of outputs by 4
+      rows where an input is reused; two vectors by 8 rows for a large product (that many accumulators fit only
+      where there are 32 vector registers).
+
+    Reduces one after another over different loops (a softmax's) only get their contiguous loops vectorized.
+    `blocking` (from BEAM search) overrides the sizes these rules pick.
+    """
+    reduces = reduce_nodes(plan.sink)
+    if not reduces:
+        return
+    if any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        # reduces one after another (a softmax's max, then its sum): each innermost loop along which the inputs
+        # are contiguous goes to the compiler's vectorizer
+        for loop in sorted({r.src[-1] for r in reduces}, key=lambda loop: loop.arg[0]):
+            if contiguous_along(plan.sink, loop):
+                plan.apply(Opt(OptOp.VECTORIZE, loop.arg[0]))
+        return
+    shape = matrix_shape(plan.sink)  # (None as well for an elementwise kernel whose reduces unroll whole)
+    loops = output_loops(plan.sink)
+    if shape == "contiguous reduce":
+        plan.apply(Opt(OptOp.VECTORIZE, reduces[0].src[-1].arg[0]))
+        upcast_reused(plan, loops, blocking[1] if blocking else 4, limit=2)
+    elif shape == "contiguous outputs":
+        inner, vector = loops[-1], target.vector_width
+        work = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]])
+        large = work >= LARGE_PRODUCT and target.vector_registers >= 32
+        choices = [blocking] if blocking else [(2 * vector, 8), (vector, 4)] if large else [(vector, 4)]
+        for width, rows in choices:
+            if inner.src[0].arg % width == 0:
+                plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
+                upcast_reused(plan, loops[:-1], rows, limit=1)
+                return
+
+
+def unroll_small_reduces(plan: Plan) -> None:
+    """Unroll every reduce loop of at most UNROLL_LIMIT iterations whole."""
+    small = {loop for node in reduce_nodes(plan.sink) for loop in node.src[1:] if loop.src[0].arg <= UNROLL_LIMIT}
+    for loop in sorted(small, key=lambda loop: loop.arg[0]):
+        plan.apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
+
+
+def shaped(sink: UOp) -> Plan:
+    """The plan after the loop changes that come before register blocking."""
+    plan = Plan(sink)
+    merge_loops(plan)
+    upcast_selecting_loops(plan)
+    return plan
+
+
+def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None) -> tuple[Opt, ...]:
+    """The default actions for the prepared kernel `sink` on `target` (with the register block `blocking` where
+    one applies and is given)."""
+    plan = shaped(sink)
+    block_registers(plan, target, blocking)
+    unroll_small_reduces(plan)
+    return tuple(plan.opts)
+
+
+def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
+    """The register blocks `heuristic_opts` can give this prepared kernel, for BEAM search to time."""
+    plan = shaped(sink)
+    shape = matrix_shape(plan.sink)
+    if shape == "contiguous reduce":
+        return [(0, rows) for rows in (2, 4, 8)]
+    if shape == "contiguous outputs":
+        inner = output_loops(plan.sink)[-1].src[0].arg
+        widths = (target.vector_width, 2 * target.vector_width, 4 * target.vector_width)
+        return [(width, rows) for width in widths if inner % width == 0 for rows in (2, 4, 8)]
+    return []

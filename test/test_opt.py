@@ -1,0 +1,140 @@
+"""Optimization actions: each keeps a kernel's values, an action that does not fit raises, and lists round-trip."""
+
+import numpy as np
+import pytest
+
+from lazygrad import Device, Tensor
+from lazygrad.codegen.heuristic import heuristic_opts
+from lazygrad.codegen.lower import lower_kernel
+from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opts, loops_by_axis, prepare
+from lazygrad.device import Buffer
+from lazygrad.engine.buffers import buffer_of
+from lazygrad.engine.realize import build_candidate
+from lazygrad.uop.ops import LoopKind, Ops
+
+U, R, M, V = OptOp.UPCAST, OptOp.UNROLL, OptOp.MERGE, OptOp.VECTORIZE
+rng = np.random.default_rng(0)
+
+
+def realized(*shape: int) -> tuple[Tensor, np.ndarray]:
+    data = rng.standard_normal(shape).astype(np.float32)
+    return Tensor(data).realize(), data
+
+
+def run_with(tensor: Tensor, opts: tuple[Opt, ...]) -> np.ndarray:
+    """The one kernel computing `tensor`, compiled with exactly `opts` and run on its (realized) inputs."""
+    (item,) = tensor.schedule()
+    device = Device[item.device]
+    kernel = prepare(lower_kernel(item.ast))
+    program, parameters = build_candidate(device, item.ast, kernel, opts)
+    output = Buffer(*parameters[0])
+    program(output.handle, *(buffer_of(node).handle for node in item.buffers[1:]))
+    getattr(device, "synchronize", lambda: None)()
+    return output.numpy().reshape(tensor.shape)
+
+
+def kernel_of(tensor: Tensor):
+    (item,) = tensor.schedule()
+    return prepare(lower_kernel(item.ast))
+
+
+def test_product_loops_are_numbered_in_order():
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 16)
+    loops = loops_by_axis(kernel_of(a @ b))
+    assert [(axis, loop.src[0].arg, loop.arg[1]) for axis, loop in sorted(loops.items())] == [
+        (0, 8, LoopKind.GLOBAL),
+        (1, 16, LoopKind.GLOBAL),
+        (2, 12, LoopKind.REDUCE),
+    ]
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        (),
+        (Opt(U, 1, 4),),
+        (Opt(U, 1, 16), Opt(U, 0, 2)),
+        (Opt(U, 0, 8),),
+        (Opt(R, 2, 3),),
+        (Opt(R, 2, 12),),
+        (Opt(V, 2), Opt(U, 0, 4), Opt(R, 2, 2)),
+        (Opt(U, 1, 2), Opt(U, 1, 2), Opt(U, 1, 2)),
+    ],
+    ids=lambda opts: " ".join(map(str, opts)) or "none",
+)
+def test_each_action_keeps_the_product(opts):
+    a, x = realized(8, 12)
+    b, y = realized(12, 16)
+    np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [(), (Opt(M, 0),), (Opt(M, 0), Opt(U, 0, 12)), (Opt(U, 1, 3), Opt(U, 0, 5))],
+    ids=lambda opts: " ".join(map(str, opts)) or "none",
+)
+def test_actions_on_an_elementwise_kernel(opts):
+    a, x = realized(10, 6)
+    b, y = realized(10, 6)
+    np.testing.assert_allclose(run_with(a * b + 1, opts), x * y + 1, rtol=1e-6, atol=1e-6)  # (FMA)
+
+
+def test_merged_loops_run_as_one():
+    a, x = realized(10, 6)
+    kernel = apply_opts(kernel_of(a + 1), (Opt(M, 0),))
+    assert [loop.src[0].arg for loop in loops_by_axis(kernel).values()] == [60]
+    assert not any(node.op in (Ops.IDIV, Ops.MOD) for node in kernel.toposort)
+
+
+def test_partial_unroll_of_a_max_reduce():
+    a, x = realized(6, 20)
+    np.testing.assert_allclose(run_with(a.max(1), (Opt(R, 1, 5), Opt(U, 0, 3))), x.max(1))
+
+
+@pytest.mark.parametrize(
+    "opt, message",
+    [
+        (Opt(U, 7, 2), "has no loop 7"),
+        (Opt(U, 2, 4), "reduce loop: UNROLL it instead"),
+        (Opt(R, 0, 2), "output loop: UPCAST it instead"),
+        (Opt(U, 1, 5), "must be at least 2 and divide the loop's 16 iterations"),
+        (Opt(U, 1, 1), "must be at least 2"),
+        (Opt(V, 1), "is a global loop, not a reduce loop"),
+        (Opt(M, 2), "no loop inside it of its kind"),
+    ],
+    ids=str,
+)
+def test_an_action_that_does_not_fit_is_an_error(opt, message):
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 16)
+    with pytest.raises(KernelOptError, match=message):
+        apply_opts(kernel_of(a @ b), (opt,))
+
+
+def test_a_merge_that_adds_divisions_is_refused():
+    a, _ = realized(6, 10)
+    with pytest.raises(KernelOptError, match="would add divisions"):
+        apply_opts(kernel_of(a.T + 1), (Opt(M, 0),))
+
+
+def test_opts_round_trip_through_json_and_reject_anything_else():
+    opts = (Opt(M, 0), Opt(U, 1, 16), Opt(V, 3), Opt(R, 4, 4))
+    assert tuple(Opt.from_json(opt.to_json()) for opt in opts) == opts
+    assert str(Opt(U, 1, 16)) == "UPCAST(1, 16)" and str(Opt(V, 3)) == "VECTORIZE(3)"
+    for bad in [[-1, 4], ["UPCAST", -1, 2], ["SPLIT", 0, 2], ["UPCAST", 0], ["UPCAST", 0, 2.0], "UPCAST"]:
+        with pytest.raises(ValueError, match="not an optimization action"):
+            Opt.from_json(bad)
+
+
+def test_the_heuristic_blocks_a_product_and_its_list_is_printed_at_debug_3(capfd):
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.helpers import Context
+
+    a, x = realized(32, 64)
+    b, y = realized(64, 32)
+    opts = heuristic_opts(kernel_of(a @ b), Target())
+    assert opts == (Opt(U, 1, 16), Opt(U, 0, 4))
+    with Context(DEBUG=3):
+        np.testing.assert_allclose((a @ b + 2).numpy(), x @ y + 2, rtol=1e-5, atol=1e-5)
+    assert "UPCAST(1, 16) UPCAST(0, 4)" in capfd.readouterr().out
