@@ -138,3 +138,12 @@ def test_the_heuristic_blocks_a_product_and_its_list_is_printed_at_debug_3(capfd
     with Context(DEBUG=3):
         np.testing.assert_allclose((a @ b + 2).numpy(), x @ y + 2, rtol=1e-5, atol=1e-5)
     assert "UPCAST(1, 16) UPCAST(0, 4)" in capfd.readouterr().out
+
+
+def test_the_register_block_follows_the_target():
+    from lazygrad.codegen.renderer import Target
+
+    a, _ = realized(1024, 1024)
+    kernel = kernel_of(a @ a)
+    assert heuristic_opts(kernel, Target(vector_width=16, vector_registers=32)) == (Opt(U, 1, 32), Opt(U, 0, 8))
+    assert heuristic_opts(kernel, Target(vector_width=8, vector_registers=16)) == (Opt(U, 1, 16), Opt(U, 0, 4))

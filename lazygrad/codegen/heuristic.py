@@ -118,8 +118,8 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is vectorized by the
       compiler, and a 4×4 block of outputs shares each loaded vector;
     - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): one vector of outputs by 4
-      rows where an input is reused; two vectors by 8 rows for a large product (that many accumulators fit only
-      where there are 32 vector registers).
+      rows where an input is reused; for a large product two vectors by 8 rows where there are 32 vector registers
+      (AVX-512), by 4 rows where there are 16 (AVX2).
 
     Reduces one after another over different loops (a softmax's) only get their contiguous loops vectorized.
     `blocking` (from BEAM search) overrides the sizes these rules pick.
@@ -141,9 +141,10 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         upcast_reused(plan, loops, blocking[1] if blocking else 4, limit=2)
     elif shape == "contiguous outputs":
         inner, vector = loops[-1], target.vector_width
-        work = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]])
-        large = work >= LARGE_PRODUCT and target.vector_registers >= 32
-        choices = [blocking] if blocking else [(2 * vector, 8), (vector, 4)] if large else [(vector, 4)]
+        large = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]]) >= LARGE_PRODUCT
+        # a large product keeps half the vector registers accumulating: two vectors across by registers/4 rows
+        wide = (2 * vector, target.vector_registers // 4)
+        choices = [blocking] if blocking else [wide, (vector, 4)] if large else [(vector, 4)]
         for width, rows in choices:
             if inner.src[0].arg % width == 0:
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))

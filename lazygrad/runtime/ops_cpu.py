@@ -14,11 +14,13 @@ import numpy as np
 
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer
 from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
+from lazygrad.runtime.host_cpu import host_cpu
 
 # No -ffast-math: it makes isnan(NaN) false. -fwrapv: signed integers wrap around, as on every other device.
 C_FLAGS = (
     "-O3",
-    "-march=native",
+    # the CPU: this machine's, or the one LAZYGRAD_CPU names
+    f"-march={'native' if host_cpu().native else host_cpu().name}",
     "-fno-math-errno",
     "-fno-trapping-math",
     "-ffp-contract=fast",
@@ -37,10 +39,10 @@ def find_compiler() -> str:
 
 
 def compiler_identity(compiler: str) -> str:
-    """A short hash of the compiler's version and the target it generates code for (-march=native)."""
+    """A short hash of the compiler's version and the target it generates code for (-march)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     target = subprocess.run(
-        [compiler, "-march=native", "-dM", "-E", "-x", "c", "-"], input="", capture_output=True, text=True
+        [compiler, C_FLAGS[1], "-dM", "-E", "-x", "c", "-"], input="", capture_output=True, text=True
     ).stdout
     return hashlib.sha256(f"{version}\n{target}\n{C_FLAGS}".encode()).hexdigest()[:12]
 
@@ -95,4 +97,4 @@ class CProgram(HostProgram):
 
 
 def open_device() -> Compiled:
-    return Compiled("CPU", HostAllocator(), CStyleRenderer(), CCompiler(), CProgram)
+    return Compiled("CPU", HostAllocator(), CStyleRenderer(host_cpu().target), CCompiler(), CProgram)

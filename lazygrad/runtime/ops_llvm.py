@@ -10,6 +10,7 @@ import threading
 
 from lazygrad.codegen.renderer.llvmir import LLVMRenderer
 from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
+from lazygrad.runtime.host_cpu import host_cpu
 
 
 @functools.cache
@@ -21,8 +22,10 @@ def target_machine():
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    features = llvm.get_host_cpu_features().flatten()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=True)
+    cpu = host_cpu()
+    # a named CPU (LAZYGRAD_CPU) brings its own features; this machine's are read from it
+    features = llvm.get_host_cpu_features().flatten() if cpu.native else ""
+    return target.create_target_machine(cpu=cpu.name, features=features, opt=3, jit=True)
 
 
 # the optimization pipeline; it is part of the disk cache's key, so objects built under other settings are not reused
@@ -53,9 +56,9 @@ class LLVMCompiler(Compiler):
 def hash_of(machine) -> str:
     import llvmlite.binding as llvm
 
-    return hashlib.sha256(f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}".encode()).hexdigest()[
-        :12
-    ]
+    cpu = host_cpu()
+    features = llvm.get_host_cpu_features().flatten() if cpu.native else "its own"
+    return hashlib.sha256(f"{cpu.name} {features}".encode()).hexdigest()[:12]
 
 
 @functools.cache
@@ -94,4 +97,4 @@ class LLVMProgram(HostProgram):
 
 
 def open_device() -> Compiled:
-    return Compiled("LLVM", HostAllocator(), LLVMRenderer(), LLVMCompiler(), LLVMProgram)
+    return Compiled("LLVM", HostAllocator(), LLVMRenderer(host_cpu().target), LLVMCompiler(), LLVMProgram)

@@ -33,6 +33,10 @@ class Renderer(ABC):
     # True for a renderer with a `join(sources) -> source` that puts several kernels into one compile
     can_join = False
 
+    def __init__(self, target: Target | None = None):
+        if target is not None:
+            self.target = target
+
     @abstractmethod
     def render(self, name: str, program: list[UOp]) -> str:
         """The source of a function called `name` running `program`."""

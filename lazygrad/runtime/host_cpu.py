@@ -1,0 +1,128 @@
+"""The CPU the host devices (LLVM, CPU) generate code for, read once: the host's own, or the one `LAZYGRAD_CPU`
+names (an LLVM/GCC CPU name such as `haswell`, `znver3` or `skylake-avx512`), so the code and the optimization
+choices of another x86-64 machine can be built, tested and timed here. The kernel optimizer reads its vector width
+and register count through the renderer's Target."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from lazygrad.codegen.renderer import Target
+
+# x86-64 CPUs by their widest vectors. AVX-512: 16 floats a vector and 32 vector registers; AVX and AVX2: 8 floats
+# and 16 registers; the rest of x86-64 (SSE): 4 floats and 16 registers.
+AVX512_CPUS = {
+    "skylake-avx512",
+    "cascadelake",
+    "cooperlake",
+    "cannonlake",
+    "icelake-client",
+    "icelake-server",
+    "tigerlake",
+    "rocketlake",
+    "sapphirerapids",
+    "emeraldrapids",
+    "graniterapids",
+    "graniterapids-d",
+    "diamondrapids",
+    "knl",
+    "knm",
+    "znver4",
+    "znver5",
+    "x86-64-v4",
+}
+AVX_CPUS = {
+    "sandybridge",
+    "ivybridge",
+    "haswell",
+    "broadwell",
+    "skylake",
+    "alderlake",
+    "raptorlake",
+    "meteorlake",
+    "arrowlake",
+    "arrowlake-s",
+    "lunarlake",
+    "pantherlake",
+    "gracemont",
+    "sierraforest",
+    "grandridge",
+    "clearwaterforest",
+    "bdver1",
+    "bdver2",
+    "bdver3",
+    "bdver4",
+    "btver2",
+    "znver1",
+    "znver2",
+    "znver3",
+    "x86-64-v3",
+}
+SSE_CPUS = {"x86-64", "x86-64-v2", "nehalem", "westmere", "core2", "penryn", "silvermont", "goldmont", "tremont"}
+
+
+@dataclass(frozen=True)
+class HostCPU:
+    """The CPU code is generated for: its LLVM/GCC name, whether it is the host itself, and its vectors."""
+
+    name: str
+    native: bool
+    vector_width: int  # floats in a vector register
+    vector_registers: int
+
+    @property
+    def target(self) -> Target:
+        return Target(vector_width=self.vector_width, vector_registers=self.vector_registers)
+
+    def describe(self) -> str:
+        source = "this machine's" if self.native else "LAZYGRAD_CPU"
+        return f"{self.name} ({source}; {self.vector_width} floats a vector, {self.vector_registers} registers)"
+
+
+def named_cpu(name: str) -> HostCPU:
+    """The CPU `LAZYGRAD_CPU` names; ValueError naming the variable and what it takes for a name it does not know."""
+    if name in AVX512_CPUS:
+        return HostCPU(name, False, 16, 32)
+    if name in AVX_CPUS:
+        return HostCPU(name, False, 8, 16)
+    if name in SSE_CPUS:
+        return HostCPU(name, False, 4, 16)
+    known = ", ".join(sorted(AVX512_CPUS | AVX_CPUS | SSE_CPUS))
+    raise ValueError(
+        f"environment variable LAZYGRAD_CPU={name!r} is not an x86-64 CPU lazygrad knows: LAZYGRAD_CPU takes an "
+        f"LLVM/GCC CPU name — one of {known} — or is left unset for this machine's CPU"
+    )
+
+
+def native_cpu() -> HostCPU:
+    """This machine's CPU, from LLVM (llvmlite) where it is installed, else from /proc/cpuinfo's flags."""
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        name, flags = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        features = {flag[1:] for flag in flags.split(",") if flag.startswith("+")}
+    except ImportError:
+        name, features = "native", cpuinfo_flags()
+    if "avx512f" in features:
+        return HostCPU(name, True, 16, 32)
+    if "avx" in features:
+        return HostCPU(name, True, 8, 16)
+    return HostCPU(name, True, 4, 16)
+
+
+def cpuinfo_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as file:
+            return next((set(line.split(":", 1)[1].split()) for line in file if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+@functools.cache
+def host_cpu() -> HostCPU:
+    """The CPU the LLVM and CPU devices generate code for."""
+    name = os.getenv("LAZYGRAD_CPU", "")
+    return named_cpu(name) if name else native_cpu()
