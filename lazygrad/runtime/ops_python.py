@@ -43,6 +43,9 @@ class PythonProgram:
         self.position = {node: i for i, node in enumerate(self.program)}
         self.loop_end = {node.src[0]: i for i, node in enumerate(self.program) if node.op is Ops.ENDRANGE}
 
+    def release(self) -> None:
+        """Nothing to free: the program is Python objects, collected with this one."""
+
     def __call__(self, *buffers: np.ndarray) -> None:
         values: dict[UOp, object] = {}
         memory: dict[int, np.ndarray] = {}
