@@ -110,7 +110,7 @@ def test_a_jit_step_whose_kernels_left_the_cache_still_replays(device):
         doubled = (tensor * 3 + 2).contiguous()
         return doubled.realize(), (doubled.sum() + doubled).realize()
 
-    def check(value: float, first_replay: bool = False) -> None:
+    def check(step: TinyJit, value: float) -> None:
         doubled, shifted = step(Tensor(DATA + value, device=device))
         expected = (DATA + value) * 3 + 2
         np.testing.assert_allclose(doubled.numpy(), expected)
@@ -118,8 +118,8 @@ def test_a_jit_step_whose_kernels_left_the_cache_still_replays(device):
 
     x = Tensor(DATA, device=device).realize()
     with Context(PROGRAM_CACHE=2):
-        check(0)  # runs
-        check(1)  # captures
+        check(step, 0)  # runs
+        check(step, 1)  # captures
         captured = [launch.kernel for launch in step.launches if launch.kernel is not None]
         assert len(captured) >= 2
         for number in range(200, 205):  # every captured kernel leaves the cache
@@ -128,12 +128,12 @@ def test_a_jit_step_whose_kernels_left_the_cache_still_replays(device):
         gc.collect()
         realize.release_unused()
         assert not any(code_freed(kernel.program) for kernel in captured)
-        check(2)  # the first replay (and the device graph, where there is one) after the eviction
+        check(step, 2)  # the first replay (and the device graph, where there is one) after the eviction
         for number in range(205, 210):
             distinct_graph(x, number)
         gc.collect()
         realize.release_unused()
-        check(3)
+        check(step, 3)
         assert realize.live_programs() <= 2 + len(captured)
         # the same graph outside the JIT finds its kernels still in memory: no second build
         GlobalCounters.reset()
