@@ -50,7 +50,7 @@ def loaded_code(device: str) -> int | None:
         return len(opened.runtime.binaries.loaded)
     if device == "GPU":
         return len(opened.programs.loaded)
-    if hasattr(opened.driver, "modules"):  # the CUDA mock driver
+    if hasattr(getattr(opened, "driver", None), "modules"):  # the CUDA mock driver
         return len(opened.driver.modules)
     return None
 
@@ -170,7 +170,8 @@ def test_memory_stays_bounded_over_300_distinct_graphs(device):
         loaded = loaded_code(device)
         assert loaded is None or loaded <= 21
         # without the bound, 270 kernels keep about 30 MiB on LLVM; with it, growth is noise
-        assert rss_mib() - before < 24
+        growth = rss_mib() - before
+        assert growth < 24, f"RSS grew {growth:.1f} MiB over 270 graphs"
 
 
 def test_the_limit_must_be_positive_and_a_number():
