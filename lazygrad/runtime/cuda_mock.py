@@ -86,10 +86,10 @@ class MockDriver:
         self.require_context("cuModuleLoadData")
         handle = self.new_handle()
         self.modules[handle] = load_shared_library(image)
-        self.keep_openmp()
+        self._keep_openmp()
         return handle
 
-    def keep_openmp(self) -> None:
+    def _keep_openmp(self) -> None:
         """Hold the OpenMP runtime the kernels link, for as long as this process lives: unloading the last kernel
         would otherwise unload it under its idle worker threads, which then crash."""
         if self.openmp is None:
