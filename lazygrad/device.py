@@ -3,9 +3,12 @@ content-keyed cache, an allocator and a program runner."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import hashlib
 import importlib
 import os
+import threading
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -237,6 +240,37 @@ class Compiler(ABC):
         return binary
 
 
+class LoadedBinaries:
+    """Binaries loaded into a device, each once, shared by the programs made from it (an LLVM batch is one binary
+    for several kernels) and unloaded when the last of those programs is released."""
+
+    def __init__(self, load: Callable[[bytes], Any], unload: Callable[[Any], None]):
+        self.load, self.unload = load, unload
+        self.loaded: dict[bytes, list] = {}  # by the binary's hash: [what `load` returned, programs using it]
+        self.lock = threading.Lock()  # programs are made on the compile threads
+
+    def acquire(self, binary: bytes, lookup: Callable[[Any], Any]) -> tuple[bytes, Any]:
+        """For one more program: (the binary's hash, `lookup(loaded binary)`); pass the hash to `release` when done.
+        `lookup` (finding a function in the binary) runs under the lock, before another binary is loaded."""
+        digest = hashlib.sha256(binary).digest()
+        with self.lock:
+            entry = self.loaded.get(digest)
+            if entry is None:
+                entry = self.loaded[digest] = [self.load(binary), 0]
+            found = lookup(entry[0])
+            entry[1] += 1
+            return digest, found
+
+    def release(self, digest: bytes) -> None:
+        """One program is done with the binary; the last one unloads it."""
+        with self.lock:
+            entry = self.loaded[digest]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.loaded[digest]
+                self.unload(entry[0])
+
+
 class Compiled:
     """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner."""
 
@@ -262,20 +296,45 @@ def describe_devices() -> list[tuple[str, str]]:
     return rows
 
 
-class HostProgram:
-    """A kernel compiled to this CPU, called through ctypes with the buffers' addresses and the [start, end) range
-    of its outermost loop. Kernels with enough work split that loop across the cores (ctypes releases the GIL during
-    each call, so the threads run in parallel)."""
+class HostProgram(ABC):
+    """A kernel compiled to this CPU: the function `name` in a binary loaded through the device's `binaries` (shared by
+    the programs made from it), called through ctypes with the buffers' addresses and the [start, end) range of its
+    outermost loop. Kernels with enough work split that loop across the cores (ctypes releases the GIL during each
+    call, so the threads run in parallel). `release()` gives the binary back; the program cannot run after."""
 
     # below this many loop iterations in all, a thread costs more than it saves
     PARALLEL_WORK = 1 << 17
+    binaries: LoadedBinaries  # each device's own
 
-    def __init__(self, function: Callable, global_loops: tuple[int, ...], work: int):
-        self.function = function
+    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
+        self.name = name
+        self.digest: bytes | None
+        self.digest, self.address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
+        self.function: Callable | None = None  # typed at the first call, when the number of buffers is known
         self.outer = global_loops[0] if global_loops else 1
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
 
+    @abstractmethod
+    def address_of(self, loaded: Any, name: str) -> int:
+        """The address of the function `name` in a loaded binary."""
+
+    @property
+    def released(self) -> bool:
+        return self.digest is None
+
+    def release(self) -> None:
+        """Done with this kernel: its binary is unloaded once no program made from it is in use. Idempotent."""
+        if self.digest is not None:
+            digest, self.digest = self.digest, None
+            self.function = self.address = None
+            self.binaries.release(digest)
+
     def __call__(self, *buffers: HostMemory) -> None:
+        if self.function is None:
+            if self.address is None:
+                raise RuntimeError(f"kernel {self.name} was released and cannot run anymore")
+            types = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
+            self.function = ctypes.CFUNCTYPE(None, *types)(self.address)
         pointers = [buffer.address for buffer in buffers]
         if self.parts == 1:
             self.function(*pointers, 0, self.outer)

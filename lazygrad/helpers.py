@@ -63,6 +63,14 @@ JIT = ContextVar("JIT", 1, "0 makes TinyJit run the function every call instead 
 MOCKCUDA = ContextVar("MOCKCUDA", 0, "1 runs CUDA=1 without a driver: NVRTC compiles every kernel, the CPU runs it")
 CL_PLATFORM = ContextVar("CL_PLATFORM", -1, "index of the OpenCL platform GPU=1 uses (-1: the first that works)")
 CL_DEVICE = ContextVar("CL_DEVICE", -1, "index of the OpenCL device in that platform (-1: the first that works)")
+PROGRAM_CACHE = ContextVar(
+    "PROGRAM_CACHE", 1000, "N >= 1 compiled kernels kept in memory; beyond that the least recently used are freed"
+)
+if PROGRAM_CACHE.value < 1:
+    raise ValueError(
+        f"environment variable PROGRAM_CACHE={PROGRAM_CACHE.value} is out of range: PROGRAM_CACHE takes an integer >= 1 "
+        "— how many compiled kernels stay in memory — or is left unset for the default, 1000"
+    )
 # The disk cache's directory (see diskcache.py): compiled kernels and BEAM choices. Empty is the same as unset; a
 # relative path is taken from the directory lazygrad was started in.
 CACHEDIR = os.path.abspath(os.path.expanduser(getenv("LAZYGRAD_CACHE", "~/.cache/lazygrad")))

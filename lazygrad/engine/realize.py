@@ -1,11 +1,14 @@
 """Running a schedule: each kernel AST is lowered, optimized, linearized, rendered and compiled once per device (in
-memory by the interned AST, on disk by the hash of the source), then launched on its buffers."""
+memory by the interned AST, for the PROGRAM_CACHE most recently used kernels; on disk by the hash of the source), then
+launched on its buffers."""
 
 from __future__ import annotations
 
 import functools
 import threading
 import time
+import weakref
+from collections import OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -19,7 +22,7 @@ from lazygrad.device import CORES, Buffer, Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
 from lazygrad.engine.search import beam_opts
-from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, prod
+from lazygrad.helpers import BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters, prod
 from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp
 from lazygrad.uop.pattern import graph_rewrite
 
@@ -36,12 +39,64 @@ class CompiledKernel:
     global_size: int
 
 
-# by (device, AST, what chooses its optimization actions): the same AST under NOOPT or BEAM is another program
-_programs: dict[tuple[str, UOp, bool, int], CompiledKernel | Future] = {}
+# The program cache. Ownership of device code: a compiled kernel's program is released (its device code freed) when
+# the CompiledKernel is garbage: out of the cache and held by nothing else — not a TinyJit's captured launches (nor the
+# device graph built from them), not a launch under way. The releases wait in `_unused` and happen in `remember`, on
+# the thread that runs schedules, never inside whatever code the garbage collector interrupted.
+# (device, kernel AST, NOOPT, BEAM): what chooses its optimization actions is part of the key
+ProgramKey = tuple[str, UOp, bool, int]
 
 
-def program_key(device_name: str, ast: UOp) -> tuple[str, UOp, bool, int]:
+def program_key(device_name: str, ast: UOp) -> ProgramKey:
     return (device_name, ast, bool(NOOPT), BEAM.value)
+
+
+# compiled kernels, least recently used first, at most PROGRAM_CACHE of them
+_programs: OrderedDict[ProgramKey, CompiledKernel] = OrderedDict()
+_building: dict[ProgramKey, Future] = {}  # kernels being compiled
+# kernels out of the cache that something still holds (a TinyJit): used again rather than built a second time
+_evicted: weakref.WeakValueDictionary[ProgramKey, CompiledKernel] = weakref.WeakValueDictionary()
+_unused: deque = deque()  # programs of collected kernels, to release
+
+
+def new_compiled_kernel(
+    name: str, program: Any, source: str, ops: int, memory: int, global_size: int
+) -> CompiledKernel:
+    """A CompiledKernel whose program is queued for release once the kernel is garbage."""
+    kernel = CompiledKernel(name, program, source, ops, memory, global_size)
+    if hasattr(program, "release"):
+        weakref.finalize(kernel, _unused.append, program).atexit = False
+    return kernel
+
+
+def remember(key: ProgramKey, kernel: CompiledKernel) -> None:
+    """Put a kernel in the program cache as its most recently used one; beyond PROGRAM_CACHE kernels, the least
+    recently used leave it (their code is freed once nothing else holds them). Then release what is unused."""
+    limit = PROGRAM_CACHE.value
+    if limit < 1:
+        raise ValueError(f"PROGRAM_CACHE={limit}: the program cache takes an integer >= 1 (compiled kernels in memory)")
+    _programs[key] = kernel
+    _programs.move_to_end(key)
+    while len(_programs) > limit:
+        evict_oldest()
+    release_unused()
+
+
+def evict_oldest() -> None:
+    """Take the least recently used kernel out of the cache (a function: no local keeps it alive after)."""
+    key, kernel = _programs.popitem(last=False)
+    _evicted[key] = kernel
+
+
+def release_unused() -> None:
+    """Free the device code of every kernel that left the program cache and that nothing holds anymore."""
+    while _unused:
+        _unused.popleft().release()
+
+
+def live_programs() -> int:
+    """Compiled kernels in memory: in the program cache, or out of it and still held (by a TinyJit)."""
+    return len(_programs) + sum(1 for key in _evicted.keys() if key not in _programs)
 
 
 @functools.cache
@@ -70,16 +125,25 @@ def measure_work(program: list[UOp]) -> tuple[int, int, int]:
 
 
 def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
-    """The compiled kernel for `ast` on a device, built once per process (and compiled once per machine)."""
+    """The compiled kernel for `ast` on a device, built once while it is in memory (and compiled once per machine)."""
     # ASTs are interned, so an equal kernel is the same object: a dictionary lookup, no hashing of the graph
     key = program_key(device_name, ast)
     kernel = _programs.get(key)
-    if isinstance(kernel, CompiledKernel):
+    if kernel is not None:
+        _programs.move_to_end(key)
         GlobalCounters.compile_cache_hits += 1
         return kernel
-    if kernel is None:
-        build_kernels(device_name, [ast])
-    kernel = _programs[key] = _programs[key].result()
+    kernel = _evicted.pop(key, None)
+    if kernel is not None:
+        GlobalCounters.compile_cache_hits += 1
+    else:
+        if key not in _building:
+            build_kernels(device_name, [ast])
+        try:
+            kernel = _building[key].result()
+        finally:  # a failed build is not remembered: the next use builds it again
+            _building.pop(key, None)
+    remember(key, kernel)
     return kernel
 
 
@@ -111,10 +175,10 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
             kernel = generate_kernel(device, ast)
         except BaseException:
             for earlier in asts[number - len(batch) : number]:  # not submitted: no one may wait for them forever
-                del _programs[program_key(device_name, earlier)]
+                del _building[program_key(device_name, earlier)]
             raise
         future: Future = Future()
-        _programs[program_key(device_name, ast)] = future
+        _building[program_key(device_name, ast)] = future
         batch.append((future, kernel))
         if len(batch) == batch_size or number == len(asts) - 1:
             if BEAM:  # BEAM times kernels as it generates them: no compiles beside it to skew the timings
@@ -132,7 +196,9 @@ def _compile_batch(device: Any, batch: list[tuple[Future, GeneratedKernel]]) -> 
         for future, kernel in batch:
             runner = device.runtime(kernel.name, binary, kernel.global_loops, kernel.work)
             future.set_result(
-                CompiledKernel(kernel.name, runner, kernel.source, kernel.ops, kernel.memory, prod(kernel.global_loops))
+                new_compiled_kernel(
+                    kernel.name, runner, kernel.source, kernel.ops, kernel.memory, prod(kernel.global_loops)
+                )
             )
     except BaseException as error:  # noqa: BLE001 -- the error belongs to whoever waits for these kernels
         for future, _ in batch:
@@ -147,20 +213,32 @@ def generate_kernel(device: Any, ast: UOp) -> GeneratedKernel:
         print_graph(ast)
     lowered = lower_kernel(ast)
     if NOOPT:
-        return render_kernel(device, lowered, ())
+        return render_kernel(device, ast, lowered, ())
     prepared = prepare(lowered)
     if BEAM:
-        opts = beam_opts(device, ast, prepared, lambda choice: build_candidate(device, ast, prepared, choice))
+        candidates: list[Any] = []
+
+        def build(opts: tuple[Opt, ...]) -> tuple[Any, list[tuple[str, int, Any]]]:
+            program, parameters = build_candidate(device, ast, prepared, opts)
+            candidates.append(program)
+            return program, parameters
+
+        try:
+            opts = beam_opts(device, ast, prepared, build)
+        finally:  # timed and done with: their code is freed now
+            for program in candidates:
+                if hasattr(program, "release"):
+                    program.release()
     else:
         opts = heuristic_opts(prepared, device.renderer.target)
-    return render_kernel(device, apply_opts(prepared, opts), opts)
+    return render_kernel(device, ast, apply_opts(prepared, opts), opts)
 
 
 def build_candidate(
     device: Any, ast: UOp, prepared: UOp, opts: tuple[Opt, ...]
 ) -> tuple[Any, list[tuple[str, int, Any]]]:
     """A kernel compiled with the actions `opts`, ready to time, and its parameters' (device, size, dtype)."""
-    kernel = render_kernel(device, apply_opts(prepared, opts), opts)
+    kernel = render_kernel(device, ast, apply_opts(prepared, opts), opts)
     program = device.runtime(
         kernel.name, device.compiler.compile_cached(kernel.source), kernel.global_loops, kernel.work
     )
@@ -168,8 +246,8 @@ def build_candidate(
     return program, [(device.name, node.arg[1], node.dtype) for node in parameters]
 
 
-def render_kernel(device: Any, kernel_graph: UOp, opts: tuple[Opt, ...]) -> GeneratedKernel:
-    """Linearize and render a kernel graph optimized by the actions `opts`."""
+def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...]) -> GeneratedKernel:
+    """Linearize and render a kernel graph (of the kernel `ast`) optimized by the actions `opts`."""
     if device.renderer.rewrites is not None:
         kernel_graph = graph_rewrite(kernel_graph, device.renderer.rewrites)
     program = linearize(kernel_graph)
@@ -178,7 +256,7 @@ def render_kernel(device: Any, kernel_graph: UOp, opts: tuple[Opt, ...]) -> Gene
             print(
                 f"{position:4d} {node.op.name:14s} {str(node.dtype):18s} {[program.index(s) if s in program else s.arg for s in node.src]} {node.arg}"
             )
-    name = unique_name(device.name, kernel_name(program))
+    name = unique_name(device.name, ast, kernel_name(program))
     if DEBUG >= 3:
         print(f"{name}: {' '.join(str(opt) for opt in opts) or 'no optimization actions'}")
     source = device.renderer.render(name, program)
@@ -190,13 +268,19 @@ def render_kernel(device: Any, kernel_graph: UOp, opts: tuple[Opt, ...]) -> Gene
 
 
 _names_taken: dict[tuple[str, str], int] = {}
+_names: dict[tuple[str, bytes, bool], str] = {}  # by device, the AST's content hash and NOOPT: ~200 bytes a kernel
 
 
-def unique_name(device_name: str, name: str) -> str:
+def unique_name(device_name: str, ast: UOp, name: str) -> str:
     """`name`, or `name` with a number after it when another kernel of this process already has it: programs may
-    share one symbol table (the LLVM device loads every kernel into one engine), and DEBUG output tells them apart."""
-    count = _names_taken[device_name, name] = _names_taken.get((device_name, name), 0) + 1
-    return name if count == 1 else f"{name}n{count}"
+    share one symbol table (the LLVM device loads many kernels into one engine), and DEBUG output tells them apart.
+    A kernel keeps its name, so one built again after it left the program cache has the same source, and the disk
+    cache finds it."""
+    key = (device_name, ast.key, bool(NOOPT))
+    if key not in _names:
+        count = _names_taken[device_name, name] = _names_taken.get((device_name, name), 0) + 1
+        _names[key] = name if count == 1 else f"{name}n{count}"
+    return _names[key]
 
 
 def print_graph(root: UOp) -> None:
@@ -276,9 +360,12 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
     code for the next kernels while the compiler works on the first)."""
     new: dict[str, dict[UOp, None]] = {}  # per device, in schedule order, without repeats
     for item in schedule:
+        key = program_key(item.device, item.ast)
         if (
             item.kind == "kernel"
-            and program_key(item.device, item.ast) not in _programs
+            and key not in _programs
+            and key not in _building
+            and key not in _evicted
             and buffer_of(item.buffers[0]).size
         ):
             new.setdefault(item.device, {})[item.ast] = None

@@ -3,6 +3,7 @@ with ctypes and called with the buffers' addresses."""
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import hashlib
 import os
@@ -10,10 +11,8 @@ import shutil
 import subprocess
 import tempfile
 
-import numpy as np
-
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer
-from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
+from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram, LoadedBinaries
 from lazygrad.runtime.host_cpu import host_cpu
 
 # No -ffast-math: it makes isnan(NaN) false. -fwrapv: signed integers wrap around, as on every other device.
@@ -57,6 +56,12 @@ def load_shared_library(binary: bytes) -> ctypes.CDLL:
         return ctypes.CDLL(path)
 
 
+def unload_shared_library(library: ctypes.CDLL) -> None:
+    """Unmap a library loaded by `load_shared_library` (its file is already gone). ctypes has no public call for it;
+    its C module's dlclose takes the handle."""
+    _ctypes.dlclose(library._handle)
+
+
 class CCompiler(Compiler):
     """C source → a shared library (its bytes), built by `cc`."""
 
@@ -82,18 +87,10 @@ class CCompiler(Compiler):
 class CProgram(HostProgram):
     """A compiled kernel: a function in a loaded shared library, run as a HostProgram."""
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
-        self.library = load_shared_library(binary)
-        function = getattr(self.library, name)
-        function.restype = None
-        super().__init__(function, global_loops, work)
-        self.typed = False
+    binaries = LoadedBinaries(load_shared_library, unload_shared_library)
 
-    def __call__(self, *buffers: np.ndarray) -> None:
-        if not self.typed:  # the signature is known at the first call: buffers, then start and end
-            self.function.argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
-            self.typed = True
-        super().__call__(*buffers)
+    def address_of(self, library: ctypes.CDLL, name: str) -> int:
+        return ctypes.cast(getattr(library, name), ctypes.c_void_p).value
 
 
 def open_device() -> Compiled:

@@ -5,7 +5,7 @@ The platform and device are chosen deliberately: `CL_PLATFORM` and `CL_DEVICE` (
 `python -m lazygrad.device`) override; otherwise the first device, in platform order, that builds a test kernel
 is used (PoCL 3.0 from pip cannot build for CPUs newer than its LLVM 14, such as AMD Zen 5; Debian's PoCL 3.1 can).
 Programs are built once: the program binary is cached on disk (keyed by platform, device and driver version), a
-loaded program is cached in memory by its binary, and each kernel object is fetched once. The renderer says how many
+loaded program is kept in memory by its binary while a kernel uses it, and each kernel object is fetched once. The renderer says how many
 work-items a kernel needs (`OpenCLRenderer.launch_size`): one per iteration, or per vector of iterations, of the
 outermost global loop, or one group for a kernel without global loops.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
-from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable
+from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, LoadedBinaries
 from lazygrad.helpers import CL_DEVICE, CL_PLATFORM, DEBUG
 
 INSTALL_HINT = "pip install 'lazygrad[opencl]'"
@@ -135,7 +135,9 @@ class CLDevice(Compiled):
         # profiling always on: DEBUG=2 times kernels by their events whenever it is turned on
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.context, self.device, properties=profiling)
-        self.programs: dict[bytes, Any] = {}
+        # built programs, by binary, while a kernel uses them; pyopencl releases an OpenCL object when its Python
+        # object goes (a kernel object holds its program, and OpenCL keeps both while a queued launch needs them)
+        self.programs = LoadedBinaries(self.build_binary, lambda program: None)
         allocator = CLAllocator(cl, self.context, self.queue)
         compiler = CLCompiler(cl, self.context, self.device)
         # CPU drivers want vectors as wide as their SIMD registers; GPUs (preferred width 1) want none, and group
@@ -145,14 +147,14 @@ class CLDevice(Compiled):
         renderer = OpenCLRenderer(vector_width=vector_width, group_size=group_size)
         super().__init__("GPU", allocator, renderer, compiler, self.load_program)
 
+    def build_binary(self, binary: bytes) -> Any:
+        return self.cl.Program(self.context, [self.device], [binary]).build()
+
     def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0) -> CLProgram:
-        """The runner for kernel `name` in `binary`; a binary is built into a program once per process."""
-        key = hashlib.sha256(binary).digest()
-        if key not in self.programs:
-            program = self.cl.Program(self.context, [self.device], [binary])
-            self.programs[key] = program.build()
+        """The runner for kernel `name` in `binary`; a binary is built into a program once while kernels use it."""
+        digest, kernel = self.programs.acquire(binary, lambda program: self.cl.Kernel(program, name))
         threads, group = self.renderer.launch_size(global_loops)
-        return CLProgram(self, self.cl.Kernel(self.programs[key], name), threads, group)
+        return CLProgram(self, kernel, threads, group, digest)
 
     def synchronize(self) -> None:
         """Wait until every queued command has finished."""
@@ -165,15 +167,31 @@ class CLDevice(Compiled):
 
 class CLProgram:
     """A kernel object and its launch size: `threads` work-items (rounded up to whole groups; the kernel checks its
-    bounds) in groups of `group` (None: PREFERRED_GROUP_SIZE)."""
+    bounds) in groups of `group` (None: PREFERRED_GROUP_SIZE). `digest` names its program in `device.programs`;
+    `release()` gives both back, and the kernel cannot run after."""
 
-    def __init__(self, device: CLDevice, kernel: Any, threads: int, group: int | None):
-        self.device, self.kernel = device, kernel
+    def __init__(self, device: CLDevice, kernel: Any, threads: int, group: int | None, digest: bytes | None = None):
+        self.device, self.kernel, self.digest = device, kernel, digest
+        self.name = kernel.function_name
         self.local_size = group or min(PREFERRED_GROUP_SIZE, threads, device.device.max_work_group_size)
         self.global_size = -(-threads // self.local_size) * self.local_size
 
+    @property
+    def released(self) -> bool:
+        return self.kernel is None
+
+    def release(self) -> None:
+        """Done with this kernel: its kernel object goes, and its program once no kernel of it is in use (a graph's
+        own kernel objects keep the program alive for the graph). Idempotent."""
+        if self.kernel is not None:
+            self.kernel = None
+            if self.digest is not None:
+                self.device.programs.release(self.digest)
+
     def __call__(self, *buffers: Any) -> float | None:
         """Queue one launch; at DEBUG>=2 wait for it and return its time in seconds from the profiling event."""
+        if self.kernel is None:
+            raise RuntimeError(f"GPU: kernel {self.name} was released and cannot run anymore")
         self.kernel.set_args(*buffers)
         event = self.device.cl.enqueue_nd_range_kernel(
             self.device.queue, self.kernel, (self.global_size,), (self.local_size,)

@@ -3,18 +3,21 @@ through ctypes."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
-import threading
 
 from lazygrad.codegen.renderer.llvmir import LLVMRenderer
-from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
+from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram, LoadedBinaries
 from lazygrad.runtime.host_cpu import host_cpu
 
 
 @functools.cache
 def target_machine():
+    """The target machine kernels are compiled for (an MCJIT engine owns one of its own: see `new_target_machine`)."""
+    return new_target_machine()
+
+
+def new_target_machine():
     try:
         import llvmlite.binding as llvm
     except ImportError as error:
@@ -61,39 +64,58 @@ def hash_of(machine) -> str:
     return hashlib.sha256(f"{cpu.name} {features}".encode()).hexdigest()[:12]
 
 
-@functools.cache
-def engine():
-    """The one MCJIT engine every kernel is loaded into (an engine per kernel costs milliseconds to set up; kernel
-    names are unique per process, so their symbols never clash). It owns the target machine, and lives as long."""
-    import llvmlite.binding as llvm
+class Engine:
+    """An MCJIT engine, with its own target machine (an engine owns its machine), and how many of the object files
+    loaded into it are in use."""
 
-    return llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+    def __init__(self):
+        import llvmlite.binding as llvm
+
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+        self.loaded = self.in_use = 0
 
 
-_loading = threading.Lock()  # kernels are loaded from the compile threads
-_loaded: set[bytes] = set()  # digests of the objects in the engine: a batch of kernels is one object
+class Engines:
+    """Where object files (each a batch of kernels) are loaded. An MCJIT engine frees machine code only when it is
+    closed, and costs about 40 KB and half a millisecond to make: so up to OBJECTS_PER_ENGINE objects share an engine,
+    which is closed once none of them is in use. The program cache drops the least recently used kernels first, so
+    the objects of an engine, loaded one after another, mostly go together. Where two objects of an engine define the
+    same kernel name (a kernel built again while a TinyJit still holds its first build), the later one's symbol wins
+    for later lookups: each program looks its function up right after its object is loaded."""
+
+    OBJECTS_PER_ENGINE = 8
+
+    def __init__(self):
+        self.filling: Engine | None = None  # the engine new objects go into
+
+    def load(self, binary: bytes) -> Engine:
+        import llvmlite.binding as llvm
+
+        if self.filling is None or self.filling.loaded == self.OBJECTS_PER_ENGINE:
+            self.filling = Engine()
+        engine = self.filling
+        engine.engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
+        engine.engine.finalize_object()
+        engine.loaded += 1
+        engine.in_use += 1
+        return engine
+
+    def unload(self, engine: Engine) -> None:
+        engine.in_use -= 1
+        if engine.in_use == 0:
+            if engine is self.filling:
+                self.filling = None
+            engine.engine.close()
 
 
 class LLVMProgram(HostProgram):
-    """A compiled kernel: object code loaded into the MCJIT engine, run as a HostProgram."""
+    """A compiled kernel: a function in an object file loaded into one of the engines, run as a HostProgram."""
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
-        import llvmlite.binding as llvm
+    engines = Engines()
+    binaries = LoadedBinaries(engines.load, engines.unload)  # which calls them under its lock: one thread at a time
 
-        digest = hashlib.sha256(binary).digest()
-        with _loading:
-            if digest not in _loaded:
-                engine().add_object_file(llvm.ObjectFileRef.from_data(binary))
-                engine().finalize_object()
-                _loaded.add(digest)
-            self.address = engine().get_function_address(name)
-        super().__init__(None, global_loops, work)
-
-    def __call__(self, *buffers) -> None:
-        if self.function is None:  # the signature is known at the first call: buffers, then start and end
-            types = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
-            self.function = ctypes.CFUNCTYPE(None, *types)(self.address)
-        super().__call__(*buffers)
+    def address_of(self, engine: Engine, name: str) -> int:
+        return engine.engine.get_function_address(name)
 
 
 def open_device() -> Compiled:

@@ -38,10 +38,14 @@ class PythonProgram:
     """Interprets a linear program: loops jump back from ENDRANGE to just after their RANGE."""
 
     def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
-        self.name = name
+        self.name, self.released = name, False
         self.program: list[UOp] = pickle.loads(base64.b64decode(binary))
         self.position = {node: i for i, node in enumerate(self.program)}
         self.loop_end = {node.src[0]: i for i, node in enumerate(self.program) if node.op is Ops.ENDRANGE}
+
+    def release(self) -> None:
+        """Nothing to free: the program is Python objects, collected with this one."""
+        self.released = True
 
     def __call__(self, *buffers: np.ndarray) -> None:
         values: dict[UOp, object] = {}

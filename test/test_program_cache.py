@@ -1,0 +1,283 @@
+"""The in-memory program cache: at most PROGRAM_CACHE compiled kernels stay in it, the least recently used leave
+first, and a kernel's device code is freed once it is out of the cache and nothing holds it — but never while a
+TinyJit capture (or the device graph made from it) still launches it. An evicted kernel is built again when needed.
+
+The in-process tests run on the default device (run the file with CPU=1, GPU=1, CUDA=1 MOCKCUDA=1 or PYTHON=1 for
+the others); `test_every_device_in_a_fresh_process` runs a short version of them on each device that is available.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from lazygrad import Device, Tensor
+from lazygrad.device import DeviceUnavailable
+from lazygrad.engine import realize
+from lazygrad.engine.jit import TinyJit
+from lazygrad.helpers import CACHELEVEL, Context, GlobalCounters
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = np.arange(16, dtype=np.float32) - 5
+
+
+@pytest.fixture
+def device() -> str:
+    try:
+        Device[Device.DEFAULT]
+    except (DeviceUnavailable, ImportError) as error:
+        pytest.skip(str(error))
+    return Device.DEFAULT
+
+
+def code_freed(program) -> bool:
+    """Whether a program gave its device code back (CUDA: its module is unloaded; elsewhere: it was released)."""
+    if hasattr(program, "module"):
+        return program.module is None
+    return program.released
+
+
+def loaded_code(device: str) -> int | None:
+    """How many binaries the device holds loaded for programs (None where the device does not say)."""
+    opened = Device[device]
+    if hasattr(opened.runtime, "binaries"):  # LLVM, CPU: the program class loads binaries
+        return len(opened.runtime.binaries.loaded)
+    if device == "GPU":
+        return len(opened.programs.loaded)
+    if hasattr(getattr(opened, "driver", None), "modules"):  # the CUDA mock driver
+        return len(opened.driver.modules)
+    return None
+
+
+def distinct_graph(x: Tensor, number: int) -> np.ndarray:
+    """One new kernel per number (the constant is part of the kernel), checked against NumPy."""
+    result = (x * (1000 + number) + 1).numpy()
+    np.testing.assert_allclose(result, DATA * (1000 + number) + 1)
+    return result
+
+
+def newest_kernel() -> realize.CompiledKernel:
+    return next(reversed(realize._programs.values()))
+
+
+def test_distinct_graphs_keep_the_cache_bounded_and_free_what_leaves_it(device):
+    x = Tensor(DATA, device=device).realize()
+    limit, count = 3, 12
+    with Context(PROGRAM_CACHE=limit):
+        programs = []
+        for number in range(count):
+            distinct_graph(x, number)
+            assert len(realize._programs) <= limit
+            programs.append(newest_kernel().program)
+        gc.collect()
+        realize.release_unused()
+        assert [code_freed(program) for program in programs] == [True] * (count - limit) + [False] * limit
+        assert realize.live_programs() <= limit
+        loaded = loaded_code(device)
+        assert loaded is None or loaded <= limit + 1  # the kernel that copied x in may still be cached elsewhere
+
+
+def test_an_evicted_kernel_is_built_again_and_computes_the_same(device):
+    x = Tensor(DATA, device=device).realize()
+    with Context(PROGRAM_CACHE=2):
+        first = distinct_graph(x, 100)
+        evicted = newest_kernel()
+        for number in range(101, 104):
+            distinct_graph(x, number)
+        assert all(kernel is not evicted for kernel in realize._programs.values())
+        program = evicted.program
+        del evicted
+        gc.collect()
+        realize.release_unused()
+        assert code_freed(program)
+        compiles = GlobalCounters.compile_count
+        np.testing.assert_allclose(distinct_graph(x, 100), first)
+        rebuilt = newest_kernel()
+        assert rebuilt.program is not program and not code_freed(rebuilt.program)
+        # built again from the same source (the kernel keeps its name), so the disk cache has its binary
+        assert GlobalCounters.compile_count == compiles or not CACHELEVEL
+
+
+def test_a_jit_step_whose_kernels_left_the_cache_still_replays(device):
+    @TinyJit
+    def step(tensor: Tensor) -> tuple[Tensor, Tensor]:
+        doubled = (tensor * 3 + 2).contiguous()
+        return doubled.realize(), (doubled.sum() + doubled).realize()
+
+    def check(step: TinyJit, value: float) -> None:
+        doubled, shifted = step(Tensor(DATA + value, device=device))
+        expected = (DATA + value) * 3 + 2
+        np.testing.assert_allclose(doubled.numpy(), expected)
+        np.testing.assert_allclose(shifted.numpy(), expected.sum() + expected, rtol=1e-5)
+
+    x = Tensor(DATA, device=device).realize()
+    with Context(PROGRAM_CACHE=2):
+        check(step, 0)  # runs
+        check(step, 1)  # captures
+        captured = [launch.kernel for launch in step.launches if launch.kernel is not None]
+        assert len(captured) >= 2
+        for number in range(200, 205):  # every captured kernel leaves the cache
+            distinct_graph(x, number)
+        assert not any(kernel in realize._programs.values() for kernel in captured)
+        gc.collect()
+        realize.release_unused()
+        assert not any(code_freed(kernel.program) for kernel in captured)
+        check(step, 2)  # the first replay (and the device graph, where there is one) after the eviction
+        for number in range(205, 210):
+            distinct_graph(x, number)
+        gc.collect()
+        realize.release_unused()
+        check(step, 3)
+        assert realize.live_programs() <= 2 + len(captured)
+        # the same graph outside the JIT finds its kernels still in memory: no second build
+        GlobalCounters.reset()
+        doubled = (Tensor(DATA, device=device) * 3 + 2).contiguous().realize()
+        np.testing.assert_allclose(doubled.numpy(), DATA * 3 + 2)
+        assert any(kernel in realize._programs.values() for kernel in captured)
+        programs = [kernel.program for kernel in captured]
+        del step, captured, doubled
+        for number in range(210, 215):
+            distinct_graph(x, number)
+        gc.collect()
+        realize.release_unused()
+        assert all(code_freed(program) for program in programs)
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="measures memory through /proc")
+def test_memory_stays_bounded_over_300_distinct_graphs(device):
+    x = Tensor(DATA, device=device).realize()
+    with Context(PROGRAM_CACHE=20):
+        for number in range(300, 330):
+            distinct_graph(x, number)
+        gc.collect()
+        before = rss_mib()
+        for number in range(330, 600):
+            distinct_graph(x, number)
+            assert realize.live_programs() <= 20
+        gc.collect()
+        realize.release_unused()
+        loaded = loaded_code(device)
+        assert loaded is None or loaded <= 21
+        # without the bound, 270 kernels keep about 30 MiB on LLVM; with it, growth is noise
+        growth = rss_mib() - before
+        assert growth < 24, f"RSS grew {growth:.1f} MiB over 270 graphs"
+
+
+def test_the_limit_must_be_positive_and_a_number():
+    for value, expected in [
+        ("lots", "PROGRAM_CACHE='lots' is not an integer: PROGRAM_CACHE takes an integer"),
+        ("0", "PROGRAM_CACHE=0 is out of range: PROGRAM_CACHE takes an integer >= 1"),
+    ]:
+        environment = {**os.environ, "PYTHONPATH": ROOT, "PROGRAM_CACHE": value}
+        result = subprocess.run(
+            [sys.executable, "-c", "import lazygrad"], env=environment, capture_output=True, text=True
+        )
+        assert result.returncode != 0 and expected in result.stderr
+
+
+FRESH_PROCESS = textwrap.dedent(
+    """
+    import gc
+    import numpy as np
+    from lazygrad import Device, Tensor
+    from lazygrad.device import DeviceUnavailable
+    from lazygrad.engine import realize
+    from lazygrad.engine.jit import TinyJit
+
+    try:
+        Device[Device.DEFAULT]
+    except (DeviceUnavailable, ImportError) as error:
+        print("unavailable:", error)
+        raise SystemExit(0)
+    data = np.arange(16, dtype=np.float32) - 5
+    x = Tensor(data).realize()
+
+    @TinyJit
+    def step(tensor):
+        return (tensor * 7 - 1).realize()
+
+    for value in range(2):
+        np.testing.assert_allclose(step(Tensor(data + value)).numpy(), (data + value) * 7 - 1)
+    programs = []
+    for number in range(40):
+        np.testing.assert_allclose((x * (1000 + number) + 1).numpy(), data * (1000 + number) + 1)
+        assert len(realize._programs) <= 3
+        programs.append(next(reversed(realize._programs.values())).program)
+    np.testing.assert_allclose((x * 1000 + 1).numpy(), data * 1000 + 1)  # evicted, built again
+    for value in range(2, 4):  # the step's kernel left the cache long ago
+        np.testing.assert_allclose(step(Tensor(data + value)).numpy(), (data + value) * 7 - 1)
+    gc.collect()
+    realize.release_unused()
+    freed = sum(getattr(p, "module", 0) is None if hasattr(p, "module") else p.released for p in programs)
+    print("device", Device.DEFAULT, "freed", freed, "live", realize.live_programs())
+    assert freed >= 40 - 3 and realize.live_programs() <= 3 + 1
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [{}, {"CPU": "1"}, {"GPU": "1"}, {"CUDA": "1", "MOCKCUDA": "1"}, {"PYTHON": "1"}],
+    ids=["LLVM", "CPU", "GPU", "MOCKCUDA", "PYTHON"],
+)
+def test_every_device_in_a_fresh_process(variables):
+    environment = {key: value for key, value in os.environ.items() if key not in ("LLVM", "CPU", "CLANG", "GPU")}
+    environment = {key: value for key, value in environment.items() if key not in ("CUDA", "MOCKCUDA", "PYTHON")}
+    environment.update(variables, PYTHONPATH=ROOT, PROGRAM_CACHE="3")
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS], env=environment, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    if result.stdout.startswith("unavailable:"):
+        pytest.skip(result.stdout.strip())
+    assert "freed" in result.stdout
+
+
+def test_llvm_engines_close_once_none_of_their_objects_is_in_use():
+    import ctypes
+
+    try:
+        from lazygrad.runtime.ops_llvm import Engines, LLVMCompiler
+
+        compiler = LLVMCompiler()
+    except (DeviceUnavailable, ImportError) as error:
+        pytest.skip(str(error))
+    source = "define i32 @{name}() {{\n  ret i32 {value}\n}}\n"
+    objects = [compiler.compile(source.format(name=f"answer{value}", value=value)) for value in range(3)]
+    engines = Engines()
+    engines.OBJECTS_PER_ENGINE = 2
+    first, second, third = [engines.load(binary) for binary in objects]
+    assert first is second and third is not first and engines.filling is third
+    answer = ctypes.CFUNCTYPE(ctypes.c_int32)(third.engine.get_function_address("answer2"))
+    assert answer() == 2
+    engines.unload(first)
+    assert not first.engine.closed  # its second object is still in use
+    engines.unload(second)
+    assert first.engine.closed and not third.engine.closed
+    engines.unload(third)
+    assert third.engine.closed and engines.filling is None
+
+
+def test_a_released_program_refuses_to_run(device):
+    x = Tensor(DATA, device=device).realize()
+    with Context(PROGRAM_CACHE=1):
+        distinct_graph(x, 900)
+        program = newest_kernel().program
+        distinct_graph(x, 901)
+        gc.collect()
+        realize.release_unused()
+    assert code_freed(program)
+    if device != "PYTHON":  # the emulator has no device code to lose
+        with pytest.raises(RuntimeError, match="released"):
+            program(*[None] * 2)
