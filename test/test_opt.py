@@ -133,11 +133,11 @@ def test_the_heuristic_blocks_a_product_and_its_list_is_printed_at_debug_3(capfd
 
     a, x = realized(32, 64)
     b, y = realized(64, 32)
-    opts = heuristic_opts(kernel_of(a @ b), Target())
-    assert opts == (Opt(U, 1, 16), Opt(U, 0, 4))
+    assert heuristic_opts(kernel_of(a @ b), Target()) == (Opt(U, 1, 16), Opt(U, 0, 4))
+    opts = heuristic_opts(kernel_of(a @ b), Device[Device.DEFAULT].renderer.target)  # (LAZYGRAD_CPU may differ)
     with Context(DEBUG=3):
         np.testing.assert_allclose((a @ b + 2).numpy(), x @ y + 2, rtol=1e-5, atol=1e-5)
-    assert "UPCAST(1, 16) UPCAST(0, 4)" in capfd.readouterr().out
+    assert " ".join(map(str, opts)) in capfd.readouterr().out
 
 
 def test_the_register_block_follows_the_target():
