@@ -28,9 +28,12 @@ def run_with(tensor: Tensor, opts: tuple[Opt, ...]) -> np.ndarray:
     kernel = prepare(lower_kernel(item.ast))
     program, parameters = build_candidate(device, item.ast, kernel, opts)
     output = Buffer(*parameters[0])
-    program(output.handle, *(buffer_of(node).handle for node in item.buffers[1:]))
-    getattr(device, "synchronize", lambda: None)()
-    return output.numpy().reshape(tensor.shape)
+    try:
+        program(output.handle, *(buffer_of(node).handle for node in item.buffers[1:]))
+        getattr(device, "synchronize", lambda: None)()
+        return output.numpy().reshape(tensor.shape)
+    finally:  # a program outside the program cache frees its code itself
+        getattr(program, "release", lambda: None)()
 
 
 def kernel_of(tensor: Tensor):
