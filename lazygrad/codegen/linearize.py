@@ -10,7 +10,8 @@ it can be, and every use of a value comes after it in a scope that contains it.
 from __future__ import annotations
 
 from lazygrad.codegen.lower import reduce_identity
-from lazygrad.uop.ops import LoopKind, Ops, UOp
+from lazygrad.codegen.opt import output_loops
+from lazygrad.uop.ops import Ops, UOp
 
 
 def ranges_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -118,9 +119,7 @@ class Linearizer:
         self.program.extend(self.sink.arg)
         for node in self.program:
             self.linear[node] = node
-        global_loops = sorted(
-            (n for n in self.sink.toposort if n.op is Ops.RANGE and n.arg[1] is LoopKind.GLOBAL), key=lambda n: n.arg[0]
-        )
+        global_loops = output_loops(self.sink)
         for depth, loop in enumerate(global_loops):
             self.open_loop(loop)
             # a reduce that needs only the loops open so far runs here, once per their index (a softmax's max and
