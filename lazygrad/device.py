@@ -3,6 +3,8 @@ content-keyed cache, an allocator and a program runner."""
 
 from __future__ import annotations
 
+import array
+import ctypes
 import functools
 import importlib
 import os
@@ -238,9 +240,19 @@ class Compiler(ABC):
 
 
 class Compiled:
-    """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner."""
+    """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner.
+    `max_buffers`: the most buffers one kernel may take, where the device limits its kernels' parameters (None: no
+    limit); the scheduler computes parts of a graph apart to stay within it."""
 
-    def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable):
+    def __init__(
+        self,
+        name: str,
+        allocator: Allocator,
+        renderer: Any,
+        compiler: Compiler,
+        runtime: Callable,
+        max_buffers: int | None = None,
+    ):
         self.name, self.allocator, self.renderer, self.compiler, self.runtime = (
             name,
             allocator,
@@ -248,6 +260,7 @@ class Compiled:
             compiler,
             runtime,
         )
+        self.max_buffers = max_buffers
 
 
 def describe_devices() -> list[tuple[str, str]]:
@@ -262,13 +275,19 @@ def describe_devices() -> list[tuple[str, str]]:
     return rows
 
 
+# the array.array type code of an address
+ADDRESS_TYPECODE = {4: "I", 8: "Q"}[ctypes.sizeof(ctypes.c_void_p)]
+
+
 class HostProgram:
-    """A kernel compiled to this CPU, called through ctypes with the buffers' addresses and the [start, end) range
-    of its outermost loop. Kernels with enough work split that loop across the cores (ctypes releases the GIL during
-    each call, so the threads run in parallel)."""
+    """A kernel compiled to this CPU, a function `void kernel(void **buffers, int64 start, int64 end)` called through
+    ctypes with an array of the buffers' addresses (one argument however many buffers: ctypes calls take at most
+    1024) and the [start, end) range of its outermost loop. Kernels with enough work split that loop across the
+    cores (ctypes releases the GIL during each call, so the threads run in parallel)."""
 
     # below this many loop iterations in all, a thread costs more than it saves
     PARALLEL_WORK = 1 << 17
+    SIGNATURE = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
     def __init__(self, function: Callable, global_loops: tuple[int, ...], work: int):
         self.function = function
@@ -276,15 +295,15 @@ class HostProgram:
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
 
     def __call__(self, *buffers: HostMemory) -> None:
-        pointers = [buffer.address for buffer in buffers]
+        # (an array.array is the quickest array of addresses to build; it lives until every part has run)
+        addresses = array.array(ADDRESS_TYPECODE, [buffer.address for buffer in buffers])
+        pointer = addresses.buffer_info()[0]
         if self.parts == 1:
-            self.function(*pointers, 0, self.outer)
+            self.function(pointer, 0, self.outer)
             return
         bounds = [self.outer * part // self.parts for part in range(self.parts + 1)]
-        others = [
-            thread_pool().submit(self.function, *pointers, bounds[i], bounds[i + 1]) for i in range(1, self.parts)
-        ]
-        self.function(*pointers, bounds[0], bounds[1])
+        others = [thread_pool().submit(self.function, pointer, bounds[i], bounds[i + 1]) for i in range(1, self.parts)]
+        self.function(pointer, bounds[0], bounds[1])
         for other in others:
             other.result()
 

@@ -10,8 +10,6 @@ import shutil
 import subprocess
 import tempfile
 
-import numpy as np
-
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer
 from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram
 
@@ -83,15 +81,8 @@ class CProgram(HostProgram):
     def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         self.library = load_shared_library(binary)
         function = getattr(self.library, name)
-        function.restype = None
+        function.argtypes, function.restype = self.SIGNATURE, None
         super().__init__(function, global_loops, work)
-        self.typed = False
-
-    def __call__(self, *buffers: np.ndarray) -> None:
-        if not self.typed:  # the signature is known at the first call: buffers, then start and end
-            self.function.argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
-            self.typed = True
-        super().__call__(*buffers)
 
 
 def open_device() -> Compiled:

@@ -143,7 +143,9 @@ class CLDevice(Compiled):
         vector_width = min(max(self.device.preferred_vector_width_float, 1), 16)
         group_size = 1 << (min(self.device.max_work_group_size, 256).bit_length() - 1)
         renderer = OpenCLRenderer(vector_width=vector_width, group_size=group_size)
-        super().__init__("GPU", allocator, renderer, compiler, self.load_program)
+        # a kernel's parameters (a pointer per buffer) may take at most CL_DEVICE_MAX_PARAMETER_SIZE bytes
+        max_buffers = self.device.max_parameter_size // (self.device.address_bits // 8)
+        super().__init__("GPU", allocator, renderer, compiler, self.load_program, max_buffers)
 
     def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0) -> CLProgram:
         """The runner for kernel `name` in `binary`; a binary is built into a program once per process."""

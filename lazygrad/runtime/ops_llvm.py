@@ -83,14 +83,8 @@ class LLVMProgram(HostProgram):
                 engine().add_object_file(llvm.ObjectFileRef.from_data(binary))
                 engine().finalize_object()
                 _loaded.add(digest)
-            self.address = engine().get_function_address(name)
-        super().__init__(None, global_loops, work)
-
-    def __call__(self, *buffers) -> None:
-        if self.function is None:  # the signature is known at the first call: buffers, then start and end
-            types = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
-            self.function = ctypes.CFUNCTYPE(None, *types)(self.address)
-        super().__call__(*buffers)
+            address = engine().get_function_address(name)
+        super().__init__(ctypes.CFUNCTYPE(None, *self.SIGNATURE)(address), global_loops, work)
 
 
 def open_device() -> Compiled:
