@@ -242,7 +242,8 @@ class Compiler(ABC):
 class Compiled:
     """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner.
     `max_buffers`: the most buffers one kernel may take, where the device limits its kernels' parameters (None: no
-    limit); the scheduler computes parts of a graph apart to stay within it."""
+    limit); the scheduler computes parts of a graph apart to stay within it. `unsupported_dtypes`: the dtypes it
+    cannot compute in, each with the reason (tensors of them are an error at the line that makes them)."""
 
     def __init__(
         self,
@@ -261,6 +262,8 @@ class Compiled:
             runtime,
         )
         self.max_buffers = max_buffers
+        # dtype -> why this device cannot compute in it (an OpenCL device without doubles)
+        self.unsupported_dtypes: dict[DType, str] = {}
 
 
 def describe_devices() -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
 from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable
+from lazygrad.dtype import dtypes
 from lazygrad.helpers import CL_DEVICE, CL_PLATFORM, DEBUG
 
 INSTALL_HINT = "pip install 'lazygrad[opencl]'"
@@ -146,6 +147,11 @@ class CLDevice(Compiled):
         # a kernel's parameters (a pointer per buffer) may take at most CL_DEVICE_MAX_PARAMETER_SIZE bytes
         max_buffers = self.device.max_parameter_size // (self.device.address_bits // 8)
         super().__init__("GPU", allocator, renderer, compiler, self.load_program, max_buffers)
+        extensions = self.device.extensions.split()
+        if "cl_khr_fp64" not in extensions:
+            self.unsupported_dtypes[dtypes.float64] = "the OpenCL device lacks cl_khr_fp64"
+        if self.device.profile == "EMBEDDED_PROFILE" and "cles_khr_int64" not in extensions:
+            self.unsupported_dtypes[dtypes.int64] = "the OpenCL device's embedded profile lacks cles_khr_int64"
 
     def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0) -> CLProgram:
         """The runner for kernel `name` in `binary`; a binary is built into a program once per process."""
