@@ -96,7 +96,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
-    __slots__ = ("_uop", "device", "requires_grad", "grad", "_history", "__weakref__")
+    __slots__ = ("_uop", "device", "_requires_grad", "grad", "_history", "__weakref__")
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
 
@@ -108,7 +108,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         requires_grad: bool | None = None,
     ):
         self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        self.requires_grad, self.grad, self._history = requires_grad, None, None
+        self._requires_grad, self.grad, self._history = None, None, None
         dtype = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             self.uop = data
@@ -127,6 +127,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
             if dtype.itemsize == 8:
                 _check_device_has(dtype, self.device, "Tensor")
             self.uop = buffer_from_numpy(array, self.device, dtype)
+        self.requires_grad = requires_grad
 
     @property
     def uop(self) -> UOp:
@@ -183,12 +184,27 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         tensor = object.__new__(Tensor)
         tensor.device, tensor.grad, tensor._history = self.device, None, None
         if Tensor.no_grad:
-            tensor.requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
+            tensor._requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
         else:
-            tensor.requires_grad, tensor.uop = None, uop
+            tensor._requires_grad, tensor.uop = None, uop
         return tensor
 
     # ---- gradients ---------------------------------------------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """True: `backward` fills this tensor's `.grad`; False: never; None (the default): if it is a float tensor
+        that is not a broadcast Python constant."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        if value and not self.dtype.is_float:
+            raise TypeError(
+                f"requires_grad=True needs a float tensor, but this one is {self.dtype}: only floats have gradients; "
+                "make it with a float dtype (dtype=dtypes.float32) or .float() it first"
+            )
+        self._requires_grad = value
 
     def _seed(self, gradient: Tensor | Any | None, op_name: str) -> UOp:
         """The gradient to start from at this root, checked against its shape."""

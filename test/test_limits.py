@@ -272,3 +272,128 @@ def test_a_device_without_int64_or_float64_says_so(monkeypatch):
     with pytest.raises(TypeError, match=rf"^cast: {Device.DEFAULT} cannot compute in dtypes.int64"):
         Tensor([1]).cast(dtypes.int64)
     assert (Tensor([1, 2]) + 5).tolist() == [6, 7]  # what fits needs no int64
+
+
+# ---- gradients of integer tensors ---------------------------------------------------------------------------------
+
+GRADIENT_MESSAGE = (
+    "requires_grad=True needs a float tensor, but this one is {}: only floats have gradients; make it with a float "
+    "dtype (dtype=dtypes.float32) or .float() it first"
+)
+
+
+@pytest.mark.parametrize(
+    "make,dtype",
+    [
+        (lambda: Tensor([1, 2], requires_grad=True), dtypes.int32),
+        (lambda: Tensor([True], requires_grad=True), dtypes.bool),
+        (lambda: Tensor(np.array([1, 2], np.uint32), requires_grad=True), dtypes.uint32),
+        (lambda: Tensor.zeros(2, dtype=dtypes.int32, requires_grad=True), dtypes.int32),
+        (lambda: Tensor.ones(2, dtype=dtypes.bool, requires_grad=True), dtypes.bool),
+        (lambda: Tensor.full((2,), 3, requires_grad=True), dtypes.int32),
+        (lambda: Tensor.full((2,), BIG, requires_grad=True), dtypes.int64),
+        (lambda: Tensor.arange(3, requires_grad=True), dtypes.int32),
+        (lambda: Tensor.rand(2, dtype=dtypes.int32, requires_grad=True), dtypes.int32),
+        (lambda: Tensor.randn(2, dtype=dtypes.int32, requires_grad=True), dtypes.int32),
+        (lambda: Tensor([1.5]).zeros_like(dtype=dtypes.int32, requires_grad=True), dtypes.int32),
+    ],
+)
+def test_requires_grad_on_an_integer_tensor_is_an_error(make, dtype):
+    with pytest.raises(TypeError) as error:
+        make()
+    assert str(error.value) == GRADIENT_MESSAGE.format(dtype)
+
+
+def test_setting_requires_grad_on_an_integer_tensor_is_an_error():
+    tensor = Tensor([1, 2])
+    with pytest.raises(TypeError) as error:
+        tensor.requires_grad = True
+    assert str(error.value) == GRADIENT_MESSAGE.format(dtypes.int32)
+    assert tensor.requires_grad is None  # unchanged
+    tensor.requires_grad = False
+    assert tensor.requires_grad is False
+
+
+def test_float_tensors_still_take_gradients():
+    weight = Tensor([1.0, 2.0], requires_grad=True)
+    other = Tensor([3.0, 4.0])
+    other.requires_grad = True
+    (weight * other).sum().backward()
+    np.testing.assert_array_equal(weight.grad.numpy(), [3.0, 4.0])
+    np.testing.assert_array_equal(other.grad.numpy(), [1.0, 2.0])
+
+
+# ---- class labels -------------------------------------------------------------------------------------------------
+
+
+def test_one_hot_matches_torch(torch):
+    labels = np.array([[0, 3], [4, 1]])
+    expected = torch.nn.functional.one_hot(torch.tensor(labels), 5).numpy()
+    np.testing.assert_array_equal(Tensor(labels).one_hot(5).numpy(), expected)
+
+
+@pytest.mark.parametrize(
+    "labels,message",
+    [
+        (
+            [0, 3],
+            "one_hot: label 3 at index (1,) is not a class of 3 (allowed: 0..2); fix the labels or pass a larger num_classes",
+        ),
+        (
+            [[0, 1], [-1, 2]],
+            "one_hot: label -1 at index (1, 0) is not a class of 3 (allowed: 0..2); fix the labels or pass a larger num_classes",
+        ),
+    ],
+)
+def test_one_hot_labels_out_of_range(labels, message):
+    with pytest.raises(ValueError) as error:
+        Tensor(labels).one_hot(3)
+    assert str(error.value) == message
+
+
+def test_labels_computed_lazily_are_checked_too():
+    with pytest.raises(ValueError, match=r"^one_hot: label 3 at index \(1,\) is not a class of 3"):
+        (Tensor([1, 2]) + 1).one_hot(3)
+
+
+LOSS_FIX = "fix the labels (the logits' class axis has 3 classes)"
+
+
+@pytest.mark.parametrize(
+    "labels,ignore_index,message",
+    [
+        ([0, 3], -1, f"label 3 at index (1,) is not a class of 3 (allowed: 0..2 or ignore_index=-1); {LOSS_FIX}"),
+        ([-2, 0], -1, f"label -2 at index (0,) is not a class of 3 (allowed: 0..2 or ignore_index=-1); {LOSS_FIX}"),
+        ([-1, 0], 5, f"label -1 at index (0,) is not a class of 3 (allowed: 0..2 or ignore_index=5); {LOSS_FIX}"),
+    ],
+)
+def test_sparse_categorical_crossentropy_labels_out_of_range(labels, ignore_index, message):
+    logits = Tensor(np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError) as error:
+        logits.sparse_categorical_crossentropy(Tensor(labels), ignore_index=ignore_index)
+    assert str(error.value) == f"sparse_categorical_crossentropy: {message}"
+
+
+def test_cross_entropy_labels_out_of_range():
+    logits = Tensor(np.zeros((2, 3, 4), np.float32))  # classes on axis 1, as in torch
+    with pytest.raises(ValueError) as error:
+        logits.cross_entropy(Tensor([[0, 1, 2, -100], [0, 3, 0, 0]]))
+    assert str(error.value) == (
+        f"cross_entropy: label 3 at index (1, 1) is not a class of 3 (allowed: 0..2 or ignore_index=-100); {LOSS_FIX}"
+    )
+
+
+@pytest.mark.parametrize("labels,ignore_index", [([0, 5, 2], 5), ([0, -7, 2], -7), ([1, -1, 2], -1)])
+def test_an_ignored_label_may_be_out_of_range_as_in_torch(torch, labels, ignore_index):
+    logits = np.random.default_rng(1).standard_normal((3, 3)).astype(np.float32)
+    loss = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels), ignore_index=ignore_index)
+    expected = torch.nn.functional.cross_entropy(torch.tensor(logits), torch.tensor(labels), ignore_index=ignore_index)
+    np.testing.assert_allclose(loss.numpy(), expected.numpy(), rtol=1e-6)
+
+
+def test_embedding_indices_out_of_range():
+    from lazygrad import nn
+
+    embedding = nn.Embedding(4, 2)
+    with pytest.raises(ValueError, match=r"^one_hot: label 4 at index \(0, 1\) is not a class of 4"):
+        embedding(Tensor([[1, 4]]))
