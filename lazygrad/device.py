@@ -10,7 +10,7 @@ import importlib
 import os
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -190,6 +190,27 @@ class Allocator(ABC):
     def gpu_address(self, handle: Any) -> int | None:
         """The address of GPU memory, for libraries that read it themselves (a CUDA-aware MPI); None elsewhere."""
         return None
+
+    def readinto(self, handle: Any, file: BinaryIO, nbytes: int) -> None:
+        """Fill the first `nbytes` of the memory with the next `nbytes` of a binary file: straight into it where it is
+        host memory (`host_bytes`), else through one host array of that size."""
+        memory = self.host_bytes(handle)
+        if memory is not None:
+            read_exactly(file, memoryview(memory[:nbytes]))
+            return
+        array = np.empty(nbytes, dtype=np.uint8)
+        read_exactly(file, memoryview(array))
+        self.copyin(handle, array)
+
+
+def read_exactly(file: BinaryIO, memory: memoryview) -> None:
+    """Fill `memory` from the file, or raise if the file ends first."""
+    done = 0
+    while done < len(memory):
+        count = file.readinto(memory[done:])
+        if not count:
+            raise EOFError(f"{getattr(file, 'name', 'file')} ended {len(memory) - done} bytes early")
+        done += count
 
 
 class HostMemory(np.ndarray):

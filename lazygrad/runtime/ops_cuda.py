@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 from lazygrad.codegen.renderer.cstyle import CUDARenderer
-from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable
+from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, read_exactly
 from lazygrad.helpers import DEBUG, MOCKCUDA
 from lazygrad.runtime.cuda_compiler import MockCUDACompiler, NVRTCCompiler, choose_target, load_nvrtc
 from lazygrad.runtime.cuda_driver import OUT_OF_MEMORY, CUDADriver, CUDAError
@@ -233,6 +233,17 @@ class StagingBuffers:
                 driver.copy_to_device(pointer + offset, address, size, device.stream)
                 driver.event_record(event, device.stream)
 
+    def readinto(self, pointer: int, file: BinaryIO, nbytes: int) -> None:
+        """Copy the next `nbytes` of a binary file to the GPU, read chunk by chunk into the buffers themselves."""
+        device, driver = self.device, self.device.driver
+        with device.lock, device.current():
+            for offset in range(0, nbytes, self.SIZE):
+                size = min(self.SIZE, nbytes - offset)
+                address, event = self.take()
+                read_exactly(file, memoryview((ctypes.c_char * size).from_address(address)).cast("B"))
+                driver.copy_to_device(pointer + offset, address, size, device.stream)
+                driver.event_record(event, device.stream)
+
     def copyout(self, out: np.ndarray, pointer: int) -> None:
         device, driver = self.device, self.device.driver
         with device.lock, device.current():
@@ -330,6 +341,9 @@ class CUDAAllocator(Allocator):
 
     def copyout(self, out: np.ndarray, handle: int) -> None:
         self.staging.copyout(out, handle)
+
+    def readinto(self, handle: int, file: BinaryIO, nbytes: int) -> None:
+        self.staging.readinto(handle, file, nbytes)
 
 
 class CUDADevice(Compiled):
