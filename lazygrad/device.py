@@ -3,6 +3,7 @@ content-keyed cache, an allocator and a program runner."""
 
 from __future__ import annotations
 
+import array
 import ctypes
 import functools
 import hashlib
@@ -11,7 +12,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -192,6 +193,27 @@ class Allocator(ABC):
         """The address of GPU memory, for libraries that read it themselves (a CUDA-aware MPI); None elsewhere."""
         return None
 
+    def readinto(self, handle: Any, file: BinaryIO, nbytes: int) -> None:
+        """Fill the first `nbytes` of the memory with the next `nbytes` of a binary file: straight into it where it is
+        host memory (`host_bytes`), else through one host array of that size."""
+        memory = self.host_bytes(handle)
+        if memory is not None:
+            read_exactly(file, memoryview(memory[:nbytes]))
+            return
+        array = np.empty(nbytes, dtype=np.uint8)
+        read_exactly(file, memoryview(array))
+        self.copyin(handle, array)
+
+
+def read_exactly(file: BinaryIO, memory: memoryview) -> None:
+    """Fill `memory` from the file, or raise if the file ends first."""
+    done = 0
+    while done < len(memory):
+        count = file.readinto(memory[done:])
+        if not count:
+            raise EOFError(f"{getattr(file, 'name', 'file')} ended {len(memory) - done} bytes early")
+        done += count
+
 
 class HostMemory(np.ndarray):
     """A NumPy byte array that knows its address (asking NumPy for it on every kernel launch is slow)."""
@@ -272,9 +294,20 @@ class LoadedBinaries:
 
 
 class Compiled:
-    """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner."""
+    """A device: its renderer (linear UOps → source), compiler (source → binary), allocator and program runner.
+    `max_buffers`: the most buffers one kernel may take, where the device limits its kernels' parameters (None: no
+    limit); the scheduler computes parts of a graph apart to stay within it. `unsupported_dtypes`: the dtypes it
+    cannot compute in, each with the reason (tensors of them are an error at the line that makes them)."""
 
-    def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable):
+    def __init__(
+        self,
+        name: str,
+        allocator: Allocator,
+        renderer: Any,
+        compiler: Compiler,
+        runtime: Callable,
+        max_buffers: int | None = None,
+    ):
         self.name, self.allocator, self.renderer, self.compiler, self.runtime = (
             name,
             allocator,
@@ -282,6 +315,9 @@ class Compiled:
             compiler,
             runtime,
         )
+        self.max_buffers = max_buffers
+        # dtype -> why this device cannot compute in it (an OpenCL device without doubles)
+        self.unsupported_dtypes: dict[DType, str] = {}
 
 
 def describe_devices() -> list[tuple[str, str]]:
@@ -296,21 +332,27 @@ def describe_devices() -> list[tuple[str, str]]:
     return rows
 
 
+# the array.array type code of an address
+ADDRESS_TYPECODE = {4: "I", 8: "Q"}[ctypes.sizeof(ctypes.c_void_p)]
+
+
 class HostProgram(ABC):
-    """A kernel compiled to this CPU: the function `name` in a binary loaded through the device's `binaries` (shared by
-    the programs made from it), called through ctypes with the buffers' addresses and the [start, end) range of its
-    outermost loop. Kernels with enough work split that loop across the cores (ctypes releases the GIL during each
-    call, so the threads run in parallel). `release()` gives the binary back; the program cannot run after."""
+    """A kernel compiled to this CPU: a function `void name(void **buffers, int64 start, int64 end)` in a binary
+    loaded through the device's `binaries` (shared by the programs made from it), called through ctypes with an array
+    of the buffers' addresses (one argument however many buffers: ctypes calls take at most 1024) and the [start, end)
+    range of its outermost loop. Kernels with enough work split that loop across the cores (ctypes releases the GIL
+    during each call, so the threads run in parallel). `release()` gives the binary back; the program cannot run after."""
 
     # below this many loop iterations in all, a thread costs more than it saves
     PARALLEL_WORK = 1 << 17
+    SIGNATURE = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
     binaries: LoadedBinaries  # each device's own
 
     def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
         self.name = name
         self.digest: bytes | None
-        self.digest, self.address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
-        self.function: Callable | None = None  # typed at the first call, when the number of buffers is known
+        self.digest, address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
+        self.function: Callable | None = ctypes.CFUNCTYPE(None, *self.SIGNATURE)(address)
         self.outer = global_loops[0] if global_loops else 1
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
 
@@ -326,24 +368,21 @@ class HostProgram(ABC):
         """Done with this kernel: its binary is unloaded once no program made from it is in use. Idempotent."""
         if self.digest is not None:
             digest, self.digest = self.digest, None
-            self.function = self.address = None
+            self.function = None
             self.binaries.release(digest)
 
     def __call__(self, *buffers: HostMemory) -> None:
         if self.function is None:
-            if self.address is None:
-                raise RuntimeError(f"kernel {self.name} was released and cannot run anymore")
-            types = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64, ctypes.c_int64]
-            self.function = ctypes.CFUNCTYPE(None, *types)(self.address)
-        pointers = [buffer.address for buffer in buffers]
+            raise RuntimeError(f"kernel {self.name} was released and cannot run anymore")
+        # (an array.array is the quickest array of addresses to build; it lives until every part has run)
+        addresses = array.array(ADDRESS_TYPECODE, [buffer.address for buffer in buffers])
+        pointer = addresses.buffer_info()[0]
         if self.parts == 1:
-            self.function(*pointers, 0, self.outer)
+            self.function(pointer, 0, self.outer)
             return
         bounds = [self.outer * part // self.parts for part in range(self.parts + 1)]
-        others = [
-            thread_pool().submit(self.function, *pointers, bounds[i], bounds[i + 1]) for i in range(1, self.parts)
-        ]
-        self.function(*pointers, bounds[0], bounds[1])
+        others = [thread_pool().submit(self.function, pointer, bounds[i], bounds[i + 1]) for i in range(1, self.parts)]
+        self.function(pointer, bounds[0], bounds[1])
         for other in others:
             other.result()
 

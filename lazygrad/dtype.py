@@ -1,7 +1,9 @@
-"""Data types: a small frozen record per type, and the `dtypes` namespace users import."""
+"""Data types: a small frozen record per type, the `dtypes` namespace users import, and the rules for the dtype
+Python numbers and data take and whether a dtype holds them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,7 +74,7 @@ class dtypes:
     int64 = DType(7, 8, "int64", "int64", "int")
     float16 = DType(9, 2, "float16", "float16", "float")
     float32 = DType(11, 4, "float32", "float32", "float")
-    # used inside kernels (accurate range reduction), not offered for tensors
+    # never a default (float data becomes float32), but kept where asked for: dtype=dtypes.float64, F64 in safetensors
     float64 = DType(12, 8, "float64", "float64", "float")
     default_float = float32
     default_int = int32
@@ -85,16 +87,14 @@ class dtypes:
 
     @staticmethod
     def all() -> tuple[DType, ...]:
-        return (dtypes.bool, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.float32)
+        return (dtypes.bool, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64)
 
     @staticmethod
     def from_numpy(np_dtype: np.dtype) -> DType:
-        """The DType for a NumPy dtype; float64 maps to float32 and int64 to int32 as in tinygrad's defaults."""
+        """The DType for a NumPy dtype (data without a dtype takes the defaults instead: see `data_to_numpy`)."""
         np_dtype = np.dtype(np_dtype)
-        remap = {"float64": "float32"}
-        name = remap.get(np_dtype.name, np_dtype.name)
         for dtype in dtypes.all():
-            if dtype.np_name == name:
+            if dtype.np_name == np_dtype.name:
                 return dtype
         raise TypeError(f"unsupported dtype {np_dtype}: lazygrad supports {', '.join(d.name for d in dtypes.all())}")
 
@@ -127,9 +127,105 @@ def least_upper_dtype(*types: DType) -> DType:
 
 
 def python_type_dtype(value) -> DType:
-    """The dtype a Python scalar becomes on its own."""
+    """The dtype a Python scalar becomes on its own: bool, the default int (int64 for an int it cannot hold) or the
+    default float."""
     if isinstance(value, bool):
         return dtypes.bool
     if isinstance(value, int):
-        return dtypes.default_int
+        return dtypes.default_int if fits(value, dtypes.default_int) else dtypes.int64
     return dtypes.default_float
+
+
+def scalar_dtype(op_name: str, value: int | float | bool, dtype: DType) -> DType:
+    """The dtype a Python number computes in beside a tensor of `dtype`. As in PyTorch: the tensor's dtype (a float
+    beside an int or bool tensor: the default float; an int beside a bool tensor: the default int), and a float
+    too large for a float dtype becomes inf. Unlike PyTorch, an int the dtype cannot hold never wraps around: it
+    widens the computation to int64, and one that int64 cannot hold either is an error."""
+    if isinstance(value, bool) or dtype.is_float:
+        return dtype
+    if isinstance(value, float):
+        return dtypes.default_float
+    wanted = dtypes.default_int if dtype == dtypes.bool else dtype
+    if fits(value, wanted):
+        return wanted
+    if not fits(value, dtypes.int64):
+        raise OverflowError(
+            f"{op_name}: {value} does not fit in {dtype}, nor in int64, the widest integer; compute in floats: "
+            f"cast the tensor with .float() or pass the number as {float(value)!r}"
+        )
+    return dtypes.int64
+
+
+def integer_range(dtype: DType) -> tuple[int, int]:
+    """The smallest and largest value of an integer (or bool) dtype."""
+    if dtype == dtypes.bool:
+        return 0, 1
+    if dtype.is_unsigned:
+        return 0, (1 << dtype.bits) - 1
+    return -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
+
+
+def _misfit(values: int | float | np.ndarray, dtype: DType) -> int | float | None:
+    """A value of `values` (a number or an array) that an integer `dtype` cannot hold once truncated toward zero,
+    as a cast would (nan and infinities included), or None."""
+    if not dtype.is_int:
+        return None
+    if isinstance(values, np.ndarray):
+        if values.size == 0 or values.dtype == np.bool_:
+            return None
+        extremes = [values.min().item(), values.max().item()]  # nan is both
+    else:
+        extremes = [values]
+    low, high = integer_range(dtype)
+    for value in extremes:
+        if isinstance(value, float) and (not math.isfinite(value) or not low <= math.trunc(value) <= high):
+            return value
+        if isinstance(value, int) and not low <= value <= high:
+            return value
+    return None
+
+
+def fits(values: int | float | np.ndarray, dtype: DType) -> bool:
+    """Whether `dtype` holds every value (float dtypes hold every number: one too large becomes inf)."""
+    return _misfit(values, dtype) is None
+
+
+def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType) -> None:
+    """Raise OverflowError, naming the op, the value and the fix, when an integer `dtype` cannot hold a value."""
+    value = _misfit(values, dtype)
+    if value is None:
+        return
+    low, high = integer_range(dtype)
+    wider = "a float dtype" if dtype == dtypes.int64 else "dtype=dtypes.int64 or a float dtype"
+    raise OverflowError(f"{op_name}: {value!r} does not fit in {dtype} (which holds {low}..{high}); use {wider}")
+
+
+def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]:
+    """The data as a C-ordered array of the tensor's dtype: `dtype`, else the default float for floats and the
+    default int for ints (int64 for ints it cannot hold). Ints that do not fit are an error, never wrapped; floats
+    too large for a float dtype become inf."""
+    if isinstance(data, np.ndarray):
+        array = data
+    else:
+        try:
+            array = np.array(data)
+        except ValueError as error:
+            raise ValueError(f"Tensor: nested lists must be rectangular (ragged input): {error}") from None
+        if array.dtype == object:
+            if all(isinstance(value, int) for value in array.flat):  # ints beyond NumPy's int64 and uint64
+                check_fits("Tensor", max(array.flat, key=abs), dtypes.int64)
+            raise ValueError("Tensor: nested lists must be rectangular and hold only numbers (ragged input)")
+    if array.dtype.kind in "US":
+        raise TypeError(f"Tensor: cannot make a tensor from strings ({array.dtype})")
+    if dtype is None:
+        if array.dtype == np.float64 or array.dtype.kind == "f" and array.dtype.itemsize > 4:
+            dtype = dtypes.default_float
+        elif array.dtype.kind in "iu" and (not isinstance(data, np.ndarray) or array.dtype.itemsize == 8):
+            dtype = dtypes.default_int if fits(array, dtypes.default_int) else dtypes.int64
+        else:
+            dtype = dtypes.from_numpy(array.dtype)
+    if array.size == 0 and array.dtype == np.float64 and not isinstance(data, np.ndarray):
+        array = array.astype(np.float32)
+    check_fits("Tensor", array, dtype)
+    with np.errstate(over="ignore"):  # a float too large for the dtype becomes inf, as in PyTorch
+        return np.array(array, dtype=dtype.np, order="C"), dtype

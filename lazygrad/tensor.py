@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 
 from lazygrad.device import Device
-from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, to_dtype
+from lazygrad.dtype import (
+    DType,
+    data_to_numpy,
+    dtypes,
+    least_upper_dtype,
+    python_type_dtype,
+    scalar_dtype,
+    to_dtype,
+)
 from lazygrad.engine.buffers import (
     buffer_from_numpy,
     buffer_of,
@@ -75,37 +83,20 @@ def _broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(result)
 
 
-def _data_to_numpy(data: Any, dtype: DType | None) -> np.ndarray:
-    if isinstance(data, np.ndarray):
-        array = data
-    else:
-        try:
-            array = np.array(data)
-        except ValueError as error:
-            raise ValueError(f"Tensor: nested lists must be rectangular (ragged input): {error}") from None
-        if array.dtype == object:
-            raise ValueError("Tensor: nested lists must be rectangular and hold only numbers (ragged input)")
-    if array.dtype.kind in "US":
-        raise TypeError(f"Tensor: cannot make a tensor from strings ({array.dtype})")
-    if dtype is None:
-        if array.dtype == np.float64 or array.dtype.kind == "f" and array.dtype.itemsize > 4:
-            dtype = dtypes.default_float
-        elif array.dtype.kind in "iu" and not isinstance(data, np.ndarray):
-            dtype = dtypes.default_int
-        elif array.dtype == np.int64:
-            dtype = dtypes.default_int
-        else:
-            dtype = dtypes.from_numpy(array.dtype)
-    if array.size == 0 and array.dtype == np.float64 and not isinstance(data, np.ndarray):
-        array = array.astype(np.float32)
-    return np.array(array, dtype=dtype.np, order="C"), dtype
+def _check_device_has(dtype: DType, device: str, op_name: str) -> None:
+    """An error naming the op when `device` cannot compute in `dtype` (an OpenCL device without doubles)."""
+    if dtype in Device[device].unsupported_dtypes:
+        raise TypeError(
+            f"{op_name}: {device} cannot compute in {dtype} ({Device[device].unsupported_dtypes[dtype]}); "
+            "cast to a narrower dtype or use another device"
+        )
 
 
 class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
-    __slots__ = ("_uop", "device", "requires_grad", "grad", "_history", "__weakref__")
+    __slots__ = ("_uop", "device", "_requires_grad", "grad", "_history", "__weakref__")
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
 
@@ -117,7 +108,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         requires_grad: bool | None = None,
     ):
         self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        self.requires_grad, self.grad, self._history = requires_grad, None, None
+        self._requires_grad, self.grad, self._history = None, None, None
         dtype = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             self.uop = data
@@ -132,8 +123,11 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
                 raise TypeError(
                     f"Tensor: unsupported dtype {getattr(data, 'dtype', 'complex')}: lazygrad has no complex numbers"
                 )
-            array, dtype = _data_to_numpy(data, dtype)
+            array, dtype = data_to_numpy(data, dtype)
+            if dtype.itemsize == 8:
+                _check_device_has(dtype, self.device, "Tensor")
             self.uop = buffer_from_numpy(array, self.device, dtype)
+        self.requires_grad = requires_grad
 
     @property
     def uop(self) -> UOp:
@@ -190,12 +184,27 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         tensor = object.__new__(Tensor)
         tensor.device, tensor.grad, tensor._history = self.device, None, None
         if Tensor.no_grad:
-            tensor.requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
+            tensor._requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
         else:
-            tensor.requires_grad, tensor.uop = None, uop
+            tensor._requires_grad, tensor.uop = None, uop
         return tensor
 
     # ---- gradients ---------------------------------------------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """True: `backward` fills this tensor's `.grad`; False: never; None (the default): if it is a float tensor
+        that is not a broadcast Python constant."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        if value and not self.dtype.is_float:
+            raise TypeError(
+                f"requires_grad=True needs a float tensor, but this one is {self.dtype}: only floats have gradients; "
+                "make it with a float dtype (dtype=dtypes.float32) or .float() it first"
+            )
+        self._requires_grad = value
 
     def _seed(self, gradient: Tensor | Any | None, op_name: str) -> UOp:
         """The gradient to start from at this root, checked against its shape."""
@@ -371,6 +380,8 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     def cast(self, dtype: DType | str) -> Tensor:
         """The values converted to `dtype` (floats to ints truncate toward zero)."""
         dtype = to_dtype(dtype)
+        if dtype.itemsize == 8 and dtype != self.dtype:
+            _check_device_has(dtype, self.device, "cast")
         return self if dtype == self.dtype else self._new(UOp(Ops.CAST, dtype, (self.uop,)))
 
     def float(self) -> Tensor:
@@ -398,12 +409,10 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
             dtype, other_node = least_upper_dtype(self.dtype, other.dtype), other.uop
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
-            # a Python number takes the tensor's dtype unless it needs a wider kind (a float with an int tensor)
-            scalar_dtype = python_type_dtype(other)
-            if scalar_dtype.kind == self.dtype.kind or (self.dtype.is_float or scalar_dtype == dtypes.bool):
-                dtype = self.dtype
-            else:
-                dtype = least_upper_dtype(self.dtype, scalar_dtype)
+            # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
+            dtype = scalar_dtype(op_name, other, self.dtype)
+            if dtype == dtypes.int64 and self.dtype != dtypes.int64:
+                _check_device_has(dtype, self.device, op_name)
             other_node = UOp.const(dtype, other)
         else:
             raise TypeError(
@@ -495,10 +504,8 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         elif isinstance(false_value, Tensor):
             b, a = false_value._operands(true_value, "where")
         else:
-            a = Tensor(
-                UOp.const(least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value)), true_value),
-                device=self.device,
-            )
+            dtype = least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value))
+            a = Tensor(UOp.const(scalar_dtype("where", true_value, dtype), true_value), device=self.device)
             a, b = a._operands(false_value, "where")
         shape = _broadcast_shape("where", condition.shape, a.shape)
         condition, a, b = condition._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
@@ -562,7 +569,9 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
     def __invert__(self):
         if self.dtype.is_float:
             raise TypeError(f"~: needs a bool or int tensor, got {self.dtype}")
-        return self ^ (True if self.dtype == dtypes.bool else -1)
+        return self ^ (
+            True if self.dtype == dtypes.bool else (1 << self.dtype.bits) - 1 if self.dtype.is_unsigned else -1
+        )
 
     def logical_not(self) -> Tensor:
         return self.cast(dtypes.bool) ^ True

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from lazygrad.device import Device
-from lazygrad.dtype import DType, dtypes, python_type_dtype, to_dtype
+from lazygrad.dtype import DType, check_fits, dtypes, fits, python_type_dtype, to_dtype
 from lazygrad.engine import rng
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import Ops, UOp
@@ -53,6 +53,7 @@ class CreationMixin:
         requires_grad=True it gets a buffer of its own, since equal constants are otherwise one node."""
         shape = cls._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
         dtype = to_dtype(dtype) if dtype is not None else python_type_dtype(fill_value)
+        check_fits("full", fill_value, dtype)
         const = cls(UOp.const(dtype, fill_value), device=device)
         result = const.reshape((1,) * len(shape)).expand(shape) if shape else const
         if requires_grad:
@@ -85,21 +86,36 @@ class CreationMixin:
     def arange(
         cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype=None, device=None, **kwargs
     ) -> Tensor:
-        """Evenly spaced values in [start, stop) (computed inside the kernel that uses them)."""
+        """Evenly spaced values in [start, stop) (computed inside the kernel that uses them). Ints give the default
+        int, or int64 where the values need it; a `dtype` that cannot hold them is an error."""
         if stop is None:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be zero")
-        count = max(0, math.ceil((stop - start) / step))
         is_float = any(isinstance(value, float) for value in (start, stop, step))
-        dtype = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
-        counter = cls(UOp(Ops.ARANGE, dtypes.int32, (), count), device=device, **kwargs)
+        # (exact for ints of any size: float division would round past 2**53)
+        count = max(0, math.ceil((stop - start) / step) if is_float else -((start - stop) // step))
+        last = start + (count - 1) * step if count else start
+        if dtype is not None:
+            dtype = to_dtype(dtype)
+            check_fits("arange", start, dtype)
+            check_fits("arange", last, dtype)
+        elif is_float:
+            dtype = dtypes.default_float
+        else:
+            dtype = max(python_type_dtype(start), python_type_dtype(last))
+            check_fits("arange", start if abs(start) > abs(last) else last, dtype)
+        # the counter is the loop index (int64 in kernels), narrowed to int32 where that holds every index
+        counter_dtype = dtypes.int32 if fits(count - 1, dtypes.int32) else dtypes.int64
+        counter = cls(UOp(Ops.ARANGE, counter_dtype, (), count), device=device, **kwargs)
         return (counter.cast(dtype) * step + start).cast(dtype) if (start, step) != (0, 1) else counter.cast(dtype)
 
     @classmethod
     def linspace(cls, start: Scalar, stop: Scalar, steps: int, dtype=None, device=None) -> Tensor:
         if steps < 0:
             raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+        for end in (start, stop):
+            check_fits("linspace", end, to_dtype(dtype) if dtype else dtypes.default_float)
         if steps == 1:
             return cls.full((1,), float(start), dtype=dtype, device=device)
         step = (stop - start) / (steps - 1) if steps > 1 else 0.0

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from lazygrad.codegen.heuristic import UNROLL_LIMIT
 from lazygrad.dtype import dtypes
 
@@ -20,6 +22,23 @@ def _pair(value, count: int, name: str) -> tuple[int, ...]:
     if len(value) != count:
         raise ValueError(f"{name} needs {count} values, got {value}")
     return value
+
+
+def _check_label_range(labels: Tensor, classes: int, op_name: str, fix: str, ignore_index: int | None = None) -> None:
+    """An error naming the first label outside 0..classes-1 (other than `ignore_index`). Labels are data, so they are
+    realized and read here, when the op is called (as PyTorch checks them): an out-of-range label would otherwise
+    select no class and silently give a wrong result."""
+    values = labels.numpy().reshape(-1)
+    wrong = (values < 0) | (values >= classes)
+    if ignore_index is not None:
+        wrong &= values != ignore_index
+    if wrong.any():
+        position = np.unravel_index(int(wrong.argmax()), labels.shape)
+        allowed = f"0..{classes - 1}" + (f" or ignore_index={ignore_index}" if ignore_index is not None else "")
+        raise ValueError(
+            f"{op_name}: label {values[wrong.argmax()]} at index {tuple(int(i) for i in position)} is not a class of "
+            f"{classes} (allowed: {allowed}); {fix}"
+        )
 
 
 class NNMixin:
@@ -205,28 +224,40 @@ class NNMixin:
     # ---- losses ----------------------------------------------------------------------------------------------------
 
     def one_hot(self: Tensor, num_classes: int) -> Tensor:
-        """(…,) int labels → (…, num_classes) int32 with a 1 at each label."""
+        """(…,) int labels → (…, num_classes) int32 with a 1 at each label. Labels outside 0..num_classes-1 are an
+        error (the labels are realized to check them, as PyTorch checks them when called)."""
         from lazygrad.tensor import Tensor
 
         if self.dtype.is_float:
             raise TypeError(f"one_hot: labels must be integers, got {self.dtype}")
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r}")
+        _check_label_range(self, num_classes, "one_hot", "fix the labels or pass a larger num_classes")
         return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.int32)
 
-    def _check_labels(self: Tensor, labels: Tensor, op_name: str) -> None:
+    def _check_labels(self: Tensor, labels: Tensor, op_name: str, ignore_index: int | None = None) -> None:
         if labels.dtype.is_float:
             raise TypeError(f"{op_name}: labels must be integer class indices, got {labels.dtype}; cast with .int()")
         if labels.shape != self.shape[:-1]:
             raise ValueError(
                 f"{op_name}: logits {self.shape} need labels of shape {self.shape[:-1]}, got {labels.shape}"
             )
+        fix = f"fix the labels (the logits' class axis has {self.shape[-1]} classes)"
+        _check_label_range(labels, self.shape[-1], op_name, fix, ignore_index)
 
     def sparse_categorical_crossentropy(
         self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
-        """Cross-entropy of logits (…, C) against integer labels (…); labels equal to `ignore_index` count zero."""
+        """Cross-entropy of logits (…, C) against integer labels (…) in 0..C-1; labels equal to `ignore_index` count
+        zero (and a mean over no counted label is 0). Other labels are an error (they are realized to check them)."""
+        return self._label_crossentropy(Y, ignore_index, label_smoothing, reduction, "sparse_categorical_crossentropy")
+
+    def _label_crossentropy(
+        self: Tensor, Y: Tensor, ignore_index: int, label_smoothing: float, reduction: str, op_name: str
+    ) -> Tensor:
         from lazygrad.tensor import Tensor
 
-        self._check_labels(Y, "sparse_categorical_crossentropy")
+        self._check_labels(Y, op_name, ignore_index)
         classes = self.shape[-1]
         log_probs = self.log_softmax(-1)
         chosen = Y.unsqueeze(-1) == Tensor.arange(classes, device=self.device)
@@ -247,10 +278,7 @@ class NNMixin:
         """Cross-entropy of logits (N, C, …) against class indices (N, …) or probabilities (N, C, …), like torch."""
         logits = self.transpose(1, -1) if self.ndim > 2 else self
         if not Y.dtype.is_float:
-            labels = Y
-            return logits.sparse_categorical_crossentropy(
-                labels, ignore_index=-100, label_smoothing=label_smoothing, reduction=reduction
-            )
+            return logits._label_crossentropy(Y, -100, label_smoothing, reduction, "cross_entropy")
         probs = Y.transpose(1, -1) if Y.ndim > 2 else Y
         if probs.shape != logits.shape:
             raise ValueError(f"cross_entropy: probabilities {Y.shape} must match logits {self.shape}")

@@ -799,3 +799,20 @@ def test_gpu_runs_from_user_threads_and_replays_graphs(gpu):
         step(Tensor(numbers(8, 33, seed=70), device="CUDA")).numpy()
     assert "graph of" in output.getvalue() and "one launch" in output.getvalue()
     assert gpu.allocator.stats()["reuses"] > 0
+
+
+def test_the_parameter_limit_follows_nvrtc_the_driver_and_the_architecture():
+    """32764 bytes of parameters (4095 pointers) where NVRTC and the driver are 12.1 or newer on compute 7.0 or newer;
+    4096 bytes (512 pointers) otherwise."""
+
+    class Version:
+        version = "12.1"
+
+    compiler = object.__new__(cuda_compiler.NVRTCCompiler)
+    compiler.nvrtc, compiler.target = Version(), "sm_90"
+    assert compiler.max_buffers() == compiler.max_buffers("12.4") == compiler.max_buffers("none (MOCKCUDA)") == 4095
+    assert compiler.max_buffers("12.0") == 512
+    compiler.target = "compute_61"
+    assert compiler.max_buffers("12.4") == 512
+    compiler.nvrtc.version, compiler.target = "11.8", "sm_80"
+    assert compiler.max_buffers("12.4") == 512

@@ -340,8 +340,10 @@ def test_generated_c_is_free_of_undefined_behaviour(tmp_path, capfd):
         output = np.zeros(max(expected.size, 1), np.int32)
         buffers = [output, *(np.ascontiguousarray(array) for array in inputs)]
         kernel = ctypes.CDLL(str(library)).kernel
-        kernel.argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_longlong, ctypes.c_longlong]
-        kernel(*(buffer.ctypes.data for buffer in buffers), 0, output.size)
+        # a C kernel takes the buffers' addresses as one array, then the range of its outer loop
+        addresses = (ctypes.c_void_p * len(buffers))(*(buffer.ctypes.data for buffer in buffers))
+        kernel.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong]
+        kernel(addresses, 0, output.size)
         assert "runtime error" not in capfd.readouterr().err, name
         np.testing.assert_array_equal(output.reshape(expected.shape), expected, err_msg=name)
 

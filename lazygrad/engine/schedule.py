@@ -8,7 +8,8 @@ computes it once per row, before the row's other loops, so it fuses. A pad read 
 convolution's taps) is realized, so the taps read memory without bounds checks. So is a random value (computed from
 random sources alone, such as a fresh layer's weights) that a kernel would compute more than once, or that two
 kernels read: it is drawn once. Outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier
-is read, never recomputed.
+is read, never recomputed. Where a device limits how many buffers a kernel takes (OpenCL and CUDA limit the
+bytes of its parameters), parts of a kernel that would read more are computed apart first.
 
 Planning happens once per graph structure (`_structure`): a graph built again over new buffers reuses the plan.
 
@@ -23,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from lazygrad.device import Device
 from lazygrad.dtype import DType
 from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
 from lazygrad.engine.rng import is_random_source
@@ -143,8 +145,11 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
     return unsafe
 
 
-def kernel_roots(sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozenset()) -> list[UOp]:
-    """Every node that gets its own buffer (`forced` ones too), sources before users."""
+def kernel_roots(
+    sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozenset(), max_buffers: int | None = None
+) -> list[UOp]:
+    """Every node that gets its own buffer (`forced` ones too), sources before users; with `max_buffers`, enough
+    of them that no kernel takes more buffers than that."""
     to_realize = {node for node in outputs if not is_buffer_view(node)} | set(forced)
     nodes = sink.toposort
     to_realize |= {node for node in nodes if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
@@ -157,7 +162,11 @@ def kernel_roots(sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozens
         random_leaves = _random_leaves(nodes, to_realize)
         unsafe = _unsafe_reduces(roots, to_realize, random_leaves)
         if not unsafe:
-            return roots
+            wide = _too_wide(roots, to_realize, max_buffers, nodes)
+            if not wide:
+                return roots
+            to_realize |= wide
+            continue
         # of random values nested in each other (a mask, and the mask cast to float), the inner one first: once
         # it is realized, the outer one is cheap to compute from it
         random_unsafe = unsafe & random_leaves
@@ -166,6 +175,48 @@ def kernel_roots(sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozens
             for node in unsafe
             if node not in random_unsafe or not any(other in node.toposort for other in random_unsafe - {node})
         }
+
+
+def _too_wide(roots: list[UOp], to_realize: set[UOp], max_buffers: int | None, nodes: list[UOp]) -> set[UOp]:
+    """Nodes to compute apart so that no kernel takes more than `max_buffers` buffers (its output and what it reads;
+    OpenCL and CUDA limit the bytes of a kernel's parameters). Going up from a kernel's inputs, where a node would
+    read too many, its sources that read the most become kernels of their own, each then read as one buffer."""
+    if max_buffers is None or sum(node.op is Ops.BUFFER or node in to_realize for node in nodes) < max_buffers:
+        return set()
+    apart: set[UOp] = set()
+    for root in roots:
+        if root.op is Ops.COPY:
+            continue
+        reads: dict[UOp, frozenset[UOp]] = {}
+        for node in _kernel_nodes(root, to_realize):
+            if node is not root and (node in to_realize or node.op is Ops.BUFFER):
+                reads[node] = frozenset((node,))
+                continue
+            for source in sorted(node.src, key=lambda source: -len(reads[source])):
+                if len(frozenset().union(*(reads[s] for s in node.src))) < max_buffers:
+                    break
+                if len(reads[source]) > 1:
+                    apart.add(source)
+                    reads[source] = frozenset((source,))
+            reads[node] = frozenset().union(*(reads[source] for source in node.src))
+    return apart
+
+
+def _kernel_nodes(root: UOp, to_realize: set[UOp]) -> list[UOp]:
+    """The nodes of the kernel computing `root`, sources first, down to (and with) the buffers and other kernels'
+    roots it reads."""
+    order: list[UOp] = []
+    stack, seen = [(root, False)], set()
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+        elif node not in seen:
+            seen.add(node)
+            stack.append((node, True))
+            if node is root or node not in to_realize:
+                stack.extend((source, False) for source in node.src)
+    return order
 
 
 def _reads_target_elsewhere(assign: UOp) -> bool:
@@ -341,7 +392,10 @@ def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list
 def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[list[UOp], list[ScheduleItem], dict]:
     """The roots, one item per root (each with a fresh output buffer, or its target's for an assign), and the
     buffer view each root's value will be in."""
-    roots = kernel_roots(sink, list(sink.src), forced)
+    # the smallest limit of the devices involved holds for every kernel (graphs rarely span devices)
+    devices = {device} | {node.arg for node in sink.toposort if node.op is Ops.COPY}
+    limits = [limit for name in devices if (limit := Device[name].max_buffers) is not None]
+    roots = kernel_roots(sink, list(sink.src), forced, min(limits, default=None))
     buffer_views: dict[UOp, UOp] = {}
     schedule: list[ScheduleItem] = []
     for root in roots:

@@ -1,25 +1,36 @@
-"""Model state: finding parameters, state dicts, and safetensors files (readable by the `safetensors` library)."""
+"""Model state: finding parameters, state dicts, and safetensors files (readable by the `safetensors` library; files
+that break the format's rules are rejected, naming the tensor and the rule)."""
 
 from __future__ import annotations
 
 import json
+import os
 import struct
+import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lazygrad.dtype import dtypes
+from lazygrad.device import Device
+from lazygrad.dtype import DType, dtypes
+from lazygrad.engine.buffers import buffer_of, new_buffer
+from lazygrad.helpers import prod
 from lazygrad.tensor import Tensor
+from lazygrad.uop.ops import Ops, UOp
 
 SAFETENSORS_DTYPES = {
+    dtypes.float64: "F64",
     dtypes.float32: "F32",
     dtypes.float16: "F16",
-    dtypes.int32: "I32",
-    dtypes.bool: "BOOL",
     dtypes.int64: "I64",
+    dtypes.int32: "I32",
     dtypes.uint32: "U32",
+    dtypes.bool: "BOOL",
 }
-FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()} | {"F64": dtypes.float32}
+FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
+# the safetensors library's own bound on the header's length
+MAX_HEADER_SIZE = 100_000_000
 
 
 def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
@@ -70,44 +81,149 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
 
 
 def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
-    """Write tensors to a safetensors file."""
+    """Write tensors to a safetensors file (each tensor's values are copied out and written one at a time)."""
+    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise TypeError(f"safe_save: metadata must map strings to strings (as safetensors requires), got {metadata}")
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
-    blobs, offset = [], 0
+    offset = 0
     for name, tensor in tensors.items():
         if tensor.dtype not in SAFETENSORS_DTYPES:
             raise TypeError(f"safe_save: {name} has dtype {tensor.dtype}, which safetensors cannot store")
-        data = tensor.numpy().tobytes()
+        size = tensor.numel() * tensor.dtype.itemsize
         header[name] = {
             "dtype": SAFETENSORS_DTYPES[tensor.dtype],
             "shape": list(tensor.shape),
-            "data_offsets": [offset, offset + len(data)],
+            "data_offsets": [offset, offset + size],
         }
-        blobs.append(data)
-        offset += len(data)
+        offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
     with open(path, "wb") as file:
         file.write(struct.pack("<Q", len(encoded)))
         file.write(encoded)
-        for blob in blobs:
-            file.write(blob)
+        for tensor in tensors.values():
+            file.write(np.ascontiguousarray(tensor.numpy()).data)
 
 
 def safe_load(path: str, device: str | None = None) -> dict[str, Tensor]:
-    """Read a safetensors file into tensors."""
+    """Read a safetensors file into tensors on `device` (by default the default device), each read straight from the
+    file into its buffer. A file that breaks the format's rules is an error naming the tensor and the rule; F64
+    stays float64."""
+    device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    if sys.byteorder != "little":
+        raise RuntimeError("safe_load: safetensors files are little-endian, and this machine is not")
     with open(path, "rb") as file:
-        raw = file.read()
-    (header_size,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + header_size])
-    body = raw[8 + header_size :]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] not in FROM_SAFETENSORS:
-            raise TypeError(f"safe_load: {name} has dtype {info['dtype']}, which lazygrad does not support")
-        start, end = info["data_offsets"]
-        np_dtype = {"F64": np.float64, "BOOL": np.bool_}.get(info["dtype"], FROM_SAFETENSORS[info["dtype"]].np)
-        array = np.frombuffer(body[start:end], dtype=np_dtype).reshape(info["shape"])
-        tensors[name] = Tensor(array, dtype=FROM_SAFETENSORS[info["dtype"]], device=device)
-    return tensors
+        file_size = os.fstat(file.fileno()).st_size
+        if file_size < 8:
+            raise ValueError(f"safe_load: {path} has {file_size} bytes, too few for the 8-byte header length")
+        (header_size,) = struct.unpack("<Q", file.read(8))
+        if header_size > min(MAX_HEADER_SIZE, file_size - 8):
+            raise ValueError(
+                f"safe_load: {path} says its header has {header_size} bytes, but the file has {file_size - 8} after "
+                f"the length (and headers are at most {MAX_HEADER_SIZE}): not a safetensors file, or a truncated one"
+            )
+        entries = _read_header(file.read(header_size), file_size - 8 - header_size, path)
+        for entry in entries:
+            if (reason := Device[device].unsupported_dtypes.get(entry.dtype)) is not None:
+                raise TypeError(
+                    f"safe_load: tensor {entry.name!r} in {path} is {entry.dtype}, which {device} cannot compute in "
+                    f"({reason}); load it on another device (device=...) and cast it"
+                )
+        loaded = {}
+        allocator = Device[device].allocator
+        for entry in sorted(entries, key=lambda entry: entry.start):  # in file order: one sequential read
+            node = new_buffer(device, prod(entry.shape), entry.dtype)
+            allocator.readinto(buffer_of(node).handle, file, entry.end - entry.start)
+            view = node if entry.shape == (prod(entry.shape),) else UOp(Ops.RESHAPE, entry.dtype, (node,), entry.shape)
+            loaded[entry.name] = Tensor(view, device=device)
+    return {entry.name: loaded[entry.name] for entry in entries}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One tensor of a safetensors file: its bytes are [start, end) of the data after the header."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+
+def _read_header(text: bytes, data_size: int, path: str) -> list[_Entry]:
+    """The tensors a safetensors header describes, in its order, checked against the format's rules: a JSON object
+    whose keys are unique; `__metadata__`, if there, a map of strings to strings; every other key a tensor with a
+    known dtype, a shape of non-negative ints and data_offsets [start, end] whose length is the shape's bytes; the
+    tensors' bytes, in offset order, follow one another without a gap or an overlap and fill the data exactly."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"safe_load: {path} names {key!r} twice in its header")
+            seen.add(key)
+        return dict(pairs)
+
+    try:
+        header = json.loads(text.decode("utf-8"), object_pairs_hook=unique)
+    except UnicodeDecodeError:
+        raise ValueError(f"safe_load: the header of {path} is not UTF-8 text: not a safetensors file") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"safe_load: the header of {path} is not valid JSON ({error})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"safe_load: the header of {path} must be a JSON object, not a {type(header).__name__}")
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and (
+        not isinstance(metadata, dict) or not all(isinstance(value, str) for value in metadata.values())
+    ):
+        raise ValueError(f"safe_load: __metadata__ in {path} must map strings to strings, got {str(metadata)[:200]}")
+    entries = [_entry(name, info, data_size, path) for name, info in header.items()]
+    covered, previous = 0, None
+    for entry in sorted(entries, key=lambda entry: (entry.start, entry.end)):
+        if entry.start < covered:
+            raise ValueError(
+                f"safe_load: tensor {entry.name!r} in {path} (bytes {entry.start}..{entry.end}) overlaps tensor "
+                f"{previous.name!r} (bytes {previous.start}..{previous.end})"
+            )
+        if entry.start > covered:
+            raise ValueError(
+                f"safe_load: bytes {covered}..{entry.start} of the data in {path}, before tensor {entry.name!r}, "
+                "belong to no tensor"
+            )
+        covered, previous = entry.end, entry
+    if covered != data_size:
+        raise ValueError(
+            f"safe_load: the tensors in {path} cover {covered} bytes of data, but it holds {data_size} after the header"
+        )
+    return entries
+
+
+def _entry(name: str, info: Any, data_size: int, path: str) -> _Entry:
+    """One tensor's entry, checked on its own."""
+    where = f"safe_load: tensor {name!r} in {path}"
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        raise ValueError(f"{where} must have exactly dtype, shape and data_offsets, got {str(info)[:200]}")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if dtype not in FROM_SAFETENSORS:
+        raise TypeError(
+            f"{where} has dtype {dtype!r}, which lazygrad does not read (it reads {', '.join(FROM_SAFETENSORS)})"
+        )
+    if not isinstance(shape, list) or not all(_is_count(size) for size in shape):
+        raise ValueError(f"{where} has shape {shape}; a shape is a list of non-negative ints")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(offset) for offset in offsets):
+        raise ValueError(f"{where} has data_offsets {offsets}; they are two non-negative ints [start, end]")
+    start, end = offsets
+    if not start <= end <= data_size:
+        raise ValueError(
+            f"{where} has data_offsets [{start}, {end}], outside the {data_size} bytes of data (or end before start)"
+        )
+    size = prod(shape) * FROM_SAFETENSORS[dtype].itemsize
+    if end - start != size:
+        raise ValueError(
+            f"{where}: shape {shape} of {dtype} takes {size} bytes, but data_offsets [{start}, {end}] hold {end - start}"
+        )
+    return _Entry(name, FROM_SAFETENSORS[dtype], tuple(shape), start, end)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -155,8 +155,23 @@ class NVRTCCompiler(Compiler):
         self.nvrtc, self.target = load_nvrtc(), target
         self.cache_name = f"cuda-{target}-nvrtc{self.nvrtc.version}"
 
+    def max_buffers(self, driver_version: str | None = None) -> int:
+        """The most buffer pointers a kernel may take. CUDA 12.1 raised a kernel's parameter space from 4096 to 32764
+        bytes on Volta (compute capability 7.0) and newer, where both NVRTC and the driver are 12.1 or newer; NVRTC
+        rejects a kernel over its limit. `driver_version` ("12.4"; None or not a number: not known) lowers the limit
+        for an older driver."""
+        versions = [self.nvrtc.version] + ([driver_version] if driver_version else [])
+        parsed = [tuple(int(part) for part in version.split(".")) for version in versions if _is_version(version)]
+        architecture = int(self.target.split("_")[1])
+        large = min(parsed) >= (12, 1) and architecture >= 70
+        return (32764 if large else 4096) // ctypes.sizeof(ctypes.c_void_p)
+
     def compile(self, source: str) -> bytes:
         return self.nvrtc.compile(source, self.target)
+
+
+def _is_version(text: str) -> bool:
+    return bool(re.fullmatch(r"\d+(\.\d+)*", text))
 
 
 class MockCUDACompiler(NVRTCCompiler):

@@ -56,15 +56,12 @@ static inline float cosf(float value) { return __builtin_cosf(value); }
 
 namespace lazygrad_shim {
 
-// positions_for<N>::type is positions<0, 1, ..., N-1>
+// positions_for<N> is positions<0, 1, ..., N-1>, built in one step by GCC's __integer_pack (what
+// std::make_integer_sequence uses), so a kernel may have thousands of parameters without deep template recursion
 template <unsigned int... Positions>
 struct positions {};
-template <unsigned int Count, unsigned int... Positions>
-struct positions_for : positions_for<Count - 1, Count - 1, Positions...> {};
-template <unsigned int... Positions>
-struct positions_for<0, Positions...> {
-  using type = positions<Positions...>;
-};
+template <unsigned int Count>
+using positions_for = positions<__integer_pack(Count)...>;
 
 // Calls kernel(*params[0], *params[1], ...): as with cuLaunchKernel, params[i] points to parameter i's value.
 template <typename... Parameters, unsigned int... Positions>
@@ -82,7 +79,7 @@ void launch(void (*kernel)(Parameters...), void **params, unsigned int grid, uns
     threadIdx = {thread_index, 0, 0};
     blockDim = {block, 1, 1};
     gridDim = {grid, 1, 1};
-    call(kernel, params, typename positions_for<sizeof...(Parameters)>::type{});
+    call(kernel, params, positions_for<sizeof...(Parameters)>{});
   };
   if (cooperative) {
     omp_set_dynamic(0);

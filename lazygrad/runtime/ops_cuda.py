@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 from lazygrad.codegen.renderer.cstyle import CUDARenderer
-from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable
+from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, read_exactly
 from lazygrad.helpers import DEBUG, MOCKCUDA
 from lazygrad.runtime.cuda_compiler import MockCUDACompiler, NVRTCCompiler, choose_target, load_nvrtc
 from lazygrad.runtime.cuda_driver import OUT_OF_MEMORY, CUDADriver, CUDAError
@@ -233,6 +233,17 @@ class StagingBuffers:
                 driver.copy_to_device(pointer + offset, address, size, device.stream)
                 driver.event_record(event, device.stream)
 
+    def readinto(self, pointer: int, file: BinaryIO, nbytes: int) -> None:
+        """Copy the next `nbytes` of a binary file to the GPU, read chunk by chunk into the buffers themselves."""
+        device, driver = self.device, self.device.driver
+        with device.lock, device.current():
+            for offset in range(0, nbytes, self.SIZE):
+                size = min(self.SIZE, nbytes - offset)
+                address, event = self.take()
+                read_exactly(file, memoryview((ctypes.c_char * size).from_address(address)).cast("B"))
+                driver.copy_to_device(pointer + offset, address, size, device.stream)
+                driver.event_record(event, device.stream)
+
     def copyout(self, out: np.ndarray, pointer: int) -> None:
         device, driver = self.device, self.device.driver
         with device.lock, device.current():
@@ -331,19 +342,23 @@ class CUDAAllocator(Allocator):
     def copyout(self, out: np.ndarray, handle: int) -> None:
         self.staging.copyout(out, handle)
 
+    def readinto(self, handle: int, file: BinaryIO, nbytes: int) -> None:
+        self.staging.readinto(handle, file, nbytes)
+
 
 class CUDADevice(Compiled):
     """A GPU through a driver object (`CUDADriver`, or `MockDriver` for MOCKCUDA=1): its primary context, one
-    stream, a caching allocator, and programs loaded from what `compiler` makes."""
+    stream, a caching allocator, and programs loaded from what `compiler` makes. `max_buffers`: the most buffers a
+    kernel may take (see `NVRTCCompiler.max_buffers`; None: no limit)."""
 
-    def __init__(self, driver: Any, compiler: Compiler, ordinal: int = 0):
+    def __init__(self, driver: Any, compiler: Compiler, ordinal: int = 0, max_buffers: int | None = None):
         self.driver, self.ordinal = driver, ordinal
         self.context = driver.primary_context(driver.device(ordinal))
         self.lock = threading.RLock()  # one launch's arguments, the events and staging buffers; re-entered by GC
         with self.current():
             self.stream = driver.stream_create()
             self.timing_events = (driver.event_create(), driver.event_create())
-        super().__init__("CUDA", CUDAAllocator(self), RENDERER, compiler, self.load_program)
+        super().__init__("CUDA", CUDAAllocator(self), RENDERER, compiler, self.load_program, max_buffers)
 
     def current(self) -> CurrentContext:
         return CurrentContext(self)
@@ -385,10 +400,12 @@ def open_device() -> CUDADevice:
     if MOCKCUDA:
         from lazygrad.runtime.cuda_mock import MockDriver
 
-        return CUDADevice(MockDriver(), MockCUDACompiler())
+        driver, compiler = MockDriver(), MockCUDACompiler()
+        return CUDADevice(driver, compiler, max_buffers=compiler.max_buffers(driver.version()))
     driver = CUDADriver()
     try:
         capability = driver.compute_capability(driver.device(0))
-        return CUDADevice(driver, NVRTCCompiler(choose_target(load_nvrtc(), capability)))
+        compiler = NVRTCCompiler(choose_target(load_nvrtc(), capability))
+        return CUDADevice(driver, compiler, max_buffers=compiler.max_buffers(driver.version()))
     except CUDAError as error:  # e.g. the GPU is taken by another process in exclusive mode
         raise DeviceUnavailable(f"CUDA: the GPU cannot be used: {str(error).removeprefix('CUDA: ')}") from None

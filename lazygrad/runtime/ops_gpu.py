@@ -19,6 +19,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
 from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, LoadedBinaries
+from lazygrad.dtype import dtypes
 from lazygrad.helpers import CL_DEVICE, CL_PLATFORM, DEBUG
 
 INSTALL_HINT = "pip install 'lazygrad[opencl]'"
@@ -145,7 +146,14 @@ class CLDevice(Compiled):
         vector_width = min(max(self.device.preferred_vector_width_float, 1), 16)
         group_size = 1 << (min(self.device.max_work_group_size, 256).bit_length() - 1)
         renderer = OpenCLRenderer(vector_width=vector_width, group_size=group_size)
-        super().__init__("GPU", allocator, renderer, compiler, self.load_program)
+        # a kernel's parameters (a pointer per buffer) may take at most CL_DEVICE_MAX_PARAMETER_SIZE bytes
+        max_buffers = self.device.max_parameter_size // (self.device.address_bits // 8)
+        super().__init__("GPU", allocator, renderer, compiler, self.load_program, max_buffers)
+        extensions = self.device.extensions.split()
+        if "cl_khr_fp64" not in extensions:
+            self.unsupported_dtypes[dtypes.float64] = "the OpenCL device lacks cl_khr_fp64"
+        if self.device.profile == "EMBEDDED_PROFILE" and "cles_khr_int64" not in extensions:
+            self.unsupported_dtypes[dtypes.int64] = "the OpenCL device's embedded profile lacks cles_khr_int64"
 
     def build_binary(self, binary: bytes) -> Any:
         return self.cl.Program(self.context, [self.device], [binary]).build()

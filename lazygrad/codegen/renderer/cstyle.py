@@ -20,7 +20,8 @@ Semantics follow the LLVM renderer and the PYTHON device:
   what PYTHON computes, including on devices without half arithmetic (PoCL has no cl_khr_fp16). Memory holds
   real halves.
 
-C kernels take the range [start, end) of their outermost global loop, so the CPU runtime can split it across cores.
+C kernels take the range [start, end) of their outermost global loop, so the CPU runtime can split it across cores,
+and the buffers' addresses as one array.
 GPU-style languages (OpenCL and CUDA) map the outermost global loop to the thread index, with a bounds check; the
 other loops stay loops. A program without a global loop (a full reduction) runs on one group of threads: each takes
 every group_size-th iteration of the top-level loops, and the partial accumulators are combined by a tree in shared
@@ -109,6 +110,8 @@ class CStyleRenderer(Renderer):
     thread_index = ""
     # C kernels take (start, end) of their outermost global loop, so the runtime can split it across threads
     split_outer_loop = True
+    # and the buffers' addresses as one array (see `render_entry`); GPU kernels take a parameter per buffer
+    buffer_array = True
     # libm's exp2f/log2f/sinf are scalar calls that stop gcc vectorizing a loop: use polynomials, as LLVM does
     rewrites = transcendental_rules
     preamble = "#include <math.h>\n"
@@ -191,21 +194,37 @@ class CStyleRenderer(Renderer):
         parameters = sorted((node for node in program if node.op is Ops.DEFINE_GLOBAL), key=lambda node: node.arg[0])
         for position, node in enumerate(program):
             self.render_node(position, node)
-        signature = ", ".join(self.render_parameter(node, node in written) for node in parameters)
+        signature = [self.render_parameter(node, node in written) for node in parameters]
         if self.split_outer_loop:
             index = self.register_types[dtypes.index]
-            signature += f"{', ' if parameters else ''}{index} start, {index} end"
+            signature += [f"{index} start", f"{index} end"]
         header = self.preamble + (self.render_half_preamble() if self.uses_half else "")
         body = "\n".join(self.lines)
-        return f"{header}{self.kernel_prefix}void {name}({signature}) {{\n{body}\n}}\n"
+        if not self.buffer_array:
+            return f"{header}{self.kernel_prefix}void {name}({', '.join(signature)}) {{\n{body}\n}}\n"
+        # the body keeps restrict parameters (so loops vectorize without overlap checks) behind the entry point
+        entry = self.render_entry(name, [(node, node in written) for node in parameters])
+        return f"{header}static void {name}_body({', '.join(signature)}) {{\n{body}\n}}\n{entry}"
+
+    def render_entry(self, name: str, parameters: list[tuple[UOp, bool]]) -> str:
+        """The function the runtime calls, `void name(void **buffers, int64 start, int64 end)`: it passes the
+        addresses in the array to the body. One array, not a parameter per buffer, because a call through ctypes
+        takes at most 1024 arguments."""
+        index = self.register_types[dtypes.index]
+        addresses = [f"({self.parameter_type(node, written)})buffers[{node.arg[0]}]" for node, written in parameters]
+        call = ", ".join([*addresses, "start", "end"])
+        return f"void {name}(void **buffers, {index} start, {index} end) {{\n  {name}_body({call});\n}}\n"
 
     def render_half_preamble(self) -> str:
         """Definitions a kernel that uses half needs."""
         return self.half_preamble
 
     def render_parameter(self, node: UOp, written: bool) -> str:
+        return f"{self.parameter_type(node, written)} data{node.arg[0]}"
+
+    def parameter_type(self, node: UOp, written: bool) -> str:
         constant = "" if written else "const "
-        return f"{self.buffer_prefix}{constant}{self.memory_types[node.dtype]}* {self.restrict} data{node.arg[0]}"
+        return f"{self.buffer_prefix}{constant}{self.memory_types[node.dtype]}* {self.restrict}"
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
@@ -434,6 +453,7 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     gpu_style = True
     split_outer_loop = False
+    buffer_array = False
     rewrites = None  # CUDA's exp2f/log2f/sinf/cosf are fast on the GPU, and sinf/cosf within 2 ulp everywhere
     thread_index = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
     group_size = 128

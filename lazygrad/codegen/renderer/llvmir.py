@@ -138,8 +138,9 @@ def cast_instruction(source: str, from_dtype: DType, to_dtype: DType) -> str:
 
 
 class LLVMRenderer(Renderer):
-    """Renders a linear program as an LLVM IR module with one `void name(ptr buffers..., i64 start, i64 end)`
-    function; the outermost global loop runs from start to end, so the runtime can split it across threads."""
+    """Renders a linear program as an LLVM IR module with a function `void name(ptr buffers, i64 start, i64 end)`
+    (`buffers`: an array of the buffers' addresses, see `render_entry`); the outermost global loop runs from start
+    to end, so the runtime can split it across threads."""
 
     rewrites = transcendental_rules
     can_join = True
@@ -237,21 +238,40 @@ class LLVMRenderer(Renderer):
                     lines += self.render_accumulate(out, node, value, vectorized, declarations)
                     continue
                 lines.append(f"  {out} = {instruction}")
-        buffers = sorted((n for n in program if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
-        params = ", ".join(
-            [f"ptr noalias align 64 %data{node.arg[0]}" for node in buffers] + ["i64 %start", "i64 %end"]
+        buffers = sorted(node.arg[0] for node in program if node.op is Ops.DEFINE_GLOBAL)
+        parameters = ", ".join(
+            [f"ptr noalias align 64 %data{number}" for number in buffers] + ["i64 %start", "i64 %end"]
         )
-        body = "\n".join([f"define void @{name}({params}) #0 {{", "entry:", *allocas, *lines, "  ret void", "}"])
-        attributes = 'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }'
+        body = [f"define internal void @{name}_body({parameters}) #1 {{", "entry:", *allocas, *lines, "  ret void", "}"]
+        attributes = [
+            'attributes #0 = { nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }',
+            'attributes #1 = { noinline nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }',
+        ]
         metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
-        return "\n".join([body, *sorted(declarations), attributes, *metadata]) + "\n"
+        return (
+            "\n".join([*body, *self.render_entry(name, buffers), *sorted(declarations), *attributes, *metadata]) + "\n"
+        )
+
+    @staticmethod
+    def render_entry(name: str, buffers: list[int]) -> list[str]:
+        """The function the runtime calls, `void name(ptr buffers, i64 start, i64 end)`: it reads the buffers'
+        addresses from the array and calls the body with them. One array, not a parameter per buffer, because a
+        call through ctypes takes at most 1024 arguments. The body keeps its `noalias` parameters, so vectorized
+        loops need no overlap checks, and is not inlined: the inliner would turn them into alias metadata that
+        grows with the square of the buffer count (a kernel of 1,000 inputs then takes seconds more to compile)."""
+        lines = [f"define void @{name}(ptr %buffers, i64 %start, i64 %end) #0 {{", "entry:"]
+        for number in buffers:
+            lines.append(f"  %slot{number} = getelementptr inbounds ptr, ptr %buffers, i64 {number}")
+            lines.append(f"  %data{number} = load ptr, ptr %slot{number}, align 8")
+        arguments = ", ".join([f"ptr %data{number}" for number in buffers] + ["i64 %start", "i64 %end"])
+        return [*lines, f"  call void @{name}_body({arguments})", "  ret void", "}"]
 
     def join(self, sources: list[str]) -> str:
         """One module: every function, then the declarations, attributes and metadata they share (`render` puts
-        those after the function's closing brace, the same text in every kernel)."""
+        those after the last function's closing brace, the same text in every kernel)."""
         functions, shared = [], {}
         for source in sources:
-            end = source.index("\n}\n") + 3
+            end = source.rindex("\n}\n") + 3
             functions.append(source[:end])
             shared.update(dict.fromkeys(source[end:].splitlines()))
         return "".join(functions) + "\n".join(shared) + "\n"

@@ -78,6 +78,7 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_prefix = "__global "
     gpu_style = True
     split_outer_loop = False
+    buffer_array = False
     # exp2 and log2 are built in (PoCL's work on vectors, a GPU's are hardware); sin and cos are not: PoCL's vector
     # versions return garbage for denormal lanes when another lane of the vector is large
     rewrites = sin_cos_rules
