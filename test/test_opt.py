@@ -12,7 +12,7 @@ from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.realize import build_candidate
 from lazygrad.uop.ops import LoopKind, Ops
 
-U, R, M, V = OptOp.UPCAST, OptOp.UNROLL, OptOp.MERGE, OptOp.VECTORIZE
+U, R, M, V, S = OptOp.UPCAST, OptOp.UNROLL, OptOp.MERGE, OptOp.VECTORIZE, OptOp.SPLIT
 rng = np.random.default_rng(0)
 
 
@@ -63,6 +63,9 @@ def test_product_loops_are_numbered_in_order():
         (Opt(R, 2, 12),),
         (Opt(V, 2), Opt(U, 0, 4), Opt(R, 2, 2)),
         (Opt(U, 1, 2), Opt(U, 1, 2), Opt(U, 1, 2)),
+        (Opt(S, 2, 4),),
+        (Opt(S, 1, 4), Opt(U, 2, 4), Opt(S, 0, 2), Opt(R, 4, 3)),
+        (Opt(S, 2, 3), Opt(V, 3), Opt(R, 2, 4)),
     ],
     ids=lambda opts: " ".join(map(str, opts)) or "none",
 )
@@ -105,6 +108,8 @@ def test_partial_unroll_of_a_max_reduce():
         (Opt(U, 1, 1), "must be at least 2"),
         (Opt(V, 1), "is a global loop, not a reduce loop"),
         (Opt(M, 2), "no loop inside it of its kind"),
+        (Opt(S, 2, 12), "must be less than the loop's 12 iterations"),
+        (Opt(S, 0, 3), "must be at least 2 and divide the loop's 8 iterations"),
     ],
     ids=str,
 )
@@ -122,10 +127,10 @@ def test_a_merge_that_adds_divisions_is_refused():
 
 
 def test_opts_round_trip_through_json_and_reject_anything_else():
-    opts = (Opt(M, 0), Opt(U, 1, 16), Opt(V, 3), Opt(R, 4, 4))
+    opts = (Opt(M, 0), Opt(U, 1, 16), Opt(V, 3), Opt(R, 4, 4), Opt(S, 2, 8))
     assert tuple(Opt.from_json(opt.to_json()) for opt in opts) == opts
     assert str(Opt(U, 1, 16)) == "UPCAST(1, 16)" and str(Opt(V, 3)) == "VECTORIZE(3)"
-    for bad in [[-1, 4], ["UPCAST", -1, 2], ["SPLIT", 0, 2], ["UPCAST", 0], ["UPCAST", 0, 2.0], "UPCAST"]:
+    for bad in [[-1, 4], ["UPCAST", -1, 2], ["SHUFFLE", 0, 2], ["UPCAST", 0], ["UPCAST", 0, 2.0], "UPCAST"]:
         with pytest.raises(ValueError, match="not an optimization action"):
             Opt.from_json(bad)
 
@@ -150,3 +155,29 @@ def test_the_register_block_follows_the_target():
     kernel = kernel_of(a @ a)
     assert heuristic_opts(kernel, Target(vector_width=16, vector_registers=32)) == (Opt(U, 1, 32), Opt(U, 0, 8))
     assert heuristic_opts(kernel, Target(vector_width=8, vector_registers=16)) == (Opt(U, 1, 16), Opt(U, 0, 4))
+
+
+def test_a_split_numbers_the_inner_loop_next_and_moves_the_others_up():
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 16)
+    loops = loops_by_axis(apply_opts(kernel_of(a @ b), (Opt(S, 1, 4),)))
+    assert [(axis, loop.src[0].arg, loop.arg[1]) for axis, loop in sorted(loops.items())] == [
+        (0, 8, LoopKind.GLOBAL),
+        (1, 4, LoopKind.GLOBAL),
+        (2, 4, LoopKind.GLOBAL),
+        (3, 12, LoopKind.REDUCE),
+    ]
+
+
+def test_heads_merged_by_a_reshape_are_split_apart_again():
+    # attention's output, (batch, heads, time, head size) read as (batch, time, features): its product with a
+    # weight reduces over heads * head size, which the heuristic splits back so the loads need no divisions
+    heads, x = realized(2, 4, 3, 8)
+    w, y = realized(32, 16)
+    merged = heads.transpose(1, 2).reshape(2, 3, 32)
+    kernel = kernel_of(merged @ w)
+    opts = heuristic_opts(kernel, Device[Device.DEFAULT].renderer.target)
+    assert Opt(S, 3, 8) in opts
+    assert not any(node.op in (Ops.IDIV, Ops.MOD) for node in apply_opts(kernel, opts).toposort)
+    expected = x.transpose(0, 2, 1, 3).reshape(2, 3, 32) @ y
+    np.testing.assert_allclose(run_with(merged @ w, opts), expected, rtol=1e-5, atol=1e-5)

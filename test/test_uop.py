@@ -130,6 +130,13 @@ def test_div_mod_from_ranges():
     assert simplify((x * 4 + 3) // 4) is x
 
 
+def test_div_mod_drop_multiples_of_the_divisor():
+    k, t = loop(128, 0), loop(6, 1)
+    assert simplify((t * 128 + k) % 32) is simplify(k % 32)
+    assert simplify((t * 128 + k) // 32) is simplify(t * 4 + k // 32)
+    assert simplify((t * 128 + k) // 32 % 4) is simplify(k // 32)
+
+
 def test_div_mod_recombine():
     r = loop(20)
     assert simplify((r // 5) * 5 + r % 5) is r

@@ -1,6 +1,8 @@
 """The default action list for a kernel (see codegen/opt.py), chosen from the kernel's own graph and the device's
 Target, in the order they apply:
 
+- split loops that are indexed through a division and a modulo (two axes a reshape merged) into the two loops they
+  stand for;
 - merge neighbouring loops whose indices only appear together as `outer*size + inner`, so a contiguous kernel runs
   one flat loop indexed by the counter alone (and the compiler can vectorize it);
 - upcast small output loops that choose between loads (a convolution's taps) whole;
@@ -13,11 +15,20 @@ BEAM search times the register blocks `register_blocks` offers instead of taking
 
 from __future__ import annotations
 
-from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opt, output_loops, replace_ranges
+from lazygrad.codegen.opt import (
+    KernelOptError,
+    Opt,
+    OptOp,
+    apply_opt,
+    count_divmod,
+    loops_by_axis,
+    output_loops,
+    replace_ranges,
+)
 from lazygrad.codegen.renderer import Target
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import Ops, UOp
-from lazygrad.uop.symbolic import simplify
+from lazygrad.uop.symbolic import simplify, split_term, sum_terms
 
 UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
 LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
@@ -63,6 +74,38 @@ def contiguous_along(sink: UOp, loop: UOp) -> bool:
 
 def reduce_nodes(sink: UOp) -> list[UOp]:
     return [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
+
+
+def split_amounts(sink: UOp, loop: UOp) -> set[int]:
+    """Where `loop` could split so that a division or modulo of it by a constant becomes a loop of its own: for
+    `(c*loop + ...) // d` and `% d` with c dividing d, d // c iterations."""
+    amounts = set()
+    for node in sink.toposort:
+        if node.op in (Ops.IDIV, Ops.MOD) and node.src[1].op is Ops.CONST:
+            for base, coefficient in map(split_term, sum_terms(node.src[0])):
+                if base is loop and coefficient > 0 and node.src[1].arg % coefficient == 0:
+                    amounts.add(node.src[1].arg // coefficient)
+    size = loop.src[0].arg
+    return {amount for amount in amounts if 1 < amount < size and size % amount == 0}
+
+
+def split_divided_loops(plan: Plan) -> None:
+    """Split loops where that removes divisions and modulos from the kernel: a loop over axes a reshape merged (the
+    heads of an attention, written back as one feature axis) then reads memory by plain strides along each part."""
+    changed = True
+    while changed:
+        changed = False
+        for loop in sorted(loops_by_axis(plan.sink).values(), key=lambda loop: loop.arg[0]):
+            divisions = count_divmod(plan.sink)
+            for amount in sorted(split_amounts(plan.sink, loop)):
+                candidate = apply_opt(plan.sink, Opt(OptOp.SPLIT, loop.arg[0], amount))
+                if count_divmod(candidate) < divisions:
+                    plan.sink = candidate
+                    plan.opts.append(Opt(OptOp.SPLIT, loop.arg[0], amount))
+                    changed = True
+                    break
+            if changed:
+                break
 
 
 def merge_loops(plan: Plan) -> None:
@@ -119,7 +162,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
       compiler, and a 4×4 block of outputs shares each loaded vector;
     - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): one vector of outputs by 4
       rows where an input is reused; for a large product two vectors by 8 rows where there are 32 vector registers
-      (AVX-512), by 4 rows where there are 16 (AVX2).
+      (AVX-512), by 4 rows where there are 16 (AVX2); a last axis shorter than a vector whole, by 4 rows.
 
     Reduces one after another over different loops (a softmax's) only get their contiguous loops vectorized.
     `blocking` (from BEAM search) overrides the sizes these rules pick.
@@ -145,6 +188,8 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         # a large product keeps half the vector registers accumulating: two vectors across by registers/4 rows
         wide = (2 * vector, target.vector_registers // 4)
         choices = [blocking] if blocking else [wide, (vector, 4)] if large else [(vector, 4)]
+        if not blocking and 1 < inner.src[0].arg < vector:
+            choices.append((inner.src[0].arg, 4))  # a row shorter than a vector (attention's, over time) whole
         for width, rows in choices:
             if inner.src[0].arg % width == 0:
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
@@ -162,6 +207,7 @@ def unroll_small_reduces(plan: Plan) -> None:
 def shaped(sink: UOp) -> Plan:
     """The plan after the loop changes that come before register blocking."""
     plan = Plan(sink)
+    split_divided_loops(plan)
     merge_loops(plan)
     upcast_selecting_loops(plan)
     return plan

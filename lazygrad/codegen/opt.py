@@ -13,7 +13,10 @@ The actions:
   the copies share loads and registers); an amount equal to the loop's size removes the loop;
 - UNROLL(axis, amount): the same for a reduce loop: `amount` copies of the reduced value per iteration, combined
   in straight-line code;
-- VECTORIZE(axis): mark a reduce loop for the compiler's vectorizer (its inputs are contiguous or fixed along it).
+- VECTORIZE(axis): mark a reduce loop for the compiler's vectorizer (its inputs are contiguous or fixed along it);
+- SPLIT(axis, amount): run the loop as two of its kind, an outer one and an inner one of `amount` iterations numbered
+  axis + 1 (the loops numbered after it move up by one). A loop that a reshape merged from two axes, indexed
+  through `// amount` and `% amount`, reads memory by plain strides again once split.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class OptOp(Enum):
     UPCAST = auto()
     UNROLL = auto()
     VECTORIZE = auto()
+    SPLIT = auto()
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,24 @@ def unroll(sink: UOp, loop: UOp, factor: int) -> UOp:
     return replace_ranges(sink, replacements, {})
 
 
+def split(sink: UOp, loop: UOp, amount: int) -> UOp:
+    """`loop` as an outer loop (with its number) around an inner one of `amount` iterations (the next number)."""
+    axis = loop.arg[0]
+    replacements = {
+        node: UOp(Ops.RANGE, node.dtype, node.src, (number + 1, node.arg[1]))
+        for number, node in loops_by_axis(sink).items()
+        if number > axis
+    }
+    outer = new_loop(loop, loop.src[0].arg // amount)
+    inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, amount),), (axis + 1, loop.arg[1]))
+    replacements[loop] = outer * amount + inner
+    reduce_ranges = {
+        node: tuple(new for r in node.src[1:] for new in ((outer, inner) if r is loop else (replacements.get(r, r),)))
+        for node in reduces_over(sink, loop)
+    }
+    return replace_ranges(sink, replacements, reduce_ranges)
+
+
 def apply_opt(sink: UOp, opt: Opt) -> UOp:
     """`sink` with one action applied; KernelOptError where it does not fit the kernel."""
     loop = loops_by_axis(sink).get(opt.axis)
@@ -173,6 +195,10 @@ def apply_opt(sink: UOp, opt: Opt) -> UOp:
         return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
     if opt.amount < 2 or size % opt.amount:
         raise KernelOptError(f"{opt}: the amount must be at least 2 and divide the loop's {size} iterations")
+    if opt.op is OptOp.SPLIT:
+        if opt.amount == size:
+            raise KernelOptError(f"{opt}: the amount must be less than the loop's {size} iterations")
+        return split(sink, loop, opt.amount)
     if opt.op is OptOp.UPCAST:
         if kind is not LoopKind.GLOBAL:
             raise KernelOptError(f"{opt}: loop {opt.axis} is a reduce loop: UNROLL it instead")

@@ -101,9 +101,14 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
 
     One expand is fine: that of a reduce over the last axes back to the loops around it, as a softmax reads its row's
     max and sum. Codegen computes such a reduce once per row, before the row's inner loops (and the loop of any
-    other reduce over the row), so a softmax is one kernel."""
+    other reduce over the row), so a softmax is one kernel.
+
+    Elementwise work below an expand is computed once per element of the expand: cheap work (a bias and a ReLU)
+    stays fused, costly work (a layer norm's output read by the products after it, a softmax's read by attention's
+    second product) becomes a buffer, computed once."""
     reached_by: dict[UOp, set[UOp]] = {}
     unsafe: set[UOp] = set()
+    costs: dict[UOp, int] = {}
     for root in roots:
         # the movement ops each reduce is read through (since the last other op), per kernel
         views: dict[UOp, set[tuple[UOp, ...]]] = {}
@@ -136,6 +141,10 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
                 where, loops = FREE, node.src[0].shape
             elif _expands(node):
                 where, loops = REPEATED, None
+                computed = _below_movement(node)
+                if computed not in to_realize and _repeats_costly_work(node, computed, to_realize, costs):
+                    unsafe.add(computed)  # a kernel of its own: what it reads is decided there, not here
+                    continue
             elif node.shape != loops:
                 loops = None
             source_view = (*view, node) if node.op in MOVEMENT else ()
@@ -143,6 +152,51 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     return unsafe
+
+
+# the cost of computing a value, in simple ALU operations: what a transcendental or a division costs; the cost per
+# value from which elementwise work read through an expand is computed once into a buffer instead; and how many
+# operations the repeats must add up to, to be worth a kernel launch and a pass over memory
+SLOW_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.IDIV, Ops.MOD}
+SLOW_OP_COST, COSTLY, REPEATED_WORK = 4, 12, 1 << 18
+
+
+def _repeats_costly_work(expand: UOp, computed: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
+    """Whether the elementwise value `computed`, read through `expand`, is costly and repeated enough to be
+    computed once into a buffer."""
+    if not _costly(computed, to_realize, costs):
+        return False
+    repeats = prod(expand.shape) - prod(expand.src[0].shape)
+    return costs[computed] * repeats >= REPEATED_WORK
+
+
+def _below_movement(node: UOp) -> UOp:
+    """The first node under `node` that is not a movement op."""
+    while node.op in MOVEMENT:
+        node = node.src[0]
+    return node
+
+
+def _costly(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
+    """Whether computing elementwise `node` in a kernel costs COSTLY or more: its ALU operations (a slow one counts
+    SLOW_OP_COST), each input read counting one, down to buffers, reduces (which are realized where an expand
+    repeats them) and nodes that get their own."""
+    if node.op in (Ops.BUFFER, Ops.CONST, Ops.REDUCE) or node in to_realize:
+        return False
+    if node not in costs:
+        total, seen, stack = 0, set(), [node]
+        while stack and total < COSTLY:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if current.op in (Ops.BUFFER, Ops.REDUCE) or (current in to_realize and current is not node):
+                total += 1
+            elif current.op is not Ops.CONST:
+                total += SLOW_OP_COST if current.op in SLOW_OPS else current.op not in MOVEMENT
+                stack.extend(current.src)
+        costs[node] = total
+    return costs[node] >= COSTLY
 
 
 def kernel_roots(

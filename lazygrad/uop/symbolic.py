@@ -156,6 +156,12 @@ def fold_div_mod(node: UOp) -> UOp | None:
     remainder_sum = build_sum(node.dtype, remainder)
     if remainder_sum.vmin >= 0 and remainder_sum.vmax < divisor:
         return remainder_sum if node.op is Ops.MOD else build_sum(node.dtype, quotient)
+    # terms that are multiples of the divisor leave a remainder of what the others sum to, when that is not negative:
+    # (128t + k) % 32 is k % 32 and (128t + k) // 32 is 4t + k // 32
+    if remainder_sum.vmin >= 0 and any(coefficient and coefficient % divisor == 0 for _, coefficient in terms):
+        if node.op is Ops.MOD:
+            return remainder_sum.alu(Ops.MOD, divisor_node)
+        return build_sum(node.dtype, quotient).alu(Ops.ADD, remainder_sum.alu(Ops.IDIV, divisor_node))
     # a factor f of the divisor that divides every term but a small remainder: (5a + b) // 30 is a // 6 when
     # 0 <= b < 5, and (5a + b) % 30 is (a % 6) * 5 + b
     for factor in sorted({math.gcd(divisor, coefficient) for _, coefficient in terms}, reverse=True):
