@@ -58,6 +58,15 @@ class Plan:
 
 def stride(index: UOp, loop: UOp) -> int | None:
     """How much `index` grows when `loop` grows by one, or None when that is not a constant."""
+    # the common case first: the loop is a plain term of the index's sum, or not in it at all
+    coefficient = 0
+    for base, factor in map(split_term, sum_terms(index)):
+        if base is loop:
+            coefficient += factor
+        elif base is not None and loop in base.toposort:
+            break
+    else:
+        return coefficient
     difference = simplify(replace_ranges(index, {loop: loop + 1}, {}) - index)
     return difference.arg if difference.op is Ops.CONST else None
 
@@ -128,22 +137,27 @@ def upcast_selecting_loops(plan: Plan) -> None:
                 plan.apply(Opt(OptOp.UPCAST, loop.arg[0], loop.src[0].arg))
 
 
+def rolled_reduce_loop(reduce: UOp) -> UOp | None:
+    """The innermost loop of a reduce that stays a loop (smaller ones, a convolution's taps, unroll whole)."""
+    return next((loop for loop in reversed(reduce.src[1:]) if loop.src[0].arg > UNROLL_LIMIT), None)
+
+
 def matrix_shape(sink: UOp) -> str | None:
     """Which shape of matrix product a one-reduce kernel is: "contiguous reduce" (x @ wᵀ: every input contiguous
-    or fixed along the innermost reduce loop), "contiguous outputs" (x @ w: along the innermost output loop), or
-    None (no register blocking applies)."""
+    or fixed along the innermost reduce loop that stays a loop), "contiguous outputs" (x @ w: along the innermost
+    output loop), "strided" (neither: a convolution over 1x1 images), or None (no register blocking applies)."""
     reduces = reduce_nodes(sink)
     if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
         return None
-    if all(loop.src[0].arg <= UNROLL_LIMIT for loop in reduces[0].src[1:]):
+    if (loop := rolled_reduce_loop(reduces[0])) is None:
         return None
-    if contiguous_along(sink, reduces[0].src[-1]):
+    if contiguous_along(sink, loop):
         return "contiguous reduce"
     loops = output_loops(sink)
     if loops and contiguous_along(sink, loops[-1]):
         if all(stride(index, loops[-1]) == 1 for index in memory_indices(sink, Ops.STORE)):
             return "contiguous outputs"
-    return None
+    return "strided"
 
 
 def upcast_reused(plan: Plan, loops: list[UOp], factor: int, limit: int) -> None:
@@ -155,6 +169,37 @@ def upcast_reused(plan: Plan, loops: list[UOp], factor: int, limit: int) -> None
                 limit -= 1
 
 
+def reused_buffers(sink: UOp, loop: UOp) -> frozenset[int]:
+    """The inputs (parameter numbers) that some load reads at the same place all along `loop`."""
+    return frozenset(
+        node.src[0].arg[0]
+        for node in sink.toposort
+        if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL and stride(node.src[1], loop) == 0
+    )
+
+
+def fill_block(plan: Plan, axes: list[int], outputs: int) -> None:
+    """Upcast output loops (of `axes`, outermost first) along which an input is reused until the register block
+    grows `outputs` times: first the loops that reuse an input no chosen loop reuses yet, so that every input's
+    loads are shared (a convolution's weights across pixels, its pixels across output channels), innermost first."""
+    covered: set[int] = set()
+    for _ in axes:
+        loops = loops_by_axis(plan.sink)
+        options = [(axis, reused_buffers(plan.sink, loops[axis])) for axis in reversed(axes) if axis in loops]
+        options = [(axis, reused) for axis, reused in options if reused and not reused <= covered] or [
+            (axis, reused) for axis, reused in options if reused
+        ]
+        if outputs < 2 or not options:
+            return
+        axis, reused = options[0]
+        size = loops[axis].src[0].arg
+        factor = max(d for d in range(1, min(size, outputs) + 1) if size % d == 0)
+        covered |= reused
+        if factor > 1:
+            plan.apply(Opt(OptOp.UPCAST, axis, factor))
+            outputs //= factor
+
+
 def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> None:
     """Register blocking for a kernel with one reduce, in the two shapes of a matrix product:
 
@@ -164,7 +209,8 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
       rows where an input is reused; for a large product two vectors by 8 rows where there are 32 vector registers
       (AVX-512), by 4 rows where there are 16 (AVX2); a last axis shorter than a vector whole, by 4 rows.
 
-    Reduces one after another over different loops (a softmax's) only get their contiguous loops vectorized.
+    Other products (strided along every loop) get a scalar block: 4 by 4 outputs sharing each load. Reduces one after
+    another over different loops (a softmax's) only get their contiguous loops vectorized.
     `blocking` (from BEAM search) overrides the sizes these rules pick.
     """
     reduces = reduce_nodes(plan.sink)
@@ -180,8 +226,11 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     shape = matrix_shape(plan.sink)  # (None as well for an elementwise kernel whose reduces unroll whole)
     loops = output_loops(plan.sink)
     if shape == "contiguous reduce":
-        plan.apply(Opt(OptOp.VECTORIZE, reduces[0].src[-1].arg[0]))
+        plan.apply(Opt(OptOp.VECTORIZE, rolled_reduce_loop(reduces[0]).arg[0]))
         upcast_reused(plan, loops, blocking[1] if blocking else 4, limit=2)
+    elif shape == "strided":
+        # no vector loads: scalar register blocking, each loaded value used by several outputs
+        upcast_reused(plan, loops, 4, limit=2)
     elif shape == "contiguous outputs":
         inner, vector = loops[-1], target.vector_width
         large = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]]) >= LARGE_PRODUCT
@@ -189,7 +238,13 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         wide = (2 * vector, target.vector_registers // 4)
         choices = [blocking] if blocking else [wide, (vector, 4)] if large else [(vector, 4)]
         if not blocking and 1 < inner.src[0].arg < vector:
-            choices.append((inner.src[0].arg, 4))  # a row shorter than a vector (attention's, over time) whole
+            # a row shorter than a vector (attention's over time, a convolution's over a small image): the row
+            # whole, in a block of as many outputs as the wider blocks hold
+            plan.apply(Opt(OptOp.UPCAST, inner.arg[0], inner.src[0].arg))
+            fill_block(
+                plan, [loop.arg[0] for loop in loops[:-1]], vector * target.vector_registers // 4 // inner.src[0].arg
+            )
+            return
         for width, rows in choices:
             if inner.src[0].arg % width == 0:
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))

@@ -98,9 +98,11 @@ class PatternMatcher:
         return None
 
 
-def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
-    """Rewrite every node of the graph bottom-up until no rule applies anywhere; iterative, so deep graphs are fine."""
-    done: dict[UOp, UOp] = {}
+def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None, done: dict[UOp, UOp] | None = None) -> UOp:
+    """Rewrite every node of the graph bottom-up until no rule applies anywhere; iterative, so deep graphs are fine.
+    `done` (node -> its rewrite) may carry what earlier rewrites with the same rules and no `ctx` found."""
+    if done is None:
+        done = {}
     # stack entries: (node, stage); stage 0 visits sources, stage 1 rewrites, stage 2 links a node to its rewrite
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:

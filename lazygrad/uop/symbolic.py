@@ -275,9 +275,21 @@ symbolic = PatternMatcher(
 )
 
 
+# what simplify found, shared by its calls: lowering and every optimization action simplify index expressions
+# that mostly hold parts simplified before. Bounded by starting over; a thread still working on the old table keeps it.
+_simplified: dict[UOp, UOp] = {}
+SIMPLIFIED_LIMIT = 1 << 18
+
+
 def simplify(node: UOp) -> UOp:
     """`node` rewritten with the symbolic rules until none applies."""
-    return graph_rewrite(node, symbolic)
+    global _simplified
+    table = _simplified
+    if (found := table.get(node)) is not None:
+        return found
+    if len(table) > SIMPLIFIED_LIMIT:
+        table = _simplified = {}
+    return graph_rewrite(node, symbolic, done=table)
 
 
 def _sum_bound(clause: UOp) -> tuple[UOp, int | None, int | None] | None:
