@@ -145,9 +145,9 @@ class MovementMixin:
         padded = cropped._movement(Ops.PAD, positive)
         if value == 0:
             return padded
-        from lazygrad.tensor import Tensor
-
-        inside = Tensor.full(cropped.shape, True, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, positive)
+        inside = (
+            type(self).full(cropped.shape, True, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, positive)
+        )
         return inside.where(padded, value)
 
     def shrink(self: Tensor, arg) -> Tensor:

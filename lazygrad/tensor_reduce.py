@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 from lazygrad.device import CORES
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import prod
+from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazygrad.tensor_movement import normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
-
 
 SPLIT_REDUCE_LENGTH = 1 << 18  # reduces at least this long into fewer than CORES outputs are split
 
@@ -120,8 +120,6 @@ class ReduceMixin:
         return self.var(axis, keepdim, correction).sqrt()
 
     def _argmax_along(self: Tensor, axis, keepdim: bool, op_name: str) -> Tensor:
-        from lazygrad.tensor import Tensor
-
         if axis is None:
             return self.flatten()._argmax_along(0, False, op_name).reshape(() if not keepdim else (1,) * self.ndim)
         axis = normalize_axis(axis, self.ndim, op_name)
@@ -130,7 +128,7 @@ class ReduceMixin:
         # the first index holding the maximum: score each match by (length - index) and take the largest
         shape = [1] * self.ndim
         shape[axis] = length
-        countdown = Tensor.arange(length, 0, -1, device=self.device).reshape(shape)
+        countdown = type(self).arange(length, 0, -1, device=self.device).reshape(shape)
         is_max = self == self.max(axis, keepdim=True)
         if self.dtype.is_float:
             # a row holding NaN has the maximum NaN, which equals nothing: its first NaN is the answer, as in torch
@@ -167,12 +165,10 @@ class ReduceMixin:
 
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         """Running sums along `axis` (a lower-triangular mask summed: fine for short axes)."""
-        from lazygrad.tensor import Tensor
-
         axis = normalize_axis(axis, self.ndim, "cumsum")
         moved = self.transpose(axis, -1) if axis != self.ndim - 1 else self
         length = moved.shape[-1]
-        mask = Tensor.arange(length, device=self.device).reshape(length, 1) <= Tensor.arange(
+        mask = type(self).arange(length, device=self.device).reshape(length, 1) <= type(self).arange(
             length, device=self.device
         ).reshape(1, length)
         summed = (moved.unsqueeze(-1) * mask.cast(moved.dtype)).sum(-2)
@@ -182,9 +178,7 @@ class ReduceMixin:
 
     def dot(self: Tensor, other: Tensor) -> Tensor:
         """Matrix product with NumPy's rules: 1-D operands are vectors, leading axes broadcast as a batch."""
-        from lazygrad.tensor import Tensor, _broadcast_shape
-
-        if not isinstance(other, Tensor):
+        if not isinstance(other, ElementwiseMixin):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
         if self.ndim == 0 or other.ndim == 0:
             raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {other.shape}")
@@ -197,7 +191,7 @@ class ReduceMixin:
             )
         batch_self, batch_other = self.shape[:-2], other.shape[:-2]
         try:
-            _broadcast_shape("matmul", batch_self, batch_other)
+            broadcast_shape("matmul", batch_self, batch_other)
         except ValueError:
             raise ValueError(
                 f"matmul: batch dimensions of {self.shape} @ {other.shape} ({batch_self} and {batch_other}) cannot be "

@@ -1616,3 +1616,29 @@ def test_shared_subexpression_not_recomputed():
     dependent.realize()
     assert GlobalCounters.kernel_count == 1
     np.testing.assert_allclose(dependent.numpy(), shared.numpy() * 2, rtol=1e-6)
+
+
+# =====================================================================================================================
+# The PyTorch op surface: math, reductions and scans, model-writing helpers, edge cases (each against torch, values
+# and gradients). The tests of this section are named test_api_*, so `-k api_` runs just them.
+
+
+def test_api_mixins_never_import_tensor_module_at_run_time():
+    """The Tensor mixins build results through `type(self)` and `self`, so imports run one way: tensor.py imports
+    them, and they import lazygrad.tensor for type annotations only."""
+    import ast
+    import pathlib
+
+    import lazygrad
+
+    for path in sorted(pathlib.Path(lazygrad.__file__).parent.glob("tensor_*.py")):
+        tree = ast.parse(path.read_text())
+        type_only = {
+            id(node)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+            for node in ast.walk(block)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "lazygrad.tensor":
+                assert id(node) in type_only, f"{path.name}:{node.lineno} imports lazygrad.tensor at run time"
