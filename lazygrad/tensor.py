@@ -29,6 +29,7 @@ from lazygrad.engine.realize import realize_lock, run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
+from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
 from lazygrad.tensor_math import MathMixin
@@ -55,7 +56,7 @@ def tensors_holding(nodes) -> list[Tensor]:
     return list(found.values())
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
+class Tensor(CreationMixin, ElementwiseMixin, MathMixin, ActivationMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)

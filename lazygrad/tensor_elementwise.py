@@ -138,11 +138,28 @@ class ElementwiseMixin:
             raise TypeError("neg: cannot negate a bool tensor; use ~ (logical not) instead")
         return self._unary(Ops.NEG)
 
-    def div(self: Tensor, other, reverse: bool = False) -> Tensor:
-        """True division: integers are divided as floats."""
+    def div(self: Tensor, other, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """Division. rounding_mode None: true division (integers are divided as floats); "trunc": rounded toward
+        zero; "floor": rounded down. The rounded modes keep the operands' dtype, as in PyTorch."""
+        if rounding_mode == "trunc":
+            x, y = self._operands(other, "div", reverse)
+            return x.div(y).trunc() if x.dtype.is_float else x.idiv(y)
+        if rounding_mode == "floor":
+            return self.floordiv(other, reverse)
+        if rounding_mode is not None:
+            raise ValueError(f'div: rounding_mode must be None, "trunc" or "floor", got {rounding_mode!r}')
         x, y = self._operands(other, "div", reverse)
         x, y = x._to_float(), y._to_float()
         return x * y.reciprocal()
+
+    def idiv(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Integer division rounded toward zero (C's `/`); `x idiv 0` is 0. Floats must use div(rounding_mode=...)."""
+        x, y = self._operands(other, "idiv", reverse)
+        if not x.dtype.is_int:
+            raise TypeError(
+                f"idiv: needs int tensors, got {x.dtype}; use div(other, rounding_mode='trunc') for floats, or cast"
+            )
+        return x._new(x.uop.alu(Ops.IDIV, y.uop))
 
     def floordiv(self: Tensor, other, reverse: bool = False) -> Tensor:
         """Division rounded down (Python's `//`). For ints, `x // 0` is 0 (as in NumPy) and the most negative value
@@ -217,8 +234,49 @@ class ElementwiseMixin:
     def _bitwise(self: Tensor, op: Ops, other, reverse: bool, name: str) -> Tensor:
         x, y = self._operand_nodes(other, name, reverse)
         if x.dtype.is_float:
-            raise TypeError(f"{name}: bitwise ops need int or bool tensors, got {x.dtype}")
+            raise TypeError(
+                f"{name}: bitwise ops need int or bool tensors, got {x.dtype} (from {self.dtype} and "
+                f"{getattr(other, 'dtype', type(other).__name__)}); cast to an int dtype first, or use .bitcast()"
+            )
         return self._new(x.alu(op, y))
+
+    def bitwise_and(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bitwise (bools: logical) and of int or bool tensors."""
+        return self._bitwise(Ops.AND, other, reverse, "bitwise_and")
+
+    def bitwise_or(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bitwise (bools: logical) or of int or bool tensors."""
+        return self._bitwise(Ops.OR, other, reverse, "bitwise_or")
+
+    def bitwise_xor(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bitwise (bools: logical) exclusive or of int or bool tensors."""
+        return self._bitwise(Ops.XOR, other, reverse, "bitwise_xor")
+
+    def bitwise_not(self: Tensor) -> Tensor:
+        """Every bit flipped (bools: logical not)."""
+        return ~self
+
+    def lshift(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bits shifted left by `other` (ints only)."""
+        self._check_shift(other, reverse, "lshift")
+        return self._bitwise(Ops.SHL, other, reverse, "lshift")
+
+    def rshift(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bits shifted right by `other` (ints only; signed ints shift in copies of the sign bit)."""
+        self._check_shift(other, reverse, "rshift")
+        return self._bitwise(Ops.SHR, other, reverse, "rshift")
+
+    def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
+        """The same bits read as `dtype`, which must have the same size (float32 <-> int32 / uint32, ...)."""
+        dtype = to_dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize or dtypes.bool in (dtype, self.dtype):
+            raise TypeError(
+                f"bitcast: cannot read {self.dtype} ({self.dtype.itemsize} bytes) as {dtype} ({dtype.itemsize} "
+                "bytes); bitcast needs two non-bool dtypes of the same size, use .cast() to convert values"
+            )
+        if dtype.itemsize == 8 and dtype != self.dtype:
+            check_device_has(dtype, self.device, "bitcast")
+        return self if dtype == self.dtype else self._new(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
     def __and__(self: Tensor, other):
         return self._bitwise(Ops.AND, other, False, "&")
@@ -238,17 +296,24 @@ class ElementwiseMixin:
     def __rxor__(self: Tensor, other):
         return self._bitwise(Ops.XOR, other, True, "^")
 
-    def _check_shift(self: Tensor, amount) -> None:
-        if isinstance(amount, int) and not 0 <= amount < self.dtype.bits:
-            raise ValueError(f"shift: amount {amount} is outside 0..{self.dtype.bits - 1} for {self.dtype}")
+    def _check_shift(self: Tensor, amount, reverse: bool, name: str) -> None:
+        if not reverse and isinstance(amount, int) and not 0 <= amount < self.dtype.bits:
+            raise ValueError(
+                f"{name}: shift amount {amount} is outside 0..{self.dtype.bits - 1} for {self.dtype}; "
+                "shift by less than the bit width"
+            )
 
-    def __lshift__(self: Tensor, other):
-        self._check_shift(other)
-        return self._bitwise(Ops.SHL, other, False, "<<")
+    def __lshift__(self, other):
+        return self.lshift(other)
 
-    def __rshift__(self: Tensor, other):
-        self._check_shift(other)
-        return self._bitwise(Ops.SHR, other, False, ">>")
+    def __rlshift__(self, other):
+        return self.lshift(other, True)
+
+    def __rshift__(self, other):
+        return self.rshift(other)
+
+    def __rrshift__(self, other):
+        return self.rshift(other, True)
 
     def __invert__(self: Tensor):
         if self.dtype.is_float:

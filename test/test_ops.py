@@ -1642,3 +1642,211 @@ def test_api_mixins_never_import_tensor_module_at_run_time():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == "lazygrad.tensor":
                 assert id(node) in type_only, f"{path.name}:{node.lineno} imports lazygrad.tensor at run time"
+
+
+try:
+    import torch
+except ImportError:  # the comparisons below skip without torch
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+
+def against_torch(lazy_fn, torch_fn, *arrays, grad=True, rtol=1e-5, atol=1e-6, grad_rtol=1e-4, grad_atol=1e-5):
+    """Apply `lazy_fn` to Tensors and `torch_fn` to torch tensors made from `arrays`; compare the outputs (shape,
+    dtype kind, values, NaN where torch has NaN) and, with `grad`, every float input's gradient of
+    (out * upstream).sum() for a fixed random upstream. A function may return a tuple of outputs."""
+    lazy_inputs = [Tensor(a) for a in arrays]
+    torch_inputs = [torch.tensor(a, requires_grad=grad and a.dtype.kind == "f") for a in arrays]
+    lazy_outputs, torch_outputs = lazy_fn(*lazy_inputs), torch_fn(*torch_inputs)
+    if not isinstance(lazy_outputs, tuple):
+        lazy_outputs, torch_outputs = (lazy_outputs,), (torch_outputs,)
+    for lazy, reference in zip(lazy_outputs, torch_outputs):
+        assert_tensor(lazy, reference.detach().numpy(), rtol=rtol, atol=atol)
+    if not grad:
+        return
+    rng = np.random.default_rng(1)
+    lazy_total, torch_total = 0, 0
+    for lazy, reference in zip(lazy_outputs, torch_outputs):
+        if reference.dtype.is_floating_point:
+            upstream = rng.standard_normal(tuple(reference.shape)).astype(np.float32)
+            lazy_total = lazy_total + (lazy * Tensor(upstream)).sum()
+            torch_total = torch_total + (reference * torch.tensor(upstream)).sum()
+    if isinstance(torch_total, int) or not torch_total.requires_grad:
+        return  # no float output, or none that depends on a float input: nothing to differentiate
+    torch_total.backward()
+    lazy_grads = lazy_total.gradient(*[t for t, a in zip(lazy_inputs, arrays) if a.dtype.kind == "f"])
+    torch_grads = [t.grad for t, a in zip(torch_inputs, arrays) if a.dtype.kind == "f"]
+    for lazy, reference in zip(lazy_grads, torch_grads):
+        expected = np.zeros(lazy.shape, np.float32) if reference is None else reference.numpy()
+        np.testing.assert_allclose(lazy.numpy(), expected, rtol=grad_rtol, atol=grad_atol, err_msg="gradient")
+
+
+API_ANY = np.array([-5.0, -2.7, -1.3, -0.6, -0.1, 0.0, 0.05, 0.4, 1.1, 2.2, 3.9, 7.5], np.float32)
+API_UNIT = np.array([-0.99, -0.7, -0.3, -0.01, 0.0, 0.2, 0.5, 0.9, 0.995], np.float32)
+API_ABOVE_ONE = np.array([1.001, 1.2, 1.5, 3.0, 10.0, 1000.0], np.float32)
+
+TF = torch.nn.functional if torch else None
+
+# name: (lazygrad function, torch function, inputs): compared in values and gradients
+API_UNARY = {
+    "sinh": (lambda x: x.sinh(), lambda x: x.sinh(), API_ANY),
+    "cosh": (lambda x: x.cosh(), lambda x: x.cosh(), API_ANY),
+    "atan": (lambda x: x.atan(), lambda x: x.atan(), np.concatenate([API_ANY, [-300.0, 0.3, 0.45, 2.3, 2.5, 1e4]])),
+    "asin": (lambda x: x.asin(), lambda x: x.asin(), API_UNIT),
+    "acos": (lambda x: x.acos(), lambda x: x.acos(), API_UNIT),
+    "asinh": (lambda x: x.asinh(), lambda x: x.asinh(), np.concatenate([API_ANY, [-1e3, 1e5]])),
+    "acosh": (lambda x: x.acosh(), lambda x: x.acosh(), API_ABOVE_ONE),
+    "atanh": (lambda x: x.atanh(), lambda x: x.atanh(), API_UNIT),
+    "erf": (lambda x: x.erf(), lambda x: x.erf(), np.concatenate([API_ANY, [-0.45, 0.9, 1.7, -3.3]])),
+    "softsign": (lambda x: x.softsign(), lambda x: TF.softsign(x), API_ANY),
+    "selu": (lambda x: x.selu(), lambda x: TF.selu(x), API_ANY),
+    "celu": (lambda x: x.celu(), lambda x: TF.celu(x), API_ANY),
+    "celu_alpha": (lambda x: x.celu(0.5), lambda x: TF.celu(x, 0.5), API_ANY),
+    "mish": (lambda x: x.mish(), lambda x: TF.mish(x), np.concatenate([API_ANY, [-30.0, 25.0]])),
+    "hardswish": (lambda x: x.hardswish(), lambda x: TF.hardswish(x), API_ANY),
+    "hardsigmoid": (lambda x: x.hardsigmoid(), lambda x: TF.hardsigmoid(x), API_ANY),
+    "logsigmoid": (lambda x: x.logsigmoid(), lambda x: TF.logsigmoid(x), np.concatenate([API_ANY, [-90.0, 90.0]])),
+    "softplus": (lambda x: x.softplus(), lambda x: TF.softplus(x), np.concatenate([API_ANY, [-90.0, 19.0, 21.0]])),
+    "softplus_beta": (
+        lambda x: x.softplus(beta=2.0, threshold=5.0),
+        lambda x: TF.softplus(x, beta=2.0, threshold=5.0),
+        API_ANY,
+    ),
+    "sigmoid": (lambda x: x.sigmoid(), lambda x: x.sigmoid(), np.concatenate([API_ANY, [-300.0, 300.0]])),
+    "tanh": (lambda x: x.tanh(), lambda x: x.tanh(), np.concatenate([API_ANY, [-300.0, 300.0]])),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", list(API_UNARY))
+def test_api_unary_against_torch(name):
+    lazy_fn, torch_fn, values = API_UNARY[name]
+    against_torch(lazy_fn, torch_fn, np.asarray(values, np.float32), atol=2e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "name, values",
+    [
+        ("atan", [-np.inf, np.inf, np.nan, 1e30, -1e-30]),
+        ("asin", [-1.0, 1.0, 1.5, np.nan]),
+        ("acos", [-1.0, 1.0, -1.5, np.nan]),
+        ("asinh", [-np.inf, np.inf, 3e38, -1e-20]),
+        ("acosh", [1.0, 0.5, np.inf, 3e38]),
+        ("atanh", [-1.0, 1.0, 2.0, np.nan]),
+        ("erf", [-np.inf, np.inf, np.nan, 12.0]),
+        ("sinh", [89.0, -89.0, np.inf, 1e-3]),
+        ("cosh", [89.0, -89.0, -np.inf, 0.0]),
+        ("softsign", [np.inf, -np.inf, 1e30, 0.0]),
+        ("mish", [np.inf, -np.inf, 100.0, -100.0]),
+    ],
+)
+def test_api_unary_special_values(name, values):
+    lazy_fn, torch_fn, _ = API_UNARY[name]
+    against_torch(lazy_fn, torch_fn, np.asarray(values, np.float32), grad=False)
+
+
+@needs_torch
+def test_api_lerp_copysign():
+    a, b, w = data(3, 4), data(3, 4, seed=1), data(3, 4, seed=2, low=0.0, high=1.0)
+    against_torch(lambda a, b, w: a.lerp(b, w), torch.lerp, a, b, w)
+    against_torch(lambda a, b: a.lerp(b, 0.25), lambda a, b: torch.lerp(a, b, 0.25), a, b)
+    against_torch(lambda a, b: a.lerp(b[0], 0.7), lambda a, b: torch.lerp(a, b[0], 0.7), a, b)
+    signs = np.array([[1.0, -1.0, 0.5, -0.1], [-2.0, 3.0, -7.0, 0.5], [1e9, -1e-9, 1.0, -1.0]], np.float32)
+    against_torch(lambda a, s: a.copysign(s), torch.copysign, a, signs)
+    # torch's gradient is 0 or nan at a zero or infinite sign: compare values only
+    special = np.array([[0.0, -0.0, np.inf, -np.inf], [np.nan, 2.0, -0.0, 0.0], [1.0, -1.0, 0.0, -0.0]], np.float32)
+    against_torch(lambda a, s: a.copysign(s), torch.copysign, np.abs(a) * np.sign(signs), special, grad=False)
+    against_torch(lambda a: a.copysign(-1.0), lambda a: torch.copysign(a, torch.tensor(-1.0)), a)
+    against_torch(lambda s: s.copysign(2), lambda s: torch.copysign(s, torch.tensor(2.0)), signs)
+    against_torch(lambda i: i.copysign(-1), lambda i: torch.copysign(i, torch.tensor(-1)), data(5, dtype=np.int32))
+
+
+@needs_torch
+def test_api_isclose_isnan_isinf_isfinite():
+    special = np.array([0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-9, 1.00001, 3.0], np.float32)
+    other = np.array([1e-9, 1.0 + 1e-6, -1.1, np.inf, np.inf, np.nan, 0.0, 1.0, np.nan], np.float32)
+    for kwargs in ({}, {"equal_nan": True}, {"rtol": 0.2, "atol": 0.0}, {"rtol": 0.0, "atol": 1e-3}):
+        against_torch(lambda a, b: a.isclose(b, **kwargs), lambda a, b: torch.isclose(a, b, **kwargs), special, other)
+    for name in ("isnan", "isinf", "isfinite"):
+        against_torch(lambda x: getattr(x, name)(), lambda x: getattr(torch, name)(x), special, grad=False)
+        against_torch(lambda x: getattr(x, name)(), lambda x: getattr(torch, name)(x), data(4, dtype=np.int32))
+    assert_tensor(Tensor(special).isinf(detect_negative=False), np.isposinf(special))
+    assert_tensor(Tensor(special).isinf(detect_positive=False), np.isneginf(special))
+    with pytest.raises(ValueError, match="isclose.*rtol"):
+        Tensor(special).isclose(Tensor(other), rtol=-1)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_api_div_rounding_modes_and_idiv(dtype):
+    a = np.array([7, -7, 7, -7, 0, 5, -9, 3], dtype) * (1.5 if dtype == np.float32 else 1)
+    b = np.array([2, 2, -2, -2, 3, 5, 4, -7], dtype)
+    for mode in ("trunc", "floor"):
+        lazy, reference = (
+            Tensor(a).div(Tensor(b), rounding_mode=mode),
+            torch.div(torch.tensor(a), torch.tensor(b), rounding_mode=mode),
+        )
+        assert_tensor(lazy, reference.numpy(), dtype=Tensor(a).dtype)
+        scalar = torch.div(torch.tensor(a), 3, rounding_mode=mode).numpy()
+        assert_tensor(Tensor(a).div(3, rounding_mode=mode), scalar)
+        reverse = torch.div(torch.tensor(100, dtype=torch.tensor(b).dtype), torch.tensor(b), rounding_mode=mode)
+        assert_tensor(Tensor(b).div(100, reverse=True, rounding_mode=mode), reverse.numpy())
+    assert_tensor(Tensor(a) // Tensor(b), torch.tensor(a) // torch.tensor(b))
+    if dtype == np.int32:
+        assert_tensor(Tensor(a).idiv(Tensor(b)), torch.div(torch.tensor(a), torch.tensor(b), rounding_mode="trunc"))
+        assert_tensor(Tensor(a).idiv(3), np.trunc(a / 3).astype(np.int32))
+    else:
+        with pytest.raises(TypeError, match="idiv.*float32.*rounding_mode='trunc'"):
+            Tensor(a).idiv(Tensor(b))
+    with pytest.raises(ValueError, match="div.*rounding_mode.*'round'"):
+        Tensor(a).div(Tensor(b), rounding_mode="round")
+
+
+@needs_torch
+def test_api_bitwise_and_shifts():
+    a, b = data(3, 5, dtype=np.int32, low=-100, high=100), data(3, 5, dtype=np.int32, low=-100, high=100, seed=1)
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        against_torch(lambda a, b: getattr(a, name)(b), lambda a, b: getattr(torch, name)(a, b), a, b)
+        against_torch(lambda a: getattr(a, name)(6), lambda a: getattr(torch, name)(a, 6), a)
+    against_torch(lambda a: a.bitwise_not(), torch.bitwise_not, a)
+    for lazy_fn, torch_fn in [
+        (lambda a, b: a & b, lambda a, b: a & b),
+        (lambda a, b: a | b, lambda a, b: a | b),
+        (lambda a, b: a ^ b, lambda a, b: a ^ b),
+        (lambda a, b: ~a, lambda a, b: ~a),
+        (lambda a, b: 5 & a, lambda a, b: 5 & a),
+    ]:
+        against_torch(lazy_fn, torch_fn, a, b)
+    flags = data(2, 4, dtype=np.bool_), data(2, 4, dtype=np.bool_, seed=1)
+    against_torch(lambda a, b: a.bitwise_xor(b) | ~a, lambda a, b: a.bitwise_xor(b) | ~a, *flags)
+    amounts = np.array([[0, 1, 3, 7, 30], [2, 4, 5, 9, 1], [1, 1, 0, 2, 3]], np.int32)
+    against_torch(lambda a, s: a << s, lambda a, s: a << s, a, amounts)
+    against_torch(lambda a, s: a >> s, lambda a, s: a >> s, a, amounts)
+    against_torch(lambda a: (a.lshift(2), a.rshift(3)), lambda a: (a << 2, a >> 3), a)
+    against_torch(lambda s: (1 << s, 1024 >> s), lambda s: (1 << s, 1024 >> s), amounts)
+    for bad in (lambda: Tensor([1.5]) & 1, lambda: Tensor([1.5]).bitwise_or(Tensor([1])), lambda: ~Tensor([1.0])):
+        with pytest.raises(TypeError, match="float32"):
+            bad()
+    with pytest.raises(TypeError, match="cast to an int dtype"):
+        Tensor([1.5]) << 1
+    with pytest.raises(ValueError, match="lshift.*32.*int32"):
+        Tensor([1]) << 32
+
+
+def test_api_bitcast():
+    values = np.array([1.0, -2.5, 0.0, np.inf, 3.3e38, -1e-40], np.float32)
+    assert_tensor(Tensor(values).bitcast(dtypes.int32), values.view(np.int32), dtype=dtypes.int32)
+    assert_tensor(
+        Tensor(values).bitcast("uint32").cast(dtypes.int64) >> 31, (values.view(np.uint32) >> 31).astype(np.int64)
+    )
+    bits = values.view(np.int32)
+    assert_tensor(Tensor(bits).bitcast(dtypes.float32), values)
+    # the sign bit cleared through the integers is |x|
+    assert_tensor((Tensor(values).bitcast(dtypes.int32) & 0x7FFFFFFF).bitcast(dtypes.float32), np.abs(values))
+    assert_tensor(Tensor(np.array([1, 2], np.float16)).bitcast(dtypes.float16), np.array([1, 2], np.float16))
+    with pytest.raises(TypeError, match="bitcast.*float32.*4 bytes.*float16.*2 bytes.*cast"):
+        Tensor(values).bitcast(dtypes.float16)
+    with pytest.raises(TypeError, match="bitcast.*bool"):
+        Tensor([1, 2]).bitcast(dtypes.bool)
