@@ -36,6 +36,7 @@ from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
 from lazygrad.tensor_reduce import ReduceMixin
+from lazygrad.tensor_scan import ScanMixin
 from lazygrad.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
@@ -56,7 +57,9 @@ def tensors_holding(nodes) -> list[Tensor]:
     return list(found.values())
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MathMixin, ActivationMixin, MovementMixin, ReduceMixin, NNMixin):
+class Tensor(
+    CreationMixin, ElementwiseMixin, MathMixin, ActivationMixin, MovementMixin, ReduceMixin, ScanMixin, NNMixin
+):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.device import CORES
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import dtypes, to_dtype
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazygrad.tensor_movement import normalize_axis
@@ -38,7 +38,8 @@ class ReduceMixin:
         normalized = tuple(normalize_axis(a, self.ndim, op_name) for a in axes)
         if len(set(normalized)) != len(normalized):
             raise ValueError(f"{op_name}: axis {axis} repeats an axis")
-        return tuple(sorted(normalized))
+        # a 0-d tensor takes axis 0 or -1 (as in PyTorch), and has no axis to reduce
+        return tuple(sorted(normalized)) if self.ndim else ()
 
     def _reduce(self: Tensor, op: Ops, axis, keepdim: bool, op_name: str) -> Tensor:
         axes = self._axes(axis, op_name)
@@ -69,8 +70,11 @@ class ReduceMixin:
         accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
         return accumulate._reduce(Ops.ADD, axis, keepdim, "sum").cast(source.dtype)
 
-    def prod(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-        source = self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+    def prod(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+        """The product; bools multiply as int32, `dtype` casts the input first (as in PyTorch)."""
+        source = (
+            self.cast(dtype) if dtype is not None else self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+        )
         accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
         return accumulate._reduce(Ops.MUL, axis, keepdim, "prod").cast(source.dtype)
 
@@ -103,8 +107,11 @@ class ReduceMixin:
             count *= self.shape[a]
         return count
 
-    def mean(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-        source = self._to_float()
+    def mean(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+        """The mean (ints and bools average as floats); `dtype` casts the input first, and must be a float."""
+        if dtype is not None and not to_dtype(dtype).is_float:
+            raise TypeError(f"mean: dtype must be a float dtype, got {to_dtype(dtype)}; cast the result instead")
+        source = self.cast(dtype) if dtype is not None else self._to_float()
         count = self._count(axis)
         total = source.sum(axis, keepdim)
         return total * (1 / count) if count else total * float("nan")
@@ -117,7 +124,19 @@ class ReduceMixin:
         return squared * (1 / divisor) if divisor else squared * float("nan")
 
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
-        return self.var(axis, keepdim, correction).sqrt()
+        """The standard deviation: sqrt of `var`."""
+        variance = self.var(axis, keepdim, correction)
+        # a zero variance (one element, or equal ones) has slope 0 here, as in torch, not the 0 * inf of sqrt's
+        is_zero = variance == 0
+        return is_zero.where(0.0, is_zero.where(1.0, variance).sqrt())
+
+    def var_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(var, mean), as torch.var_mean returns them."""
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(std, mean), as torch.std_mean returns them."""
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def _argmax_along(self: Tensor, axis, keepdim: bool, op_name: str) -> Tensor:
         if axis is None:
@@ -162,17 +181,6 @@ class ReduceMixin:
         source = self._to_float()
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
-
-    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
-        """Running sums along `axis` (a lower-triangular mask summed: fine for short axes)."""
-        axis = normalize_axis(axis, self.ndim, "cumsum")
-        moved = self.transpose(axis, -1) if axis != self.ndim - 1 else self
-        length = moved.shape[-1]
-        mask = type(self).arange(length, device=self.device).reshape(length, 1) <= type(self).arange(
-            length, device=self.device
-        ).reshape(1, length)
-        summed = (moved.unsqueeze(-1) * mask.cast(moved.dtype)).sum(-2)
-        return summed.transpose(axis, -1) if axis != self.ndim - 1 else summed
 
     # ---- matrix multiplication -------------------------------------------------------------------------------------
 

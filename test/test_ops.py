@@ -1850,3 +1850,157 @@ def test_api_bitcast():
         Tensor(values).bitcast(dtypes.float16)
     with pytest.raises(TypeError, match="bitcast.*bool"):
         Tensor([1, 2]).bitcast(dtypes.bool)
+
+
+@needs_torch
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), -2), ((), 0), ((4, 0), 1)])
+def test_api_scans_against_torch(shape, axis):
+    x = data(*shape, low=-1.5, high=1.5)
+    against_torch(lambda x: x.cumsum(axis), lambda x: x.cumsum(axis), x)
+    against_torch(lambda x: x.cumprod(axis), lambda x: x.cumprod(axis), x)
+    against_torch(lambda x: x.logcumsumexp(axis), lambda x: x.logcumsumexp(axis), x)
+    against_torch(lambda x: x.cummax(axis), lambda x: tuple(torch.cummax(x, axis)), x)
+
+
+@needs_torch
+def test_api_scans_edge_values():
+    special = np.array([1.0, 3.0, 3.0, 2.0, -np.inf, 5.0, 5.0, 0.0], np.float32)
+    against_torch(lambda x: x.cummax(0), lambda x: tuple(torch.cummax(x, 0)), special, grad=False)
+    with_nan = np.array([1.0, np.nan, 3.0, np.nan, 0.0], np.float32)
+    against_torch(lambda x: x.cummax(0), lambda x: tuple(torch.cummax(x, 0)), with_nan, grad=False)
+    # an infinity in the input stays where it is: no inf * 0 from the prefix mask
+    against_torch(lambda x: x.cumsum(0), lambda x: x.cumsum(0), np.array([1.0, np.inf, 2.0], np.float32), grad=False)
+    # log-sum-exp of each prefix is shifted by that prefix's own maximum
+    wide = np.array([-100.0, 0.0, -200.0, 50.0, -np.inf], np.float32)
+    against_torch(lambda x: x.logcumsumexp(0), lambda x: x.logcumsumexp(0), wide, grad=False)
+    # zeros in cumprod: the gradient of the elements before a zero still flows
+    zeros = np.array([[2.0, 0.0, 3.0, -1.0], [0.0, 0.0, 1.5, 2.0]], np.float32)
+    against_torch(lambda x: x.cumprod(1), lambda x: x.cumprod(1), zeros)
+    ints = data(3, 4, dtype=np.int32, low=-3, high=4)
+    for name in ("cumsum", "cumprod"):
+        lazy, reference = getattr(Tensor(ints), name)(1), getattr(torch.tensor(ints), name)(1)
+        assert_tensor(lazy, reference.numpy())
+    assert_tensor(Tensor(ints).cummax(1)[0], torch.cummax(torch.tensor(ints), 1).values.numpy())
+    assert_tensor(Tensor(ints).cummax(1)[1], torch.cummax(torch.tensor(ints), 1).indices.numpy(), dtype=dtypes.int32)
+    with pytest.raises(IndexError, match="cumprod.*axis 2.*2 dimensions"):
+        Tensor(ints).cumprod(2)
+
+
+@needs_torch
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("shape, dim", [((9,), 0), ((3, 6), 1), ((3, 6), 0), ((2, 3, 4), -2), ((), 0), ((3, 0), 1)])
+def test_api_sort_argsort_against_torch(shape, dim, descending):
+    x = data(*shape, integral=True)  # whole numbers: ties, which stable sorting orders by position
+    against_torch(
+        lambda x: x.sort(dim, descending=descending),
+        lambda x: tuple(torch.sort(x, dim=dim, descending=descending, stable=True)),
+        x,
+    )
+    against_torch(
+        lambda x: x.argsort(dim, descending=descending),
+        lambda x: torch.sort(x, dim=dim, descending=descending, stable=True).indices,
+        x,
+    )
+
+
+@needs_torch
+def test_api_sort_special_values_and_dtypes():
+    special = np.array([2.0, np.nan, -np.inf, 1.0, np.inf, np.nan, -0.0, 0.0, 1.0], np.float32)
+    for descending in (False, True):
+        against_torch(
+            lambda x: x.sort(descending=descending),
+            lambda x: tuple(torch.sort(x, descending=descending, stable=True)),
+            special,
+            grad=False,
+        )
+    ints = data(4, 6, dtype=np.int32, low=-3, high=3)
+    against_torch(lambda x: x.sort(1), lambda x: tuple(torch.sort(x, dim=1, stable=True)), ints)
+    flags = data(10, dtype=np.bool_)
+    against_torch(lambda x: x.argsort(), lambda x: torch.sort(x, stable=True).indices, flags)
+    assert Tensor(ints).argsort().dtype == dtypes.int32
+
+
+@needs_torch
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize(
+    "shape, k, dim", [((8,), 3, 0), ((3, 6), 6, 1), ((5, 4), 2, 0), ((2, 3, 5), 1, -1), ((4,), 0, 0)]
+)
+def test_api_topk_against_torch(shape, k, dim, largest):
+    rng = np.random.default_rng(3)
+    x = (
+        rng.permutation(int(np.prod(shape))).reshape(shape).astype(np.float32) * 0.25
+    )  # distinct: torch orders ties freely
+    against_torch(lambda x: x.topk(k, dim, largest), lambda x: tuple(torch.topk(x, k, dim, largest)), x)
+
+
+def test_api_topk_errors():
+    with pytest.raises(ValueError, match=r"topk: k must be an int in 0\.\.4.*\(3, 4\).*5"):
+        Tensor.ones(3, 4).topk(5)
+    with pytest.raises(IndexError, match="sort.*axis 2"):
+        Tensor.ones(3, 4).sort(2)
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+@pytest.mark.parametrize("correction", [0, 1, 2])
+@pytest.mark.parametrize(
+    "shape, axis, keepdim",
+    [((4, 5), 1, False), ((4, 5), None, False), ((3, 1, 4), 1, True), ((2, 3, 4), (0, 2), False)],
+)
+def test_api_var_std_mean_against_torch(shape, axis, keepdim, correction):
+    x = data(*shape)
+    count = int(np.prod([shape[a] for a in ((axis,) if isinstance(axis, int) else axis or range(len(shape)))]))
+    for name in ("var_mean", "std_mean"):
+        against_torch(
+            lambda x: getattr(x, name)(axis, keepdim=keepdim, correction=correction),
+            lambda x: tuple(getattr(torch, name)(x, dim=axis, keepdim=keepdim, correction=correction)),
+            x,
+            grad=correction < count,  # torch's gradient of a nan variance (no degrees of freedom left) is arbitrary
+            grad_rtol=1e-3,
+        )
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+def test_api_var_std_over_size_one_axes():
+    x = data(3, 1)
+    for correction in (0, 1):
+        against_torch(
+            lambda x: x.var(1, correction=correction), lambda x: x.var(1, correction=correction), x, grad=False
+        )
+        against_torch(
+            lambda x: x.std(1, correction=correction), lambda x: x.std(1, correction=correction), x, grad=False
+        )
+    against_torch(lambda x: x.var(correction=0), lambda x: x.var(correction=0), data(1))
+    assert np.isnan(Tensor(2.0).var().numpy())
+
+
+@needs_torch
+def test_api_reductions_with_dtype():
+    ints, floats = data(3, 4, dtype=np.int32, low=-5, high=5), data(3, 4)
+    assert_tensor(
+        Tensor(ints).sum(1, dtype=dtypes.float32),
+        torch.tensor(ints).sum(1, dtype=torch.float32).numpy(),
+        dtype=dtypes.float32,
+    )
+    assert_tensor(
+        Tensor(floats).sum(dtype="int32"), torch.tensor(floats).sum(dtype=torch.int32).numpy(), dtype=dtypes.int32
+    )
+    assert_tensor(
+        Tensor(ints).prod(0, dtype=dtypes.float32),
+        torch.tensor(ints).prod(0, dtype=torch.float32).numpy(),
+        dtype=dtypes.float32,
+    )
+    assert_tensor(
+        Tensor(ints).mean(1, dtype=dtypes.float32),
+        torch.tensor(ints).mean(1, dtype=torch.float32).numpy(),
+        dtype=dtypes.float32,
+    )
+    assert_tensor(
+        Tensor(floats).mean(0, dtype=dtypes.float16),
+        torch.tensor(floats).mean(0, dtype=torch.float16).numpy(),
+        dtype=dtypes.float16,
+    )
+    against_torch(lambda x: x.sum(0, dtype=dtypes.float32), lambda x: x.sum(0, dtype=torch.float32), floats)
+    with pytest.raises(TypeError, match="mean: dtype must be a float dtype.*int32"):
+        Tensor(floats).mean(dtype=dtypes.int32)

@@ -298,3 +298,15 @@ def test_composed_binary_math_is_one_kernel(abc):
     assert kernels(a.lerp(b, c)) == 1
     assert kernels(a.copysign(b) + a.isclose(b).float()) == 1
     assert kernels(a.div(b, rounding_mode="floor")) == 1
+
+
+def test_scans_and_sort():
+    # a running sum or product is one reduce over the prefix mask; logcumsumexp needs each prefix's maximum first
+    x = rand(8, 16)
+    assert kernels(x.cumsum(1)) == 1
+    assert kernels(x.cumprod(1)) == 1
+    assert kernels(x.logcumsumexp(1)) == 2
+    # sort: the ranks (a count of the elements before each), then the values (a select of the input by rank)
+    assert kernels(x.sort(1)[0]) == 2
+    assert kernels(*x.sort(1)) == 3
+    assert kernels(x.topk(3, 1)[0]) == 2
