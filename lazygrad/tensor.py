@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from typing import Any
@@ -110,6 +111,35 @@ class Tensor(
         if (holders := _tensors_of.get(node)) is None:
             holders = _tensors_of[node] = {}
         holders[id(self)] = weakref.ref(self, lambda _, holders=holders, key=id(self): holders.pop(key, None))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def train(mode: bool = True):
+        """`with Tensor.train():` (or as a decorator) sets `Tensor.training` (dropout drops, batchnorm uses batch
+        statistics and updates its running ones) and restores it after."""
+        previous, Tensor.training = Tensor.training, mode
+        try:
+            yield
+        finally:
+            Tensor.training = previous
+
+    @staticmethod
+    @contextlib.contextmanager
+    def test(mode: bool = True):
+        """`with Tensor.test():` (or as a decorator) sets `Tensor.no_grad` (results carry no gradient) and restores
+        it after."""
+        previous, Tensor.no_grad = Tensor.no_grad, mode
+        try:
+            yield
+        finally:
+            Tensor.no_grad = previous
+
+    def sequential(self, layers) -> Tensor:
+        """Apply each callable of `layers` in turn: `x.sequential([l1, Tensor.relu, l2])`."""
+        result = self
+        for layer in layers:
+            result = layer(result)
+        return result
 
     # ---- basic properties --------------------------------------------------------------------------------------
 

@@ -225,3 +225,14 @@ class ReduceMixin:
 
     def matmul(self: Tensor, other: Tensor) -> Tensor:
         return self.dot(other)
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """self @ weight + bias, with weight shaped (in, out) as in tinygrad (torch's F.linear takes its transpose);
+        a 1-D weight scales elementwise."""
+        if weight.ndim > 1 and (self.ndim == 0 or self.shape[-1] != weight.shape[-2]):
+            raise ValueError(
+                f"linear: input {self.shape} does not end in the {weight.shape[-2]} features that weight {weight.shape} "
+                "takes (weight is (in, out): transpose a torch-style (out, in) weight)"
+            )
+        product = self * weight if weight.ndim == 1 else self.dot(weight)
+        return product if bias is None else product + bias

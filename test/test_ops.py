@@ -2004,3 +2004,75 @@ def test_api_reductions_with_dtype():
     against_torch(lambda x: x.sum(0, dtype=dtypes.float32), lambda x: x.sum(0, dtype=torch.float32), floats)
     with pytest.raises(TypeError, match="mean: dtype must be a float dtype.*int32"):
         Tensor(floats).mean(dtype=dtypes.int32)
+
+
+@needs_torch
+def test_api_linear_and_sequential():
+    x, w, b = data(4, 3), data(5, 3, seed=1), data(5, seed=2)
+    # tinygrad's weight layout is (in, out): the transpose of torch's
+    against_torch(lambda x, w, b: x.linear(w.T, b), lambda x, w, b: TF.linear(x, w, b), x, w, b)
+    against_torch(lambda x, w: x.linear(w.T), lambda x, w: TF.linear(x, w), x, w)
+    against_torch(lambda x, w: x.linear(w[0, :]), lambda x, w: x * w[0, :], x, w)
+    against_torch(lambda x, w, b: x[0].linear(w.T, b), lambda x, w, b: TF.linear(x[0], w, b), x, w, b)
+    with pytest.raises(ValueError, match=r"linear: input \(4, 3\).*5 features.*\(5, 3\).*transpose"):
+        Tensor(x).linear(Tensor(w))
+    layers = [lambda t: t.linear(Tensor(w).T, Tensor(b)), Tensor.relu, lambda t: t.sum(1)]
+    expected = TF.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b)).relu().sum(1)
+    assert_tensor(Tensor(x).sequential(layers), expected.numpy())
+    assert Tensor(x).sequential([]).shape == (4, 3)
+
+
+def test_api_train_and_test_modes():
+    assert Tensor.training is False
+    with Tensor.train():
+        assert Tensor.training is True
+        with Tensor.train(False):
+            assert Tensor.training is False
+            assert_tensor(Tensor.ones(8).dropout(0.5), np.ones(8, np.float32))
+        dropped = Tensor.ones(64).dropout(0.5).numpy()
+        assert set(np.unique(dropped)) <= {0.0, 2.0} and 0 < dropped.sum() < 128
+    assert Tensor.training is False
+
+    @Tensor.train()
+    def step():
+        return Tensor.training
+
+    assert step() is True and Tensor.training is False
+    with pytest.raises(KeyError):
+        with Tensor.train():
+            raise KeyError("the mode is restored on errors too")
+    assert Tensor.training is False
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    with Tensor.test():
+        assert Tensor.no_grad is True
+        y = (x * 2).sum()
+    assert Tensor.no_grad is False
+    with pytest.raises(RuntimeError, match="no_grad"):
+        with Tensor.test():
+            y.backward()
+
+
+def test_api_batchnorm_follows_training_mode():
+    from lazygrad import nn
+
+    norm, x = nn.BatchNorm(3), Tensor(data(4, 3, 2))
+    assert_tensor(norm(x), data(4, 3, 2) / np.sqrt(1 + 1e-5), rtol=1e-5)  # eval: running statistics (0 and 1)
+    with Tensor.train():
+        normalized = norm(x).numpy()
+    np.testing.assert_allclose(normalized.mean((0, 2)), 0, atol=1e-5)  # training: batch statistics
+    assert not np.allclose(norm.running_mean.numpy(), 0)
+
+
+def test_api_movement_keyword_forms():
+    x = Tensor(data(2, 3))
+    assert_tensor(x.reshape(shape=(3, 2)), data(2, 3).reshape(3, 2))
+    assert_tensor(x.reshape(shape=(-1,)), data(2, 3).reshape(-1))
+    assert_tensor(x[:1].expand(shape=(4, 3)), np.broadcast_to(data(2, 3)[:1], (4, 3)))
+    assert_tensor(x.permute(order=(1, 0)), data(2, 3).T)
+    assert_tensor(
+        x.reshape((3, 2)).permute(1, 0).expand((2, 2, 3)), np.broadcast_to(data(2, 3).reshape(3, 2).T, (2, 2, 3))
+    )
+    with pytest.raises(TypeError, match="reshape: sizes must be ints"):
+        x.reshape(shape=(3, 2.0))
+    with pytest.raises(ValueError, match=r"permute.*\(0, 0\).*2 axes"):
+        x.permute(order=(0, 0))
