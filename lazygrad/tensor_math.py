@@ -110,27 +110,41 @@ class MathMixin:
             and float(exponent).is_integer()
             and abs(exponent) <= 8
         ):
-            result, base, power = None, self, abs(int(exponent))
+            if exponent == 0:
+                # 1 everywhere (nan and inf bases too), with slope 0 rather than no gradient: x < x is always false
+                return (self < self).where(self, 1) if self.dtype.is_float else self.ones_like()
+            # a negative power multiplies reciprocals, so at 0 the slope is -inf rather than 0 * inf
+            result, base, power = None, self.reciprocal() if exponent < 0 else self, abs(int(exponent))
             while power:
                 if power & 1:
                     result = base if result is None else result * base
                 base, power = base * base, power >> 1
-            result = self.ones_like() if result is None else result
-            return result.reciprocal() if exponent < 0 else result
+            return result
         base, exp = self._operands(exponent, "pow", reverse)
         if base.dtype.is_int and not exp.dtype.is_float:
             return base._to_float().pow(exp._to_float()).round().cast(base.dtype)
         base, exp = base._to_float(), exp._to_float()
-        # a zero base is handled apart (0**y is 0, 1 or inf) so log2(0) never reaches a gradient
-        is_zero = base == 0
-        safe_base = is_zero.where(1.0, base.abs())
-        zero_power = (exp > 0).where(0.0, (exp == 0).where(1.0, float("inf")))
-        magnitude = is_zero.where(zero_power, (exp * safe_base.log2()).exp2())
+        is_zero, negative = base == 0, base < 0
         exp_is_int = exp.floor() == exp
         exp_is_odd = exp_is_int & ((exp * 0.5).floor() * 2 != exp)
-        negative = base < 0
-        result = (negative & exp_is_odd).where(-magnitude, magnitude)
-        return (negative & ~exp_is_int).where(float("nan"), result)
+        undefined = negative & ~exp_is_int
+        # |x|**y where x is nonzero and the power is real; elsewhere a base of 1 keeps log2 from 0 and negatives
+        safe_base = (is_zero | undefined).where(1.0, base.abs())
+        magnitude = (exp * safe_base.log2()).exp2()
+        defined = (negative & exp_is_odd).where(-magnitude, magnitude)
+        # a negative base to a non-integer power: nan, and so are both gradients (the log of a negative number), as
+        # in torch; the selects keep that nan from the other elements' gradients
+        nan_power = (undefined.where(exp, 0.0) * undefined.where(base, -1.0).log2()).exp2()
+        # a zero base: for each kind of exponent an expression worth 0**y at 0 whose slope there is y * 0**(y-1),
+        # torch's gradient (0 for y > 1 or y == 0, 1 for y == 1, inf for 0 < y < 1, -inf for y < 0). Each input is
+        # the base only where its expression is chosen, so an unchosen sqrt(0) or 1/0 adds no 0 * inf to the slope.
+        at_zero = is_zero.where(base, 0.0)
+        root = (is_zero & (exp > 0) & (exp < 1)).where(base, 1.0).sqrt()
+        inverse = (is_zero & (exp < 0)).where(base, 1.0).reciprocal()
+        negative_or_nan = (exp < 0).where(inverse, float("nan"))
+        below_one = (exp > 0).where(root, (exp == 0).where(at_zero * 0 + 1, negative_or_nan))
+        zero_power = (exp > 1).where(at_zero * 0, (exp == 1).where(at_zero, below_one))
+        return is_zero.where(zero_power, undefined.where(nan_power, defined))
 
     # ---- hyperbolic, inverse trigonometric and special functions ----------------------------------------------------
 

@@ -162,6 +162,8 @@ class ReduceMixin:
         return self._order_reversed()._argmax_along(axis, keepdim, "argmin")
 
     def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) over `axis`, shifted by the maximum so nothing overflows."""
+        self._axes(axis, "logsumexp")
         peak = self.max(axis, keepdim=True)
         # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan
         shift = (peak.abs() == float("inf")).where(0, peak)
@@ -173,11 +175,15 @@ class ReduceMixin:
         )
 
     def softmax(self: Tensor, axis: int = -1) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows."""
+        self._axes(axis, "softmax")
         source = self._to_float()
         exponent = (source - source.max(axis, keepdim=True)).exp()
         return exponent / exponent.sum(axis, keepdim=True)
 
     def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
+        """x - logsumexp(x) along `axis`."""
+        self._axes(axis, "log_softmax")
         source = self._to_float()
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()

@@ -2076,3 +2076,64 @@ def test_api_movement_keyword_forms():
         x.reshape(shape=(3, 2.0))
     with pytest.raises(ValueError, match=r"permute.*\(0, 0\).*2 axes"):
         x.permute(order=(0, 0))
+
+
+@needs_torch
+def test_api_softmax_family_of_0d_tensors():
+    x = np.array(1.5, np.float32)
+    for axis in (0, -1):
+        against_torch(lambda x: x.softmax(axis), lambda x: x.softmax(axis), x)
+        against_torch(lambda x: x.log_softmax(axis), lambda x: x.log_softmax(axis), x)
+        against_torch(lambda x: x.logsumexp(axis), lambda x: x.logsumexp(axis), x)
+        against_torch(lambda x: x.logsumexp(axis, keepdim=True), lambda x: x.logsumexp(axis, keepdim=True), x)
+    against_torch(lambda x: (x.sum(0), x.max(-1), x.mean(0)), lambda x: (x.sum(0), x.amax(-1), x.mean(0)), x)
+    with pytest.raises(IndexError, match="softmax.*axis 1.*0 dimensions"):
+        Tensor(x).softmax(1)
+
+
+@needs_torch
+@pytest.mark.parametrize("scale", [1.0, 10.0, 40.0])
+def test_api_softmax_backward_precision(scale):
+    # float32 gradients within a few roundings of torch's own float32 ones, for flat and for peaked rows
+    x = data(6, 40, seed=4) * scale
+    against_torch(lambda x: x.softmax(-1), lambda x: x.softmax(-1), x, atol=1e-7, grad_rtol=1e-5, grad_atol=3e-7)
+    against_torch(lambda x: x.log_softmax(-1), lambda x: x.log_softmax(-1), x, grad_rtol=1e-5, grad_atol=2e-6)
+
+
+@needs_torch
+def test_api_sigmoid_gradient_at_large_magnitudes():
+    x = np.array([-300.0, -100.0, -88.0, -20.0, 0.0, 20.0, 88.0, 100.0, 300.0], np.float32)
+    for name in ("sigmoid", "tanh", "silu", "logsigmoid"):
+        lazy_fn, torch_fn = (
+            (lambda x: getattr(x, name)()),
+            (lambda x: getattr(TF, name)(x) if name != "tanh" else x.tanh()),
+        )
+        against_torch(lazy_fn, torch_fn, x)
+        assert np.isfinite(getattr(Tensor(x, requires_grad=True), name)().sum().gradient(Tensor(x))[0].numpy()).all()
+
+
+@needs_torch
+@pytest.mark.parametrize("exponent", [0, 1, 2, 3, -1, -2, 0.5, 1.5, 2.5, -0.5, 1 / 3])
+def test_api_pow_gradient_at_zero_and_negative_bases(exponent):
+    bases = np.array([0.0, -0.0, -2.0, -1.5, -0.5, 0.5, 2.0, 3.0], np.float32)
+    if not float(exponent).is_integer():
+        bases = np.delete(bases, 1)  # -0.0: torch's slope there is -inf for 0.5 (its sqrt) but +inf for 1/3
+    against_torch(lambda x: x**exponent, lambda x: x**exponent, bases)
+    against_torch(lambda x: x.pow(exponent), lambda x: x.pow(exponent), np.array([0.0, 1.0, 2.0], np.float32))
+
+
+@needs_torch
+def test_api_pow_tensor_exponent_gradients():
+    # the base's gradient matches torch everywhere, including y * 0**(y-1) at a zero base and nan for a negative
+    # base to a non-integer power; the exponent's where torch's is the real-valued x**y log(x)
+    bases = np.array([0.0, 0.0, 0.0, 0.0, 0.0, -2.0, -2.0, -1.5, 2.0, 3.0, 0.5], np.float32)
+    powers = np.array([2.0, 0.5, 0.0, 1.0, -1.0, 3.0, 2.0, 2.5, 0.5, -0.5, 1.7], np.float32)
+    x, y = Tensor(bases), Tensor(powers)
+    tx, ty = torch.tensor(bases, requires_grad=True), torch.tensor(powers, requires_grad=True)
+    assert_tensor(x**y, (tx**ty).detach().numpy())
+    (tx**ty).sum().backward()
+    grad_x, grad_y = (x**y).sum().gradient(x, y)
+    np.testing.assert_allclose(grad_x.numpy(), tx.grad.numpy(), rtol=1e-5)
+    real = [0, 1, 2, 3, 7, 8, 9, 10]  # not 0**-1 (torch: -inf) and not a negative base (torch: nan)
+    np.testing.assert_allclose(grad_y.numpy()[real], ty.grad.numpy()[real], rtol=1e-5)
+    assert np.isnan(grad_y.numpy()[7])
