@@ -137,7 +137,12 @@ class Tensor(
     def sequential(self, layers) -> Tensor:
         """Apply each callable of `layers` in turn: `x.sequential([l1, Tensor.relu, l2])`."""
         result = self
-        for layer in layers:
+        for position, layer in enumerate(layers):
+            if not callable(layer):
+                raise TypeError(
+                    f"sequential: layer {position} is a {type(layer).__name__}, not callable; pass layers or functions "
+                    "that take a Tensor and return one"
+                )
             result = layer(result)
         return result
 

@@ -83,9 +83,9 @@ class ActivationMixin:
         negative_part = (self > 0).where(0, self)
         return (self > 0).where(self, alpha * ((negative_part * (1 / alpha)).exp() - 1))
 
-    def selu(self: Tensor) -> Tensor:
-        """scale * elu(x, alpha) with SELU's self-normalizing constants."""
-        return SELU_SCALE * self.elu(SELU_ALPHA)
+    def selu(self: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
+        """gamma * elu(x, alpha); the defaults are SELU's self-normalizing constants."""
+        return gamma * self.elu(alpha)
 
     def mish(self: Tensor) -> Tensor:
         """x * tanh(softplus(x))."""
@@ -100,9 +100,11 @@ class ActivationMixin:
         # a select, not relu(x) - relu(x - 6): that is inf - inf at inf
         return (self >= 6).where(6, self.relu())
 
-    def hardsigmoid(self: Tensor) -> Tensor:
-        """relu6(x + 3) / 6: a piecewise-linear sigmoid."""
-        return (self + 3).relu6() * (1 / 6)
+    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """alpha * x + beta limited to [0, 1]: a piecewise-linear sigmoid (the defaults give PyTorch's)."""
+        line = self * alpha + beta
+        # selects, so the slope is alpha strictly inside and 0 on and past the ends, as in torch
+        return (line >= 1).where(1.0, (line > 0).where(line, 0.0))
 
     def hardswish(self: Tensor) -> Tensor:
         """x * relu6(x + 3) / 6."""

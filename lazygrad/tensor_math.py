@@ -234,8 +234,10 @@ class MathMixin:
     # ---- interpolation, signs and classification -----------------------------------------------------------------
 
     def lerp(self: Tensor, end, weight) -> Tensor:
-        """self + weight * (end - self)."""
-        return self + (end - self) * weight
+        """self + weight * (end - self); `end` and `weight` are tensors or numbers that broadcast with self."""
+        start, end = self._operands(end, "lerp")
+        start, weight = start._operands(weight, "lerp")
+        return start + (end._broadcast_to(start.shape) - start) * weight
 
     def copysign(self: Tensor, other) -> Tensor:
         """|self| with the sign of `other` (-0.0 counts as negative); always a float tensor."""

@@ -1713,6 +1713,8 @@ API_UNARY = {
         lambda x: TF.softplus(x, beta=2.0, threshold=5.0),
         API_ANY,
     ),
+    "hardsigmoid_line": (lambda x: x.hardsigmoid(0.2, 0.4), lambda x: (0.2 * x + 0.4).clamp(0, 1), API_ANY),
+    "selu_constants": (lambda x: x.selu(1.5, 2.0), lambda x: 2.0 * TF.elu(x, 1.5), API_ANY),
     "sigmoid": (lambda x: x.sigmoid(), lambda x: x.sigmoid(), np.concatenate([API_ANY, [-300.0, 300.0]])),
     "tanh": (lambda x: x.tanh(), lambda x: x.tanh(), np.concatenate([API_ANY, [-300.0, 300.0]])),
 }
@@ -1753,6 +1755,10 @@ def test_api_lerp_copysign():
     against_torch(lambda a, b, w: a.lerp(b, w), torch.lerp, a, b, w)
     against_torch(lambda a, b: a.lerp(b, 0.25), lambda a, b: torch.lerp(a, b, 0.25), a, b)
     against_torch(lambda a, b: a.lerp(b[0], 0.7), lambda a, b: torch.lerp(a, b[0], 0.7), a, b)
+    column, row = data(3, 1, seed=3), data(4, seed=4)
+    against_torch(lambda a, c, r: a[0].lerp(c, r), lambda a, c, r: torch.lerp(a[0], c, r), a, column, row)
+    with pytest.raises(ValueError, match=r"lerp: shapes \(3, 4\) and \(2,\)"):
+        Tensor(a).lerp(Tensor([1.0, 2.0]), 0.5)
     signs = np.array([[1.0, -1.0, 0.5, -0.1], [-2.0, 3.0, -7.0, 0.5], [1e9, -1e-9, 1.0, -1.0]], np.float32)
     against_torch(lambda a, s: a.copysign(s), torch.copysign, a, signs)
     # torch's gradient is 0 or nan at a zero or infinite sign: compare values only
@@ -2020,6 +2026,8 @@ def test_api_linear_and_sequential():
     expected = TF.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b)).relu().sum(1)
     assert_tensor(Tensor(x).sequential(layers), expected.numpy())
     assert Tensor(x).sequential([]).shape == (4, 3)
+    with pytest.raises(TypeError, match="sequential: layer 1 is a int, not callable"):
+        Tensor(x).sequential([Tensor.relu, 3])
 
 
 def test_api_train_and_test_modes():
