@@ -174,7 +174,7 @@ class MathMixin:
             large, middle = a > ATAN_LARGE, (a > ATAN_SMALL) & (a <= ATAN_LARGE)
             between = middle.where(a, 0)
             t = large.where(-1 / large.where(a, 1), middle.where((between - 1) / (between + 1), a))
-            offset = large.where(math.pi / 2, middle.where(math.pi / 4, 0.0))
+            offset = large.where(math.pi / 2, middle.where(math.pi / 4, 0.0)).cast(a.dtype)
             z = t * t
             series = ATAN_SERIES[-1]
             for coefficient in ATAN_SERIES[-2::-1]:

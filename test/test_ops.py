@@ -1728,6 +1728,17 @@ def test_api_unary_against_torch(name):
 
 
 @needs_torch
+@pytest.mark.parametrize("name", list(API_UNARY))
+def test_api_unary_float16(name):
+    lazy_fn, torch_fn, values = API_UNARY[name]
+    values = np.asarray(values)[np.abs(values) < 1000].astype(np.float16)
+    result = lazy_fn(Tensor(values))
+    assert result.dtype == dtypes.float16, f"{name} of float16 gave {result.dtype}"
+    expected = torch_fn(torch.tensor(values, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(result.numpy().astype(np.float32), expected, rtol=1e-2, atol=2e-3)
+
+
+@needs_torch
 @pytest.mark.parametrize(
     "name, values",
     [
