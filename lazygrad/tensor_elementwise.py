@@ -276,6 +276,8 @@ class ElementwiseMixin:
             )
         if dtype.itemsize == 8 and dtype != self.dtype:
             check_device_has(dtype, self.device, "bitcast")
+        # BITCAST is a primitive: no composition of value-preserving ops can reinterpret bits (every renderer and the
+        # PYTHON device spell it already, for the kernels' own transcendental code)
         return self if dtype == self.dtype else self._new(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
     def __and__(self: Tensor, other):

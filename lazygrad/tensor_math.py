@@ -265,7 +265,7 @@ class MathMixin:
         """True where the value is neither inf nor NaN."""
         if not self.dtype.is_float:
             return self.full_like(True, dtype=dtypes.bool)
-        return (self - self) == 0  # inf - inf and nan - nan are nan; any finite x - x is 0
+        return (self < math.inf) & (self > -math.inf)  # NaN compares false with everything
 
     def isclose(self: Tensor, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
         """|self - other| <= atol + rtol * |other| elementwise; equal infinities are close, NaN only with equal_nan."""

@@ -1883,6 +1883,9 @@ def test_api_scans_against_torch(shape, axis):
 def test_api_scans_edge_values():
     special = np.array([1.0, 3.0, 3.0, 2.0, -np.inf, 5.0, 5.0, 0.0], np.float32)
     against_torch(lambda x: x.cummax(0), lambda x: tuple(torch.cummax(x, 0)), special, grad=False)
+    # ties: the gradient goes to the element at the reported index, as in torch (not split between equal ones)
+    ties = np.array([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 0.0], [2.0, 2.0, 2.0, -1.0, 2.0, 4.0, 4.0]], np.float32)
+    against_torch(lambda x: x.cummax(1), lambda x: tuple(torch.cummax(x, 1)), ties)
     with_nan = np.array([1.0, np.nan, 3.0, np.nan, 0.0], np.float32)
     against_torch(lambda x: x.cummax(0), lambda x: tuple(torch.cummax(x, 0)), with_nan, grad=False)
     # an infinity in the input stays where it is: no inf * 0 from the prefix mask
