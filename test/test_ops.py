@@ -2159,3 +2159,20 @@ def test_api_pow_tensor_exponent_gradients():
     real = [0, 1, 2, 3, 7, 8, 9, 10]  # not 0**-1 (torch: -inf) and not a negative base (torch: nan)
     np.testing.assert_allclose(grad_y.numpy()[real], ty.grad.numpy()[real], rtol=1e-5)
     assert np.isnan(grad_y.numpy()[7])
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["atan", "asin", "asinh", "erf", "mish", "softsign", "logsigmoid", "sinh", "celu"])
+def test_api_second_derivatives_against_torch(name):
+    # the compositions differentiate twice like any graph (no op here has a rule of its own)
+    lazy_fn, torch_fn, values = API_UNARY[name]
+    values = np.asarray(values, np.float32)[np.abs(values) < 10]
+    if name == "celu":
+        values = values[values != 0]  # the second derivative jumps at 0 (torch takes the right side, we the left)
+    x, tx = Tensor(values), torch.tensor(values, requires_grad=True)
+    (first,) = lazy_fn(x).sum().gradient(x)
+    (torch_first,) = torch.autograd.grad(torch_fn(tx).sum(), tx, create_graph=True)
+    (second,) = first.sum().gradient(x)
+    (torch_second,) = torch.autograd.grad(torch_first.sum(), tx)
+    # erf is a fitted series: its second derivative is within 1e-4 of the true one
+    np.testing.assert_allclose(second.numpy(), torch_second.numpy(), rtol=2e-4, atol=1e-4 if name == "erf" else 5e-5)
