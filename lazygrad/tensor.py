@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from typing import Any
@@ -13,10 +14,6 @@ from lazygrad.device import Device
 from lazygrad.dtype import (
     DType,
     data_to_numpy,
-    dtypes,
-    least_upper_dtype,
-    python_type_dtype,
-    scalar_dtype,
     to_dtype,
 )
 from lazygrad.engine.buffers import (
@@ -33,11 +30,14 @@ from lazygrad.engine.realize import realize_lock, run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
+from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_create import CreationMixin
+from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
 from lazygrad.tensor_reduce import ReduceMixin
+from lazygrad.tensor_scan import ScanMixin
 from lazygrad.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
@@ -58,41 +58,9 @@ def tensors_holding(nodes) -> list[Tensor]:
     return list(found.values())
 
 
-def _broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
-    """`node` broadcast to `shape` (which `_broadcast_shape` checked): leading ones added, then expanded."""
-    if node.shape == shape:
-        return node
-    if len(node.shape) < len(shape):
-        node = UOp(Ops.RESHAPE, node.dtype, (node,), (1,) * (len(shape) - len(node.shape)) + node.shape)
-    return node if node.shape == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
-
-
-def _broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
-    ndim = max(len(shape) for shape in shapes)
-    padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
-    result = []
-    for sizes in zip(*padded):
-        others = {size for size in sizes if size != 1}
-        if len(others) > 1:
-            raise ValueError(
-                f"{op_name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together "
-                "(each dimension must be equal or 1); reshape or expand one operand"
-            )
-        result.append(others.pop() if others else 1)
-    return tuple(result)
-
-
-def _check_device_has(dtype: DType, device: str, op_name: str) -> None:
-    """An error naming the op when `device` cannot compute in `dtype` (an OpenCL device without doubles)."""
-    if dtype in Device[device].unsupported_dtypes:
-        raise TypeError(
-            f"{op_name}: {device} cannot compute in {dtype} ({Device[device].unsupported_dtypes[dtype]}); "
-            "cast to a narrower dtype or use another device"
-        )
-
-
-class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
+class Tensor(
+    CreationMixin, ElementwiseMixin, MathMixin, ActivationMixin, MovementMixin, ReduceMixin, ScanMixin, NNMixin
+):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
@@ -125,7 +93,7 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
                 )
             array, dtype = data_to_numpy(data, dtype)
             if dtype.itemsize == 8:
-                _check_device_has(dtype, self.device, "Tensor")
+                check_device_has(dtype, self.device, "Tensor")
             self.uop = buffer_from_numpy(array, self.device, dtype)
         self.requires_grad = requires_grad
 
@@ -143,6 +111,40 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
         if (holders := _tensors_of.get(node)) is None:
             holders = _tensors_of[node] = {}
         holders[id(self)] = weakref.ref(self, lambda _, holders=holders, key=id(self): holders.pop(key, None))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def train(mode: bool = True):
+        """`with Tensor.train():` (or as a decorator) sets `Tensor.training` (dropout drops, batchnorm uses batch
+        statistics and updates its running ones) and restores it after."""
+        previous, Tensor.training = Tensor.training, mode
+        try:
+            yield
+        finally:
+            Tensor.training = previous
+
+    @staticmethod
+    @contextlib.contextmanager
+    def test(mode: bool = True):
+        """`with Tensor.test():` (or as a decorator) sets `Tensor.no_grad` (results carry no gradient) and restores
+        it after."""
+        previous, Tensor.no_grad = Tensor.no_grad, mode
+        try:
+            yield
+        finally:
+            Tensor.no_grad = previous
+
+    def sequential(self, layers) -> Tensor:
+        """Apply each callable of `layers` in turn: `x.sequential([l1, Tensor.relu, l2])`."""
+        result = self
+        for position, layer in enumerate(layers):
+            if not callable(layer):
+                raise TypeError(
+                    f"sequential: layer {position} is a {type(layer).__name__}, not callable; pass layers or functions "
+                    "that take a Tensor and return one"
+                )
+            result = layer(result)
+        return result
 
     # ---- basic properties --------------------------------------------------------------------------------------
 
@@ -371,259 +373,3 @@ class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
             return self
         result = Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device), device=device)
         return result
-
-    # ---- elementwise primitives ----------------------------------------------------------------------------------
-
-    def _unary(self, op: Ops) -> Tensor:
-        return self._new(UOp(op, self.dtype, (self.uop,)))
-
-    def cast(self, dtype: DType | str) -> Tensor:
-        """The values converted to `dtype` (floats to ints truncate toward zero)."""
-        dtype = to_dtype(dtype)
-        if dtype.itemsize == 8 and dtype != self.dtype:
-            _check_device_has(dtype, self.device, "cast")
-        return self if dtype == self.dtype else self._new(UOp(Ops.CAST, dtype, (self.uop,)))
-
-    def float(self) -> Tensor:
-        return self.cast(dtypes.float32)
-
-    def half(self) -> Tensor:
-        return self.cast(dtypes.float16)
-
-    def int(self) -> Tensor:
-        return self.cast(dtypes.int32)
-
-    def bool(self) -> Tensor:
-        return self.cast(dtypes.bool)
-
-    def _to_float(self) -> Tensor:
-        return self if self.dtype.is_float else self.cast(dtypes.default_float)
-
-    def _operand_nodes(self, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[UOp, UOp]:
-        """The nodes of both operands of a binary op, promoted to one dtype and broadcast to one shape."""
-        if isinstance(other, Tensor):
-            if other.device != self.device:
-                raise ValueError(
-                    f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
-                )
-            dtype, other_node = least_upper_dtype(self.dtype, other.dtype), other.uop
-        elif isinstance(other, (int, float, bool, np.generic)):
-            other = other.item() if isinstance(other, np.generic) else other
-            # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
-            dtype = scalar_dtype(op_name, other, self.dtype)
-            if dtype == dtypes.int64 and self.dtype != dtypes.int64:
-                _check_device_has(dtype, self.device, op_name)
-            other_node = UOp.const(dtype, other)
-        else:
-            raise TypeError(
-                f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number"
-            )
-        x, y = (other_node, self.uop) if reverse else (self.uop, other_node)
-        x = x if x.dtype == dtype else UOp(Ops.CAST, dtype, (x,))
-        y = y if y.dtype == dtype else UOp(Ops.CAST, dtype, (y,))
-        shape = _broadcast_shape(op_name, x.shape, y.shape)
-        return _broadcast_node(x, shape), _broadcast_node(y, shape)
-
-    def _operands(self, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
-        """Both operands of a binary op as tensors, promoted to one dtype and broadcast to one shape."""
-        x, y = self._operand_nodes(other, op_name, reverse)
-        tensors = (other, self) if reverse else (self, other)
-        return tuple(
-            t if isinstance(t, Tensor) and t.uop is node else self._new(node) for t, node in zip(tensors, (x, y))
-        )
-
-    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-        return self if self.shape == shape else self._new(_broadcast_node(self.uop, shape))
-
-    def _binary(self, op: Ops, other: Tensor | Scalar, reverse: bool = False, op_name: str | None = None) -> Tensor:
-        x, y = self._operand_nodes(other, op_name or op.name.lower(), reverse)
-        return self._new(x.alu(op, y))
-
-    def add(self, other, reverse: bool = False) -> Tensor:
-        return self._binary(Ops.ADD, other, reverse, "add")
-
-    def mul(self, other, reverse: bool = False) -> Tensor:
-        return self._binary(Ops.MUL, other, reverse, "mul")
-
-    def sub(self, other, reverse: bool = False) -> Tensor:
-        x, y = self._operands(other, "sub", reverse)
-        return x + (-y)
-
-    def neg(self) -> Tensor:
-        if self.dtype == dtypes.bool:
-            raise TypeError("neg: cannot negate a bool tensor; use ~ (logical not) instead")
-        return self._unary(Ops.NEG)
-
-    def div(self, other, reverse: bool = False) -> Tensor:
-        """True division: integers are divided as floats."""
-        x, y = self._operands(other, "div", reverse)
-        x, y = x._to_float(), y._to_float()
-        return x * y.reciprocal()
-
-    def floordiv(self, other, reverse: bool = False) -> Tensor:
-        """Division rounded down (Python's `//`). For ints, `x // 0` is 0 (as in NumPy) and the most negative value
-        divided by -1 wraps to itself."""
-        x, y = self._operands(other, "floordiv", reverse)
-        if x.dtype.is_float:
-            return (x / y).floor()
-        if x.dtype == dtypes.bool:
-            raise TypeError("floordiv: not defined for bool tensors; cast to int first")
-        quotient = x._new(x.uop.alu(Ops.IDIV, y.uop))
-        # the kernel truncates toward zero: step down where a remainder is left and its sign differs from y's
-        return x._truncated_remainder_off(y).where(quotient - 1, quotient)
-
-    def mod(self, other, reverse: bool = False) -> Tensor:
-        """Remainder with the divisor's sign (Python's `%`). For ints, `x % 0` is 0 (as in NumPy)."""
-        x, y = self._operands(other, "mod", reverse)
-        if x.dtype.is_float or x.dtype == dtypes.bool:
-            return x - x.floordiv(y) * y
-        remainder = x._new(x.uop.alu(Ops.MOD, y.uop))
-        return x._truncated_remainder_off(y).where(remainder + y, remainder)
-
-    def _truncated_remainder_off(self, divisor: Tensor) -> Tensor:
-        """Where the truncating remainder of self / divisor is nonzero with the sign opposite to the divisor's: there
-        floor division is one less than the truncating quotient."""
-        remainder = self._new(self.uop.alu(Ops.MOD, divisor.uop))
-        return (remainder != 0) & ((remainder < 0) != (divisor < 0))
-
-    def reciprocal(self) -> Tensor:
-        return self._to_float()._unary(Ops.RECIP)
-
-    def maximum(self, other) -> Tensor:
-        return self._binary(Ops.MAX, other, op_name="maximum")
-
-    def minimum(self, other) -> Tensor:
-        x, y = self._operands(other, "minimum")
-        return x._order_reversed().maximum(y._order_reversed())._order_reversed()
-
-    def where(self, true_value: Tensor | Scalar, false_value: Tensor | Scalar) -> Tensor:
-        """`true_value` where this (bool) tensor is true, else `false_value`."""
-        condition = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
-        if isinstance(true_value, Tensor):
-            a, b = true_value._operands(false_value, "where")
-        elif isinstance(false_value, Tensor):
-            b, a = false_value._operands(true_value, "where")
-        else:
-            dtype = least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value))
-            a = Tensor(UOp.const(scalar_dtype("where", true_value, dtype), true_value), device=self.device)
-            a, b = a._operands(false_value, "where")
-        shape = _broadcast_shape("where", condition.shape, a.shape)
-        condition, a, b = condition._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
-        return a._new(condition.uop.alu(Ops.WHERE, a.uop, b.uop))
-
-    # comparisons and bitwise ops
-    def __lt__(self, other):
-        return self._binary(Ops.CMPLT, other, op_name="<")
-
-    def __gt__(self, other):
-        return self._binary(Ops.CMPLT, other, reverse=True, op_name=">")
-
-    def __ne__(self, other):  # type: ignore[override]
-        return self._binary(Ops.CMPNE, other, op_name="!=")
-
-    def __eq__(self, other):  # type: ignore[override]
-        return ~(self != other)
-
-    def __le__(self, other):
-        return (self < other) | (self == other)
-
-    def __ge__(self, other):
-        return (self > other) | (self == other)
-
-    def _bitwise(self, op: Ops, other, reverse: bool, name: str) -> Tensor:
-        x, y = self._operand_nodes(other, name, reverse)
-        if x.dtype.is_float:
-            raise TypeError(f"{name}: bitwise ops need int or bool tensors, got {x.dtype}")
-        return self._new(x.alu(op, y))
-
-    def __and__(self, other):
-        return self._bitwise(Ops.AND, other, False, "&")
-
-    def __rand__(self, other):
-        return self._bitwise(Ops.AND, other, True, "&")
-
-    def __or__(self, other):
-        return self._bitwise(Ops.OR, other, False, "|")
-
-    def __ror__(self, other):
-        return self._bitwise(Ops.OR, other, True, "|")
-
-    def __xor__(self, other):
-        return self._bitwise(Ops.XOR, other, False, "^")
-
-    def __rxor__(self, other):
-        return self._bitwise(Ops.XOR, other, True, "^")
-
-    def _check_shift(self, amount) -> None:
-        if isinstance(amount, int) and not 0 <= amount < self.dtype.bits:
-            raise ValueError(f"shift: amount {amount} is outside 0..{self.dtype.bits - 1} for {self.dtype}")
-
-    def __lshift__(self, other):
-        self._check_shift(other)
-        return self._bitwise(Ops.SHL, other, False, "<<")
-
-    def __rshift__(self, other):
-        self._check_shift(other)
-        return self._bitwise(Ops.SHR, other, False, ">>")
-
-    def __invert__(self):
-        if self.dtype.is_float:
-            raise TypeError(f"~: needs a bool or int tensor, got {self.dtype}")
-        return self ^ (
-            True if self.dtype == dtypes.bool else (1 << self.dtype.bits) - 1 if self.dtype.is_unsigned else -1
-        )
-
-    def logical_not(self) -> Tensor:
-        return self.cast(dtypes.bool) ^ True
-
-    # arithmetic operators
-    def __add__(self, other):
-        return self.add(other)
-
-    def __radd__(self, other):
-        return self.add(other, True)
-
-    def __sub__(self, other):
-        return self.sub(other)
-
-    def __rsub__(self, other):
-        return self.sub(other, True)
-
-    def __mul__(self, other):
-        return self.mul(other)
-
-    def __rmul__(self, other):
-        return self.mul(other, True)
-
-    def __truediv__(self, other):
-        return self.div(other)
-
-    def __rtruediv__(self, other):
-        return self.div(other, True)
-
-    def __floordiv__(self, other):
-        return self.floordiv(other)
-
-    def __rfloordiv__(self, other):
-        return self.floordiv(other, True)
-
-    def __mod__(self, other):
-        return self.mod(other)
-
-    def __rmod__(self, other):
-        return self.mod(other, True)
-
-    def __pow__(self, other):
-        return self.pow(other)
-
-    def __rpow__(self, other):
-        return self.pow(other, True)
-
-    def __neg__(self):
-        return self.neg()
-
-    def __matmul__(self, other):
-        return self.matmul(other)
-
-    def __rmatmul__(self, other):
-        return Tensor(other, device=self.device).matmul(self) if not isinstance(other, Tensor) else other.matmul(self)

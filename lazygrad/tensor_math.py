@@ -13,6 +13,23 @@ if TYPE_CHECKING:
 
 LOG2_E = 1 / math.log(2)
 LN_2 = math.log(2)
+ATAN_SMALL, ATAN_LARGE = math.tan(math.pi / 8), math.tan(3 * math.pi / 8)
+# atan(t) = t + t z P(z), z = t^2, on |t| <= tan(pi/8): a least-squares fit (1e-9 absolute in float64)
+ATAN_SERIES = (-0.3333333248, 0.1999962504, -0.1426605796, 0.1076171455, -0.0650150964)
+# erfc(a) = t exp(-a^2 + P(t)), t = 1 / (1 + a/2), a >= 0: a least-squares fit over [0, 10]
+ERFC_SERIES = (
+    -1.265570686,
+    1.001627704,
+    0.3553098918,
+    0.2197799945,
+    -0.684914037,
+    1.589802169,
+    -3.408038874,
+    4.066195882,
+    -2.660632697,
+    0.9186638755,
+    -0.1322231987,
+)
 
 
 class MathMixin:
@@ -93,87 +110,168 @@ class MathMixin:
             and float(exponent).is_integer()
             and abs(exponent) <= 8
         ):
-            result, base, power = None, self, abs(int(exponent))
+            if exponent == 0:
+                # 1 everywhere (nan and inf bases too), with slope 0 rather than no gradient: x < x is always false
+                return (self < self).where(self, 1) if self.dtype.is_float else self.ones_like()
+            # a negative power multiplies reciprocals, so at 0 the slope is -inf rather than 0 * inf
+            result, base, power = None, self.reciprocal() if exponent < 0 else self, abs(int(exponent))
             while power:
                 if power & 1:
                     result = base if result is None else result * base
                 base, power = base * base, power >> 1
-            result = self.ones_like() if result is None else result
-            return result.reciprocal() if exponent < 0 else result
+            return result
         base, exp = self._operands(exponent, "pow", reverse)
         if base.dtype.is_int and not exp.dtype.is_float:
             return base._to_float().pow(exp._to_float()).round().cast(base.dtype)
         base, exp = base._to_float(), exp._to_float()
-        # a zero base is handled apart (0**y is 0, 1 or inf) so log2(0) never reaches a gradient
-        is_zero = base == 0
-        safe_base = is_zero.where(1.0, base.abs())
-        zero_power = (exp > 0).where(0.0, (exp == 0).where(1.0, float("inf")))
-        magnitude = is_zero.where(zero_power, (exp * safe_base.log2()).exp2())
+        is_zero, negative = base == 0, base < 0
         exp_is_int = exp.floor() == exp
         exp_is_odd = exp_is_int & ((exp * 0.5).floor() * 2 != exp)
-        negative = base < 0
-        result = (negative & exp_is_odd).where(-magnitude, magnitude)
-        return (negative & ~exp_is_int).where(float("nan"), result)
+        undefined = negative & ~exp_is_int
+        # |x|**y where x is nonzero and the power is real; elsewhere a base of 1 keeps log2 from 0 and negatives
+        safe_base = (is_zero | undefined).where(1.0, base.abs())
+        magnitude = (exp * safe_base.log2()).exp2()
+        defined = (negative & exp_is_odd).where(-magnitude, magnitude)
+        # a negative base to a non-integer power: nan, and so are both gradients (the log of a negative number), as
+        # in torch; the selects keep that nan from the other elements' gradients
+        nan_power = (undefined.where(exp, 0.0) * undefined.where(base, -1.0).log2()).exp2()
+        # a zero base: for each kind of exponent an expression worth 0**y at 0 whose slope there is y * 0**(y-1),
+        # torch's gradient (0 for y > 1 or y == 0, 1 for y == 1, inf for 0 < y < 1, -inf for y < 0). Each input is
+        # the base only where its expression is chosen, so an unchosen sqrt(0) or 1/0 adds no 0 * inf to the slope.
+        at_zero = is_zero.where(base, 0.0)
+        root = (is_zero & (exp > 0) & (exp < 1)).where(base, 1.0).sqrt()
+        inverse = (is_zero & (exp < 0)).where(base, 1.0).reciprocal()
+        negative_or_nan = (exp < 0).where(inverse, float("nan"))
+        below_one = (exp > 0).where(root, (exp == 0).where(at_zero * 0 + 1, negative_or_nan))
+        zero_power = (exp > 1).where(at_zero * 0, (exp == 1).where(at_zero, below_one))
+        return is_zero.where(zero_power, undefined.where(nan_power, defined))
 
-    # ---- activations ---------------------------------------------------------------------------------------------
+    # ---- hyperbolic, inverse trigonometric and special functions ----------------------------------------------------
 
-    def relu(self: Tensor) -> Tensor:
-        positive = self > 0
-        if self.dtype.is_float:
-            positive = positive | (self != self)  # NaN passes through, with its gradient, as in torch
-        return positive.where(self, 0)
+    def sinh(self: Tensor) -> Tensor:
+        """(exp(x) - exp(-x)) / 2."""
+        # exp(x - ln 2) is exp(x) / 2 without overflowing where exp(x) alone would (88.7 < x < 89.4)
+        return (self - LN_2).exp() - (-self - LN_2).exp()
 
-    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
-        return (self > 0).where(self, self * neg_slope)
+    def cosh(self: Tensor) -> Tensor:
+        """(exp(x) + exp(-x)) / 2."""
+        return (self - LN_2).exp() + (-self - LN_2).exp()
 
-    def sigmoid(self: Tensor) -> Tensor:
-        # exp(-|x|) never overflows, so neither the value nor the gradient meets inf (or 0 * inf)
-        decay = (-self.abs()).exp()
-        return (self >= 0).where(1 / (1 + decay), decay / (1 + decay))
+    def _odd(self: Tensor, function) -> Tensor:
+        """An odd function from its values at x >= 0: f(x) = -f(-x). The magnitude is a select, not `abs`, so the
+        gradient at 0 is f's slope there (`abs` would split it into +1/2 and -1/2)."""
+        source = self._to_float()
+        negative = source < 0
+        result = function(negative.where(-source, source))
+        return negative.where(-result, result)
 
-    def tanh(self: Tensor) -> Tensor:
-        return 2.0 * (2.0 * self).sigmoid() - 1.0
+    def atan(self: Tensor) -> Tensor:
+        """The arctangent, in (-pi/2, pi/2)."""
 
-    def gelu(self: Tensor) -> Tensor:
-        """GELU with the tanh approximation."""
-        return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+        def atan_of_magnitude(a: Tensor) -> Tensor:
+            # reduce a >= 0 into |t| <= tan(pi/8): atan(a) = pi/2 + atan(-1/a) above tan(3pi/8) and
+            # pi/4 + atan((a-1)/(a+1)) between; each select sees a safe input so no branch makes inf or nan gradients
+            large, middle = a > ATAN_LARGE, (a > ATAN_SMALL) & (a <= ATAN_LARGE)
+            between = middle.where(a, 0)
+            t = large.where(-1 / large.where(a, 1), middle.where((between - 1) / (between + 1), a))
+            offset = large.where(math.pi / 2, middle.where(math.pi / 4, 0.0)).cast(a.dtype)
+            z = t * t
+            series = ATAN_SERIES[-1]
+            for coefficient in ATAN_SERIES[-2::-1]:
+                series = series * z + coefficient
+            return offset + t + t * z * series
 
-    def quick_gelu(self: Tensor) -> Tensor:
-        return self * (self * 1.702).sigmoid()
+        return self._odd(atan_of_magnitude)
 
-    def silu(self: Tensor) -> Tensor:
-        return self * self.sigmoid()
+    def asin(self: Tensor) -> Tensor:
+        """The arcsine, in [-pi/2, pi/2]; nan outside [-1, 1]."""
+        # (1 - x)(1 + x) keeps its precision near |x| = 1, where 1 - x*x cancels
+        return (self / ((1 - self) * (1 + self)).sqrt()).atan()
 
-    def swish(self: Tensor) -> Tensor:
-        return self.silu()
+    def acos(self: Tensor) -> Tensor:
+        """The arccosine, in [0, pi]; nan outside [-1, 1]."""
+        # 2 atan(sqrt((1-x)/(1+x))) is accurate near both ends, where pi/2 - asin(x) cancels
+        return 2 * ((1 - self) / (1 + self)).sqrt().atan()
 
-    def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
-        """log(1 + exp(beta*x)) / beta, written so large inputs do not overflow."""
-        scaled = self * beta
-        return (scaled.relu() + (1 + (-scaled.abs()).exp()).log()) * (1 / beta)
+    def asinh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic sine: log(x + sqrt(x^2 + 1))."""
 
-    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        negative_part = (self > 0).where(0, self)  # keeps exp finite where x is large
-        return (self > 0).where(self, alpha * (negative_part.exp() - 1))
+        def asinh_of_magnitude(a: Tensor) -> Tensor:
+            # past 2**26, sqrt(a^2 + 1) is a in float32 (and a^2 overflows past 1e19): log(2a)
+            huge = a > 2.0**26
+            safe = huge.where(1.0, a)
+            return huge.where(huge.where(a, 1.0).log() + LN_2, (safe + (safe * safe + 1).sqrt()).log())
 
-    def relu6(self: Tensor) -> Tensor:
-        # a select, not relu(x) - relu(x - 6): that is inf - inf at inf
-        return (self >= 6).where(6, self.relu())
+        return self._odd(asinh_of_magnitude)
 
-    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        return self.clip(min_val, max_val)
+    def acosh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic cosine: log(x + sqrt(x^2 - 1)); nan below 1."""
+        source = self._to_float()
+        huge = source > 2.0**26
+        safe = huge.where(1.0, source)
+        return huge.where(huge.where(source, 1.0).log() + LN_2, (safe + ((safe - 1) * (safe + 1)).sqrt()).log())
 
-    def clip(self: Tensor, min_=None, max_=None) -> Tensor:
-        """Values limited to [min_, max_] (either may be None)."""
-        if min_ is None and max_ is None:
-            raise ValueError("clip: give at least one of min_ and max_")
-        # selects rather than max/min, so a value on a bound passes its whole gradient (as in torch)
-        result = self
-        if min_ is not None:
-            result = (result < min_).where(min_, result)
-        if max_ is not None:
-            result = (result > max_).where(max_, result)
-        return result
+    def atanh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic tangent: log((1 + x) / (1 - x)) / 2; ±inf at ±1, nan beyond."""
+        return ((1 + self) / (1 - self)).log() * 0.5
 
-    def clamp(self: Tensor, min_=None, max_=None) -> Tensor:
-        return self.clip(min_, max_)
+    def erf(self: Tensor) -> Tensor:
+        """The error function, from a fit of erfc(a) = t exp(-a^2 + P(t)) with t = 1 / (1 + a/2) for a >= 0 (within
+        3e-8 relative of erfc in float64, so about float32's rounding)."""
+
+        def erf_of_magnitude(a: Tensor) -> Tensor:
+            t = 1 / (1 + 0.5 * a)
+            series = ERFC_SERIES[-1]
+            for coefficient in ERFC_SERIES[-2::-1]:
+                series = series * t + coefficient
+            # erfc underflows to 0 past a ~ 10 (and a^2 overflows past 1e19): there erf is 1
+            beyond = a > 10
+            bounded = beyond.where(0.0, a)
+            return 1 - beyond.where(0.0, t * (series - bounded * bounded).exp())
+
+        return self._odd(erf_of_magnitude)
+
+    # ---- interpolation, signs and classification -----------------------------------------------------------------
+
+    def lerp(self: Tensor, end, weight) -> Tensor:
+        """self + weight * (end - self); `end` and `weight` are tensors or numbers that broadcast with self."""
+        start, end = self._operands(end, "lerp")
+        start, weight = start._operands(weight, "lerp")
+        return start + (end._broadcast_to(start.shape) - start) * weight
+
+    def copysign(self: Tensor, other) -> Tensor:
+        """|self| with the sign of `other` (-0.0 counts as negative); always a float tensor."""
+        x, y = self._operands(other, "copysign")
+        x, y = x._to_float(), y._to_float()
+        # the reciprocal tells -0.0 (-inf) from 0.0 (inf)
+        negative = (y < 0) | ((y == 0) & (y.reciprocal() < 0))
+        magnitude = (x < 0).where(-x, x)
+        return negative.where(-magnitude, magnitude)
+
+    def isnan(self: Tensor) -> Tensor:
+        """True where the value is NaN (never for ints and bools)."""
+        return self != self if self.dtype.is_float else self.full_like(False, dtype=dtypes.bool)
+
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where the value is +inf (if detect_positive) or -inf (if detect_negative)."""
+        if not self.dtype.is_float:
+            return self.full_like(False, dtype=dtypes.bool)
+        infinities = [value for value, wanted in ((math.inf, detect_positive), (-math.inf, detect_negative)) if wanted]
+        if not infinities:
+            return self.full_like(False, dtype=dtypes.bool)
+        return (self == infinities[0]) | (self == infinities[-1])
+
+    def isfinite(self: Tensor) -> Tensor:
+        """True where the value is neither inf nor NaN."""
+        if not self.dtype.is_float:
+            return self.full_like(True, dtype=dtypes.bool)
+        return (self < math.inf) & (self > -math.inf)  # NaN compares false with everything
+
+    def isclose(self: Tensor, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        """|self - other| <= atol + rtol * |other| elementwise; equal infinities are close, NaN only with equal_nan."""
+        if rtol < 0 or atol < 0:
+            raise ValueError(f"isclose: rtol and atol must be non-negative, got rtol={rtol}, atol={atol}")
+        x, y = self._operands(other, "isclose")
+        x, y = x._to_float(), y._to_float()
+        close = (x == y) | (x.isfinite() & y.isfinite() & ((x - y).abs() <= atol + rtol * y.abs()))
+        return close | (x.isnan() & y.isnan()) if equal_nan else close

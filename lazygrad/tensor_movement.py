@@ -43,9 +43,10 @@ class MovementMixin:
     def _movement(self: Tensor, op: Ops, arg) -> Tensor:
         return self._new(UOp(op, self.dtype, (self.uop,), arg))
 
-    def reshape(self: Tensor, *shape) -> Tensor:
-        """The same values in a new shape (one size may be -1: it is inferred)."""
-        shape = _sizes(shape, "reshape")
+    def reshape(self: Tensor, shape, *more) -> Tensor:
+        """The same values in a new shape: `reshape(2, 3)`, `reshape((2, 3))` or `reshape(shape=(2, 3))`; one size may
+        be -1 (it is inferred)."""
+        shape = _sizes((shape, *more), "reshape")
         if shape.count(-1) > 1:
             raise ValueError(f"reshape: only one size can be -1, got {shape}")
         if any(size < -1 for size in shape):
@@ -63,12 +64,13 @@ class MovementMixin:
             return self
         return self._movement(Ops.RESHAPE, shape)
 
-    def view(self: Tensor, *shape) -> Tensor:
-        return self.reshape(*shape)
+    def view(self: Tensor, shape, *more) -> Tensor:
+        return self.reshape(shape, *more)
 
-    def permute(self: Tensor, *order) -> Tensor:
-        """The axes reordered: output axis i is input axis order[i]."""
-        order = tuple(normalize_axis(axis, self.ndim, "permute") for axis in _sizes(order, "permute"))
+    def permute(self: Tensor, order, *more) -> Tensor:
+        """The axes reordered: output axis i is input axis order[i] (`permute(1, 0)`, `permute((1, 0))` or
+        `permute(order=(1, 0))`)."""
+        order = tuple(normalize_axis(axis, self.ndim, "permute") for axis in _sizes((order, *more), "permute"))
         if sorted(order) != list(range(self.ndim)):
             raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of a {self.shape} tensor")
         return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
@@ -83,9 +85,10 @@ class MovementMixin:
     def T(self: Tensor) -> Tensor:
         return self.transpose() if self.ndim >= 2 else self
 
-    def expand(self: Tensor, *shape) -> Tensor:
-        """Size-1 axes repeated to `shape` without copying (-1 keeps a size; new leading axes may be added)."""
-        shape = _sizes(shape, "expand")
+    def expand(self: Tensor, shape, *more) -> Tensor:
+        """Size-1 axes repeated to `shape` without copying (-1 keeps a size; new leading axes may be added); the
+        sizes may come as arguments, one tuple or `shape=`."""
+        shape = _sizes((shape, *more), "expand")
         if len(shape) < self.ndim:
             raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {shape}")
         current = (1,) * (len(shape) - self.ndim) + self.shape
@@ -145,9 +148,9 @@ class MovementMixin:
         padded = cropped._movement(Ops.PAD, positive)
         if value == 0:
             return padded
-        from lazygrad.tensor import Tensor
-
-        inside = Tensor.full(cropped.shape, True, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, positive)
+        inside = (
+            type(self).full(cropped.shape, True, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, positive)
+        )
         return inside.where(padded, value)
 
     def shrink(self: Tensor, arg) -> Tensor:

@@ -175,13 +175,11 @@ class NNMixin:
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero elements with probability p while `Tensor.training`, scaling the rest by 1/(1-p)."""
-        from lazygrad.tensor import Tensor
-
         if not 0 <= p <= 1:
             raise ValueError(f"dropout: p must be in [0, 1], got {p}")
-        if not Tensor.training or p == 0:
+        if not type(self).training or p == 0:
             return self
-        keep = Tensor.rand(*self.shape, device=self.device) >= p
+        keep = type(self).rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p)) if p < 1 else self * 0
 
     def scaled_dot_product_attention(
@@ -193,30 +191,24 @@ class NNMixin:
         is_causal: bool = False,
     ) -> Tensor:
         """softmax(q kᵀ / sqrt(d) + mask) v."""
-        from lazygrad.tensor import Tensor
-
         scores = self @ key.transpose(-2, -1) * (1 / math.sqrt(self.shape[-1]))
         if is_causal:
             rows, cols = scores.shape[-2:]
-            attn_mask = Tensor.ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
+            attn_mask = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is not None:
             scores = attn_mask.where(scores, float("-inf")) if attn_mask.dtype == dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p) @ value
 
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
-        from lazygrad.tensor import Tensor
-
         rows, cols = self.shape[-2:]
-        keep = Tensor.arange(rows, device=self.device).reshape(rows, 1) + diagonal >= Tensor.arange(
+        keep = type(self).arange(rows, device=self.device).reshape(rows, 1) + diagonal >= type(self).arange(
             cols, device=self.device
         ).reshape(1, cols)
         return keep.where(self, self.zeros_like())
 
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:
-        from lazygrad.tensor import Tensor
-
         rows, cols = self.shape[-2:]
-        keep = Tensor.arange(rows, device=self.device).reshape(rows, 1) + diagonal <= Tensor.arange(
+        keep = type(self).arange(rows, device=self.device).reshape(rows, 1) + diagonal <= type(self).arange(
             cols, device=self.device
         ).reshape(1, cols)
         return keep.where(self, 0)
@@ -226,14 +218,12 @@ class NNMixin:
     def one_hot(self: Tensor, num_classes: int) -> Tensor:
         """(…,) int labels → (…, num_classes) int32 with a 1 at each label. Labels outside 0..num_classes-1 are an
         error (the labels are realized to check them, as PyTorch checks them when called)."""
-        from lazygrad.tensor import Tensor
-
         if self.dtype.is_float:
             raise TypeError(f"one_hot: labels must be integers, got {self.dtype}")
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r}")
         _check_label_range(self, num_classes, "one_hot", "fix the labels or pass a larger num_classes")
-        return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.int32)
+        return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(dtypes.int32)
 
     def _check_labels(self: Tensor, labels: Tensor, op_name: str, ignore_index: int | None = None) -> None:
         if labels.dtype.is_float:
@@ -255,12 +245,10 @@ class NNMixin:
     def _label_crossentropy(
         self: Tensor, Y: Tensor, ignore_index: int, label_smoothing: float, reduction: str, op_name: str
     ) -> Tensor:
-        from lazygrad.tensor import Tensor
-
         self._check_labels(Y, op_name, ignore_index)
         classes = self.shape[-1]
         log_probs = self.log_softmax(-1)
-        chosen = Y.unsqueeze(-1) == Tensor.arange(classes, device=self.device)
+        chosen = Y.unsqueeze(-1) == type(self).arange(classes, device=self.device)
         valid = Y != ignore_index
         nll = -(chosen.where(log_probs, 0).sum(-1))
         if label_smoothing:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.device import CORES
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import dtypes, to_dtype
 from lazygrad.helpers import prod
+from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazygrad.tensor_movement import normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
-
 
 SPLIT_REDUCE_LENGTH = 1 << 18  # reduces at least this long into fewer than CORES outputs are split
 
@@ -38,7 +38,8 @@ class ReduceMixin:
         normalized = tuple(normalize_axis(a, self.ndim, op_name) for a in axes)
         if len(set(normalized)) != len(normalized):
             raise ValueError(f"{op_name}: axis {axis} repeats an axis")
-        return tuple(sorted(normalized))
+        # a 0-d tensor takes axis 0 or -1 (as in PyTorch), and has no axis to reduce
+        return tuple(sorted(normalized)) if self.ndim else ()
 
     def _reduce(self: Tensor, op: Ops, axis, keepdim: bool, op_name: str) -> Tensor:
         axes = self._axes(axis, op_name)
@@ -69,8 +70,11 @@ class ReduceMixin:
         accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
         return accumulate._reduce(Ops.ADD, axis, keepdim, "sum").cast(source.dtype)
 
-    def prod(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-        source = self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+    def prod(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+        """The product; bools multiply as int32, `dtype` casts the input first (as in PyTorch)."""
+        source = (
+            self.cast(dtype) if dtype is not None else self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+        )
         accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
         return accumulate._reduce(Ops.MUL, axis, keepdim, "prod").cast(source.dtype)
 
@@ -103,8 +107,11 @@ class ReduceMixin:
             count *= self.shape[a]
         return count
 
-    def mean(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-        source = self._to_float()
+    def mean(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+        """The mean (ints and bools average as floats); `dtype` casts the input first, and must be a float."""
+        if dtype is not None and not to_dtype(dtype).is_float:
+            raise TypeError(f"mean: dtype must be a float dtype, got {to_dtype(dtype)}; cast the result instead")
+        source = self.cast(dtype) if dtype is not None else self._to_float()
         count = self._count(axis)
         total = source.sum(axis, keepdim)
         return total * (1 / count) if count else total * float("nan")
@@ -117,11 +124,21 @@ class ReduceMixin:
         return squared * (1 / divisor) if divisor else squared * float("nan")
 
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
-        return self.var(axis, keepdim, correction).sqrt()
+        """The standard deviation: sqrt of `var`."""
+        variance = self.var(axis, keepdim, correction)
+        # a zero variance (one element, or equal ones) has slope 0 here, as in torch, not the 0 * inf of sqrt's
+        is_zero = variance == 0
+        return is_zero.where(0.0, is_zero.where(1.0, variance).sqrt())
+
+    def var_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(var, mean), as torch.var_mean returns them."""
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(std, mean), as torch.std_mean returns them."""
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def _argmax_along(self: Tensor, axis, keepdim: bool, op_name: str) -> Tensor:
-        from lazygrad.tensor import Tensor
-
         if axis is None:
             return self.flatten()._argmax_along(0, False, op_name).reshape(() if not keepdim else (1,) * self.ndim)
         axis = normalize_axis(axis, self.ndim, op_name)
@@ -130,7 +147,7 @@ class ReduceMixin:
         # the first index holding the maximum: score each match by (length - index) and take the largest
         shape = [1] * self.ndim
         shape[axis] = length
-        countdown = Tensor.arange(length, 0, -1, device=self.device).reshape(shape)
+        countdown = type(self).arange(length, 0, -1, device=self.device).reshape(shape)
         is_max = self == self.max(axis, keepdim=True)
         if self.dtype.is_float:
             # a row holding NaN has the maximum NaN, which equals nothing: its first NaN is the answer, as in torch
@@ -145,6 +162,8 @@ class ReduceMixin:
         return self._order_reversed()._argmax_along(axis, keepdim, "argmin")
 
     def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) over `axis`, shifted by the maximum so nothing overflows."""
+        self._axes(axis, "logsumexp")
         peak = self.max(axis, keepdim=True)
         # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan
         shift = (peak.abs() == float("inf")).where(0, peak)
@@ -156,35 +175,24 @@ class ReduceMixin:
         )
 
     def softmax(self: Tensor, axis: int = -1) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows."""
+        self._axes(axis, "softmax")
         source = self._to_float()
         exponent = (source - source.max(axis, keepdim=True)).exp()
         return exponent / exponent.sum(axis, keepdim=True)
 
     def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
+        """x - logsumexp(x) along `axis`."""
+        self._axes(axis, "log_softmax")
         source = self._to_float()
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
-
-    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
-        """Running sums along `axis` (a lower-triangular mask summed: fine for short axes)."""
-        from lazygrad.tensor import Tensor
-
-        axis = normalize_axis(axis, self.ndim, "cumsum")
-        moved = self.transpose(axis, -1) if axis != self.ndim - 1 else self
-        length = moved.shape[-1]
-        mask = Tensor.arange(length, device=self.device).reshape(length, 1) <= Tensor.arange(
-            length, device=self.device
-        ).reshape(1, length)
-        summed = (moved.unsqueeze(-1) * mask.cast(moved.dtype)).sum(-2)
-        return summed.transpose(axis, -1) if axis != self.ndim - 1 else summed
 
     # ---- matrix multiplication -------------------------------------------------------------------------------------
 
     def dot(self: Tensor, other: Tensor) -> Tensor:
         """Matrix product with NumPy's rules: 1-D operands are vectors, leading axes broadcast as a batch."""
-        from lazygrad.tensor import Tensor, _broadcast_shape
-
-        if not isinstance(other, Tensor):
+        if not isinstance(other, ElementwiseMixin):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
         if self.ndim == 0 or other.ndim == 0:
             raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {other.shape}")
@@ -197,7 +205,7 @@ class ReduceMixin:
             )
         batch_self, batch_other = self.shape[:-2], other.shape[:-2]
         try:
-            _broadcast_shape("matmul", batch_self, batch_other)
+            broadcast_shape("matmul", batch_self, batch_other)
         except ValueError:
             raise ValueError(
                 f"matmul: batch dimensions of {self.shape} @ {other.shape} ({batch_self} and {batch_other}) cannot be "
@@ -223,3 +231,14 @@ class ReduceMixin:
 
     def matmul(self: Tensor, other: Tensor) -> Tensor:
         return self.dot(other)
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """self @ weight + bias, with weight shaped (in, out) as in tinygrad (torch's F.linear takes its transpose);
+        a 1-D weight scales elementwise."""
+        if weight.ndim > 1 and (self.ndim == 0 or self.shape[-1] != weight.shape[-2]):
+            raise ValueError(
+                f"linear: input {self.shape} does not end in the {weight.shape[-2]} features that weight {weight.shape} "
+                "takes (weight is (in, out): transpose a torch-style (out, in) weight)"
+            )
+        product = self * weight if weight.ndim == 1 else self.dot(weight)
+        return product if bias is None else product + bias

@@ -1616,3 +1616,563 @@ def test_shared_subexpression_not_recomputed():
     dependent.realize()
     assert GlobalCounters.kernel_count == 1
     np.testing.assert_allclose(dependent.numpy(), shared.numpy() * 2, rtol=1e-6)
+
+
+# =====================================================================================================================
+# The PyTorch op surface: math, reductions and scans, model-writing helpers, edge cases (each against torch, values
+# and gradients). The tests of this section are named test_api_*, so `-k api_` runs just them.
+
+
+def test_api_mixins_never_import_tensor_module_at_run_time():
+    """The Tensor mixins build results through `type(self)` and `self`, so imports run one way: tensor.py imports
+    them, and they import lazygrad.tensor for type annotations only."""
+    import ast
+    import pathlib
+
+    import lazygrad
+
+    for path in sorted(pathlib.Path(lazygrad.__file__).parent.glob("tensor_*.py")):
+        tree = ast.parse(path.read_text())
+        type_only = {
+            id(node)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+            for node in ast.walk(block)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "lazygrad.tensor":
+                assert id(node) in type_only, f"{path.name}:{node.lineno} imports lazygrad.tensor at run time"
+
+
+try:
+    import torch
+except ImportError:  # the comparisons below skip without torch
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+
+def against_torch(lazy_fn, torch_fn, *arrays, grad=True, rtol=1e-5, atol=1e-6, grad_rtol=1e-4, grad_atol=1e-5):
+    """Apply `lazy_fn` to Tensors and `torch_fn` to torch tensors made from `arrays`; compare the outputs (shape,
+    dtype kind, values, NaN where torch has NaN) and, with `grad`, every float input's gradient of
+    (out * upstream).sum() for a fixed random upstream. A function may return a tuple of outputs."""
+    lazy_inputs = [Tensor(a) for a in arrays]
+    torch_inputs = [torch.tensor(a, requires_grad=grad and a.dtype.kind == "f") for a in arrays]
+    lazy_outputs, torch_outputs = lazy_fn(*lazy_inputs), torch_fn(*torch_inputs)
+    if not isinstance(lazy_outputs, tuple):
+        lazy_outputs, torch_outputs = (lazy_outputs,), (torch_outputs,)
+    for lazy, reference in zip(lazy_outputs, torch_outputs):
+        assert_tensor(lazy, reference.detach().numpy(), rtol=rtol, atol=atol)
+    if not grad:
+        return
+    rng = np.random.default_rng(1)
+    lazy_total, torch_total = 0, 0
+    for lazy, reference in zip(lazy_outputs, torch_outputs):
+        if reference.dtype.is_floating_point:
+            upstream = rng.standard_normal(tuple(reference.shape)).astype(np.float32)
+            lazy_total = lazy_total + (lazy * Tensor(upstream)).sum()
+            torch_total = torch_total + (reference * torch.tensor(upstream)).sum()
+    if isinstance(torch_total, int) or not torch_total.requires_grad:
+        return  # no float output, or none that depends on a float input: nothing to differentiate
+    torch_total.backward()
+    lazy_grads = lazy_total.gradient(*[t for t, a in zip(lazy_inputs, arrays) if a.dtype.kind == "f"])
+    torch_grads = [t.grad for t, a in zip(torch_inputs, arrays) if a.dtype.kind == "f"]
+    for lazy, reference in zip(lazy_grads, torch_grads):
+        expected = np.zeros(lazy.shape, np.float32) if reference is None else reference.numpy()
+        np.testing.assert_allclose(lazy.numpy(), expected, rtol=grad_rtol, atol=grad_atol, err_msg="gradient")
+
+
+API_ANY = np.array([-5.0, -2.7, -1.3, -0.6, -0.1, 0.0, 0.05, 0.4, 1.1, 2.2, 3.9, 7.5], np.float32)
+API_UNIT = np.array([-0.99, -0.7, -0.3, -0.01, 0.0, 0.2, 0.5, 0.9, 0.995], np.float32)
+API_ABOVE_ONE = np.array([1.001, 1.2, 1.5, 3.0, 10.0, 1000.0], np.float32)
+
+TF = torch.nn.functional if torch else None
+
+# name: (lazygrad function, torch function, inputs): compared in values and gradients
+API_UNARY = {
+    "sinh": (lambda x: x.sinh(), lambda x: x.sinh(), API_ANY),
+    "cosh": (lambda x: x.cosh(), lambda x: x.cosh(), API_ANY),
+    "atan": (lambda x: x.atan(), lambda x: x.atan(), np.concatenate([API_ANY, [-300.0, 0.3, 0.45, 2.3, 2.5, 1e4]])),
+    "asin": (lambda x: x.asin(), lambda x: x.asin(), API_UNIT),
+    "acos": (lambda x: x.acos(), lambda x: x.acos(), API_UNIT),
+    "asinh": (lambda x: x.asinh(), lambda x: x.asinh(), np.concatenate([API_ANY, [-1e3, 1e5]])),
+    "acosh": (lambda x: x.acosh(), lambda x: x.acosh(), API_ABOVE_ONE),
+    "atanh": (lambda x: x.atanh(), lambda x: x.atanh(), API_UNIT),
+    "erf": (lambda x: x.erf(), lambda x: x.erf(), np.concatenate([API_ANY, [-0.45, 0.9, 1.7, -3.3]])),
+    "softsign": (lambda x: x.softsign(), lambda x: TF.softsign(x), API_ANY),
+    "selu": (lambda x: x.selu(), lambda x: TF.selu(x), API_ANY),
+    "celu": (lambda x: x.celu(), lambda x: TF.celu(x), API_ANY),
+    "celu_alpha": (lambda x: x.celu(0.5), lambda x: TF.celu(x, 0.5), API_ANY),
+    "mish": (lambda x: x.mish(), lambda x: TF.mish(x), np.concatenate([API_ANY, [-30.0, 25.0]])),
+    "hardswish": (lambda x: x.hardswish(), lambda x: TF.hardswish(x), API_ANY),
+    "hardsigmoid": (lambda x: x.hardsigmoid(), lambda x: TF.hardsigmoid(x), API_ANY),
+    "logsigmoid": (lambda x: x.logsigmoid(), lambda x: TF.logsigmoid(x), np.concatenate([API_ANY, [-90.0, 90.0]])),
+    "softplus": (lambda x: x.softplus(), lambda x: TF.softplus(x), np.concatenate([API_ANY, [-90.0, 19.0, 21.0]])),
+    "softplus_beta": (
+        lambda x: x.softplus(beta=2.0, threshold=5.0),
+        lambda x: TF.softplus(x, beta=2.0, threshold=5.0),
+        API_ANY,
+    ),
+    "hardsigmoid_line": (lambda x: x.hardsigmoid(0.2, 0.4), lambda x: (0.2 * x + 0.4).clamp(0, 1), API_ANY),
+    "selu_constants": (lambda x: x.selu(1.5, 2.0), lambda x: 2.0 * TF.elu(x, 1.5), API_ANY),
+    "sigmoid": (lambda x: x.sigmoid(), lambda x: x.sigmoid(), np.concatenate([API_ANY, [-300.0, 300.0]])),
+    "tanh": (lambda x: x.tanh(), lambda x: x.tanh(), np.concatenate([API_ANY, [-300.0, 300.0]])),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", list(API_UNARY))
+def test_api_unary_against_torch(name):
+    lazy_fn, torch_fn, values = API_UNARY[name]
+    against_torch(lazy_fn, torch_fn, np.asarray(values, np.float32), atol=2e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", list(API_UNARY))
+def test_api_unary_float16(name):
+    lazy_fn, torch_fn, values = API_UNARY[name]
+    values = np.asarray(values)[np.abs(values) < 1000].astype(np.float16)
+    result = lazy_fn(Tensor(values))
+    assert result.dtype == dtypes.float16, f"{name} of float16 gave {result.dtype}"
+    expected = torch_fn(torch.tensor(values, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(result.numpy().astype(np.float32), expected, rtol=1e-2, atol=2e-3)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "name, values",
+    [
+        ("atan", [-np.inf, np.inf, np.nan, 1e30, -1e-30]),
+        ("asin", [-1.0, 1.0, 1.5, np.nan]),
+        ("acos", [-1.0, 1.0, -1.5, np.nan]),
+        ("asinh", [-np.inf, np.inf, 3e38, -1e-20]),
+        ("acosh", [1.0, 0.5, np.inf, 3e38]),
+        ("atanh", [-1.0, 1.0, 2.0, np.nan]),
+        ("erf", [-np.inf, np.inf, np.nan, 12.0]),
+        ("sinh", [89.0, -89.0, np.inf, 1e-3]),
+        ("cosh", [89.0, -89.0, -np.inf, 0.0]),
+        ("softsign", [np.inf, -np.inf, 1e30, 0.0]),
+        ("mish", [np.inf, -np.inf, 100.0, -100.0]),
+    ],
+)
+def test_api_unary_special_values(name, values):
+    lazy_fn, torch_fn, _ = API_UNARY[name]
+    against_torch(lazy_fn, torch_fn, np.asarray(values, np.float32), grad=False)
+
+
+@needs_torch
+def test_api_lerp_copysign():
+    a, b, w = data(3, 4), data(3, 4, seed=1), data(3, 4, seed=2, low=0.0, high=1.0)
+    against_torch(lambda a, b, w: a.lerp(b, w), torch.lerp, a, b, w)
+    against_torch(lambda a, b: a.lerp(b, 0.25), lambda a, b: torch.lerp(a, b, 0.25), a, b)
+    against_torch(lambda a, b: a.lerp(b[0], 0.7), lambda a, b: torch.lerp(a, b[0], 0.7), a, b)
+    column, row = data(3, 1, seed=3), data(4, seed=4)
+    against_torch(lambda a, c, r: a[0].lerp(c, r), lambda a, c, r: torch.lerp(a[0], c, r), a, column, row)
+    with pytest.raises(ValueError, match=r"lerp: shapes \(3, 4\) and \(2,\)"):
+        Tensor(a).lerp(Tensor([1.0, 2.0]), 0.5)
+    signs = np.array([[1.0, -1.0, 0.5, -0.1], [-2.0, 3.0, -7.0, 0.5], [1e9, -1e-9, 1.0, -1.0]], np.float32)
+    against_torch(lambda a, s: a.copysign(s), torch.copysign, a, signs)
+    # torch's gradient is 0 or nan at a zero or infinite sign: compare values only
+    special = np.array([[0.0, -0.0, np.inf, -np.inf], [np.nan, 2.0, -0.0, 0.0], [1.0, -1.0, 0.0, -0.0]], np.float32)
+    against_torch(lambda a, s: a.copysign(s), torch.copysign, np.abs(a) * np.sign(signs), special, grad=False)
+    against_torch(lambda a: a.copysign(-1.0), lambda a: torch.copysign(a, torch.tensor(-1.0)), a)
+    against_torch(lambda s: s.copysign(2), lambda s: torch.copysign(s, torch.tensor(2.0)), signs)
+    against_torch(lambda i: i.copysign(-1), lambda i: torch.copysign(i, torch.tensor(-1)), data(5, dtype=np.int32))
+
+
+@needs_torch
+def test_api_isclose_isnan_isinf_isfinite():
+    special = np.array([0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-9, 1.00001, 3.0], np.float32)
+    other = np.array([1e-9, 1.0 + 1e-6, -1.1, np.inf, np.inf, np.nan, 0.0, 1.0, np.nan], np.float32)
+    for kwargs in ({}, {"equal_nan": True}, {"rtol": 0.2, "atol": 0.0}, {"rtol": 0.0, "atol": 1e-3}):
+        against_torch(lambda a, b: a.isclose(b, **kwargs), lambda a, b: torch.isclose(a, b, **kwargs), special, other)
+    for name in ("isnan", "isinf", "isfinite"):
+        against_torch(lambda x: getattr(x, name)(), lambda x: getattr(torch, name)(x), special, grad=False)
+        against_torch(lambda x: getattr(x, name)(), lambda x: getattr(torch, name)(x), data(4, dtype=np.int32))
+    assert_tensor(Tensor(special).isinf(detect_negative=False), np.isposinf(special))
+    assert_tensor(Tensor(special).isinf(detect_positive=False), np.isneginf(special))
+    with pytest.raises(ValueError, match="isclose.*rtol"):
+        Tensor(special).isclose(Tensor(other), rtol=-1)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_api_div_rounding_modes_and_idiv(dtype):
+    a = np.array([7, -7, 7, -7, 0, 5, -9, 3], dtype) * (1.5 if dtype == np.float32 else 1)
+    b = np.array([2, 2, -2, -2, 3, 5, 4, -7], dtype)
+    for mode in ("trunc", "floor"):
+        lazy, reference = (
+            Tensor(a).div(Tensor(b), rounding_mode=mode),
+            torch.div(torch.tensor(a), torch.tensor(b), rounding_mode=mode),
+        )
+        assert_tensor(lazy, reference.numpy(), dtype=Tensor(a).dtype)
+        scalar = torch.div(torch.tensor(a), 3, rounding_mode=mode).numpy()
+        assert_tensor(Tensor(a).div(3, rounding_mode=mode), scalar)
+        reverse = torch.div(torch.tensor(100, dtype=torch.tensor(b).dtype), torch.tensor(b), rounding_mode=mode)
+        assert_tensor(Tensor(b).div(100, reverse=True, rounding_mode=mode), reverse.numpy())
+    assert_tensor(Tensor(a) // Tensor(b), torch.tensor(a) // torch.tensor(b))
+    if dtype == np.int32:
+        assert_tensor(Tensor(a).idiv(Tensor(b)), torch.div(torch.tensor(a), torch.tensor(b), rounding_mode="trunc"))
+        assert_tensor(Tensor(a).idiv(3), np.trunc(a / 3).astype(np.int32))
+    else:
+        with pytest.raises(TypeError, match="idiv.*float32.*rounding_mode='trunc'"):
+            Tensor(a).idiv(Tensor(b))
+    with pytest.raises(ValueError, match="div.*rounding_mode.*'round'"):
+        Tensor(a).div(Tensor(b), rounding_mode="round")
+
+
+@needs_torch
+def test_api_bitwise_and_shifts():
+    a, b = data(3, 5, dtype=np.int32, low=-100, high=100), data(3, 5, dtype=np.int32, low=-100, high=100, seed=1)
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        against_torch(lambda a, b: getattr(a, name)(b), lambda a, b: getattr(torch, name)(a, b), a, b)
+        against_torch(lambda a: getattr(a, name)(6), lambda a: getattr(torch, name)(a, 6), a)
+    against_torch(lambda a: a.bitwise_not(), torch.bitwise_not, a)
+    for lazy_fn, torch_fn in [
+        (lambda a, b: a & b, lambda a, b: a & b),
+        (lambda a, b: a | b, lambda a, b: a | b),
+        (lambda a, b: a ^ b, lambda a, b: a ^ b),
+        (lambda a, b: ~a, lambda a, b: ~a),
+        (lambda a, b: 5 & a, lambda a, b: 5 & a),
+    ]:
+        against_torch(lazy_fn, torch_fn, a, b)
+    flags = data(2, 4, dtype=np.bool_), data(2, 4, dtype=np.bool_, seed=1)
+    against_torch(lambda a, b: a.bitwise_xor(b) | ~a, lambda a, b: a.bitwise_xor(b) | ~a, *flags)
+    amounts = np.array([[0, 1, 3, 7, 30], [2, 4, 5, 9, 1], [1, 1, 0, 2, 3]], np.int32)
+    against_torch(lambda a, s: a << s, lambda a, s: a << s, a, amounts)
+    against_torch(lambda a, s: a >> s, lambda a, s: a >> s, a, amounts)
+    against_torch(lambda a: (a.lshift(2), a.rshift(3)), lambda a: (a << 2, a >> 3), a)
+    against_torch(lambda s: (1 << s, 1024 >> s), lambda s: (1 << s, 1024 >> s), amounts)
+    for bad in (lambda: Tensor([1.5]) & 1, lambda: Tensor([1.5]).bitwise_or(Tensor([1])), lambda: ~Tensor([1.0])):
+        with pytest.raises(TypeError, match="float32"):
+            bad()
+    with pytest.raises(TypeError, match="cast to an int dtype"):
+        Tensor([1.5]) << 1
+    with pytest.raises(ValueError, match="lshift.*32.*int32"):
+        Tensor([1]) << 32
+
+
+def test_api_bitcast():
+    values = np.array([1.0, -2.5, 0.0, np.inf, 3.3e38, -1e-40], np.float32)
+    assert_tensor(Tensor(values).bitcast(dtypes.int32), values.view(np.int32), dtype=dtypes.int32)
+    assert_tensor(
+        Tensor(values).bitcast("uint32").cast(dtypes.int64) >> 31, (values.view(np.uint32) >> 31).astype(np.int64)
+    )
+    bits = values.view(np.int32)
+    assert_tensor(Tensor(bits).bitcast(dtypes.float32), values)
+    # the sign bit cleared through the integers is |x|
+    assert_tensor((Tensor(values).bitcast(dtypes.int32) & 0x7FFFFFFF).bitcast(dtypes.float32), np.abs(values))
+    assert_tensor(Tensor(np.array([1, 2], np.float16)).bitcast(dtypes.float16), np.array([1, 2], np.float16))
+    with pytest.raises(TypeError, match="bitcast.*float32.*4 bytes.*float16.*2 bytes.*cast"):
+        Tensor(values).bitcast(dtypes.float16)
+    with pytest.raises(TypeError, match="bitcast.*bool"):
+        Tensor([1, 2]).bitcast(dtypes.bool)
+
+
+@needs_torch
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), -2), ((), 0), ((4, 0), 1)])
+def test_api_scans_against_torch(shape, axis):
+    x = data(*shape, low=-1.5, high=1.5)
+    against_torch(lambda x: x.cumsum(axis), lambda x: x.cumsum(axis), x)
+    against_torch(lambda x: x.cumprod(axis), lambda x: x.cumprod(axis), x)
+    against_torch(lambda x: x.logcumsumexp(axis), lambda x: x.logcumsumexp(axis), x)
+    against_torch(lambda x: x.cummax(axis), lambda x: tuple(torch.cummax(x, axis)), x)
+
+
+@needs_torch
+def test_api_scans_edge_values():
+    special = np.array([1.0, 3.0, 3.0, 2.0, -np.inf, 5.0, 5.0, 0.0], np.float32)
+    against_torch(lambda x: x.cummax(0), lambda x: tuple(torch.cummax(x, 0)), special, grad=False)
+    # ties: the gradient goes to the element at the reported index, as in torch (not split between equal ones)
+    ties = np.array([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 0.0], [2.0, 2.0, 2.0, -1.0, 2.0, 4.0, 4.0]], np.float32)
+    against_torch(lambda x: x.cummax(1), lambda x: tuple(torch.cummax(x, 1)), ties)
+    with_nan = np.array([1.0, np.nan, 3.0, np.nan, 0.0], np.float32)
+    against_torch(lambda x: x.cummax(0), lambda x: tuple(torch.cummax(x, 0)), with_nan, grad=False)
+    # an infinity in the input stays where it is: no inf * 0 from the prefix mask
+    against_torch(lambda x: x.cumsum(0), lambda x: x.cumsum(0), np.array([1.0, np.inf, 2.0], np.float32), grad=False)
+    # log-sum-exp of each prefix is shifted by that prefix's own maximum
+    wide = np.array([-100.0, 0.0, -200.0, 50.0, -np.inf], np.float32)
+    against_torch(lambda x: x.logcumsumexp(0), lambda x: x.logcumsumexp(0), wide, grad=False)
+    # zeros in cumprod: the gradient of the elements before a zero still flows
+    zeros = np.array([[2.0, 0.0, 3.0, -1.0], [0.0, 0.0, 1.5, 2.0]], np.float32)
+    against_torch(lambda x: x.cumprod(1), lambda x: x.cumprod(1), zeros)
+    ints = data(3, 4, dtype=np.int32, low=-3, high=4)
+    for name in ("cumsum", "cumprod"):
+        lazy, reference = getattr(Tensor(ints), name)(1), getattr(torch.tensor(ints), name)(1)
+        assert_tensor(lazy, reference.numpy())
+    assert_tensor(Tensor(ints).cummax(1)[0], torch.cummax(torch.tensor(ints), 1).values.numpy())
+    assert_tensor(Tensor(ints).cummax(1)[1], torch.cummax(torch.tensor(ints), 1).indices.numpy(), dtype=dtypes.int32)
+    with pytest.raises(IndexError, match="cumprod.*axis 2.*2 dimensions"):
+        Tensor(ints).cumprod(2)
+
+
+@needs_torch
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("shape, dim", [((9,), 0), ((3, 6), 1), ((3, 6), 0), ((2, 3, 4), -2), ((), 0), ((3, 0), 1)])
+def test_api_sort_argsort_against_torch(shape, dim, descending):
+    x = data(*shape, integral=True)  # whole numbers: ties, which stable sorting orders by position
+    against_torch(
+        lambda x: x.sort(dim, descending=descending),
+        lambda x: tuple(torch.sort(x, dim=dim, descending=descending, stable=True)),
+        x,
+    )
+    against_torch(
+        lambda x: x.argsort(dim, descending=descending),
+        lambda x: torch.sort(x, dim=dim, descending=descending, stable=True).indices,
+        x,
+    )
+
+
+@needs_torch
+def test_api_sort_special_values_and_dtypes():
+    special = np.array([2.0, np.nan, -np.inf, 1.0, np.inf, np.nan, -0.0, 0.0, 1.0], np.float32)
+    for descending in (False, True):
+        against_torch(
+            lambda x: x.sort(descending=descending),
+            lambda x: tuple(torch.sort(x, descending=descending, stable=True)),
+            special,
+            grad=False,
+        )
+    ints = data(4, 6, dtype=np.int32, low=-3, high=3)
+    against_torch(lambda x: x.sort(1), lambda x: tuple(torch.sort(x, dim=1, stable=True)), ints)
+    flags = data(10, dtype=np.bool_)
+    against_torch(lambda x: x.argsort(), lambda x: torch.sort(x, stable=True).indices, flags)
+    assert Tensor(ints).argsort().dtype == dtypes.int32
+
+
+@needs_torch
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize(
+    "shape, k, dim", [((8,), 3, 0), ((3, 6), 6, 1), ((5, 4), 2, 0), ((2, 3, 5), 1, -1), ((4,), 0, 0)]
+)
+def test_api_topk_against_torch(shape, k, dim, largest):
+    rng = np.random.default_rng(3)
+    x = (
+        rng.permutation(int(np.prod(shape))).reshape(shape).astype(np.float32) * 0.25
+    )  # distinct: torch orders ties freely
+    against_torch(lambda x: x.topk(k, dim, largest), lambda x: tuple(torch.topk(x, k, dim, largest)), x)
+
+
+def test_api_topk_errors():
+    with pytest.raises(ValueError, match=r"topk: k must be an int in 0\.\.4.*\(3, 4\).*5"):
+        Tensor.ones(3, 4).topk(5)
+    with pytest.raises(IndexError, match="sort.*axis 2"):
+        Tensor.ones(3, 4).sort(2)
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+@pytest.mark.parametrize("correction", [0, 1, 2])
+@pytest.mark.parametrize(
+    "shape, axis, keepdim",
+    [((4, 5), 1, False), ((4, 5), None, False), ((3, 1, 4), 1, True), ((2, 3, 4), (0, 2), False)],
+)
+def test_api_var_std_mean_against_torch(shape, axis, keepdim, correction):
+    x = data(*shape)
+    count = int(np.prod([shape[a] for a in ((axis,) if isinstance(axis, int) else axis or range(len(shape)))]))
+    for name in ("var_mean", "std_mean"):
+        against_torch(
+            lambda x: getattr(x, name)(axis, keepdim=keepdim, correction=correction),
+            lambda x: tuple(getattr(torch, name)(x, dim=axis, keepdim=keepdim, correction=correction)),
+            x,
+            grad=correction < count,  # torch's gradient of a nan variance (no degrees of freedom left) is arbitrary
+            grad_rtol=1e-3,
+        )
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+def test_api_var_std_over_size_one_axes():
+    x = data(3, 1)
+    for correction in (0, 1):
+        against_torch(
+            lambda x: x.var(1, correction=correction), lambda x: x.var(1, correction=correction), x, grad=False
+        )
+        against_torch(
+            lambda x: x.std(1, correction=correction), lambda x: x.std(1, correction=correction), x, grad=False
+        )
+    against_torch(lambda x: x.var(correction=0), lambda x: x.var(correction=0), data(1))
+    assert np.isnan(Tensor(2.0).var().numpy())
+
+
+@needs_torch
+def test_api_reductions_with_dtype():
+    ints, floats = data(3, 4, dtype=np.int32, low=-5, high=5), data(3, 4)
+    assert_tensor(
+        Tensor(ints).sum(1, dtype=dtypes.float32),
+        torch.tensor(ints).sum(1, dtype=torch.float32).numpy(),
+        dtype=dtypes.float32,
+    )
+    assert_tensor(
+        Tensor(floats).sum(dtype="int32"), torch.tensor(floats).sum(dtype=torch.int32).numpy(), dtype=dtypes.int32
+    )
+    assert_tensor(
+        Tensor(ints).prod(0, dtype=dtypes.float32),
+        torch.tensor(ints).prod(0, dtype=torch.float32).numpy(),
+        dtype=dtypes.float32,
+    )
+    assert_tensor(
+        Tensor(ints).mean(1, dtype=dtypes.float32),
+        torch.tensor(ints).mean(1, dtype=torch.float32).numpy(),
+        dtype=dtypes.float32,
+    )
+    assert_tensor(
+        Tensor(floats).mean(0, dtype=dtypes.float16),
+        torch.tensor(floats).mean(0, dtype=torch.float16).numpy(),
+        dtype=dtypes.float16,
+    )
+    against_torch(lambda x: x.sum(0, dtype=dtypes.float32), lambda x: x.sum(0, dtype=torch.float32), floats)
+    with pytest.raises(TypeError, match="mean: dtype must be a float dtype.*int32"):
+        Tensor(floats).mean(dtype=dtypes.int32)
+
+
+@needs_torch
+def test_api_linear_and_sequential():
+    x, w, b = data(4, 3), data(5, 3, seed=1), data(5, seed=2)
+    # tinygrad's weight layout is (in, out): the transpose of torch's
+    against_torch(lambda x, w, b: x.linear(w.T, b), lambda x, w, b: TF.linear(x, w, b), x, w, b)
+    against_torch(lambda x, w: x.linear(w.T), lambda x, w: TF.linear(x, w), x, w)
+    against_torch(lambda x, w: x.linear(w[0, :]), lambda x, w: x * w[0, :], x, w)
+    against_torch(lambda x, w, b: x[0].linear(w.T, b), lambda x, w, b: TF.linear(x[0], w, b), x, w, b)
+    with pytest.raises(ValueError, match=r"linear: input \(4, 3\).*5 features.*\(5, 3\).*transpose"):
+        Tensor(x).linear(Tensor(w))
+    layers = [lambda t: t.linear(Tensor(w).T, Tensor(b)), Tensor.relu, lambda t: t.sum(1)]
+    expected = TF.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b)).relu().sum(1)
+    assert_tensor(Tensor(x).sequential(layers), expected.numpy())
+    assert Tensor(x).sequential([]).shape == (4, 3)
+    with pytest.raises(TypeError, match="sequential: layer 1 is a int, not callable"):
+        Tensor(x).sequential([Tensor.relu, 3])
+
+
+def test_api_train_and_test_modes():
+    assert Tensor.training is False
+    with Tensor.train():
+        assert Tensor.training is True
+        with Tensor.train(False):
+            assert Tensor.training is False
+            assert_tensor(Tensor.ones(8).dropout(0.5), np.ones(8, np.float32))
+        dropped = Tensor.ones(64).dropout(0.5).numpy()
+        assert set(np.unique(dropped)) <= {0.0, 2.0} and 0 < dropped.sum() < 128
+    assert Tensor.training is False
+
+    @Tensor.train()
+    def step():
+        return Tensor.training
+
+    assert step() is True and Tensor.training is False
+    with pytest.raises(KeyError):
+        with Tensor.train():
+            raise KeyError("the mode is restored on errors too")
+    assert Tensor.training is False
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    with Tensor.test():
+        assert Tensor.no_grad is True
+        y = (x * 2).sum()
+    assert Tensor.no_grad is False
+    with pytest.raises(RuntimeError, match="no_grad"):
+        with Tensor.test():
+            y.backward()
+
+
+def test_api_batchnorm_follows_training_mode():
+    from lazygrad import nn
+
+    norm, x = nn.BatchNorm(3), Tensor(data(4, 3, 2))
+    assert_tensor(norm(x), data(4, 3, 2) / np.sqrt(1 + 1e-5), rtol=1e-5)  # eval: running statistics (0 and 1)
+    with Tensor.train():
+        normalized = norm(x).numpy()
+    np.testing.assert_allclose(normalized.mean((0, 2)), 0, atol=1e-5)  # training: batch statistics
+    assert not np.allclose(norm.running_mean.numpy(), 0)
+
+
+def test_api_movement_keyword_forms():
+    x = Tensor(data(2, 3))
+    assert_tensor(x.reshape(shape=(3, 2)), data(2, 3).reshape(3, 2))
+    assert_tensor(x.reshape(shape=(-1,)), data(2, 3).reshape(-1))
+    assert_tensor(x[:1].expand(shape=(4, 3)), np.broadcast_to(data(2, 3)[:1], (4, 3)))
+    assert_tensor(x.permute(order=(1, 0)), data(2, 3).T)
+    assert_tensor(
+        x.reshape((3, 2)).permute(1, 0).expand((2, 2, 3)), np.broadcast_to(data(2, 3).reshape(3, 2).T, (2, 2, 3))
+    )
+    with pytest.raises(TypeError, match="reshape: sizes must be ints"):
+        x.reshape(shape=(3, 2.0))
+    with pytest.raises(ValueError, match=r"permute.*\(0, 0\).*2 axes"):
+        x.permute(order=(0, 0))
+
+
+@needs_torch
+def test_api_softmax_family_of_0d_tensors():
+    x = np.array(1.5, np.float32)
+    for axis in (0, -1):
+        against_torch(lambda x: x.softmax(axis), lambda x: x.softmax(axis), x)
+        against_torch(lambda x: x.log_softmax(axis), lambda x: x.log_softmax(axis), x)
+        against_torch(lambda x: x.logsumexp(axis), lambda x: x.logsumexp(axis), x)
+        against_torch(lambda x: x.logsumexp(axis, keepdim=True), lambda x: x.logsumexp(axis, keepdim=True), x)
+    against_torch(lambda x: (x.sum(0), x.max(-1), x.mean(0)), lambda x: (x.sum(0), x.amax(-1), x.mean(0)), x)
+    with pytest.raises(IndexError, match="softmax.*axis 1.*0 dimensions"):
+        Tensor(x).softmax(1)
+
+
+@needs_torch
+@pytest.mark.parametrize("scale", [1.0, 10.0, 40.0])
+def test_api_softmax_backward_precision(scale):
+    # float32 gradients within a few roundings of torch's own float32 ones, for flat and for peaked rows
+    x = data(6, 40, seed=4) * scale
+    against_torch(lambda x: x.softmax(-1), lambda x: x.softmax(-1), x, atol=1e-7, grad_rtol=1e-5, grad_atol=3e-7)
+    against_torch(lambda x: x.log_softmax(-1), lambda x: x.log_softmax(-1), x, grad_rtol=1e-5, grad_atol=2e-6)
+
+
+@needs_torch
+def test_api_sigmoid_gradient_at_large_magnitudes():
+    x = np.array([-300.0, -100.0, -88.0, -20.0, 0.0, 20.0, 88.0, 100.0, 300.0], np.float32)
+    for name in ("sigmoid", "tanh", "silu", "logsigmoid"):
+        lazy_fn, torch_fn = (
+            (lambda x: getattr(x, name)()),
+            (lambda x: getattr(TF, name)(x) if name != "tanh" else x.tanh()),
+        )
+        against_torch(lazy_fn, torch_fn, x)
+        assert np.isfinite(getattr(Tensor(x, requires_grad=True), name)().sum().gradient(Tensor(x))[0].numpy()).all()
+
+
+@needs_torch
+@pytest.mark.parametrize("exponent", [0, 1, 2, 3, -1, -2, 0.5, 1.5, 2.5, -0.5, 1 / 3])
+def test_api_pow_gradient_at_zero_and_negative_bases(exponent):
+    bases = np.array([0.0, -0.0, -2.0, -1.5, -0.5, 0.5, 2.0, 3.0], np.float32)
+    if not float(exponent).is_integer():
+        bases = np.delete(bases, 1)  # -0.0: torch's slope there is -inf for 0.5 (its sqrt) but +inf for 1/3
+    against_torch(lambda x: x**exponent, lambda x: x**exponent, bases)
+    against_torch(lambda x: x.pow(exponent), lambda x: x.pow(exponent), np.array([0.0, 1.0, 2.0], np.float32))
+
+
+@needs_torch
+def test_api_pow_tensor_exponent_gradients():
+    # the base's gradient matches torch everywhere, including y * 0**(y-1) at a zero base and nan for a negative
+    # base to a non-integer power; the exponent's where torch's is the real-valued x**y log(x)
+    bases = np.array([0.0, 0.0, 0.0, 0.0, 0.0, -2.0, -2.0, -1.5, 2.0, 3.0, 0.5], np.float32)
+    powers = np.array([2.0, 0.5, 0.0, 1.0, -1.0, 3.0, 2.0, 2.5, 0.5, -0.5, 1.7], np.float32)
+    x, y = Tensor(bases), Tensor(powers)
+    tx, ty = torch.tensor(bases, requires_grad=True), torch.tensor(powers, requires_grad=True)
+    assert_tensor(x**y, (tx**ty).detach().numpy())
+    (tx**ty).sum().backward()
+    grad_x, grad_y = (x**y).sum().gradient(x, y)
+    np.testing.assert_allclose(grad_x.numpy(), tx.grad.numpy(), rtol=1e-5)
+    real = [0, 1, 2, 3, 7, 8, 9, 10]  # not 0**-1 (torch: -inf) and not a negative base (torch: nan)
+    np.testing.assert_allclose(grad_y.numpy()[real], ty.grad.numpy()[real], rtol=1e-5)
+    assert np.isnan(grad_y.numpy()[7])
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["atan", "asin", "asinh", "erf", "mish", "softsign", "logsigmoid", "sinh", "celu"])
+def test_api_second_derivatives_against_torch(name):
+    # the compositions differentiate twice like any graph (no op here has a rule of its own)
+    lazy_fn, torch_fn, values = API_UNARY[name]
+    values = np.asarray(values, np.float32)[np.abs(values) < 10]
+    if name == "celu":
+        values = values[values != 0]  # the second derivative jumps at 0 (torch takes the right side, we the left)
+    x, tx = Tensor(values), torch.tensor(values, requires_grad=True)
+    (first,) = lazy_fn(x).sum().gradient(x)
+    (torch_first,) = torch.autograd.grad(torch_fn(tx).sum(), tx, create_graph=True)
+    (second,) = first.sum().gradient(x)
+    (torch_second,) = torch.autograd.grad(torch_first.sum(), tx)
+    # erf is a fitted series: its second derivative is within 1e-4 of the true one
+    np.testing.assert_allclose(second.numpy(), torch_second.numpy(), rtol=2e-4, atol=1e-4 if name == "erf" else 5e-5)

@@ -284,3 +284,29 @@ def test_long_reduce_into_one_value_is_split_across_cores():
     np.testing.assert_allclose(x.grad.numpy(), 2 * values, rtol=1e-6)
     # short reduces, and reduces into many values, stay one kernel
     assert kernels(rand(1000).sum()) == 1 and kernels(rand(512, 1024).sum(1)) == 1
+
+
+@pytest.mark.parametrize("name", ["mish", "erf", "atan", "asin", "acosh", "selu", "hardswish", "logsigmoid", "sinh"])
+def test_composed_elementwise_math_is_one_kernel(abc, name):
+    # every select, series and range reduction inside these ops fuses into the one elementwise kernel
+    a, _, _ = abc
+    assert kernels(getattr(a * 0.5, name)()) == 1
+
+
+def test_composed_binary_math_is_one_kernel(abc):
+    a, b, c = abc
+    assert kernels(a.lerp(b, c)) == 1
+    assert kernels(a.copysign(b) + a.isclose(b).float()) == 1
+    assert kernels(a.div(b, rounding_mode="floor")) == 1
+
+
+def test_scans_and_sort():
+    # a running sum or product is one reduce over the prefix mask; logcumsumexp needs each prefix's maximum first
+    x = rand(8, 16)
+    assert kernels(x.cumsum(1)) == 1
+    assert kernels(x.cumprod(1)) == 1
+    assert kernels(x.logcumsumexp(1)) == 2
+    # sort: the ranks (a count of the elements before each), then the values (a select of the input by rank)
+    assert kernels(x.sort(1)[0]) == 2
+    assert kernels(*x.sort(1)) == 3
+    assert kernels(x.topk(3, 1)[0]) == 2

@@ -123,7 +123,7 @@ class Lowerer:
                 for axis, (index, size) in enumerate(zip(indices, node.shape))
             )
             return [(node.src[0], inner, valid)]
-        if op in ALU or op is Ops.CAST:
+        if op in ALU or op in (Ops.CAST, Ops.BITCAST):
             return [(source, indices, valid) for source in node.src]
         if op is Ops.DETACH:
             return [(node.src[0], indices, valid)]
@@ -170,7 +170,7 @@ class Lowerer:
             if not ranges:
                 return sources[0]
             return UOp(Ops.RANGE_REDUCE, node.dtype, (sources[0], *ranges), reduce_op)
-        if op in ALU or op is Ops.CAST:
+        if op in ALU or op in (Ops.CAST, Ops.BITCAST):
             return node.replace(src=tuple(sources))
         return sources[0]  # movement ops: the source's value at the moved indices
 

@@ -84,6 +84,8 @@ class PythonProgram:
                 memory[src[0].arg[0]][value(src[1])] = value(src[2])
             elif op is Ops.CAST:
                 values[node] = cast_value(value(src[0]), node.dtype)
+            elif op is Ops.BITCAST:
+                values[node] = np.array(value(src[0]), dtype=src[0].dtype.np).view(node.dtype.np).item()
             else:
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1

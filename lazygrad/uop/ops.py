@@ -430,7 +430,9 @@ def _shape_of(node: UOp) -> tuple[int, ...] | None:
         return tuple(1 if axis in arg[1] else size for axis, size in enumerate(node.src[0].shape))
     if op is Ops.WHERE:
         return node.src[1].shape
-    if node.src and (op in ALU or op in (Ops.CAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN)):
+    if node.src and (
+        op in ALU or op in (Ops.CAST, Ops.BITCAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN)
+    ):
         return node.src[0].shape
     return None
 

@@ -1,0 +1,129 @@
+"""Activation functions, each a composition of primitives (so each has a gradient for free)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+# the constants of SELU (Klambauer et al. 2017), as PyTorch uses them
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+class ActivationMixin:
+    """Activations of a Tensor, elementwise."""
+
+    __slots__ = ()
+
+    def relu(self: Tensor) -> Tensor:
+        """max(x, 0); NaN passes through."""
+        positive = self > 0
+        if self.dtype.is_float:
+            positive = positive | (self != self)  # NaN passes through, with its gradient, as in torch
+        return positive.where(self, 0)
+
+    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+        """x where x > 0, else x * neg_slope."""
+        return (self > 0).where(self, self * neg_slope)
+
+    def _negative_magnitude(self: Tensor) -> Tensor:
+        """-|x|, with the gradient of the side each value is on (-1 for x >= 0): `abs` splits its gradient at 0,
+        which would zero the slope of functions built on exp(-|x|) there."""
+        return (self >= 0).where(-self, self)
+
+    def sigmoid(self: Tensor) -> Tensor:
+        """1 / (1 + exp(-x))."""
+        # exp(-|x|) never overflows, so neither the value nor the gradient meets inf (or 0 * inf)
+        decay = self._negative_magnitude().exp()
+        return (self >= 0).where(1 / (1 + decay), decay / (1 + decay))
+
+    def tanh(self: Tensor) -> Tensor:
+        return 2.0 * (2.0 * self).sigmoid() - 1.0
+
+    def gelu(self: Tensor) -> Tensor:
+        """GELU with the tanh approximation."""
+        return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+
+    def quick_gelu(self: Tensor) -> Tensor:
+        return self * (self * 1.702).sigmoid()
+
+    def silu(self: Tensor) -> Tensor:
+        return self * self.sigmoid()
+
+    def swish(self: Tensor) -> Tensor:
+        return self.silu()
+
+    def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+        """log(1 + exp(beta*x)) / beta, and x itself where beta*x > threshold (as in PyTorch)."""
+        if beta == 0:
+            raise ValueError("softplus: beta must be nonzero (the result is log(1 + exp(beta*x)) / beta)")
+        scaled = self * beta
+        # max(s, 0) + log(1 + exp(-|s|)) is log(1 + exp(s)) without overflow for large s; both terms take the
+        # s >= 0 side at 0, so the slope there is 1 - 1/2
+        positive_part = (scaled >= 0).where(scaled, 0)
+        smooth = (positive_part + (1 + scaled._negative_magnitude().exp()).log()) * (1 / beta)
+        return (scaled > threshold).where(self, smooth)
+
+    def logsigmoid(self: Tensor) -> Tensor:
+        """log(sigmoid(x)), without overflow: -softplus(-x)."""
+        return -(-self).softplus(threshold=math.inf)
+
+    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        """x where x > 0, else alpha * (exp(x) - 1)."""
+        negative_part = (self > 0).where(0, self)  # keeps exp finite where x is large
+        return (self > 0).where(self, alpha * (negative_part.exp() - 1))
+
+    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        """x where x > 0, else alpha * (exp(x / alpha) - 1)."""
+        if alpha == 0:
+            raise ValueError("celu: alpha must be nonzero (the negative side is alpha * (exp(x / alpha) - 1))")
+        negative_part = (self > 0).where(0, self)
+        return (self > 0).where(self, alpha * ((negative_part * (1 / alpha)).exp() - 1))
+
+    def selu(self: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
+        """gamma * elu(x, alpha); the defaults are SELU's self-normalizing constants."""
+        return gamma * self.elu(alpha)
+
+    def mish(self: Tensor) -> Tensor:
+        """x * tanh(softplus(x))."""
+        return self * self.softplus().tanh()
+
+    def softsign(self: Tensor) -> Tensor:
+        """x / (1 + |x|)."""
+        return self / (1 + self.abs())
+
+    def relu6(self: Tensor) -> Tensor:
+        """min(max(x, 0), 6)."""
+        # a select, not relu(x) - relu(x - 6): that is inf - inf at inf
+        return (self >= 6).where(6, self.relu())
+
+    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """alpha * x + beta limited to [0, 1]: a piecewise-linear sigmoid (the defaults give PyTorch's)."""
+        line = self * alpha + beta
+        # selects, so the slope is alpha strictly inside and 0 on and past the ends, as in torch
+        return (line >= 1).where(1.0, (line > 0).where(line, 0.0))
+
+    def hardswish(self: Tensor) -> Tensor:
+        """x * relu6(x + 3) / 6."""
+        return self * (self + 3).relu6() * (1 / 6)
+
+    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        return self.clip(min_val, max_val)
+
+    def clip(self: Tensor, min_=None, max_=None) -> Tensor:
+        """Values limited to [min_, max_] (either may be None)."""
+        if min_ is None and max_ is None:
+            raise ValueError("clip: give at least one of min_ and max_")
+        # selects rather than max/min, so a value on a bound passes its whole gradient (as in torch)
+        result = self
+        if min_ is not None:
+            result = (result < min_).where(min_, result)
+        if max_ is not None:
+            result = (result > max_).where(max_, result)
+        return result
+
+    def clamp(self: Tensor, min_=None, max_=None) -> Tensor:
+        return self.clip(min_, max_)

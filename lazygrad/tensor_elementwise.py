@@ -1,0 +1,384 @@
+"""Elementwise primitives of a Tensor: casts, the binary ops with dtype promotion and broadcasting, selects,
+comparisons, bitwise ops and the Python operators."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lazygrad.device import Device
+from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, scalar_dtype, to_dtype
+from lazygrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Scalar, Tensor
+
+
+def broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
+    """`node` broadcast to `shape` (which `_broadcast_shape` checked): leading ones added, then expanded."""
+    if node.shape == shape:
+        return node
+    if len(node.shape) < len(shape):
+        node = UOp(Ops.RESHAPE, node.dtype, (node,), (1,) * (len(shape) - len(node.shape)) + node.shape)
+    return node if node.shape == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
+
+
+def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
+    ndim = max(len(shape) for shape in shapes)
+    padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
+    result = []
+    for sizes in zip(*padded):
+        others = {size for size in sizes if size != 1}
+        if len(others) > 1:
+            raise ValueError(
+                f"{op_name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together "
+                "(each dimension must be equal or 1); reshape or expand one operand"
+            )
+        result.append(others.pop() if others else 1)
+    return tuple(result)
+
+
+def check_device_has(dtype: DType, device: str, op_name: str) -> None:
+    """An error naming the op when `device` cannot compute in `dtype` (an OpenCL device without doubles)."""
+    if dtype in Device[device].unsupported_dtypes:
+        raise TypeError(
+            f"{op_name}: {device} cannot compute in {dtype} ({Device[device].unsupported_dtypes[dtype]}); "
+            "cast to a narrower dtype or use another device"
+        )
+
+
+class ElementwiseMixin:
+    """Ops on one, two or three tensors that act value by value. Results are built with `self._new`, so this module
+    never needs the Tensor class itself (isinstance checks use this mixin, which every Tensor is)."""
+
+    __slots__ = ()
+
+    def _unary(self: Tensor, op: Ops) -> Tensor:
+        return self._new(UOp(op, self.dtype, (self.uop,)))
+
+    def cast(self: Tensor, dtype: DType | str) -> Tensor:
+        """The values converted to `dtype` (floats to ints truncate toward zero)."""
+        dtype = to_dtype(dtype)
+        if dtype.itemsize == 8 and dtype != self.dtype:
+            check_device_has(dtype, self.device, "cast")
+        return self if dtype == self.dtype else self._new(UOp(Ops.CAST, dtype, (self.uop,)))
+
+    def float(self: Tensor) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self: Tensor) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def bool(self: Tensor) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def _to_float(self: Tensor) -> Tensor:
+        return self if self.dtype.is_float else self.cast(dtypes.default_float)
+
+    def _operand_nodes(self: Tensor, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[UOp, UOp]:
+        """The nodes of both operands of a binary op, promoted to one dtype and broadcast to one shape."""
+        if isinstance(other, ElementwiseMixin):
+            if other.device != self.device:
+                raise ValueError(
+                    f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
+                )
+            dtype, other_node = least_upper_dtype(self.dtype, other.dtype), other.uop
+        elif isinstance(other, (int, float, bool, np.generic)):
+            other = other.item() if isinstance(other, np.generic) else other
+            # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
+            dtype = scalar_dtype(op_name, other, self.dtype)
+            if dtype == dtypes.int64 and self.dtype != dtypes.int64:
+                check_device_has(dtype, self.device, op_name)
+            other_node = UOp.const(dtype, other)
+        else:
+            raise TypeError(
+                f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number"
+            )
+        x, y = (other_node, self.uop) if reverse else (self.uop, other_node)
+        x = x if x.dtype == dtype else UOp(Ops.CAST, dtype, (x,))
+        y = y if y.dtype == dtype else UOp(Ops.CAST, dtype, (y,))
+        shape = broadcast_shape(op_name, x.shape, y.shape)
+        return broadcast_node(x, shape), broadcast_node(y, shape)
+
+    def _operands(self: Tensor, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands of a binary op as tensors, promoted to one dtype and broadcast to one shape."""
+        x, y = self._operand_nodes(other, op_name, reverse)
+        tensors = (other, self) if reverse else (self, other)
+        return tuple(
+            t if isinstance(t, ElementwiseMixin) and t.uop is node else self._new(node)
+            for t, node in zip(tensors, (x, y))
+        )
+
+    def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
+        return self if self.shape == shape else self._new(broadcast_node(self.uop, shape))
+
+    def _binary(
+        self: Tensor, op: Ops, other: Tensor | Scalar, reverse: bool = False, op_name: str | None = None
+    ) -> Tensor:
+        x, y = self._operand_nodes(other, op_name or op.name.lower(), reverse)
+        return self._new(x.alu(op, y))
+
+    def add(self: Tensor, other, reverse: bool = False) -> Tensor:
+        return self._binary(Ops.ADD, other, reverse, "add")
+
+    def mul(self: Tensor, other, reverse: bool = False) -> Tensor:
+        return self._binary(Ops.MUL, other, reverse, "mul")
+
+    def sub(self: Tensor, other, reverse: bool = False) -> Tensor:
+        x, y = self._operands(other, "sub", reverse)
+        return x + (-y)
+
+    def neg(self: Tensor) -> Tensor:
+        if self.dtype == dtypes.bool:
+            raise TypeError("neg: cannot negate a bool tensor; use ~ (logical not) instead")
+        return self._unary(Ops.NEG)
+
+    def div(self: Tensor, other, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """Division. rounding_mode None: true division (integers are divided as floats); "trunc": rounded toward
+        zero; "floor": rounded down. The rounded modes keep the operands' dtype, as in PyTorch."""
+        if rounding_mode == "trunc":
+            x, y = self._operands(other, "div", reverse)
+            return x.div(y).trunc() if x.dtype.is_float else x.idiv(y)
+        if rounding_mode == "floor":
+            return self.floordiv(other, reverse)
+        if rounding_mode is not None:
+            raise ValueError(f'div: rounding_mode must be None, "trunc" or "floor", got {rounding_mode!r}')
+        x, y = self._operands(other, "div", reverse)
+        x, y = x._to_float(), y._to_float()
+        return x * y.reciprocal()
+
+    def idiv(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Integer division rounded toward zero (C's `/`); `x idiv 0` is 0. Floats must use div(rounding_mode=...)."""
+        x, y = self._operands(other, "idiv", reverse)
+        if not x.dtype.is_int:
+            raise TypeError(
+                f"idiv: needs int tensors, got {x.dtype}; use div(other, rounding_mode='trunc') for floats, or cast"
+            )
+        return x._new(x.uop.alu(Ops.IDIV, y.uop))
+
+    def floordiv(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Division rounded down (Python's `//`). For ints, `x // 0` is 0 (as in NumPy) and the most negative value
+        divided by -1 wraps to itself."""
+        x, y = self._operands(other, "floordiv", reverse)
+        if x.dtype.is_float:
+            return (x / y).floor()
+        if x.dtype == dtypes.bool:
+            raise TypeError("floordiv: not defined for bool tensors; cast to int first")
+        quotient = x._new(x.uop.alu(Ops.IDIV, y.uop))
+        # the kernel truncates toward zero: step down where a remainder is left and its sign differs from y's
+        return x._truncated_remainder_off(y).where(quotient - 1, quotient)
+
+    def mod(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Remainder with the divisor's sign (Python's `%`). For ints, `x % 0` is 0 (as in NumPy)."""
+        x, y = self._operands(other, "mod", reverse)
+        if x.dtype.is_float or x.dtype == dtypes.bool:
+            return x - x.floordiv(y) * y
+        remainder = x._new(x.uop.alu(Ops.MOD, y.uop))
+        return x._truncated_remainder_off(y).where(remainder + y, remainder)
+
+    def _truncated_remainder_off(self: Tensor, divisor: Tensor) -> Tensor:
+        """Where the truncating remainder of self / divisor is nonzero with the sign opposite to the divisor's: there
+        floor division is one less than the truncating quotient."""
+        remainder = self._new(self.uop.alu(Ops.MOD, divisor.uop))
+        return (remainder != 0) & ((remainder < 0) != (divisor < 0))
+
+    def reciprocal(self: Tensor) -> Tensor:
+        return self._to_float()._unary(Ops.RECIP)
+
+    def maximum(self: Tensor, other) -> Tensor:
+        return self._binary(Ops.MAX, other, op_name="maximum")
+
+    def minimum(self: Tensor, other) -> Tensor:
+        x, y = self._operands(other, "minimum")
+        return x._order_reversed().maximum(y._order_reversed())._order_reversed()
+
+    def where(self: Tensor, true_value: Tensor | Scalar, false_value: Tensor | Scalar) -> Tensor:
+        """`true_value` where this (bool) tensor is true, else `false_value`."""
+        condition = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
+        if isinstance(true_value, ElementwiseMixin):
+            a, b = true_value._operands(false_value, "where")
+        elif isinstance(false_value, ElementwiseMixin):
+            b, a = false_value._operands(true_value, "where")
+        else:
+            dtype = least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value))
+            a = type(self)(UOp.const(scalar_dtype("where", true_value, dtype), true_value), device=self.device)
+            a, b = a._operands(false_value, "where")
+        shape = broadcast_shape("where", condition.shape, a.shape)
+        condition, a, b = condition._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+        return a._new(condition.uop.alu(Ops.WHERE, a.uop, b.uop))
+
+    # comparisons and bitwise ops
+    def __lt__(self: Tensor, other):
+        return self._binary(Ops.CMPLT, other, op_name="<")
+
+    def __gt__(self: Tensor, other):
+        return self._binary(Ops.CMPLT, other, reverse=True, op_name=">")
+
+    def __ne__(self: Tensor, other):  # type: ignore[override]
+        return self._binary(Ops.CMPNE, other, op_name="!=")
+
+    def __eq__(self: Tensor, other):  # type: ignore[override]
+        return ~(self != other)
+
+    def __le__(self: Tensor, other):
+        return (self < other) | (self == other)
+
+    def __ge__(self: Tensor, other):
+        return (self > other) | (self == other)
+
+    def _bitwise(self: Tensor, op: Ops, other, reverse: bool, name: str) -> Tensor:
+        x, y = self._operand_nodes(other, name, reverse)
+        if x.dtype.is_float:
+            raise TypeError(
+                f"{name}: bitwise ops need int or bool tensors, got {x.dtype} (from {self.dtype} and "
+                f"{getattr(other, 'dtype', type(other).__name__)}); cast to an int dtype first, or use .bitcast()"
+            )
+        return self._new(x.alu(op, y))
+
+    def bitwise_and(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bitwise (bools: logical) and of int or bool tensors."""
+        return self._bitwise(Ops.AND, other, reverse, "bitwise_and")
+
+    def bitwise_or(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bitwise (bools: logical) or of int or bool tensors."""
+        return self._bitwise(Ops.OR, other, reverse, "bitwise_or")
+
+    def bitwise_xor(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bitwise (bools: logical) exclusive or of int or bool tensors."""
+        return self._bitwise(Ops.XOR, other, reverse, "bitwise_xor")
+
+    def bitwise_not(self: Tensor) -> Tensor:
+        """Every bit flipped (bools: logical not)."""
+        return ~self
+
+    def lshift(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bits shifted left by `other` (ints only)."""
+        self._check_shift(other, reverse, "lshift")
+        return self._bitwise(Ops.SHL, other, reverse, "lshift")
+
+    def rshift(self: Tensor, other, reverse: bool = False) -> Tensor:
+        """Bits shifted right by `other` (ints only; signed ints shift in copies of the sign bit)."""
+        self._check_shift(other, reverse, "rshift")
+        return self._bitwise(Ops.SHR, other, reverse, "rshift")
+
+    def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
+        """The same bits read as `dtype`, which must have the same size (float32 <-> int32 / uint32, ...)."""
+        dtype = to_dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize or dtypes.bool in (dtype, self.dtype):
+            raise TypeError(
+                f"bitcast: cannot read {self.dtype} ({self.dtype.itemsize} bytes) as {dtype} ({dtype.itemsize} "
+                "bytes); bitcast needs two non-bool dtypes of the same size, use .cast() to convert values"
+            )
+        if dtype.itemsize == 8 and dtype != self.dtype:
+            check_device_has(dtype, self.device, "bitcast")
+        # BITCAST is a primitive: no composition of value-preserving ops can reinterpret bits (every renderer and the
+        # PYTHON device spell it already, for the kernels' own transcendental code)
+        return self if dtype == self.dtype else self._new(UOp(Ops.BITCAST, dtype, (self.uop,)))
+
+    def __and__(self: Tensor, other):
+        return self._bitwise(Ops.AND, other, False, "&")
+
+    def __rand__(self: Tensor, other):
+        return self._bitwise(Ops.AND, other, True, "&")
+
+    def __or__(self: Tensor, other):
+        return self._bitwise(Ops.OR, other, False, "|")
+
+    def __ror__(self: Tensor, other):
+        return self._bitwise(Ops.OR, other, True, "|")
+
+    def __xor__(self: Tensor, other):
+        return self._bitwise(Ops.XOR, other, False, "^")
+
+    def __rxor__(self: Tensor, other):
+        return self._bitwise(Ops.XOR, other, True, "^")
+
+    def _check_shift(self: Tensor, amount, reverse: bool, name: str) -> None:
+        if not reverse and isinstance(amount, int) and not 0 <= amount < self.dtype.bits:
+            raise ValueError(
+                f"{name}: shift amount {amount} is outside 0..{self.dtype.bits - 1} for {self.dtype}; "
+                "shift by less than the bit width"
+            )
+
+    def __lshift__(self, other):
+        return self.lshift(other)
+
+    def __rlshift__(self, other):
+        return self.lshift(other, True)
+
+    def __rshift__(self, other):
+        return self.rshift(other)
+
+    def __rrshift__(self, other):
+        return self.rshift(other, True)
+
+    def __invert__(self: Tensor):
+        if self.dtype.is_float:
+            raise TypeError(f"~: needs a bool or int tensor, got {self.dtype}")
+        return self ^ (
+            True if self.dtype == dtypes.bool else (1 << self.dtype.bits) - 1 if self.dtype.is_unsigned else -1
+        )
+
+    def logical_not(self: Tensor) -> Tensor:
+        return self.cast(dtypes.bool) ^ True
+
+    # arithmetic operators
+    def __add__(self: Tensor, other):
+        return self.add(other)
+
+    def __radd__(self: Tensor, other):
+        return self.add(other, True)
+
+    def __sub__(self: Tensor, other):
+        return self.sub(other)
+
+    def __rsub__(self: Tensor, other):
+        return self.sub(other, True)
+
+    def __mul__(self: Tensor, other):
+        return self.mul(other)
+
+    def __rmul__(self: Tensor, other):
+        return self.mul(other, True)
+
+    def __truediv__(self: Tensor, other):
+        return self.div(other)
+
+    def __rtruediv__(self: Tensor, other):
+        return self.div(other, True)
+
+    def __floordiv__(self: Tensor, other):
+        return self.floordiv(other)
+
+    def __rfloordiv__(self: Tensor, other):
+        return self.floordiv(other, True)
+
+    def __mod__(self: Tensor, other):
+        return self.mod(other)
+
+    def __rmod__(self: Tensor, other):
+        return self.mod(other, True)
+
+    def __pow__(self: Tensor, other):
+        return self.pow(other)
+
+    def __rpow__(self: Tensor, other):
+        return self.pow(other, True)
+
+    def __neg__(self: Tensor):
+        return self.neg()
+
+    def __matmul__(self: Tensor, other):
+        return self.matmul(other)
+
+    def __rmatmul__(self: Tensor, other):
+        return (
+            other.matmul(self)
+            if isinstance(other, ElementwiseMixin)
+            else type(self)(other, device=self.device).matmul(self)
+        )

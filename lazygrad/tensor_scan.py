@@ -1,0 +1,140 @@
+"""Scans (running sums, products, maxima, log-sum-exps) and sorting (sort, argsort, topk).
+
+Each is built from a pairwise view of the axis: an (n, n) comparison of every element with every other, reduced
+along one side. That costs n^2 work per row, which is what a fused elementwise-and-reduce kernel does well for the
+short axes these ops usually see; it keeps each op a composition of primitives, with gradients for free (sort's
+values are a select of the input, so their gradient goes to exactly the element each came from)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lazygrad.dtype import dtypes, integer_range
+from lazygrad.tensor_movement import normalize_axis
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+
+class ScanMixin:
+    """Running reductions and sorting along one axis."""
+
+    __slots__ = ()
+
+    def _along_last(self: Tensor, axis: int, op_name: str) -> tuple[Tensor, int]:
+        """This tensor with `axis` moved last (a 0-d tensor becomes one element), and the normalized axis."""
+        if self.ndim == 0:
+            normalize_axis(axis, 0, op_name)
+            return self.reshape(1), 0
+        axis = normalize_axis(axis, self.ndim, op_name)
+        return (self if axis == self.ndim - 1 else self.transpose(axis, -1)), axis
+
+    def _back_from_last(self: Tensor, result: Tensor, axis: int) -> Tensor:
+        """`result` (axis last, as `_along_last` made it) put back in this tensor's layout."""
+        if self.ndim == 0:
+            return result.reshape(())
+        return result if axis == self.ndim - 1 else result.transpose(axis, -1)
+
+    def _prefixes(self: Tensor, fill) -> Tensor:
+        """(..., n) -> (..., n, n): element [i, j] is x[i] for i <= j and `fill` after: column j holds prefix j."""
+        length = self.shape[-1]
+        index = type(self).arange(length, device=self.device)
+        in_prefix = index.reshape(length, 1) <= index.reshape(1, length)
+        return in_prefix.where(self.unsqueeze(-1), fill)
+
+    def _scan(self: Tensor, axis: int, op_name: str, fill, reduce) -> Tensor:
+        moved, axis = self._along_last(axis, op_name)
+        if moved.shape[-1] == 0:
+            return self  # no prefixes to reduce
+        return self._back_from_last(reduce(moved._prefixes(fill)), axis)
+
+    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+        """Running sums along `axis`."""
+        source = self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+        return source._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2))
+
+    def cumprod(self: Tensor, axis: int = 0) -> Tensor:
+        """Running products along `axis`."""
+        source = self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+        return source._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2))
+
+    def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+        """log(cumsum(exp(x))) along `axis`, with each prefix shifted by its own maximum (no overflow)."""
+        source = self._to_float()
+        return source._scan(axis, "logcumsumexp", float("-inf"), lambda prefixes: prefixes.logsumexp(-2))
+
+    def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """Running maxima along `axis` and the index each came from (the latest one on ties; NaN propagates), as in
+        PyTorch. The gradient goes to the element at that index."""
+        moved, axis = self._along_last(axis, "cummax")
+        if moved.shape[-1] == 0:
+            return self, self.cast(dtypes.int32)
+        lowest = (
+            float("-inf")
+            if self.dtype.is_float
+            else False
+            if self.dtype == dtypes.bool
+            else integer_range(self.dtype)[0]
+        )
+        prefixes = moved._prefixes(lowest)
+        peaks = prefixes.max(-2, keepdim=True).detach()
+        matches = prefixes == peaks
+        if self.dtype.is_float:
+            matches = matches | (prefixes.isnan() & peaks.isnan())
+        length = moved.shape[-1]
+        index = type(self).arange(length, device=self.device).reshape(length, 1)
+        # the latest matching index within the prefix (entries past it hold `lowest`, so are ruled out by i <= j)
+        in_prefix = index <= type(self).arange(length, device=self.device)
+        indices = (matches & in_prefix).where(index, -1).max(-2)
+        values = (index == indices.unsqueeze(-2)).where(moved.unsqueeze(-1), 0).sum(-2).cast(moved.dtype)
+        return self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int32), axis)
+
+    # ---- sorting ---------------------------------------------------------------------------------------------------
+
+    def _sort_order(self: Tensor, axis: int, descending: bool, op_name: str) -> tuple[Tensor, Tensor, int]:
+        """(moved, rank, axis): with `axis` moved last, each element's position in the stable sorted order, NaN
+        counting as larger than every number (as PyTorch sorts)."""
+        moved, axis = self._along_last(axis, op_name)
+        mine, other = moved.unsqueeze(-1), moved.unsqueeze(-2)  # [i, j]: element i against element j
+        before = other > mine if descending else other < mine
+        same = other == mine
+        if moved.dtype.is_float:
+            mine_nan, other_nan = mine.isnan(), other.isnan()
+            before = (before | (other_nan & ~mine_nan)) if descending else (before | (mine_nan & ~other_nan))
+            same = same | (mine_nan & other_nan)
+        length = moved.shape[-1]
+        index = type(self).arange(length, device=self.device)
+        earlier = index.reshape(1, length) < index.reshape(length, 1)  # [i, j]: j comes before i in the input
+        rank = (before | (same & earlier)).sum(-1)
+        return moved, rank, axis
+
+    def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> tuple[Tensor, Tensor]:
+        """(values, indices) sorted along `dim`, ascending unless `descending`. Always stable (equal elements keep
+        their order, so it equals PyTorch's stable=True); NaN sorts as the largest value. Indices are int32."""
+        del stable  # always stable
+        moved, rank, axis = self._sort_order(dim, descending, "sort")
+        length = moved.shape[-1]
+        index = type(self).arange(length, device=self.device)
+        # [i, p]: element i goes to position p
+        goes_to = rank.unsqueeze(-1) == index
+        indices = goes_to.where(index.reshape(length, 1), 0).sum(-2).cast(dtypes.int32)
+        values = goes_to.where(moved.unsqueeze(-1), 0).sum(-2).cast(moved.dtype)
+        return self._back_from_last(values, axis), self._back_from_last(indices, axis)
+
+    def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+        """The indices that sort this tensor along `dim` (see `sort`)."""
+        return self.sort(dim, descending, stable)[1]
+
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+        """(values, indices) of the k largest (or smallest) elements along `dim`, in sorted order; equal elements
+        keep their input order."""
+        del sorted  # the results always come in sorted order
+        size = self.shape[normalize_axis(dim, self.ndim, "topk")] if self.ndim else 1
+        if not isinstance(k, int) or not 0 <= k <= size:
+            raise ValueError(f"topk: k must be an int in 0..{size} (the size of dim {dim} of {self.shape}), got {k!r}")
+        values, indices = self.sort(dim, descending=largest)
+        if self.ndim == 0:
+            return values, indices
+        window = [None] * self.ndim
+        window[normalize_axis(dim, self.ndim, "topk")] = (0, k)
+        return values.shrink(tuple(window)), indices.shrink(tuple(window))
