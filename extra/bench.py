@@ -14,6 +14,10 @@ The rows:
 - ``conv2d fwd+bwd``: ``x.conv2d(weight, bias, padding=1).sum()`` over a (batch, 3, 32, 32) input and 16 3x3
   filters, then backward; a call realizes the loss and the gradients of x, weight and bias, and the gradients
   are checked against NumPy.
+- ``transformer step jit`` and ``resnet18 step jit``: a training step of extra/models.py's small transformer (Adam)
+  and ResNet18 (batch norm in training mode, SGD with momentum) in ``TinyJit``, beside the same step in torch
+  started from lazygrad's first weights. The check compares a step's loss with torch's loss for the weights that
+  step started from; ``lg cold`` is the first step, compiles included.
 - ``mlp step cold``: that MLP's first training step in a new Python process with ``CACHELEVEL=0`` (no disk
   compile cache), from building the model to the loss on the host; it is in the ``lg cold`` column. The imports
   are timed apart and printed below the table, with PyTorch's first step in a new process. The check compares
@@ -41,13 +45,15 @@ Per row the table shows:
 Each lazygrad result is checked against NumPy once; a mismatch is printed loudly and makes the script
 exit with status 1. Below the table, every row's target and whether this run met it: elementwise <= 0.5x
 torch's time, sums <= 2x, matmul >= 0.5x torch's GFLOP/s, softmax <= 2.5x, MLP step <= 2x and <= 26 kernels,
-conv2d <= 3x, cold MLP step <= 1 s, dispatch <= 50 us per operation. ``--json`` writes them too.
+conv2d <= 3x, transformer step <= 1.2x, ResNet18 step <= 1.5x and its first step <= 10 s, cold MLP step <= 1 s,
+dispatch <= 50 us per operation. ``--json`` writes them too.
 
 Usage::
 
     python extra/bench.py            # full sizes
     python extra/bench.py --quick    # small sizes, few repeats
     python extra/bench.py --json results.json
+    python extra/bench.py --only resnet  # the rows whose name contains "resnet"
 """
 
 from __future__ import annotations
@@ -74,7 +80,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import models
+
 import lazygrad
+import lazygrad.nn.state
 from lazygrad import Tensor
 from lazygrad.helpers import GlobalCounters
 
@@ -438,6 +447,96 @@ def torch_conv_workload(arrays: list[np.ndarray]) -> Workload:
     return Workload(call, prepare)
 
 
+def state_for_torch(model: Any, requires_grad: bool = False) -> dict[str, Any]:
+    """A lazygrad model's state dict as torch tensors (leaf tensors that want gradients, when asked)."""
+    state = {name: torch.tensor(tensor.numpy()) for name, tensor in lazygrad.nn.state.get_state_dict(model).items()}
+    return {name: tensor.requires_grad_(requires_grad and tensor.is_floating_point()) for name, tensor in state.items()}
+
+
+def transformer_inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    """A batch of token sequences and the next-token labels to train on."""
+    shape = (models.TRANSFORMER["batch"], models.TRANSFORMER["time"])
+    return [rng.integers(0, models.TRANSFORMER["symbols"], shape).astype(np.int32) for _ in range(2)]
+
+
+def resnet_inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    """A batch of 16 random 32x32 images and their classes."""
+    return [rng.standard_normal((16, 3, 32, 32), dtype=np.float32), rng.integers(0, 10, 16).astype(np.int32)]
+
+
+def torch_loss(logits: Any, labels: Any) -> Any:
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
+
+
+def lazy_model_workload(library: Any, arrays: list[np.ndarray], model_name: str) -> Workload:
+    """A training step of one of extra/models.py's models in ``TinyJit`` (Adam for the transformer, SGD with
+    momentum for ResNet18), for lazygrad or tinygrad; its check is torch's loss for the weights the step starts
+    from."""
+    inputs, labels = arrays
+    library.Tensor.manual_seed(0)
+    model = models.Transformer(library) if model_name == "transformer" else models.ResNet18(library)
+    parameters = library.nn.state.get_parameters(model)
+    if model_name == "transformer":
+        optimizer = library.nn.optim.Adam(parameters, lr=1e-3)
+    else:
+        optimizer = library.nn.optim.SGD(parameters, lr=0.01, momentum=0.9)
+
+    @library.TinyJit
+    def step(x, y):
+        with library.Tensor.train():
+            optimizer.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y)
+            loss.backward()
+            return loss.realize(*optimizer.schedule_step())
+
+    x, y = library.Tensor(inputs).realize(), library.Tensor(labels).realize()
+
+    def call(_):
+        loss = step(x, y)
+        loss.numpy()
+        return [loss]
+
+    def expected():
+        state = state_for_torch(model)
+        torch_inputs, torch_labels = torch.from_numpy(inputs), torch.from_numpy(labels)
+        if model_name == "transformer":
+            logits = models.torch_transformer(state, torch_inputs.long())
+        else:
+            logits = models.torch_resnet18(state, torch_inputs, state)
+        return [torch_loss(logits, torch_labels).detach().numpy()]
+
+    return Workload(call, expected=expected if torch is not None else None)
+
+
+def torch_model_workload(arrays: list[np.ndarray], model_name: str) -> Workload:
+    """The same training step in torch, from lazygrad's first weights, with ``torch.optim``."""
+    inputs, labels = arrays
+    Tensor.manual_seed(0)
+    lazy_model = models.Transformer(lazygrad) if model_name == "transformer" else models.ResNet18(lazygrad)
+    state = state_for_torch(lazy_model, requires_grad=True)
+    buffers = {name: tensor.detach() for name, tensor in state.items() if "running" in name}
+    parameters = [tensor for name, tensor in state.items() if "running" not in name and tensor.is_floating_point()]
+    if model_name == "transformer":
+        optimizer = torch.optim.Adam(parameters, lr=1e-3)
+    else:
+        optimizer = torch.optim.SGD(parameters, lr=0.01, momentum=0.9)
+    x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
+
+    def call(_):
+        optimizer.zero_grad()
+        if model_name == "transformer":
+            logits = models.torch_transformer(state, x.long())
+        else:
+            logits = models.torch_resnet18(state, x, buffers)
+        loss = torch_loss(logits, y)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        return [loss]
+
+    return Workload(call)
+
+
 def lazy_dispatch_workload(library: Any, arrays: list[np.ndarray], ops: int) -> Workload:
     """``ops`` times ``(t + 1).realize()`` on a realized 1-element tensor, for lazygrad or tinygrad."""
     t = library.Tensor(arrays[0]).realize()
@@ -532,6 +631,20 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
             lazy_conv_workload,
             torch_conv_workload,
             goals=time_goal(3.0),
+        ),
+        StepCase(
+            "transformer step jit (2 blocks, width 128, b64 t6, Adam)",
+            transformer_inputs,
+            partial(lazy_model_workload, model_name="transformer"),
+            partial(torch_model_workload, model_name="transformer"),
+            goals=time_goal(1.2),
+        ),
+        StepCase(
+            "resnet18 step jit (b16 32x32, SGD momentum)",
+            resnet_inputs,
+            partial(lazy_model_workload, model_name="resnet18"),
+            partial(torch_model_workload, model_name="resnet18"),
+            goals=time_goal(1.5) + (Goal("first step", cold_seconds, 10.0, unit="s"),),
         ),
         ColdCase(
             "mlp step cold (new process, CACHELEVEL=0)",
@@ -668,7 +781,8 @@ def run_lazygrad_workload(case: StepCase, arrays: list[np.ndarray], repeats: int
     result.lazygrad = time_workload(workload, repeats, case.ops_per_call, synchronize_lazygrad)
     result.compile_count = GlobalCounters.compile_count
 
-    expected = workload.expected()  # before the call: a training step changes the weights it starts from
+    # before the call: a training step changes the weights it starts from
+    expected = workload.expected() if workload.expected is not None else None
     inputs = workload.prepare()
     GlobalCounters.reset()
     outputs = workload.call(inputs)
@@ -676,7 +790,8 @@ def run_lazygrad_workload(case: StepCase, arrays: list[np.ndarray], repeats: int
     result.kernel_count = GlobalCounters.kernel_count // case.ops_per_call
     # every live buffer counts (weights, inputs, intermediates), at the call's fullest moment
     result.details["lazygrad_peak_memory_mb"] = GlobalCounters.memory_peak / 1e6
-    check_outputs(result, [output.numpy() for output in outputs], expected, case.rtol, case.atol)
+    if expected is not None:
+        check_outputs(result, [output.numpy() for output in outputs], expected, case.rtol, case.atol)
 
 
 def run_cold_child(library: str, seed: int) -> dict[str, Any]:
@@ -894,6 +1009,7 @@ def main() -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--repeats", type=int, help="warm calls per case (default 20, or 10 with --quick)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
+    parser.add_argument("--only", metavar="TEXT", help="run only the rows whose name contains TEXT")
     args = parser.parse_args()
     repeats = args.repeats or (10 if args.quick else 20)
 
@@ -901,6 +1017,8 @@ def main() -> int:
     print(f"times in ms: median of {repeats} calls after warm-up; 'lg cold' = first call, including compile\n")
     results, targets = [], []
     for case in make_cases(args.quick):
+        if args.only and args.only not in case.name:
+            continue
         print(f"running {case.name} ...", file=sys.stderr, flush=True)
         result = case.run(repeats, args.seed)
         results.append(result)
