@@ -21,6 +21,7 @@ from lazygrad.codegen.opt import (
     OptOp,
     apply_opt,
     count_divmod,
+    kernel_nodes,
     loops_by_axis,
     output_loops,
     replace_ranges,
@@ -72,7 +73,7 @@ def stride(index: UOp, loop: UOp) -> int | None:
 
 
 def memory_indices(sink: UOp, op: Ops) -> list[UOp]:
-    return [node.src[1] for node in sink.toposort if node.op is op and node.src[0].op is Ops.DEFINE_GLOBAL]
+    return [node.src[1] for node in kernel_nodes(sink) if node.op is op and node.src[0].op is Ops.DEFINE_GLOBAL]
 
 
 def contiguous_along(sink: UOp, loop: UOp) -> bool:
@@ -82,14 +83,14 @@ def contiguous_along(sink: UOp, loop: UOp) -> bool:
 
 
 def reduce_nodes(sink: UOp) -> list[UOp]:
-    return [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
+    return [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE]
 
 
 def split_amounts(sink: UOp, loop: UOp) -> set[int]:
     """Where `loop` could split so that a division or modulo of it by a constant becomes a loop of its own: for
     `(c*loop + ...) // d` and `% d` with c dividing d, d // c iterations."""
     amounts = set()
-    for node in sink.toposort:
+    for node in kernel_nodes(sink):
         if node.op in (Ops.IDIV, Ops.MOD) and node.src[1].op is Ops.CONST:
             for base, coefficient in map(split_term, sum_terms(node.src[0])):
                 if base is loop and coefficient > 0 and node.src[1].arg % coefficient == 0:
@@ -132,7 +133,7 @@ def upcast_selecting_loops(plan: Plan) -> None:
     copy keeps one load instead of one per piece."""
     for loop in output_loops(plan.sink):
         if loop.src[0].arg <= UNROLL_LIMIT:
-            gates = [n.src[2] for n in plan.sink.toposort if n.op is Ops.LOAD and len(n.src) == 3]
+            gates = [n.src[2] for n in kernel_nodes(plan.sink) if n.op is Ops.LOAD and len(n.src) == 3]
             if any(loop in gate.toposort for gate in gates):
                 plan.apply(Opt(OptOp.UPCAST, loop.arg[0], loop.src[0].arg))
 
@@ -173,7 +174,7 @@ def reused_buffers(sink: UOp, loop: UOp) -> frozenset[int]:
     """The inputs (parameter numbers) that some load reads at the same place all along `loop`."""
     return frozenset(
         node.src[0].arg[0]
-        for node in sink.toposort
+        for node in kernel_nodes(sink)
         if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL and stride(node.src[1], loop) == 0
     )
 

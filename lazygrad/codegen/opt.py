@@ -21,6 +21,7 @@ The actions:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -68,8 +69,15 @@ class KernelOptError(ValueError):
 # ---- graph rewriting helpers ------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def kernel_nodes(sink: UOp) -> tuple[UOp, ...]:
+    """The nodes of a kernel graph, sources first; kept for the last few graphs, which the actions and the
+    heuristic look through again and again."""
+    return tuple(sink.toposort)
+
+
 def count_divmod(sink: UOp) -> int:
-    return sum(node.op in (Ops.IDIV, Ops.MOD) for node in sink.toposort)
+    return sum(node.op in (Ops.IDIV, Ops.MOD) for node in kernel_nodes(sink))
 
 
 def replace_ranges(
@@ -77,7 +85,7 @@ def replace_ranges(
 ) -> UOp:
     """`sink` with ranges replaced by expressions; a RANGE_REDUCE's own range list is given by `reduce_ranges`."""
     done: dict[UOp, UOp] = {}
-    for node in sink.toposort:
+    for node in sink.toposort:  # (often a part of a kernel: not kept in kernel_nodes)
         if node in replacements:
             done[node] = replacements[node]
         elif node.op is Ops.RANGE_REDUCE:
@@ -95,19 +103,19 @@ def new_loop(loop: UOp, size: int, kind: LoopKind | None = None) -> UOp:
 
 
 def loops_by_axis(sink: UOp) -> dict[int, UOp]:
-    return {node.arg[0]: node for node in sink.toposort if node.op is Ops.RANGE}
+    return {node.arg[0]: node for node in kernel_nodes(sink) if node.op is Ops.RANGE}
 
 
 def output_loops(sink: UOp) -> list[UOp]:
     """The output (global) loops, outermost first."""
     return sorted(
-        (node for node in sink.toposort if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL),
+        (node for node in kernel_nodes(sink) if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL),
         key=lambda node: node.arg[0],
     )
 
 
 def reduces_over(sink: UOp, loop: UOp) -> list[UOp]:
-    return [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE and loop in node.src[1:]]
+    return [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE and loop in node.src[1:]]
 
 
 # ---- the actions --------------------------------------------------------------------------------------------------
@@ -126,7 +134,7 @@ def merge(sink: UOp, outer: UOp) -> UOp:
     inner_size = inner.src[0].arg
     merged = new_loop(outer, outer.src[0].arg * inner_size)
     reduce_ranges = {}
-    for node in sink.toposort:
+    for node in kernel_nodes(sink):
         if node.op is Ops.RANGE_REDUCE and outer in node.src[1:] and inner in node.src[1:]:
             reduce_ranges[node] = tuple(merged if r is outer else r for r in node.src[1:] if r is not inner)
     candidate = replace_ranges(sink, {outer: merged // inner_size, inner: merged % inner_size}, reduce_ranges)
@@ -212,7 +220,7 @@ def prepare(sink: UOp) -> UOp:
     """What every optimized kernel gets before its actions: reduce loops its values do not depend on are dropped
     (a sum of a broadcast is a product; the gradient of a sum or mean reaches a layer as a broadcast constant)."""
     replacements: dict[UOp, UOp] = {}
-    for node in sink.toposort:
+    for node in kernel_nodes(sink):
         if node.op is not Ops.RANGE_REDUCE or node.arg not in (Ops.ADD, Ops.MAX):
             continue
         used = set(node.src[0].toposort)
