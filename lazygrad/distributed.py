@@ -418,10 +418,15 @@ def all_gather(tensor: Tensor) -> Tensor:
 
 
 def barrier() -> None:
-    """Wait until every rank reaches this point (a rank missing after the timeout is named, and the job ended)."""
+    """Wait until every rank reaches this point (a rank missing after the timeout is named, and the job ended).
+    Inside TinyJit it is a host step of the capture: every replay waits at the same place."""
     world = _require("barrier")
-    _agree(world, "barrier()")
-    world.comm.Barrier()
+
+    def wait() -> None:
+        _agree(world, "barrier()")
+        world.comm.Barrier()
+
+    run_host(wait, [], Device.DEFAULT)
 
 
 # ---- data-parallel training ----------------------------------------------------------------------------------

@@ -173,6 +173,25 @@ def test_jit_replays_collectives_between_kernels(world):
     assert sum(launch.host is not None for launch in step.launches) == 2, "both collectives are in the capture"
 
 
+@under_mpirun
+def test_jit_replays_a_barrier(world):
+    rank, size = world
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        distributed.barrier()
+        return (x + 1).realize()
+
+    for call in range(4):
+        if rank == size - 1:
+            time.sleep(0.3)
+        start = time.perf_counter()
+        np.testing.assert_allclose(step(Tensor([float(call)])).numpy(), [call + 1.0])
+        if rank == 0:
+            assert time.perf_counter() - start > 0.2, f"call {call}: rank 0 went past the barrier alone"
+    assert sum(launch.host is not None for launch in step.launches) == 1, "the barrier is in the capture"
+
+
 # ---- errors ----------------------------------------------------------------------------------------------------
 
 
