@@ -197,6 +197,18 @@ def test_conv_batchnorm_relu_eval_forward():
     assert kernels(norm(conv(rand(2, 3, 8, 8))).relu()) == 1
 
 
+def test_costly_work_read_through_an_expand_is_computed_once():
+    # a layer norm's output feeds products that read each value once per output column: it gets a buffer (in one
+    # kernel with its mean and variance) instead of being computed again for each column, and so does a softmax
+    # read by attention's second product; a bias and a ReLU are cheap and stay fused into the next product
+    x, g, b, w1, w2 = rand(64, 128), rand(128), rand(128), rand(128, 128), rand(128, 96)
+    normed = x.layernorm() * g + b
+    assert kernels(normed @ w1) == 2
+    assert kernels(normed @ w1, normed @ w2) == 3
+    assert kernels((x @ w1 + b).relu() @ w2) == 2
+    assert kernels(rand(8, 32, 32).softmax(-1) @ rand(8, 32, 64)) == 2
+
+
 def test_mlp_training_step():
     from lazygrad import nn
     from lazygrad.nn.optim import SGD

@@ -4,7 +4,9 @@ Rules (DESIGN.md rule 5): elementwise chains fuse; movement ops never copy; a re
 prologue and epilogue; a reduce is realized on its own when fusing it would compute it more than once per value
 (it is expanded afterwards, nested in another reduce's loop, read through two different views, or read by two
 kernels). The one exception is a reduce over the last axes read back along its row (a softmax's max and sum): codegen
-computes it once per row, before the row's other loops, so it fuses. A pad read through several views (a padded
+computes it once per row, before the row's other loops, so it fuses. Elementwise work read through an expand is
+computed once per element of the expand: where that repeats more work than a kernel launch costs (a layer norm's
+output read by the products after it), it gets a buffer of its own. A pad read through several views (a padded
 convolution's taps) is realized, so the taps read memory without bounds checks. So is a random value (computed from
 random sources alone, such as a fresh layer's weights) that a kernel would compute more than once, or that two
 kernels read: it is drawn once. Outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier
