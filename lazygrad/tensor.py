@@ -34,6 +34,7 @@ from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
 from lazygrad.tensor_create import CreationMixin
+from lazygrad.tensor_index import IndexMixin
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
@@ -92,7 +93,7 @@ def _check_device_has(dtype: DType, device: str, op_name: str) -> None:
         )
 
 
-class Tensor(CreationMixin, MathMixin, MovementMixin, ReduceMixin, NNMixin):
+class Tensor(CreationMixin, MathMixin, IndexMixin, MovementMixin, ReduceMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
