@@ -33,6 +33,7 @@ from lazygrad.engine.realize import realize_lock, run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
+from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_index import IndexMixin
 from lazygrad.tensor_math import MathMixin
@@ -93,7 +94,7 @@ def _check_device_has(dtype: DType, device: str, op_name: str) -> None:
         )
 
 
-class Tensor(CreationMixin, MathMixin, IndexMixin, MovementMixin, ReduceMixin, NNMixin):
+class Tensor(CreationMixin, MathMixin, IndexMixin, MovementMixin, ReduceMixin, ConvMixin, NNMixin):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
