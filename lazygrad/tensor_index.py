@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from lazygrad.dtype import dtypes, integer_range
+from lazygrad.engine.buffers import is_buffer_view
 from lazygrad.helpers import prod
 from lazygrad.tensor_movement import normalize_axis
+from lazygrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
 
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+MOVEMENT_OPS = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP)
 
 
 def _is_advanced(item) -> bool:
@@ -104,10 +107,13 @@ class IndexMixin:
         values = self.shrink(window).unsqueeze(dim)
         return values._sum_selected(self._one_hot_mask(index, self.shape[dim], dim), dim + 1)
 
-    def scatter(self: Tensor, dim: int, index: Tensor, src, reduce: str | None = None) -> Tensor:
-        """A copy of self with self[..., index[..., i, ...], ...] = src[..., i, ...] along `dim` (torch.scatter).
-        Where two indices name the same place, the last one along `dim` wins. `reduce="add"|"multiply"` combines
-        with the values already there instead."""
+    def scatter(self: Tensor, dim: int, index: Tensor, src=None, reduce: str | None = None, value=None) -> Tensor:
+        """A copy of self with self[..., index[..., i, ...], ...] = src[..., i, ...] along `dim` (torch.scatter;
+        `src` may be a number, or pass `value=`). Where two indices name the same place, the last one along `dim`
+        wins. `reduce="add"|"multiply"` combines with the values already there instead."""
+        if (src is None) == (value is None):
+            raise TypeError("scatter: pass exactly one of src (a Tensor or number) and value (a number)")
+        src = value if src is None else src
         if reduce is not None:
             if reduce not in ("add", "multiply"):
                 raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
@@ -297,6 +303,7 @@ class IndexMixin:
         """Write `value` (broadcast to self[index]) into the selected places, in place: this tensor then holds the
         new values (a view of another tensor does not write through to it). Where an advanced index names a place
         twice, the last value wins (as in NumPy)."""
+        self._check_writable()
         target_shape = self[index].shape
         if hasattr(value, "uop"):
             try:
@@ -314,7 +321,26 @@ class IndexMixin:
             value = value.flatten()[np.maximum(source, 0)].reshape(self.shape)
         else:
             value = type(self).full((), value, dtype=self.dtype, device=self.device)
+        in_memory = is_buffer_view(self.uop)
         self.assign(written.where(value, self))
+        if in_memory:  # written now, as torch does: other views of this memory (reshapes) see the new values
+            self.realize()
+
+    def _check_writable(self: Tensor) -> None:
+        """A slice, transpose, flip or padding of other data cannot be written through to that data (torch would
+        change it too), so setitem on one is an error rather than a silent copy. Reshapes of memory write through
+        (see assign), and constants and computations belong to no other tensor's memory."""
+        node = self.uop
+        if node.op not in MOVEMENT_OPS or is_buffer_view(node):
+            return
+        while node.op in MOVEMENT_OPS:
+            node = node.src[0]
+        if node.op not in (Ops.CONST, Ops.ARANGE):
+            raise RuntimeError(
+                f"setitem: this {self.shape} tensor is a view (a slice, transpose, flip or pad) of another tensor, and "
+                "writing into it would not change that tensor as in torch; index the original instead "
+                "(x[0, 1] = v rather than y = x[0]; y[1] = v), or make a copy with .contiguous() first"
+            )
 
     def _numpy_index(self: Tensor, index):
         """The index with Tensors replaced by their values, for NumPy."""

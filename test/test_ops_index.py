@@ -363,3 +363,34 @@ def test_einsum_errors():
 
 def test_ndim():
     assert Tensor(A).ndim == 3 and Tensor(1.0).ndim == 0
+
+
+def test_setitem_writes_through_reshapes_and_refuses_strided_views():
+    base = Tensor(A.copy()).realize()
+    flat = base.reshape(60)
+    flat[0] = 100.0
+    base[2, 3] = Tensor(np.full(5, -1.0, np.float32))
+    expected = A.copy()
+    expected.reshape(60)[0] = 100.0
+    expected[2, 3] = -1.0
+    assert_tensor(base, expected)
+    assert_tensor(flat, expected.reshape(60))
+    zeros = Tensor.zeros(2, 3)
+    zeros[1] = 4.0
+    assert_tensor(zeros, np.array([[0, 0, 0], [4, 4, 4]], np.float32))
+    row = base[0]
+    with pytest.raises(RuntimeError, match=r"setitem: this \(4, 5\) tensor is a view .* of another tensor"):
+        row[1] = 5.0
+    copy = base[0].contiguous()
+    copy[1] = 5.0
+    assert_tensor(base, expected)
+    assert_tensor(copy[1], np.full(5, 5.0, np.float32))
+
+
+def test_scatter_value_keyword():
+    x = np.zeros((2, 3), np.float32)
+    index = np.array([[2], [0]])
+    expected = torch.tensor(x).scatter(1, torch.tensor(index), value=1.5).numpy()
+    assert_tensor(Tensor(x).scatter(1, Tensor(index), value=1.5), expected)
+    with pytest.raises(TypeError, match="scatter: pass exactly one of src"):
+        Tensor(x).scatter(1, Tensor(index), 1.0, value=2.0)
