@@ -31,6 +31,11 @@ def _pair(value, count: int, name: str) -> tuple[int, ...]:
     return value
 
 
+def _check_tensor(value, name: str, op_name: str) -> None:
+    if not hasattr(value, "uop"):
+        raise TypeError(f"{op_name}: {name} must be a Tensor, got {type(value).__name__}; wrap it with Tensor(...)")
+
+
 class ConvMixin:
     """Convolution, transposed convolution, pooling, unpooling, interpolation and padding modes."""
 
@@ -136,6 +141,7 @@ class ConvMixin:
     def _conv(
         self: Tensor, weight, bias, groups, stride, dilation, padding, op_name: str, count: int | None = None
     ) -> Tensor:
+        _check_tensor(weight, "weight", op_name)
         count = weight.ndim - 2 if count is None else count
         letters = ("L",) if count == 1 else ("H", "W") if count == 2 else tuple(f"S{i}" for i in range(count))
         if count < 1 or self.ndim != count + 2 or weight.ndim != count + 2:
@@ -221,6 +227,7 @@ class ConvMixin:
     def _conv_transpose(
         self: Tensor, weight, bias, groups, stride, dilation, padding, output_padding, op_name: str, count=None
     ) -> Tensor:
+        _check_tensor(weight, "weight", op_name)
         count = weight.ndim - 2 if count is None else count
         if count < 1 or self.ndim != count + 2 or weight.ndim != count + 2:
             raise ValueError(

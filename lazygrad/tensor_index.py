@@ -425,6 +425,8 @@ class IndexMixin:
         if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
             tensors = tuple(tensors[0])
         for tensor in tensors:
+            if not hasattr(tensor, "uop"):
+                raise TypeError(f"meshgrid: expects Tensors, got {type(tensor).__name__}")
             if tensor.ndim > 1:
                 raise ValueError(f"meshgrid: expects 0-d or 1-D tensors, got shape {tensor.shape}")
         flat = [t.reshape(-1) for t in tensors]
@@ -441,12 +443,10 @@ class IndexMixin:
         """Every window of `size` elements, `step` apart, along `dimension`: that axis becomes the count of windows
         and a new last axis holds each window (torch.Tensor.unfold; a view)."""
         dimension = normalize_axis(dimension, self.ndim, "unfold")
-        if size < 0 or step <= 0:
-            raise ValueError(f"unfold: size must be >= 0 and step > 0, got size={size}, step={step}")
+        if size <= 0 or step <= 0:
+            raise ValueError(f"unfold: size and step must be positive, got size={size}, step={step}")
         if size > self.shape[dimension]:
             raise ValueError(f"unfold: size {size} exceeds dimension {dimension} of {self.shape}")
-        if size == 0:
-            return self.unsqueeze(-1).shrink(tuple(None for _ in self.shape) + ((0, 0),))
         windows = self._window(dimension, size, step, 1)
         return windows.permute(*(a for a in range(windows.ndim) if a != dimension + 1), dimension + 1)
 
@@ -455,6 +455,9 @@ class IndexMixin:
         """Einstein summation: `"ij,jk->ik"`-style formulas with `...` and repeated letters (torch.einsum)."""
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
             operands = tuple(operands[0])
+        for operand in operands:
+            if not hasattr(operand, "uop"):
+                raise TypeError(f"einsum: operands must be Tensors, got {type(operand).__name__}")
         formula = formula.replace(" ", "")
         inputs, arrow, output = formula.partition("->")
         terms = inputs.split(",")

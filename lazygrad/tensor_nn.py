@@ -193,6 +193,8 @@ class NNMixin:
             raise ValueError(
                 f"binary_cross_entropy_with_logits: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
             )
+        if not hasattr(Y, "uop"):
+            raise TypeError(f"binary_cross_entropy_with_logits: target must be a Tensor, got {type(Y).__name__}")
         if Y.shape != self.shape:
             raise ValueError(f"binary_cross_entropy_with_logits: target {Y.shape} must match the logits {self.shape}")
         # -log σ(-x) = log(1 + exp(-|x|)) + max(-x, 0); max's gradient splits 1/2 at 0 and |x| has none there, so
@@ -214,6 +216,8 @@ class NNMixin:
         F.nll_loss)."""
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        if not hasattr(target, "uop"):
+            raise TypeError(f"nll_loss: target must be an integer Tensor, got {type(target).__name__}")
         log_probs = self.transpose(1, -1) if self.ndim > 2 else self
         expected = (self.shape[0], *self.shape[2:]) if self.ndim >= 2 else ()
         if target.shape != expected:
@@ -222,8 +226,14 @@ class NNMixin:
             target = target.transpose(1, -1)
         log_probs._check_labels(target, "nll_loss", ignore_index)
         classes = log_probs.shape[-1]
+        if weight is not None and getattr(weight, "shape", None) != (classes,):
+            raise ValueError(
+                f"nll_loss: weight needs one value per class, shape ({classes},), got {getattr(weight, 'shape', weight)}"
+            )
         chosen = target.unsqueeze(-1) == type(self).arange(classes, device=self.device)
-        weights = chosen.where(weight if weight is not None else 1.0, 0.0).sum(-1) * (target != ignore_index)
+        weights = chosen.where(weight if weight is not None else 1.0, 0.0).sum(-1)
+        if ignore_index is not None:
+            weights = weights * (target != ignore_index)
         loss = -(chosen.where(log_probs, 0).sum(-1)) * weights
         if self.ndim > 3:
             loss = loss.transpose(1, -1)

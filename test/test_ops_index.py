@@ -394,3 +394,12 @@ def test_scatter_value_keyword():
     assert_tensor(Tensor(x).scatter(1, Tensor(index), value=1.5), expected)
     with pytest.raises(TypeError, match="scatter: pass exactly one of src"):
         Tensor(x).scatter(1, Tensor(index), 1.0, value=2.0)
+
+
+def test_operand_type_errors():
+    with pytest.raises(TypeError, match="einsum: operands must be Tensors, got ndarray"):
+        Tensor.einsum("ij->ji", data(2, 3))
+    with pytest.raises(TypeError, match="meshgrid: expects Tensors, got list"):
+        Tensor.meshgrid([1, 2], [3])
+    with pytest.raises(ValueError, match="unfold: size and step must be positive, got size=0"):
+        Tensor(A).unfold(0, 0, 1)

@@ -411,3 +411,23 @@ def test_kaiming_normal_and_dtype():
     std = np.sqrt(2 / (1 + 0.25)) / np.sqrt(32)
     assert values.shape == (64, 16, 2) and abs(values.std() - std) < 0.05 * std
     assert Tensor.glorot_uniform(4, 4, dtype=dtypes.float16).dtype == dtypes.float16
+
+
+def test_argument_type_errors():
+    x = Tensor(data(1, 2, 5))
+    with pytest.raises(TypeError, match=r"conv1d: weight must be a Tensor, got ndarray; wrap it with Tensor"):
+        x.conv1d(data(3, 2, 2))
+    with pytest.raises(TypeError, match="conv_transpose1d: weight must be a Tensor"):
+        x.conv_transpose1d([[1.0]])
+    with pytest.raises(TypeError, match="nll_loss: target must be an integer Tensor, got list"):
+        Tensor(data(2, 3)).nll_loss([0, 1])
+    with pytest.raises(ValueError, match=r"nll_loss: weight needs one value per class, shape \(3,\), got \(2,\)"):
+        Tensor(data(2, 3)).nll_loss(Tensor([0, 1]), Tensor([1.0, 2.0]))
+    with pytest.raises(TypeError, match="binary_cross_entropy_with_logits: target must be a Tensor"):
+        Tensor(data(2)).binary_cross_entropy_with_logits([0.0, 1.0])
+
+
+def test_nll_loss_without_ignore_index():
+    log_probs, target = np.log(np.abs(data(3, 4)) + 0.1), np.array([0, 3, 1])
+    expected = F.nll_loss(torch.tensor(log_probs), torch.tensor(target)).numpy()
+    assert_tensor(Tensor(log_probs).nll_loss(Tensor(target), ignore_index=None), expected)
