@@ -222,6 +222,14 @@ class IndexMixin:
         value (advanced indexing, broadcast together; their axes go where the first one was when they are adjacent,
         else first). As in torch, an int selects first, so it never separates advanced indices."""
         items = index if isinstance(index, tuple) else (index,)
+        for item in items:
+            if isinstance(item, bool) or not (
+                item is None or item is Ellipsis or isinstance(item, (int, slice)) or _is_advanced(item)
+            ):
+                raise TypeError(
+                    f"getitem: unsupported index {item!r}; use ints, slices, None, ..., lists, NumPy arrays or "
+                    "int/bool Tensors"
+                )
         if not any(_is_advanced(item) for item in items):
             return super().__getitem__(index)
         basic, positions, indices = self._split_index(items)

@@ -79,6 +79,7 @@ def test_scatter(dim):
     assert_tensor(Tensor(x).scatter(dim, Tensor(UNIQUE), 2.5), expected)
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 def test_scatter_duplicates_last_wins_and_reduce_arguments():
     x = np.zeros(3, np.float32)
     assert_tensor(Tensor(x).scatter(0, Tensor([1, 1, 0]), Tensor([5.0, 6.0, 7.0])), np.array([7.0, 6.0, 0.0]))
@@ -213,6 +214,10 @@ def test_getitem_advanced_errors():
         x[[0, 1], [0, 1, 2]]
     with pytest.raises(TypeError, match="getitem: indices must be integers"):
         x[[0.5]]
+    with pytest.raises(TypeError, match=r"getitem: unsupported index 1.5; use ints, slices, None, \.\.\., lists"):
+        x[0, 1.5]
+    with pytest.raises(TypeError, match="getitem: unsupported index True"):
+        x[True]
     with pytest.raises(IndexError, match=r"too many indices \(4\) for a tensor of shape \(3, 4, 5\)"):
         x[[0], 0, 0, 0]
 
