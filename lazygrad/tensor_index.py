@@ -237,7 +237,7 @@ class IndexMixin:
         shape = _broadcast_shapes("getitem", [i.shape for i in indices])
         sizes = [view.shape[p] for p in positions]
         flat = None
-        for axis_index, size, stride in zip(indices, sizes, np.cumprod([1, *sizes[::-1]])[-2::-1]):
+        for axis_index, stride in zip(indices, np.cumprod([1, *sizes[::-1]])[-2::-1]):
             term = axis_index * int(stride)
             flat = term if flat is None else flat + term
         flat = flat.expand(shape) if flat.shape != shape else flat
@@ -263,14 +263,12 @@ class IndexMixin:
             if _is_advanced(item):
                 values = self._index_values(item, "getitem")
                 if values.dtype == np.bool_:
-                    # a mask stands for the positions of its True values, one index per axis it covers
-                    expanded.extend(("mask", axis_values) for axis_values in np.nonzero(values))
                     if values.ndim == 0:
                         raise IndexError("getitem: a 0-d bool index is not supported; use a bool tensor with axes")
+                    # a mask stands for the positions of its True values, one index per axis it covers
+                    expanded.extend(("index", axis_values) for axis_values in np.nonzero(values))
                     continue
                 expanded.append(("index", values.astype(np.int64)))
-            elif isinstance(item, bool):
-                raise TypeError("getitem: a Python bool is not an index; use a bool Tensor mask")
             else:
                 expanded.append(item)
         consuming = sum(item is not None and item is not Ellipsis for item in expanded)
