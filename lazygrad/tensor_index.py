@@ -162,14 +162,12 @@ class IndexMixin:
         dim = normalize_axis(dim, self.ndim, "scatter_reduce")
         mask, values = self._scatter_inputs(dim, index, src, "scatter_reduce")
         hits = mask.sum(dim)
+        values = values.expand(mask.shape)
         if include_self:
             # self takes part as one more writer that hits every place
             every = type(self).full((*mask.shape[:dim], 1, *mask.shape[dim + 1 :]), True, device=self.device)
             mask = mask.cat(every, dim=dim)
-            values = values.expand(*mask.shape[:dim], values.shape[dim], *mask.shape[dim + 1 :])
             values = values.cat(self.unsqueeze(dim), dim=dim)
-        else:
-            values = values.expand(*mask.shape[:dim], values.shape[dim], *mask.shape[dim + 1 :])
         if reduce in ("sum", "mean"):
             combined = mask.where(values, 0).sum(dim)
             if reduce == "mean":
@@ -181,7 +179,11 @@ class IndexMixin:
             if self.dtype.is_float:
                 empty = float("-inf") if reduce == "amax" else float("inf")
             else:
-                empty = integer_range(self.dtype)[0 if reduce == "amax" else 1] if self.dtype != dtypes.bool else 0
+                empty = (
+                    integer_range(self.dtype)[0 if reduce == "amax" else 1]
+                    if self.dtype != dtypes.bool
+                    else reduce == "amin"
+                )
             selected = mask.where(values, empty)
             combined = selected.max(dim) if reduce == "amax" else selected.min(dim)
         combined = combined.cast(self.dtype)
