@@ -299,9 +299,8 @@ class ConvMixin:
             extras.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + before + after)))
         full = tuple((before, after + extra) for (before, after), extra in zip(pads, extras))
         x = self.pad(((0, 0),) * (self.ndim - count) + full, value=value) if any(p != (0, 0) for p in full) else self
-        windows = x._pool(kernel, stride, dilation)
-        # ceil_mode can leave whole windows past the end: keep only the `out` ones computed above
-        return windows, pads, tuple(extras)
+        # (the extra padding ends exactly at the last window, so the windows are the `out` ones counted above)
+        return x._pool(kernel, stride, dilation), pads, tuple(extras)
 
     def _pool_value(self: Tensor, largest: bool):
         if self.dtype.is_float:
@@ -322,7 +321,7 @@ class ConvMixin:
         position_windows, _, _ = positions._pool_nd(kernel_size, stride, dilation, padding, ceil_mode, -1, count, name)
         chosen = taps.argmax(-1).unsqueeze(-1) == type(self).arange(taps.shape[-1], device=self.device)
         indices = chosen.where(position_windows.flatten(-count), 0).sum(-1)
-        return values, indices.expand(values.shape).cast(dtypes.int32)
+        return values, indices.cast(dtypes.int32)
 
     def max_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
         """Max over windows of the last axis; `return_indices` also gives each maximum's position."""
