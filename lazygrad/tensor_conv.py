@@ -393,6 +393,11 @@ class ConvMixin:
         pads = _pair(padding, count, f"{op_name}: padding")
         size = tuple((i - 1) * s - 2 * p + k for i, s, p, k in zip(self.shape[-count:], stride, pads, kernel))
         if output_size is not None:
+            if len(tuple(output_size)) not in (count, self.ndim):
+                raise ValueError(
+                    f"{op_name}: output_size {tuple(output_size)} needs the {count} spatial sizes (or all "
+                    f"{self.ndim} sizes), for input {self.shape}"
+                )
             size = tuple(output_size)[-count:]
         plane = math.prod(size)
         values = indices.numpy()

@@ -390,10 +390,12 @@ class IndexMixin:
         tensor)."""
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
-        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        shifts = tuple(shifts) if isinstance(shifts, (list, tuple)) else (shifts,)
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(shifts) != len(dims):
             raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims; give one shift per dim")
+        if not all(isinstance(shift, int) and not isinstance(shift, bool) for shift in shifts):
+            raise TypeError(f"roll: shifts must be ints, got {shifts}")
         result = self
         for shift, dim in zip(shifts, dims):
             dim = normalize_axis(dim, self.ndim, "roll")
@@ -506,6 +508,8 @@ class IndexMixin:
                         f"({formula!r} with shapes {[o.shape for o in operands]})"
                     )
             aligned.append((term, operand))
+        if len(set(output)) != len(output):
+            raise ValueError(f"einsum: output subscripts of {formula!r} repeat a letter")
         for letter in output:
             if letter not in sizes:
                 raise ValueError(f"einsum: output subscript {letter!r} of {formula!r} is in no input")

@@ -295,6 +295,8 @@ def test_roll(shifts, dims):
     grad_check(lambda t: t.roll(shifts, dims), A)
     with pytest.raises(ValueError, match="roll: 2 shifts for 1 dims"):
         Tensor(A).roll((1, 2), 0)
+    with pytest.raises(TypeError, match=r"roll: shifts must be ints, got \(1.5,\)"):
+        Tensor(A).roll(1.5, 0)
 
 
 @pytest.mark.parametrize("repeats, dim", [(2, 1), (3, None), ([1, 0, 2], 0), (0, -1)])
@@ -364,6 +366,8 @@ def test_einsum_errors():
         Tensor.einsum("ijk->i", a)
     with pytest.raises(ValueError, match="output subscript 'z'"):
         Tensor.einsum("ij->z", a)
+    with pytest.raises(ValueError, match="einsum: output subscripts of 'ij->ii' repeat a letter"):
+        Tensor.einsum("ij->ii", a)
 
 
 def test_ndim():

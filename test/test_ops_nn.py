@@ -209,6 +209,8 @@ def test_max_unpool2d():
     )
     with pytest.raises(ValueError, match=r"max_unpool2d: index 30 is outside the output plane \(6, 4\)"):
         values.max_unpool2d(Tensor(np.full(values.shape, 30, np.int32)), 2)
+    with pytest.raises(ValueError, match=r"max_unpool2d: output_size \(6,\) needs the 2 spatial sizes"):
+        values.max_unpool2d(indices, 2, output_size=(6,))
     with pytest.raises(ValueError, match=r"max_unpool2d: indices must be an int Tensor of the input's shape"):
         values.max_unpool2d(Tensor(np.zeros((1, 2), np.int32)), 2)
 
