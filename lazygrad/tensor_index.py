@@ -268,9 +268,11 @@ class IndexMixin:
                     if values.ndim == 0:
                         raise IndexError("getitem: a 0-d bool index is not supported; use a bool tensor with axes")
                     # a mask stands for the positions of its True values, one index per axis it covers
-                    expanded.extend(("index", axis_values) for axis_values in np.nonzero(values))
+                    expanded.extend(("index", axis_values, None) for axis_values in np.nonzero(values))
                     continue
-                expanded.append(("index", values.astype(np.int64)))
+                # an int tensor stays in the graph (its values are read only to check them): a captured (jitted)
+                # step then indexes with each call's values
+                expanded.append(("index", values.astype(np.int64), item if hasattr(item, "uop") else None))
             else:
                 expanded.append(item)
         consuming = sum(item is not None and item is not Ellipsis for item in expanded)
@@ -292,10 +294,18 @@ class IndexMixin:
                 axis += 1
                 continue
             if isinstance(item, tuple):
-                values = np.asarray(item[1], dtype=np.int64)
+                _, values, tensor = item
                 size = self.shape[axis]
                 _check_range(values, size, "getitem", axis, allow_negative=True)
-                index = type(self)(np.where(values < 0, values + size, values).astype(np.int32), device=self.device)
+                if tensor is None:
+                    index = type(self)(np.where(values < 0, values + size, values).astype(np.int32), device=self.device)
+                else:
+                    if tensor.device != self.device:
+                        raise ValueError(
+                            f"getitem: the index is on {tensor.device} but the tensor is on {self.device}; use .to()"
+                        )
+                    index = tensor.cast(dtypes.int32)
+                    index = (index < 0).where(index + size, index)
                 basic.append(slice(None))
                 positions.append(out_axis)
                 indices.append(index)

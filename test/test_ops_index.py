@@ -412,3 +412,17 @@ def test_operand_type_errors():
         Tensor.meshgrid([1, 2], [3])
     with pytest.raises(ValueError, match="unfold: size and step must be positive, got size=0"):
         Tensor(A).unfold(0, 0, 1)
+
+
+def test_tensor_index_stays_in_the_graph_under_jit():
+    from lazygrad import TinyJit
+
+    table = Tensor(np.arange(20, dtype=np.float32).reshape(10, 2)).realize()
+
+    @TinyJit
+    def lookup(index: Tensor) -> Tensor:
+        return (table[index] * 1).realize()
+
+    for step in range(4):
+        index = [step, 9 - step, -1]
+        assert_tensor(lookup(Tensor(index).realize()), np.arange(20, dtype=np.float32).reshape(10, 2)[index])
