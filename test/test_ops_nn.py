@@ -36,6 +36,7 @@ CONVOLUTIONS = [
     ((7,), (3,), {}),
     ((8,), (2,), {"stride": 2, "padding": 1, "dilation": 2}),
     ((6,), (3,), {"padding": "same"}),
+    ((16,), (7,), {"stride": 2, "dilation": 2}),  # a long kernel: windows read through a repeated axis
     ((5, 6), (3, 2), {"stride": (2, 1), "padding": (1, 0)}),
     ((4, 4, 4), (2, 2, 2), {}),
     ((5, 4, 6), (3, 1, 2), {"stride": (1, 2, 2), "padding": 1, "dilation": (2, 1, 1)}),
