@@ -107,6 +107,30 @@ class IndexMixin:
         values = self.shrink(window).unsqueeze(dim)
         return values._sum_selected(self._one_hot_mask(index, self.shape[dim], dim), dim + 1)
 
+    def take_along_dim(self: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+        """gather with the other axes of self and `indices` broadcast together (no dim: over the flattened
+        tensor), as torch.take_along_dim."""
+        if dim is None:
+            return self.flatten().gather(0, indices.flatten())
+        dim = normalize_axis(dim, self.ndim, "take_along_dim")
+        if not hasattr(indices, "uop") or indices.ndim != self.ndim:
+            raise ValueError(
+                f"take_along_dim: indices must be a Tensor with the input's {self.ndim} dimensions, got "
+                f"{getattr(indices, 'shape', type(indices).__name__)}"
+            )
+        others = [(1 if a == dim else s) for a, s in enumerate(self.shape)]
+        index_others = [(1 if a == dim else s) for a, s in enumerate(indices.shape)]
+        shape = list(_broadcast_shapes("take_along_dim", [tuple(others), tuple(index_others)]))
+        source = self.expand(*(self.shape[dim] if a == dim else s for a, s in enumerate(shape)))
+        return source.gather(dim, indices.expand(*(indices.shape[dim] if a == dim else s for a, s in enumerate(shape))))
+
+    def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
+        """The slices at the positions of a 1-D int `index` along `dim` (torch.index_select)."""
+        dim = normalize_axis(dim, self.ndim, "index_select")
+        if not hasattr(index, "uop") or index.ndim > 1 or index.dtype.is_float or index.dtype == dtypes.bool:
+            raise TypeError(f"index_select: index must be a 0-d or 1-D integer Tensor, got {index!r}")
+        return self[(slice(None),) * dim + (index.reshape(-1),)]
+
     def scatter(self: Tensor, dim: int, index: Tensor, src=None, reduce: str | None = None, value=None) -> Tensor:
         """A copy of self with self[..., index[..., i, ...], ...] = src[..., i, ...] along `dim` (torch.scatter;
         `src` may be a number, or pass `value=`). Where two indices name the same place, the last one along `dim`

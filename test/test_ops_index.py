@@ -426,3 +426,30 @@ def test_tensor_index_stays_in_the_graph_under_jit():
     for step in range(4):
         index = [step, 9 - step, -1]
         assert_tensor(lookup(Tensor(index).realize()), np.arange(20, dtype=np.float32).reshape(10, 2)[index])
+
+
+def test_take_along_dim_and_index_select():
+    x = data(3, 4, 5)
+    indices = np.random.default_rng(0).integers(0, 4, size=(1, 2, 5))
+    against = torch.take_along_dim(torch.tensor(x), torch.tensor(indices), 1).numpy()
+    assert_tensor(Tensor(x).take_along_dim(Tensor(indices), 1), against)
+    flat = np.array([0, 59, 7])
+    assert_tensor(Tensor(x).take_along_dim(Tensor(flat)), x.reshape(-1)[flat])
+    grad_check(
+        lambda t: t.take_along_dim(Tensor(indices), 1),
+        x,
+        torch_function=lambda t: torch.take_along_dim(t, torch.tensor(indices), 1),
+    )
+    index = np.array([4, 0, 4])
+    assert_tensor(
+        Tensor(x).index_select(2, Tensor(index)), torch.tensor(x).index_select(2, torch.tensor(index)).numpy()
+    )
+    grad_check(
+        lambda t: t.index_select(-1, Tensor(index)),
+        x,
+        torch_function=lambda t: t.index_select(-1, torch.tensor(index)),
+    )
+    with pytest.raises(TypeError, match="index_select: index must be a 0-d or 1-D integer Tensor"):
+        Tensor(x).index_select(0, Tensor([[0]]))
+    with pytest.raises(ValueError, match=r"take_along_dim: indices must be a Tensor with the input's 3 dimensions"):
+        Tensor(x).take_along_dim(Tensor([0]), 1)
