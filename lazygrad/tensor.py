@@ -31,8 +31,10 @@ from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, GlobalCounters, prod
 from lazygrad.tensor_activation import ActivationMixin
+from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
+from lazygrad.tensor_index import IndexMixin
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
@@ -59,7 +61,16 @@ def tensors_holding(nodes) -> list[Tensor]:
 
 
 class Tensor(
-    CreationMixin, ElementwiseMixin, MathMixin, ActivationMixin, MovementMixin, ReduceMixin, ScanMixin, NNMixin
+    CreationMixin,
+    ElementwiseMixin,
+    MathMixin,
+    ActivationMixin,
+    IndexMixin,
+    MovementMixin,
+    ReduceMixin,
+    ScanMixin,
+    ConvMixin,
+    NNMixin,
 ):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 

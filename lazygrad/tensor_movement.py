@@ -123,9 +123,12 @@ class MovementMixin:
         dim = normalize_axis(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
-    def pad(self: Tensor, padding, value: float = 0.0) -> Tensor:
+    def pad(self: Tensor, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with `value`: `padding` is ((before, after), ...) per axis (None for none), or a flat torch-style
-        (left, right, top, bottom, ...) starting from the last axis. Negative amounts crop."""
+        (left, right, top, bottom, ...) starting from the last axis. Negative amounts crop. `mode` "reflect",
+        "replicate" or "circular" fills from the tensor's own values instead."""
+        if isinstance(mode, (int, float)) and not isinstance(mode, bool):
+            mode, value = "constant", mode  # pad(padding, value), the order before modes existed
         padding = tuple(padding)
         if padding and all(isinstance(p, int) for p in padding):
             if len(padding) % 2 or len(padding) // 2 > self.ndim:
@@ -140,6 +143,8 @@ class MovementMixin:
             if pair is not None and (not isinstance(pair, (tuple, list)) or len(pair) != 2):
                 raise ValueError(f"pad: each axis needs a (before, after) pair or None, got {pair!r} in {padding}")
         pairs = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+        if mode != "constant":
+            return self._pad_mode(pairs, mode)
         # negative padding crops first
         cropped = self.shrink(tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(pairs, self.shape)))
         positive = tuple((max(0, b), max(0, a)) for b, a in pairs)

@@ -1,5 +1,5 @@
-"""Neural-network functions on tensors: convolution and pooling (as windowed views), normalization, dropout,
-attention and the losses. All are compositions of primitives."""
+"""Neural-network functions on tensors: normalization, dropout, attention, the losses and the weight
+initializers. All are compositions of primitives (convolution and pooling are in tensor_conv.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lazygrad.codegen.heuristic import UNROLL_LIMIT
 from lazygrad.dtype import dtypes
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
-
-
-def _pair(value, count: int, name: str) -> tuple[int, ...]:
-    if isinstance(value, int):
-        return (value,) * count
-    value = tuple(value)
-    if len(value) != count:
-        raise ValueError(f"{name} needs {count} values, got {value}")
-    return value
 
 
 def _check_label_range(labels: Tensor, classes: int, op_name: str, fix: str, ignore_index: int | None = None) -> None:
@@ -46,116 +36,6 @@ class NNMixin:
 
     __slots__ = ()
 
-    # ---- windows -----------------------------------------------------------------------------------------------
-
-    def _window(self: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
-        """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view.
-
-        Windows that do not overlap (stride >= kernel, no dilation) are rows of a reshape: (out, stride), cut to
-        (out, kernel). A small kernel stacks one strided slice per tap: kernels index it with plain sums (h + kh) under a gate
-        that folds away once codegen unrolls the tap loop, and its gradient adds shifted copies. A larger kernel
-        repeats the axis and re-reads it with rows of length R = m*i + dilation: row k then starts at element
-        k*dilation (mod i), so a plain reshape and shrink line the windows up without a gate per tap (at the
-        price of `%` in the index, and in the gradient)."""
-        size = self.shape[axis]
-        out = (size - dilation * (kernel - 1) - 1) // stride + 1
-        if out <= 0:
-            raise ValueError(
-                f"pool/conv: window {kernel} (dilation {dilation}) does not fit an axis of size {size} in {self.shape}"
-            )
-        before, after = self.shape[:axis], self.shape[axis + 1 :]
-        if stride >= kernel and dilation == 1:
-            x = self.pad(tuple((0, max(0, out * stride - size)) if i == axis else None for i in range(self.ndim)))
-            x = x.shrink(tuple((0, out * stride) if i == axis else None for i in range(self.ndim)))
-            x = x.reshape(*before, out, stride, *after)
-            return x.shrink(tuple((0, kernel) if i == axis + 1 else None for i in range(x.ndim)))
-        if kernel <= UNROLL_LIMIT:
-            span = (out - 1) * stride + 1
-            taps = []
-            for tap in range(kernel):
-                start = tap * dilation
-                x = self.shrink(tuple((start, start + span) if i == axis else None for i in range(self.ndim)))
-                if stride > 1:  # every stride-th element: pad to out*stride, fold into (out, stride), keep column 0
-                    x = x.pad(tuple((0, out * stride - span) if i == axis else None for i in range(self.ndim)))
-                    x = x.reshape(*before, out, stride, *after)
-                    x = x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim)))
-                    x = x.reshape(*before, out, *after)
-                taps.append(x)
-            return taps[0].stack(*taps[1:], dim=axis + 1)
-        row = size + dilation
-        while row < out * stride:
-            row += size
-        repeats = math.ceil(kernel * row / size)
-        x = self.unsqueeze(axis).expand(*self.shape[:axis], repeats, *self.shape[axis:])
-        x = x.reshape(*before, repeats * size, *after)
-        x = x.shrink(tuple((0, kernel * row) if i == axis else None for i in range(x.ndim)))
-        x = x.reshape(*before, kernel, row, *after)
-        x = x.shrink(tuple((0, out * stride) if i == axis + 1 else None for i in range(x.ndim)))
-        x = x.reshape(*before, kernel, out, stride, *after)
-        x = x.shrink(tuple((0, 1) if i == axis + 2 else None for i in range(x.ndim)))
-        x = x.reshape(*before, kernel, out, *after)
-        return x.transpose(axis, axis + 1)
-
-    def _pool(self: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-        """(..., *spatial) → (..., *out, *kernel): every window of the last len(kernel) axes."""
-        count = len(kernel)
-        x = self
-        first = self.ndim - count
-        for number in range(count):
-            # earlier spatial axes have become (out, kernel) pairs
-            x = x._window(first + 2 * number, kernel[number], stride[number], dilation[number])
-        order = list(range(first)) + [first + 2 * n for n in range(count)] + [first + 2 * n + 1 for n in range(count)]
-        return x.permute(order)
-
-    def _padding(self: Tensor, padding, count: int) -> tuple[tuple[int, int], ...]:
-        if isinstance(padding, int):
-            return ((padding, padding),) * count
-        padding = tuple(padding)
-        if len(padding) == count:
-            return tuple((p, p) for p in padding)
-        if len(padding) == 2 * count:  # torch order: (left, right, top, bottom) for the last axes first
-            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
-            return tuple(reversed(pairs))
-        raise ValueError(f"padding {padding} needs 1, {count} or {2 * count} values")
-
-    def conv2d(
-        self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride=1, dilation=1, padding=0
-    ) -> Tensor:
-        """2-D convolution of (N, C_in, H, W) with weight (C_out, C_in/groups, kh, kw)."""
-        if self.ndim != 4 or weight.ndim != 4:
-            raise ValueError(f"conv2d: need a 4-D input and weight, got {self.shape} and {weight.shape}")
-        batch, channels_in = self.shape[:2]
-        channels_out, group_channels, *kernel = weight.shape
-        if channels_in != group_channels * groups or channels_out % groups:
-            raise ValueError(
-                f"conv2d: input {self.shape} with groups={groups} needs weight (C_out, {channels_in // max(groups, 1)}, kh, kw) "
-                f"with C_out divisible by {groups}, got {weight.shape}"
-            )
-        pads = self._padding(padding, 2)
-        x = self.pad(((0, 0), (0, 0)) + pads) if any(p != (0, 0) for p in pads) else self
-        windows = x._pool(tuple(kernel), _pair(stride, 2, "stride"), _pair(dilation, 2, "dilation"))
-        out_h, out_w = windows.shape[2:4]
-        per_group = channels_out // groups
-        # taps before positions: the gradient of the windows (a reduce over output channels) is then laid out
-        # along the image's rows, where adding its taps back up into the input's gradient reads it in order
-        windows = windows.permute(0, 1, 4, 5, 2, 3).reshape(batch, groups, 1, group_channels, *kernel, out_h, out_w)
-        weights = weight.reshape(1, groups, per_group, group_channels, *kernel, 1, 1)
-        result = (windows * weights).sum((3, 4, 5)).reshape(batch, channels_out, out_h, out_w)
-        return result if bias is None else result + bias.reshape(1, -1, 1, 1)
-
-    def _pool2d(self: Tensor, kernel_size, stride, dilation, padding, value: float) -> Tensor:
-        kernel = _pair(kernel_size, 2, "kernel_size")
-        stride = kernel if stride is None else _pair(stride, 2, "stride")
-        pads = self._padding(padding, 2)
-        x = self.pad(((0, 0),) * (self.ndim - 2) + pads, value=value) if any(p != (0, 0) for p in pads) else self
-        return x._pool(kernel, stride, _pair(dilation, 2, "dilation"))
-
-    def max_pool2d(self: Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
-        return self._pool2d(kernel_size, stride, dilation, padding, float("-inf")).max((-2, -1))
-
-    def avg_pool2d(self: Tensor, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
-        return self._pool2d(kernel_size, stride, dilation, padding, 0.0).mean((-2, -1))
-
     # ---- normalization, dropout, attention ------------------------------------------------------------------------
 
     def layernorm(self: Tensor, axis=-1, eps: float = 1e-5) -> Tensor:
@@ -174,7 +54,7 @@ class NNMixin:
         return x if bias is None else x + bias.reshape(shape)
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
-        """Zero elements with probability p while `Tensor.training`, scaling the rest by 1/(1-p)."""
+        """Zero elements with probability p while `type(self).training`, scaling the rest by 1/(1-p)."""
         if not 0 <= p <= 1:
             raise ValueError(f"dropout: p must be in [0, 1], got {p}")
         if not type(self).training or p == 0:
@@ -189,9 +69,27 @@ class NNMixin:
         attn_mask: Tensor | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
     ) -> Tensor:
-        """softmax(q kᵀ / sqrt(d) + mask) v."""
-        scores = self @ key.transpose(-2, -1) * (1 / math.sqrt(self.shape[-1]))
+        """softmax(q kᵀ · scale + mask) v, with scale 1/sqrt(d) by default. With `enable_gqa`, key and value may have
+        fewer heads (axis -3) than the query: each serves a group of query heads, as in torch."""
+        if self.ndim < 2 or key.ndim < 2 or value.ndim < 2 or self.shape[-1] != key.shape[-1]:
+            raise ValueError(
+                f"scaled_dot_product_attention: query {self.shape} and key {key.shape} need at least 2 dimensions and "
+                "the same last (feature) size"
+            )
+        if enable_gqa and self.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+            heads, kv_heads = self.shape[-3], key.shape[-3]
+            if heads % kv_heads or value.shape[-3] != kv_heads:
+                raise ValueError(
+                    f"scaled_dot_product_attention: with enable_gqa the query's {heads} heads must be a multiple of "
+                    f"the key's and value's (got key {key.shape}, value {value.shape})"
+                )
+            key = key.repeat_interleave(heads // kv_heads, -3)
+            value = value.repeat_interleave(heads // kv_heads, -3)
+        scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
+        scores = self @ key.transpose(-2, -1) * scale
         if is_causal:
             rows, cols = scores.shape[-2:]
             attn_mask = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
@@ -280,11 +178,97 @@ class NNMixin:
         loss = -(Y * self.log() + (1 - Y) * (1 - self).log())
         return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
 
-    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
-        """Binary cross-entropy of logits, computed stably as max(x,0) - x*y + log(1 + exp(-|x|))."""
-        # max(x, 0) splits its gradient at 0 (1/2) and |x| has none there: the gradient is sigmoid(x) - y everywhere
-        loss = self.maximum(0) - self * Y + (1 + (-self.abs()).exp()).log()
+    def binary_crossentropy_logits(
+        self: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
+    ) -> Tensor:
+        """Binary cross-entropy of logits, computed stably; `pos_weight` (broadcast over the last axis, one weight per
+        class) scales the loss of positive targets."""
+        return self.binary_cross_entropy_with_logits(Y, reduction=reduction, pos_weight=pos_weight)
+
+    def binary_cross_entropy_with_logits(
+        self: Tensor, Y: Tensor, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None
+    ) -> Tensor:
+        """torch's F.binary_cross_entropy_with_logits: -w·[pos_weight·y·log σ(x) + (1-y)·log(1-σ(x))]."""
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(
+                f"binary_cross_entropy_with_logits: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+            )
+        if not hasattr(Y, "uop"):
+            raise TypeError(f"binary_cross_entropy_with_logits: target must be a Tensor, got {type(Y).__name__}")
+        if Y.shape != self.shape:
+            raise ValueError(f"binary_cross_entropy_with_logits: target {Y.shape} must match the logits {self.shape}")
+        # -log σ(-x) = log(1 + exp(-|x|)) + max(-x, 0); max's gradient splits 1/2 at 0 and |x| has none there, so
+        # the gradient is σ(x) - y everywhere (with pos_weight 1)
+        log_sigmoid_negative = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
+        if pos_weight is None:
+            loss = (1 - Y) * self + log_sigmoid_negative
+        else:
+            loss = (1 - Y) * self + (1 + (pos_weight - 1) * Y) * log_sigmoid_negative
+        if weight is not None:
+            loss = loss * weight
         return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
+
+    def nll_loss(
+        self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> Tensor:
+        """Negative log-likelihood of log-probabilities (N, C, ...) or (C,) at the class indices `target` (N, ...) or
+        (); `weight` weighs each class, and a mean divides by the weights of the counted targets (torch's
+        F.nll_loss)."""
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        if not hasattr(target, "uop"):
+            raise TypeError(f"nll_loss: target must be an integer Tensor, got {type(target).__name__}")
+        log_probs = self.transpose(1, -1) if self.ndim > 2 else self
+        expected = (self.shape[0], *self.shape[2:]) if self.ndim >= 2 else ()
+        if target.shape != expected:
+            raise ValueError(f"nll_loss: input {self.shape} needs a target of shape {expected}, got {target.shape}")
+        if self.ndim > 3:  # the class axis swapped with the last: swap the target's axes the same way
+            target = target.transpose(1, -1)
+        log_probs._check_labels(target, "nll_loss", ignore_index)
+        classes = log_probs.shape[-1]
+        if weight is not None and getattr(weight, "shape", None) != (classes,):
+            raise ValueError(
+                f"nll_loss: weight needs one value per class, shape ({classes},), got {getattr(weight, 'shape', weight)}"
+            )
+        chosen = target.unsqueeze(-1) == type(self).arange(classes, device=self.device)
+        weights = chosen.where(weight if weight is not None else 1.0, 0.0).sum(-1)
+        if ignore_index is not None:
+            weights = weights * (target != ignore_index)
+        loss = -(chosen.where(log_probs, 0).sum(-1)) * weights
+        if self.ndim > 3:
+            loss = loss.transpose(1, -1)
+        if reduction == "none":
+            return loss
+        return loss.sum() if reduction == "sum" else loss.sum() / weights.sum()
 
     def mse(self: Tensor, Y: Tensor) -> Tensor:
         return (self - Y).square().mean()
+
+    # ---- weight initializers -------------------------------------------------------------------------------------
+
+    @classmethod
+    def scaled_uniform(cls, *shape, **kwargs) -> Tensor:
+        """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
+        shape = cls._shape_arg(shape)
+        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (math.prod(shape) ** -0.5)
+
+    @classmethod
+    def glorot_uniform(cls, *shape, **kwargs) -> Tensor:
+        """Glorot (Xavier) uniform: ±sqrt(6 / (fan_out + fan_in)), with fan_out = shape[0]."""
+        shape = cls._shape_arg(shape)
+        bound = math.sqrt(6 / (shape[0] + math.prod(shape[1:])))
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs) -> Tensor:
+        """He uniform for a leaky ReLU of slope `a`: ±sqrt(6 / ((1 + a²) · fan_in)), fan_in = prod(shape[1:])."""
+        shape = cls._shape_arg(shape)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_normal(cls, *shape, a: float = 0.01, **kwargs) -> Tensor:
+        """He normal for a leaky ReLU of slope `a`: standard deviation sqrt(2 / ((1 + a²) · fan_in))."""
+        shape = cls._shape_arg(shape)
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        return cls.normal(*shape, mean=0.0, std=std, **kwargs)

@@ -322,3 +322,26 @@ def test_scans_and_sort():
     assert kernels(x.sort(1)[0]) == 2
     assert kernels(*x.sort(1)) == 3
     assert kernels(x.topk(3, 1)[0]) == 2
+
+
+def test_nd_convolutions_are_one_kernel():
+    # conv1d and conv3d share conv2d's code: one product and one sum, with bias and activation fused
+    assert kernels(rand(2, 3, 16).conv1d(rand(4, 3, 3))) == 1
+    assert kernels(rand(2, 3, 16).conv1d(rand(4, 3, 3), rand(4)).relu()) == 1
+    assert kernels(rand(1, 2, 6, 6, 6).conv3d(rand(4, 2, 3, 3, 3))) == 1
+    # padding reads one padded copy, as for conv2d
+    assert kernels(rand(1, 2, 6, 6, 6).conv3d(rand(4, 2, 3, 3, 3), padding=1)) == 2
+
+
+def test_conv_transpose():
+    # the input padded by the kernel's reach, then the convolution; a stride first spreads the input apart
+    assert kernels(rand(1, 2, 5, 5).conv_transpose2d(rand(2, 3, 3, 3))) == 2
+    assert kernels(rand(1, 2, 5, 5).conv_transpose2d(rand(2, 3, 3, 3), stride=2, padding=1)) == 3
+
+
+def test_pooling_modes_and_layout_ops():
+    assert kernels(rand(1, 2, 7, 7).max_pool2d(2, ceil_mode=True)) == 1
+    assert kernels(rand(1, 2, 8, 8).interpolate((16, 16), mode="nearest")) == 1  # a whole-number upscale is a view
+    assert kernels(rand(1, 2, 5, 5).pad((1, 1, 2, 2), mode="reflect")) == 1
+    assert kernels(rand(4, 5).gather(1, Tensor(np.zeros((4, 2), np.int32)))) == 1
+    assert kernels(Tensor.einsum("ij,jk->ik", rand(3, 4), rand(4, 5))) == 1

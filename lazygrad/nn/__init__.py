@@ -34,8 +34,11 @@ class Linear:
         return out if self.bias is None else out + self.bias
 
 
-class Conv2d:
-    """2-D convolution layer over (N, C_in, H, W) inputs."""
+class _ConvNd:
+    """An N-d convolution layer over (N, C_in, *spatial) inputs; weights are uniform in ±1/sqrt(fan_in), as in torch."""
+
+    spatial = 2
+    transposed = False
 
     def __init__(
         self,
@@ -47,19 +50,72 @@ class Conv2d:
         dilation=1,
         groups: int = 1,
         bias: bool = True,
+        output_padding=0,
     ):
-        kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        name = type(self).__name__
+        kernel = (kernel_size,) * self.spatial if isinstance(kernel_size, int) else tuple(kernel_size)
+        if len(kernel) != self.spatial:
+            raise ValueError(f"{name}: kernel_size needs 1 or {self.spatial} ints, got {kernel_size}")
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv2d: channels {in_channels}→{out_channels} must be divisible by groups={groups}")
+            raise ValueError(f"{name}: channels {in_channels}→{out_channels} must be divisible by groups={groups}")
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        bound = 1 / math.sqrt(in_channels // groups * kernel[0] * kernel[1])
-        self.weight = Tensor.uniform(out_channels, in_channels // groups, *kernel, low=-bound, high=bound)
+        self.output_padding = output_padding
+        if self.transposed:
+            shape = (in_channels, out_channels // groups, *kernel)
+            fan_in = out_channels // groups * math.prod(kernel)  # torch counts the weight's dimension 1
+        else:
+            shape = (out_channels, in_channels // groups, *kernel)
+            fan_in = in_channels // groups * math.prod(kernel)
+        bound = 1 / math.sqrt(fan_in)
+        self.weight = Tensor.uniform(*shape, low=-bound, high=bound)
         self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        channels = self.weight.shape[1] * self.groups
-        _check_input("Conv2d", x, f"(N, {channels}, H, W)", x.ndim == 4 and x.shape[1] == channels)
-        return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+        channels = self.weight.shape[0] if self.transposed else self.weight.shape[1] * self.groups
+        axes = ("L",) if self.spatial == 1 else ("H", "W") if self.spatial == 2 else ("D", "H", "W")
+        expected = f"(N, {channels}, {', '.join(axes)})"
+        _check_input(type(self).__name__, x, expected, x.ndim == self.spatial + 2 and x.shape[1] == channels)
+        if self.transposed:
+            return x.conv_transpose(
+                self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
+            )
+        return x.conv(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+
+class Conv1d(_ConvNd):
+    """1-D convolution layer over (N, C_in, L) inputs."""
+
+    spatial = 1
+
+
+class Conv2d(_ConvNd):
+    """2-D convolution layer over (N, C_in, H, W) inputs."""
+
+    spatial = 2
+
+
+class Conv3d(_ConvNd):
+    """3-D convolution layer over (N, C_in, D, H, W) inputs."""
+
+    spatial = 3
+
+
+class ConvTranspose1d(_ConvNd):
+    """1-D transposed convolution layer: weight (C_in, C_out/groups, k)."""
+
+    spatial, transposed = 1, True
+
+
+class ConvTranspose2d(_ConvNd):
+    """2-D transposed convolution layer: weight (C_in, C_out/groups, kh, kw)."""
+
+    spatial, transposed = 2, True
+
+
+class ConvTranspose3d(_ConvNd):
+    """3-D transposed convolution layer: weight (C_in, C_out/groups, kd, kh, kw)."""
+
+    spatial, transposed = 3, True
 
 
 class BatchNorm:

@@ -1,12 +1,15 @@
-"""Model state: finding parameters, state dicts, and safetensors files (readable by the `safetensors` library; files
-that break the format's rules are rejected, naming the tensor and the rule)."""
+"""Model state: finding parameters, state dicts, safetensors files (readable by the `safetensors` library; files
+that break the format's rules are rejected, naming the tensor and the rule) and PyTorch `.pth` checkpoints (read
+without torch, through an unpickler that builds only tensors and containers)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import struct
 import sys
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,23 +64,49 @@ def get_parameters(obj: Any) -> list[Tensor]:
     return list(unique.values())
 
 
+class StateDictError(KeyError, ValueError):
+    """A state dict that does not fit the model: missing or unexpected keys (a KeyError) or shapes that differ (a
+    ValueError)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True) -> None:
-    """Copy `state_dict` into the model's tensors (in place). With `strict`, missing and unexpected keys are an
-    error; shapes must always match."""
+    """Copy `state_dict` into the model's tensors (in place), casting to each tensor's dtype and device. With
+    `strict`, keys the model has and the state dict lacks (missing) or the other way round (unexpected) are an
+    error; shapes must always match. One error names every such key."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"load_state_dict: expected a dict of tensors, got {type(state_dict).__name__}")
     own = get_state_dict(model)
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
-    if strict and (missing or unexpected):
-        raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+    mismatched = [
+        f"{name}: {tuple(state_dict[name].shape)} in the state dict, {own[name].shape} in the model"
+        for name in own
+        if name in state_dict and not _shapes_agree(tuple(getattr(state_dict[name], "shape", ())), own[name].shape)
+    ]
+    problems = []
+    if strict and missing:
+        problems.append(f"missing keys {missing}")
+    if strict and unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    if mismatched:
+        problems.append(f"shape mismatches [{'; '.join(mismatched)}]")
+    if problems:
+        fix = "pass strict=False to skip missing and unexpected keys; " if strict and (missing or unexpected) else ""
+        raise StateDictError(f"load_state_dict: {', '.join(problems)}; {fix}shapes must always match")
     for name, tensor in own.items():
-        if name not in state_dict:
-            continue
-        value = state_dict[name]
-        if value.shape != tensor.shape:
-            raise ValueError(
-                f"load_state_dict: {name} has shape {value.shape} in the state dict but {tensor.shape} in the model"
-            )
-        tensor.assign(value.to(tensor.device).cast(tensor.dtype)).realize()
+        if name in state_dict:
+            value = state_dict[name]
+            if not isinstance(value, Tensor):
+                value = Tensor(np.asarray(value))
+            tensor.assign(value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)).realize()
+
+
+def _shapes_agree(saved: tuple[int, ...], own: tuple[int, ...]) -> bool:
+    """Equal shapes, or one value each way (torch keeps counters such as num_batches_tracked as 0-d tensors)."""
+    return saved == own or prod(saved) == prod(own) == 1
 
 
 def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
@@ -227,3 +256,145 @@ def _entry(name: str, info: Any, data_size: int, path: str) -> _Entry:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# ---- PyTorch checkpoints ---------------------------------------------------------------------------------------------
+
+# torch's storage classes (as its pickles name them) and the NumPy dtype of their bytes; bfloat16 is read as the top
+# half of a float32
+TORCH_STORAGES = {
+    "DoubleStorage": np.float64,
+    "FloatStorage": np.float32,
+    "HalfStorage": np.float16,
+    "BFloat16Storage": np.uint16,
+    "LongStorage": np.int64,
+    "IntStorage": np.int32,
+    "ShortStorage": np.int16,
+    "CharStorage": np.int8,
+    "ByteStorage": np.uint8,
+    "BoolStorage": np.bool_,
+}
+_REBUILDERS = ("_rebuild_tensor_v2", "_rebuild_parameter", "_rebuild_parameter_with_state")
+
+
+@dataclass(frozen=True)
+class _StorageType:
+    name: str
+
+
+class _Mapping(dict):
+    """A loaded OrderedDict: a dict that also takes the attributes torch pickles with a state dict (`_metadata`)."""
+
+
+class _TensorOnlyUnpickler(pickle.Unpickler):
+    """Builds tensors, dicts, lists, tuples, numbers and strings, and nothing else: a pickle can name any function to
+    call, so every other global is refused (loading it would run code the file chose)."""
+
+    def __init__(self, file, path: str, read_storage):
+        super().__init__(file)
+        self.path, self.read_storage = path, read_storage
+
+    def find_class(self, module: str, name: str):
+        if module == "collections" and name == "OrderedDict":
+            return _Mapping
+        if module == "torch._utils" and name in _REBUILDERS:
+            return getattr(self, name)
+        if module == "torch" and name in TORCH_STORAGES:
+            return _StorageType(name)
+        raise pickle.UnpicklingError(
+            f"torch_load: {self.path} asks for {module}.{name}, which is not a tensor or a container; only tensors, "
+            "dicts, lists, tuples, numbers and strings are loaded (other objects in a pickle can run code), so the "
+            "file is refused. Save a state_dict (model.state_dict()) rather than a whole model"
+        )
+
+    def persistent_load(self, pid):
+        if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType):
+            raise pickle.UnpicklingError(f"torch_load: {self.path} refers to an unknown kind of storage {pid!r:.200}")
+        _, storage_type, key, _location, count = pid
+        return self.read_storage(str(key), TORCH_STORAGES[storage_type.name], count, storage_type.name)
+
+    def _rebuild_tensor_v2(self, storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+        return _tensor_from_storage(storage, offset, tuple(size), tuple(stride), self.path)
+
+    def _rebuild_parameter(self, data, requires_grad=False, hooks=None):
+        return data
+
+    def _rebuild_parameter_with_state(self, data, requires_grad=False, hooks=None, state=None):
+        return data
+
+
+def _tensor_from_storage(storage: np.ndarray, offset: int, size: tuple, stride: tuple, path: str) -> np.ndarray:
+    """The strided view torch describes, checked to lie inside its storage, copied into its own array."""
+    if len(size) != len(stride) or any(s < 0 for s in size) or offset < 0:
+        raise ValueError(f"torch_load: {path} describes a tensor with sizes {size}, strides {stride}, offset {offset}")
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset - 1
+    if min(stride, default=0) < 0 or last >= len(storage):
+        raise ValueError(
+            f"torch_load: {path} describes a tensor {size} (strides {stride}, offset {offset}) that reaches past its "
+            f"storage of {len(storage)} elements: a corrupt checkpoint"
+        )
+    itemsize = storage.dtype.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        storage[offset:], shape=size, strides=tuple(s * itemsize for s in stride), writeable=False
+    )
+    return np.array(view)
+
+
+def torch_load(path: str, device: str | None = None) -> Any:
+    """Read a PyTorch checkpoint written by `torch.save` (the zip format, torch >= 1.6) without torch: the object
+    it holds, with every tensor a lazygrad Tensor on `device`. Only tensors and containers are loaded: a pickle that
+    names anything else (a class, a function) is refused with an error, since loading it could run code.
+    bfloat16 becomes float32, and ints narrower than 32 bits widen to int32 where lazygrad has no such dtype."""
+    device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"torch_load: {path} is not a zip archive: only torch.save's zip format (the default since torch 1.6) is "
+            "read; resave it with a current torch"
+        )
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        pickles = [name for name in names if name.endswith("/data.pkl") and name.count("/") == 1]
+        if len(pickles) != 1:
+            raise ValueError(f"torch_load: {path} has no single <name>/data.pkl: not a torch checkpoint")
+        prefix = pickles[0][: -len("data.pkl")]
+        big_endian = f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() == b"big"
+        storages: dict[str, np.ndarray] = {}
+
+        def read_storage(key: str, np_dtype, count: int, kind: str) -> np.ndarray:
+            if key not in storages:
+                entry = f"{prefix}data/{key}"
+                if entry not in names:
+                    raise ValueError(f"torch_load: {path} refers to storage {key!r}, which the archive lacks")
+                raw = archive.read(entry)
+                itemsize = np.dtype(np_dtype).itemsize
+                if len(raw) < count * itemsize:
+                    raise ValueError(
+                        f"torch_load: storage {key!r} in {path} holds {len(raw)} bytes, fewer than {count} {kind} "
+                        f"elements need ({count * itemsize})"
+                    )
+                array = np.frombuffer(
+                    raw, dtype=np.dtype(np_dtype).newbyteorder(">" if big_endian else "<"), count=count
+                )
+                if kind == "BFloat16Storage":  # the high 16 bits of a float32
+                    array = (array.astype(np.uint32) << 16).view(np.float32)
+                storages[key] = array.astype(array.dtype.newbyteorder("="))
+            return storages[key]
+
+        with archive.open(pickles[0]) as file:
+            loaded = _TensorOnlyUnpickler(file, path, read_storage).load()
+    return _to_tensors(loaded, device)
+
+
+def _to_tensors(value: Any, device: str) -> Any:
+    """The loaded structure with each array a Tensor in the closest lazygrad dtype."""
+    if isinstance(value, np.ndarray):
+        try:
+            dtype = dtypes.from_numpy(value.dtype)
+        except (TypeError, ValueError, KeyError):
+            dtype = dtypes.int32  # int8, uint8, int16: widened losslessly
+        return Tensor(value, dtype=dtype, device=device)
+    if isinstance(value, dict):
+        return {key: _to_tensors(item, device) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_tensors(item, device) for item in value)
+    return value

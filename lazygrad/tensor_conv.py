@@ -1,0 +1,504 @@
+"""Convolution, pooling, resizing and padding modes over the last N axes of (N, C, *spatial) tensors, for any N.
+
+Every window op is a view: `_window` turns an axis into (out, kernel) axes with movement ops only, so an N-d
+convolution is one elementwise product and one sum (a single kernel forward), and its gradient comes from the
+primitives' rules."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lazygrad.codegen.heuristic import UNROLL_LIMIT
+from lazygrad.dtype import dtypes, integer_range
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def _pair(value, count: int, name: str) -> tuple[int, ...]:
+    """`value` as `count` ints: one int repeats, a sequence must have `count` of them."""
+    if isinstance(value, int):
+        return (value,) * count
+    value = tuple(value)
+    if len(value) != count or not all(isinstance(v, int) for v in value):
+        raise ValueError(f"{name} needs one int or {count} ints (one per spatial axis), got {value}")
+    return value
+
+
+def _check_tensor(value, name: str, op_name: str) -> None:
+    if not hasattr(value, "uop"):
+        raise TypeError(f"{op_name}: {name} must be a Tensor, got {type(value).__name__}; wrap it with Tensor(...)")
+
+
+class ConvMixin:
+    """Convolution, transposed convolution, pooling, unpooling, interpolation and padding modes."""
+
+    __slots__ = ()
+
+    # ---- windows -----------------------------------------------------------------------------------------------
+
+    def _window(self: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
+        """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view.
+
+        Windows that do not overlap (stride >= kernel, no dilation) are rows of a reshape: (out, stride), cut to
+        (out, kernel). A small kernel stacks one strided slice per tap: kernels index it with plain sums (h + kh) under a gate
+        that folds away once codegen unrolls the tap loop, and its gradient adds shifted copies. A larger kernel
+        repeats the axis and re-reads it with rows of length R = m*i + dilation: row k then starts at element
+        k*dilation (mod i), so a plain reshape and shrink line the windows up without a gate per tap (at the
+        price of `%` in the index, and in the gradient)."""
+        size = self.shape[axis]
+        out = (size - dilation * (kernel - 1) - 1) // stride + 1
+        if out <= 0:
+            raise ValueError(
+                f"pool/conv: window {kernel} (dilation {dilation}) does not fit an axis of size {size} in {self.shape}"
+            )
+        before, after = self.shape[:axis], self.shape[axis + 1 :]
+        if stride >= kernel and dilation == 1:
+            x = self.pad(tuple((0, max(0, out * stride - size)) if i == axis else None for i in range(self.ndim)))
+            x = x.shrink(tuple((0, out * stride) if i == axis else None for i in range(self.ndim)))
+            x = x.reshape(*before, out, stride, *after)
+            return x.shrink(tuple((0, kernel) if i == axis + 1 else None for i in range(x.ndim)))
+        if kernel <= UNROLL_LIMIT:
+            span = (out - 1) * stride + 1
+            taps = []
+            for tap in range(kernel):
+                start = tap * dilation
+                x = self.shrink(tuple((start, start + span) if i == axis else None for i in range(self.ndim)))
+                if stride > 1:  # every stride-th element: pad to out*stride, fold into (out, stride), keep column 0
+                    x = x.pad(tuple((0, out * stride - span) if i == axis else None for i in range(self.ndim)))
+                    x = x.reshape(*before, out, stride, *after)
+                    x = x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim)))
+                    x = x.reshape(*before, out, *after)
+                taps.append(x)
+            return taps[0].stack(*taps[1:], dim=axis + 1)
+        row = size + dilation
+        while row < out * stride:
+            row += size
+        repeats = math.ceil(kernel * row / size)
+        x = self.unsqueeze(axis).expand(*self.shape[:axis], repeats, *self.shape[axis:])
+        x = x.reshape(*before, repeats * size, *after)
+        x = x.shrink(tuple((0, kernel * row) if i == axis else None for i in range(x.ndim)))
+        x = x.reshape(*before, kernel, row, *after)
+        x = x.shrink(tuple((0, out * stride) if i == axis + 1 else None for i in range(x.ndim)))
+        x = x.reshape(*before, kernel, out, stride, *after)
+        x = x.shrink(tuple((0, 1) if i == axis + 2 else None for i in range(x.ndim)))
+        x = x.reshape(*before, kernel, out, *after)
+        return x.transpose(axis, axis + 1)
+
+    def _pool(self: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+        """(..., *spatial) → (..., *out, *kernel): every window of the last len(kernel) axes."""
+        count = len(kernel)
+        x = self
+        first = self.ndim - count
+        for number in range(count):
+            # earlier spatial axes have become (out, kernel) pairs
+            x = x._window(first + 2 * number, kernel[number], stride[number], dilation[number])
+        order = list(range(first)) + [first + 2 * n for n in range(count)] + [first + 2 * n + 1 for n in range(count)]
+        return x.permute(order)
+
+    def _padding(self: Tensor, padding, count: int, op_name: str = "conv") -> tuple[tuple[int, int], ...]:
+        """(before, after) per spatial axis from an int, one int per axis, or torch's flat order (last axis first)."""
+        if isinstance(padding, int):
+            return ((padding, padding),) * count
+        padding = tuple(padding)
+        if len(padding) == count and all(isinstance(p, tuple) and len(p) == 2 for p in padding):
+            return padding
+        if len(padding) == count:
+            return tuple((p, p) for p in padding)
+        if len(padding) == 2 * count:  # torch order: (left, right, top, bottom) for the last axes first
+            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
+            return tuple(reversed(pairs))
+        raise ValueError(f"{op_name}: padding {padding} needs 1, {count} or {2 * count} values")
+
+    # ---- convolution -------------------------------------------------------------------------------------------
+
+    def conv(
+        self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride=1, dilation=1, padding=0
+    ) -> Tensor:
+        """N-d convolution (cross-correlation, as in torch) of (N, C_in, *spatial) with weight
+        (C_out, C_in/groups, *kernel); the number of spatial axes comes from the weight. `padding` is an int, one
+        int per axis, torch's flat (left, right, top, bottom, ...) order, "valid" or "same"."""
+        return self._conv(weight, bias, groups, stride, dilation, padding, "conv")
+
+    def conv1d(self: Tensor, weight: Tensor, bias=None, groups: int = 1, stride=1, dilation=1, padding=0) -> Tensor:
+        """1-D convolution of (N, C_in, L) with weight (C_out, C_in/groups, k)."""
+        return self._conv(weight, bias, groups, stride, dilation, padding, "conv1d", 1)
+
+    def conv2d(self: Tensor, weight: Tensor, bias=None, groups: int = 1, stride=1, dilation=1, padding=0) -> Tensor:
+        """2-D convolution of (N, C_in, H, W) with weight (C_out, C_in/groups, kh, kw)."""
+        return self._conv(weight, bias, groups, stride, dilation, padding, "conv2d", 2)
+
+    def conv3d(self: Tensor, weight: Tensor, bias=None, groups: int = 1, stride=1, dilation=1, padding=0) -> Tensor:
+        """3-D convolution of (N, C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh, kw)."""
+        return self._conv(weight, bias, groups, stride, dilation, padding, "conv3d", 3)
+
+    def _conv(
+        self: Tensor, weight, bias, groups, stride, dilation, padding, op_name: str, count: int | None = None
+    ) -> Tensor:
+        _check_tensor(weight, "weight", op_name)
+        count = weight.ndim - 2 if count is None else count
+        letters = ("L",) if count == 1 else ("H", "W") if count == 2 else tuple(f"S{i}" for i in range(count))
+        if count < 1 or self.ndim != count + 2 or weight.ndim != count + 2:
+            raise ValueError(
+                f"{op_name}: need an input (N, C_in, {', '.join(letters)}) and a weight (C_out, C_in/groups, "
+                f"{', '.join('k' + c for c in letters)}) with {count + 2} dimensions each, got {self.shape} and "
+                f"{weight.shape}"
+            )
+        if not isinstance(groups, int) or groups < 1:
+            raise ValueError(f"{op_name}: groups must be a positive int, got {groups!r}")
+        batch, channels_in = self.shape[:2]
+        channels_out, group_channels, *kernel = weight.shape
+        if channels_in != group_channels * groups or channels_out % groups:
+            raise ValueError(
+                f"{op_name}: input {self.shape} with groups={groups} needs weight (C_out, {channels_in // groups}, "
+                f"...) with C_out divisible by {groups}, got {weight.shape}"
+            )
+        stride, dilation = _pair(stride, count, f"{op_name}: stride"), _pair(dilation, count, f"{op_name}: dilation")
+        if isinstance(padding, str):
+            padding = self._named_padding(padding, kernel, stride, dilation, op_name)
+        pads = self._padding(padding, count, op_name)
+        x = self.pad(((0, 0), (0, 0)) + pads) if any(p != (0, 0) for p in pads) else self
+        for axis, (size, k, d) in enumerate(zip(x.shape[2:], kernel, dilation)):
+            if size < d * (k - 1) + 1:
+                raise ValueError(
+                    f"{op_name}: kernel {tuple(kernel)} (dilation {dilation}) does not fit the padded input "
+                    f"{x.shape}: spatial axis {axis} has {size} elements; pad the input or use a smaller kernel"
+                )
+        windows = x._pool(tuple(kernel), stride, dilation)
+        out = windows.shape[2 : 2 + count]
+        per_group = channels_out // groups
+        # taps before positions: the gradient of the windows (a reduce over output channels) is then laid out
+        # along the image's rows, where adding its taps back up into the input's gradient reads it in order
+        order = (0, 1, *range(2 + count, 2 + 2 * count), *range(2, 2 + count))
+        windows = windows.permute(order).reshape(batch, groups, 1, group_channels, *kernel, *out)
+        weights = weight.reshape(1, groups, per_group, group_channels, *kernel, *(1,) * count)
+        result = (windows * weights).sum(tuple(range(3, 4 + count))).reshape(batch, channels_out, *out)
+        return result if bias is None else result + bias.reshape(1, -1, *(1,) * count)
+
+    def _named_padding(self: Tensor, padding: str, kernel, stride, dilation, op_name: str):
+        if padding == "valid":
+            return 0
+        if padding != "same":
+            raise ValueError(f"{op_name}: padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+        if any(s != 1 for s in stride):
+            raise ValueError(f"{op_name}: padding='same' needs stride 1, got stride {stride}")
+        # torch puts the odd element of the total padding after
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple(p for total in reversed(totals) for p in (total // 2, total - total // 2))
+
+    def conv_transpose(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        groups: int = 1,
+        stride=1,
+        dilation=1,
+        padding=0,
+        output_padding=0,
+    ) -> Tensor:
+        """N-d transposed convolution (the gradient of conv with respect to its input) of (N, C_in, *spatial) with
+        weight (C_in, C_out/groups, *kernel), as torch's conv_transpose."""
+        return self._conv_transpose(weight, bias, groups, stride, dilation, padding, output_padding, "conv_transpose")
+
+    def conv_transpose1d(self: Tensor, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, output_padding=0):
+        """1-D transposed convolution: (N, C_in, L) with weight (C_in, C_out/groups, k)."""
+        return self._conv_transpose(
+            weight, bias, groups, stride, dilation, padding, output_padding, "conv_transpose1d", 1
+        )
+
+    def conv_transpose2d(self: Tensor, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, output_padding=0):
+        """2-D transposed convolution: (N, C_in, H, W) with weight (C_in, C_out/groups, kh, kw)."""
+        return self._conv_transpose(
+            weight, bias, groups, stride, dilation, padding, output_padding, "conv_transpose2d", 2
+        )
+
+    def conv_transpose3d(self: Tensor, weight, bias=None, groups=1, stride=1, dilation=1, padding=0, output_padding=0):
+        """3-D transposed convolution: (N, C_in, D, H, W) with weight (C_in, C_out/groups, kd, kh, kw)."""
+        return self._conv_transpose(
+            weight, bias, groups, stride, dilation, padding, output_padding, "conv_transpose3d", 3
+        )
+
+    def _conv_transpose(
+        self: Tensor, weight, bias, groups, stride, dilation, padding, output_padding, op_name: str, count=None
+    ) -> Tensor:
+        _check_tensor(weight, "weight", op_name)
+        count = weight.ndim - 2 if count is None else count
+        if count < 1 or self.ndim != count + 2 or weight.ndim != count + 2:
+            raise ValueError(
+                f"{op_name}: need an input (N, C_in, *spatial) and a weight (C_in, C_out/groups, *kernel) with "
+                f"{count + 2} dimensions each, got {self.shape} and {weight.shape}"
+            )
+        if not isinstance(groups, int) or groups < 1 or self.shape[1] != weight.shape[0] or weight.shape[0] % groups:
+            raise ValueError(
+                f"{op_name}: input {self.shape} needs weight ({self.shape[1]}, C_out/groups, ...) with "
+                f"{self.shape[1]} divisible by groups={groups}, got {weight.shape}"
+            )
+        stride, dilation = _pair(stride, count, f"{op_name}: stride"), _pair(dilation, count, f"{op_name}: dilation")
+        output_padding = _pair(output_padding, count, f"{op_name}: output_padding")
+        if isinstance(padding, int) or len(tuple(padding)) == count:
+            padding = _pair(padding, count, f"{op_name}: padding")
+        else:
+            raise ValueError(f"{op_name}: padding needs one int or {count} ints, got {padding}")
+        for extra, s, d in zip(output_padding, stride, dilation):
+            if not 0 <= extra < max(s, d):
+                raise ValueError(
+                    f"{op_name}: output_padding {output_padding} must be smaller than the stride {stride} or the "
+                    f"dilation {dilation} in each axis"
+                )
+        kernel = weight.shape[2:]
+        # spread the input stride apart (stride-1 zeros after each element, in one pad over all axes), then pad
+        # by the kernel's reach less `padding` (the trailing stride-1 zeros are cropped there) and convolve with
+        # the flipped kernel
+        spatial = self.shape[2:]
+        x = self.reshape(*self.shape[:2], *(s for size in spatial for s in (size, 1)))
+        x = x.pad(((0, 0), (0, 0)) + tuple(p for s in stride for p in ((0, 0), (0, s - 1))))
+        x = x.reshape(*self.shape[:2], *(size * s for size, s in zip(spatial, stride)))
+        pads = tuple(
+            (d * (k - 1) - p, d * (k - 1) - p + extra - (s - 1))
+            for k, d, p, extra, s in zip(kernel, dilation, padding, output_padding, stride)
+        )
+        channels_in, per_group = weight.shape[:2]
+        w = weight.reshape(groups, channels_in // groups, per_group, *kernel).transpose(1, 2)
+        w = w.reshape(groups * per_group, channels_in // groups, *kernel).flip(tuple(range(2, 2 + count)))
+        x = x.pad(((0, 0), (0, 0)) + pads)
+        return x._conv(w, bias, groups, 1, dilation, 0, op_name, count)
+
+    # ---- pooling -----------------------------------------------------------------------------------------------
+
+    def _pool_nd(
+        self: Tensor, kernel_size, stride, dilation, padding, ceil_mode: bool, value, count: int, op_name: str
+    ) -> tuple[Tensor, tuple[tuple[int, int], ...], tuple[int, ...]]:
+        """Windows (..., *out, *kernel) of the last `count` axes padded with `value` (and, for ceil_mode, on the
+        right where the last window hangs over), the regular padding and the ceil_mode extra per axis."""
+        if self.ndim < count + 1:
+            raise ValueError(f"{op_name}: needs an input with at least {count + 1} dimensions, got {self.shape}")
+        kernel = _pair(kernel_size, count, f"{op_name}: kernel_size")
+        stride = kernel if stride is None or stride == () else _pair(stride, count, f"{op_name}: stride")
+        dilation = _pair(dilation, count, f"{op_name}: dilation")
+        pads = self._padding(padding, count, op_name)
+        extras = []
+        for size, k, s, d, (before, after) in zip(self.shape[-count:], kernel, stride, dilation, pads):
+            if max(before, after) > (d * (k - 1) + 1) // 2 and op_name.startswith(("max", "avg")):
+                raise ValueError(
+                    f"{op_name}: padding {padding} must be at most half the (dilated) kernel {kernel}, as in torch"
+                )
+            span = size + before + after - d * (k - 1) - 1
+            if span < 0:
+                raise ValueError(
+                    f"{op_name}: kernel {kernel} (dilation {dilation}) does not fit the padded input {self.shape}"
+                )
+            out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+            if ceil_mode and (out - 1) * s >= size + before:  # the last window must start inside the input
+                out -= 1
+            extras.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + before + after)))
+        full = tuple((before, after + extra) for (before, after), extra in zip(pads, extras))
+        x = self.pad(((0, 0),) * (self.ndim - count) + full, value=value) if any(p != (0, 0) for p in full) else self
+        # (the extra padding ends exactly at the last window, so the windows are the `out` ones counted above)
+        return x._pool(kernel, stride, dilation), pads, tuple(extras)
+
+    def _pool_value(self: Tensor, largest: bool):
+        if self.dtype.is_float:
+            return float("-inf") if largest else float("inf")
+        return integer_range(self.dtype)[0 if largest else 1] if self.dtype != dtypes.bool else (not largest)
+
+    def _max_pool(self: Tensor, count, kernel_size, stride, dilation, padding, ceil_mode, return_indices, name):
+        windows, _, _ = self._pool_nd(
+            kernel_size, stride, dilation, padding, ceil_mode, self._pool_value(True), count, name
+        )
+        taps = windows.flatten(-count)
+        values = taps.max(-1)
+        if not return_indices:
+            return values
+        # the position (in the unpadded input's flattened spatial axes) of the first maximum of each window
+        spatial = self.shape[-count:]
+        positions = type(self).arange(math.prod(spatial), device=self.device).reshape(1, *spatial)
+        position_windows, _, _ = positions._pool_nd(kernel_size, stride, dilation, padding, ceil_mode, -1, count, name)
+        chosen = taps.argmax(-1).unsqueeze(-1) == type(self).arange(taps.shape[-1], device=self.device)
+        indices = chosen.where(position_windows.flatten(-count), 0).sum(-1)
+        return values, indices.cast(dtypes.int32)
+
+    def max_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+        """Max over windows of the last axis; `return_indices` also gives each maximum's position."""
+        return self._max_pool(1, kernel_size, stride, dilation, padding, ceil_mode, return_indices, "max_pool1d")
+
+    def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+        """Max over windows of the last two axes; `return_indices` also gives each maximum's position in H*W (the
+        input for max_unpool2d)."""
+        return self._max_pool(2, kernel_size, stride, dilation, padding, ceil_mode, return_indices, "max_pool2d")
+
+    def max_pool3d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+        """Max over windows of the last three axes."""
+        return self._max_pool(3, kernel_size, stride, dilation, padding, ceil_mode, return_indices, "max_pool3d")
+
+    def _avg_pool(self: Tensor, count, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, name):
+        source = self._to_float()
+        windows, pads, extras = source._pool_nd(kernel_size, stride, dilation, padding, ceil_mode, 0.0, count, name)
+        if (count_include_pad or all(p == (0, 0) for p in pads)) and not any(extras):
+            return windows.mean(tuple(range(-count, 0)))
+        # divide by how many places of each window lie in the input (plus its padding, with count_include_pad):
+        # fixed by the shapes, so computed here, one factor per axis
+        kernel = _pair(kernel_size, count, f"{name}: kernel_size")
+        strides = kernel if stride is None else _pair(stride, count, f"{name}: stride")
+        divisor = np.ones((), np.float32)
+        for size, out, k, s, d, (before, after) in zip(
+            self.shape[-count:], windows.shape[-2 * count : -count], kernel, strides, _pair(dilation, count, name), pads
+        ):
+            taps = np.arange(out)[:, None] * s - before + np.arange(k)[None, :] * d
+            low, high = (-before, size + after) if count_include_pad else (0, size)
+            divisor = np.multiply.outer(divisor, ((taps >= low) & (taps < high)).sum(1).astype(np.float32))
+        total = windows.sum(tuple(range(-count, 0)))
+        return total / type(self)(divisor, device=self.device).cast(total.dtype)
+
+    def avg_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
+        """Mean over windows of the last axis."""
+        return self._avg_pool(1, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, "avg_pool1d")
+
+    def avg_pool2d(
+        self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True
+    ):
+        """Mean over windows of the last two axes (padding counts in the divisor unless count_include_pad=False)."""
+        return self._avg_pool(2, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, "avg_pool2d")
+
+    def avg_pool3d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
+        """Mean over windows of the last three axes."""
+        return self._avg_pool(3, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, "avg_pool3d")
+
+    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size=(2, 2), stride=None, padding=0, output_size=None):
+        """The inverse of max_pool2d(return_indices=True): each value placed at its index in the H*W output plane,
+        zeros elsewhere."""
+        return self._max_unpool(indices, 2, kernel_size, stride, padding, output_size, "max_unpool2d")
+
+    def max_unpool1d(self: Tensor, indices: Tensor, kernel_size=2, stride=None, padding=0, output_size=None):
+        """The inverse of max_pool1d(return_indices=True)."""
+        return self._max_unpool(indices, 1, kernel_size, stride, padding, output_size, "max_unpool1d")
+
+    def max_unpool3d(self: Tensor, indices: Tensor, kernel_size=2, stride=None, padding=0, output_size=None):
+        """The inverse of max_pool3d(return_indices=True)."""
+        return self._max_unpool(indices, 3, kernel_size, stride, padding, output_size, "max_unpool3d")
+
+    def _max_unpool(self: Tensor, indices, count, kernel_size, stride, padding, output_size, op_name: str) -> Tensor:
+        if not hasattr(indices, "uop") or indices.shape != self.shape or indices.dtype.is_float:
+            raise ValueError(
+                f"{op_name}: indices must be an int Tensor of the input's shape {self.shape} (from max_pool with "
+                f"return_indices=True), got {getattr(indices, 'shape', type(indices).__name__)}"
+            )
+        kernel = _pair(kernel_size, count, f"{op_name}: kernel_size")
+        stride = kernel if stride is None else _pair(stride, count, f"{op_name}: stride")
+        pads = _pair(padding, count, f"{op_name}: padding")
+        size = tuple((i - 1) * s - 2 * p + k for i, s, p, k in zip(self.shape[-count:], stride, pads, kernel))
+        if output_size is not None:
+            if len(tuple(output_size)) not in (count, self.ndim):
+                raise ValueError(
+                    f"{op_name}: output_size {tuple(output_size)} needs the {count} spatial sizes (or all "
+                    f"{self.ndim} sizes), for input {self.shape}"
+                )
+            size = tuple(output_size)[-count:]
+        plane = math.prod(size)
+        values = indices.numpy()
+        if ((values < 0) | (values >= plane)).any():
+            raise ValueError(
+                f"{op_name}: index {values[(values < 0) | (values >= plane)].flat[0]} is outside the output plane "
+                f"{size} ({plane} places); pass the indices max_pool returned, and output_size if it was odd"
+            )
+        batch = self.shape[:-count]
+        flat_values = self.reshape(*batch, -1, 1)
+        mask = indices.reshape(*batch, -1, 1) == type(self).arange(plane, device=self.device)
+        return mask.where(flat_values, 0).sum(-2).cast(self.dtype).reshape(*batch, *size)
+
+    # ---- resizing ----------------------------------------------------------------------------------------------
+
+    def interpolate(
+        self: Tensor, size=None, mode: str = "linear", align_corners: bool = False, scale_factor=None
+    ) -> Tensor:
+        """Resize the spatial axes (all but the first two) to `size` or by `scale_factor`, as torch's
+        F.interpolate: nearest, nearest-exact, bilinear (4-D), trilinear (5-D) or linear (here any number of axes,
+        as in tinygrad); `align_corners` for the linear modes."""
+        if mode not in INTERPOLATE_MODES:
+            raise ValueError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
+        count = self.ndim - 2
+        wanted = INTERPOLATE_MODES[mode]
+        if count < 1 or wanted not in (None, 1) and wanted != count:
+            needed = f"{wanted + 2}-D" if wanted not in (None, 1) else "at least 3-D"
+            raise ValueError(f"interpolate: mode {mode!r} needs a {needed} input (N, C, *spatial), got {self.shape}")
+        if align_corners and wanted is None:
+            raise ValueError(f"interpolate: align_corners only applies to the linear modes, not {mode!r}")
+        if (size is None) == (scale_factor is None):
+            raise ValueError("interpolate: give exactly one of size and scale_factor")
+        if size is not None:
+            sizes = _pair(size, count, "interpolate: size")
+            scales = [in_size / out for in_size, out in zip(self.shape[2:], sizes)]
+        else:
+            factors = (scale_factor,) * count if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+            if len(factors) != count:
+                raise ValueError(f"interpolate: scale_factor needs 1 or {count} values, got {scale_factor}")
+            sizes = tuple(int(math.floor(in_size * f)) for in_size, f in zip(self.shape[2:], factors))
+            scales = [1 / f for f in factors]  # torch uses the given factor itself, not the ratio of sizes
+        if any(s <= 0 for s in sizes):
+            raise ValueError(f"interpolate: output sizes must be positive, got {sizes} for input {self.shape}")
+        x = self if mode.startswith("nearest") else self._to_float()
+        for axis, (in_size, out, scale) in enumerate(zip(self.shape[2:], sizes, scales), start=2):
+            x = x._resize_axis(axis, in_size, out, scale, mode, bool(align_corners))
+        return x
+
+    def _resize_axis(self: Tensor, axis: int, in_size: int, out: int, scale: float, mode: str, align: bool) -> Tensor:
+        targets = np.arange(out, dtype=np.float64)
+        if mode.startswith("nearest"):
+            offset = 0.5 if mode == "nearest-exact" else 0.0
+            source = np.minimum(np.floor((targets + offset) * scale).astype(np.int64), in_size - 1)
+            if out % in_size == 0 and np.array_equal(source, np.repeat(np.arange(in_size), out // in_size)):
+                return self.repeat_interleave(out // in_size, axis)  # a whole-number upscale is a view
+            return self._take(axis, source)
+        if align:
+            source = targets * ((in_size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+        else:
+            source = np.maximum((targets + 0.5) * scale - 0.5, 0.0)
+        low = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
+        high = np.minimum(low + 1, in_size - 1)
+        shape = [1] * self.ndim
+        shape[axis] = out
+        weight = type(self)((source - low).astype(np.float32), device=self.device).reshape(shape).cast(self.dtype)
+        return self._take(axis, low) * (1 - weight) + self._take(axis, high) * weight
+
+    def _take(self: Tensor, axis: int, positions: np.ndarray) -> Tensor:
+        """The elements at fixed `positions` along `axis`."""
+        if np.array_equal(positions, np.arange(self.shape[axis])):
+            return self
+        return self[(slice(None),) * axis + (positions,)]
+
+    # ---- padding modes -----------------------------------------------------------------------------------------
+
+    def _pad_mode(self: Tensor, pairs: tuple[tuple[int, int], ...], mode: str) -> Tensor:
+        """Pad by reflecting (without repeating the edge), repeating the edge, or wrapping around."""
+        if mode not in PAD_MODES:
+            raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
+        x = self
+        for axis, (before, after) in enumerate(pairs):
+            if (before, after) == (0, 0):
+                continue
+            size = x.shape[axis]
+            limit = size - 1 if mode == "reflect" else size
+            if min(before, after) < 0 or max(before, after) > limit or (mode == "replicate" and size == 0):
+                raise ValueError(
+                    f"pad: {mode} padding ({before}, {after}) of axis {axis} of {self.shape} must be non-negative and "
+                    f"{'smaller than' if mode == 'reflect' else 'at most'} the axis' size {size}"
+                )
+
+            def part(start: int, end: int, x=x, axis=axis) -> Tensor:
+                return x.shrink(tuple((start, end) if a == axis else None for a in range(x.ndim)))
+
+            if mode == "reflect":
+                head, tail = part(1, before + 1).flip(axis), part(size - after - 1, size - 1).flip(axis)
+            elif mode == "replicate":
+                shape = list(x.shape)
+                head = part(0, 1).expand(*(before if a == axis else s for a, s in enumerate(shape)))
+                tail = part(size - 1, size).expand(*(after if a == axis else s for a, s in enumerate(shape)))
+            else:
+                head, tail = part(size - before, size), part(0, after)
+            x = head.cat(x, tail, dim=axis)
+        return x
