@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes
+from lazygrad.engine.realize import run_host
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -17,18 +18,26 @@ if TYPE_CHECKING:
 def _check_label_range(labels: Tensor, classes: int, op_name: str, fix: str, ignore_index: int | None = None) -> None:
     """An error naming the first label outside 0..classes-1 (other than `ignore_index`). Labels are data, so they are
     realized and read here, when the op is called (as PyTorch checks them): an out-of-range label would otherwise
-    select no class and silently give a wrong result."""
-    values = labels.numpy().reshape(-1)
-    wrong = (values < 0) | (values >= classes)
-    if ignore_index is not None:
-        wrong &= values != ignore_index
-    if wrong.any():
-        position = np.unravel_index(int(wrong.argmax()), labels.shape)
-        allowed = f"0..{classes - 1}" + (f" or ignore_index={ignore_index}" if ignore_index is not None else "")
-        raise ValueError(
-            f"{op_name}: label {values[wrong.argmax()]} at index {tuple(int(i) for i in position)} is not a class of "
-            f"{classes} (allowed: {allowed}); {fix}"
-        )
+    select no class and silently give a wrong result. The check is a host step, so a TinyJit replay checks each
+    call's labels too."""
+    labels = labels.contiguous()
+    labels.realize()
+    shape = labels.shape
+
+    def check(buffer) -> None:
+        values = buffer.numpy()
+        wrong = (values < 0) | (values >= classes)
+        if ignore_index is not None:
+            wrong &= values != ignore_index
+        if wrong.any():
+            position = np.unravel_index(int(wrong.argmax()), shape)
+            allowed = f"0..{classes - 1}" + (f" or ignore_index={ignore_index}" if ignore_index is not None else "")
+            raise ValueError(
+                f"{op_name}: label {values[wrong.argmax()]} at index {tuple(int(i) for i in position)} is not a class "
+                f"of {classes} (allowed: {allowed}); {fix}"
+            )
+
+    run_host(check, [labels.uop.base], labels.device)
 
 
 class NNMixin:

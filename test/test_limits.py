@@ -391,6 +391,20 @@ def test_an_ignored_label_may_be_out_of_range_as_in_torch(torch, labels, ignore_
     np.testing.assert_allclose(loss.numpy(), expected.numpy(), rtol=1e-6)
 
 
+def test_a_jitted_step_checks_each_calls_labels():
+    from lazygrad import TinyJit
+
+    @TinyJit
+    def loss_of(logits: Tensor, labels: Tensor) -> Tensor:
+        return logits.sparse_categorical_crossentropy(labels).realize()
+
+    logits = Tensor(np.zeros((2, 3), np.float32)).realize()
+    for _ in range(3):  # run, capture, replay
+        np.testing.assert_allclose(loss_of(logits, Tensor([0, 2]).realize()).numpy(), np.log(3), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"^sparse_categorical_crossentropy: label 3 at index \(1,\) is not a class"):
+        loss_of(logits, Tensor([0, 3]).realize())
+
+
 def test_embedding_indices_out_of_range():
     from lazygrad import nn
 
