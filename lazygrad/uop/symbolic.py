@@ -278,7 +278,8 @@ symbolic = PatternMatcher(
 # what simplify found, shared by its calls: lowering and every optimization action simplify index expressions
 # that mostly hold parts simplified before. Bounded by starting over; a thread still working on the old table keeps it.
 _simplified: dict[UOp, UOp] = {}
-SIMPLIFIED_LIMIT = 1 << 18
+# (a ResNet18 training step's kernels fill 1 << 18 entries, ~85 MB more at its peak than this, and no faster)
+SIMPLIFIED_LIMIT = 1 << 16
 
 
 def simplify(node: UOp) -> UOp:
