@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
-    """`node` broadcast to `shape` (which `_broadcast_shape` checked): leading ones added, then expanded."""
+    """`node` broadcast to `shape` (which `broadcast_shape` checked): leading ones added, then expanded."""
     if node.shape == shape:
         return node
     if len(node.shape) < len(shape):
