@@ -340,7 +340,8 @@ class HostProgram(ABC):
     """A kernel compiled to this CPU: a function `void name(void **buffers, int64 start, int64 end)` in a binary
     loaded through the device's `binaries` (shared by the programs made from it), called through ctypes with an array
     of the buffers' addresses (one argument however many buffers: ctypes calls take at most 1024) and the [start, end)
-    range of its outermost loop. Kernels with enough work split that loop across the cores (ctypes releases the GIL
+    range of its outermost loop (the launch's "blocks", see codegen/threads.py). Kernels with enough work split that loop
+    across the cores (ctypes releases the GIL
     during each call, so the threads run in parallel). `release()` gives the binary back; the program cannot run after."""
 
     # below this many loop iterations in all, a thread costs more than it saves
@@ -348,12 +349,12 @@ class HostProgram(ABC):
     SIGNATURE = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
     binaries: LoadedBinaries  # each device's own
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
+    def __init__(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0):
         self.name = name
         self.digest: bytes | None
         self.digest, address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
         self.function: Callable | None = ctypes.CFUNCTYPE(None, *self.SIGNATURE)(address)
-        self.outer = global_loops[0] if global_loops else 1
+        self.outer = launch[0]
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
 
     @abstractmethod

@@ -15,11 +15,14 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor, dtypes
+from lazygrad.codegen.heuristic import heuristic_opts
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
-from lazygrad.codegen.renderer import kernel_name
+from lazygrad.codegen.opt import apply_opts, prepare
+from lazygrad.codegen.renderer import Target, kernel_name
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer, CUDARenderer
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
+from lazygrad.codegen.threads import launch_size, map_threads
 from lazygrad.device import Buffer, DeviceUnavailable
 from lazygrad.helpers import DEVICE_ENV_VARS
 from lazygrad.uop.ops import LoopKind, Ops, UOp
@@ -152,8 +155,8 @@ def run_linear_program(device_name: str, program: list[UOp], output: Buffer, *in
     """Render, compile and run a hand-written linear program on a device; the output buffer's values."""
     device = Device[device_name]
     binary = device.compiler.compile_cached(device.renderer.render("probe", program))
-    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL)
-    device.runtime("probe", binary, global_loops)(output.handle, *(buffer.handle for buffer in inputs))
+    launch = launch_size(program, device.renderer.target)
+    device.runtime("probe", binary, launch)(output.handle, *(buffer.handle for buffer in inputs))
     return output.numpy()
 
 
@@ -180,47 +183,43 @@ def test_doubles_and_bitcasts_inside_kernels(device, size):
     np.testing.assert_array_equal(run_linear_program(device, program, output, source), expected)
 
 
-def full_reduction(dtype, op: Ops, identity, size: int) -> list[UOp]:
-    """The linear program of `data0[0] = reduce(op, data1[0:size])`."""
-    output, source = UOp(Ops.DEFINE_GLOBAL, dtype, (), (0, 1)), UOp(Ops.DEFINE_GLOBAL, dtype, (), (1, size))
-    accumulator = UOp(Ops.DEFINE_ACC, dtype, (), (identity, 0))
-    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, LoopKind.REDUCE))
-    loaded, current = UOp(Ops.LOAD, dtype, (source, loop)), UOp(Ops.LOAD, dtype, (accumulator, loop))
-    updated = current.alu(op, loaded)
-    total = UOp(Ops.LOAD, dtype, (accumulator,))
-    store = UOp(Ops.STORE, dtypes.void, (output, UOp.const(dtypes.index, 0), total))
-    body = [loaded, current, updated, UOp(Ops.STORE, dtypes.void, (accumulator, updated))]
-    return [output, source, accumulator, loop, *body, UOp(Ops.ENDRANGE, src=(loop,)), total, store]
+# an OpenCL GPU as codegen sees it: no vectors, work-groups of up to 256 work-items
+GPU_TARGET = Target(vector_width=1, max_threads=256, block_threads=64, shared_memory=1 << 15)
 
 
 @pytest.mark.parametrize(
-    "dtype, op, identity, values",
+    "dtype, values",
     [
-        (dtypes.float32, Ops.ADD, 0.0, numbers(1000, seed=18)),
-        (dtypes.float32, Ops.MAX, -np.inf, np.where(np.arange(300) == 77, np.nan, numbers(300, seed=19))),
-        (dtypes.int32, Ops.ADD, 0, integers(999, seed=20)),
-        (dtypes.bool, Ops.MAX, False, np.arange(100) == 63),
-        (dtypes.float16, Ops.ADD, 0.0, numbers(200, seed=21, low=0.0, high=1.0)),
+        (dtypes.float32, numbers(1000, seed=18)),
+        (dtypes.float32, np.where(np.arange(300) == 77, np.nan, numbers(300, seed=19))),
+        (dtypes.int32, integers(999, seed=20)),
+        (dtypes.bool, np.arange(100) == 63),
+        (dtypes.float16, numbers(200, seed=21, low=0.0, high=1.0)),
     ],
 )
-def test_opencl_group_reductions_run_on_pocl(dtype, op, identity, values):
-    """The group reductions GPUs get (vector width 1), run on PoCL: every work-item of one group takes a share."""
+def test_opencl_group_reductions_run_on_pocl(dtype, values):
+    """The group reductions GPUs get (vector width 1), run on PoCL: every work-item of one group takes a share of
+    the loop, and the partial results meet in local memory after a barrier."""
     try:
         device = Device["GPU"]
     except DeviceUnavailable as error:
         pytest.skip(str(error))
     from lazygrad.runtime.ops_gpu import CLProgram
 
-    renderer = OpenCLRenderer(vector_width=1, group_size=64)
     values = values.astype(dtype.np)
-    program = full_reduction(dtype, op, identity, values.size)
+    tensor = Tensor(values)
+    reduced = tensor.max() if dtype == dtypes.bool or np.isnan(values).any() else tensor.sum()
+    renderer = OpenCLRenderer(GPU_TARGET)
+    (program,) = optimized_programs(reduced, GPU_TARGET)
     source = renderer.render("probe", program)
-    assert "barrier(CLK_LOCAL_MEM_FENCE);" in source
+    assert "barrier(CLK_LOCAL_MEM_FENCE);" in source and "__local" in source
     built = device.cl.Program(device.context, [device.device], [device.compiler.compile(source)]).build()
-    runner = CLProgram(device, device.cl.Kernel(built, "probe"), *renderer.launch_size(()))
-    output, data = Buffer("GPU", 1, dtype), Buffer("GPU", values.size, dtype).copyin(values)
+    blocks, threads = launch_size(program, GPU_TARGET)
+    assert blocks == 1 and threads > 1
+    runner = CLProgram(device, device.cl.Kernel(built, "probe"), (blocks, threads))
+    output, data = Buffer("GPU", 1, reduced.dtype), Buffer("GPU", values.size, dtype).copyin(values)
     runner(output.handle, data.handle)
-    expected = values.max() if op is Ops.MAX else values.sum(dtype=np.float64 if dtype.is_float else np.int64)
+    expected = reduced.numpy()  # (the default device's value)
     np.testing.assert_allclose(output.numpy().astype(np.float64), np.float64(expected), rtol=1e-3)
 
 
@@ -275,44 +274,70 @@ def render(renderer, tensor: Tensor) -> str:
     return renderer.render(kernel_name(program), program)
 
 
-def test_gpu_sources_use_the_thread_index():
+def optimized_programs(tensor: Tensor, target: Target) -> list[list]:
+    """The linear program of each kernel realizing `tensor` would run, with the actions the heuristic chooses for
+    `target`, mapped onto its threads."""
+    programs = []
+    for item in tensor.schedule():
+        if item.kind == "kernel":
+            prepared = prepare(lower_kernel(item.ast))
+            optimized = apply_opts(prepared, heuristic_opts(prepared, target), target)
+            programs.append(linearize(map_threads(optimized, target)))
+    return programs
+
+
+def render_optimized(renderer, tensor: Tensor) -> tuple[str, tuple[int, int]]:
+    """The source and launch size of the one kernel realizing `tensor` takes, as `renderer`'s device gets it."""
+    (program,) = optimized_programs(tensor, renderer.target)
+    return renderer.render(kernel_name(program), program), launch_size(program, renderer.target)
+
+
+def test_gpu_sources_use_block_and_thread_indices():
     elementwise = Tensor(numbers(4, 8)) * 2
-    opencl, cuda = render(OpenCLRenderer(), elementwise), render(CUDARenderer(), elementwise)
-    assert "get_global_id(0)" in opencl and "__kernel void" in opencl
-    assert "blockIdx.x * blockDim.x + threadIdx.x" in cuda and "__global__ void" in cuda
+    (opencl, opencl_launch), (cuda, cuda_launch) = (
+        render_optimized(renderer, elementwise) for renderer in (OpenCLRenderer(GPU_TARGET), CUDARenderer())
+    )
+    assert "get_local_id(0)" in opencl and "__kernel void" in opencl and opencl_launch == (1, 32)
+    assert "threadIdx.x" in cuda and "__global__ void" in cuda and cuda_launch == (1, 32)
+    assert "for (" not in cuda and "if (" not in cuda  # a thread per output: no loop, no bounds check
+    wide, launch = render_optimized(CUDARenderer(), Tensor(numbers(64, 512)) * 2)
+    assert "blockIdx.x" in wide and "threadIdx.x" in wide and launch == (128, 256)
     c_source = render(CStyleRenderer(), elementwise)
-    assert "for (" in c_source and "get_global_id" not in c_source and "threadIdx" not in c_source
+    assert "for (" in c_source and "get_local_id" not in c_source and "threadIdx" not in c_source
 
 
-def test_opencl_vectorizes_the_innermost_global_loop():
-    opencl = render(OpenCLRenderer(), Tensor(numbers(4, 32)) * 2)
+def test_opencl_vectorizes_a_loop_the_heuristic_cuts_to_vector_width():
+    opencl, launch = render_optimized(OpenCLRenderer(), Tensor(numbers(4, 32)) * 2)
     assert "vload8(" in opencl and "vstore8(" in opencl and "float8" in opencl
-    assert OpenCLRenderer().launch_size((128,)) == (16, None) and OpenCLRenderer().launch_size((4, 32)) == (4, None)
-    # a reduce inside each work-item: the accumulator holds 8 outputs of the inner global loop
-    assert "float8 acc0" in render(OpenCLRenderer(), Tensor(numbers(4, 8, 16)).sum(axis=1))
-    wide = OpenCLRenderer(vector_width=16)
+    assert launch == (1, 16)  # 128 outputs: 16 work-items of 8 lanes each
+    # a reduce inside each work-item: its loads are contiguous along it, so its accumulator holds 8 lanes
+    assert "float8 acc0" in render_optimized(OpenCLRenderer(), Tensor(numbers(4, 8, 16)).sum(axis=2))[0]
+    wide = OpenCLRenderer(Target(vector_width=16, max_threads=256, block_threads=64, shared_memory=1 << 15))
     assert wide.lanes_for(64) == 16 and wide.lanes_for(24) == 8 and wide.lanes_for(12) == 4 and wide.lanes_for(6) == 1
-    assert "float16 acc0" in render(wide, Tensor(numbers(16, 32)).sum(axis=0))
-    assert "float4" not in render(OpenCLRenderer(vector_width=1), Tensor(numbers(4, 32)) * 2)
-    assert "float8" not in render(OpenCLRenderer(), Tensor(numbers(3, 5)) * 2)  # 5 is no multiple of 4
+    assert "float16 acc0" in render_optimized(wide, Tensor(numbers(16, 32)).sum(axis=0))[0]
+    assert "float4" not in render_optimized(OpenCLRenderer(GPU_TARGET), Tensor(numbers(4, 32)) * 2)[0]
+    assert "float8" not in render_optimized(OpenCLRenderer(), Tensor(numbers(3, 5)) * 2)[0]  # 15: no multiple of 4
 
 
 def test_full_reductions_render_group_and_vector_reductions():
     total = Tensor(numbers(1000)).sum()
-    cuda = render(CUDARenderer(), total)
-    assert "__shared__ float partial0[128];" in cuda and "__syncthreads();" in cuda and "if (lidx == 0)" in cuda
-    opencl_gpu = render(OpenCLRenderer(vector_width=1, group_size=64), total)
-    assert "__local float partial0[64];" in opencl_gpu and "barrier(CLK_LOCAL_MEM_FENCE);" in opencl_gpu
-    assert CUDARenderer().launch_size(()) == (128, 128) and OpenCLRenderer(1, 64).launch_size(()) == (64, 64)
-    opencl_cpu = render(OpenCLRenderer(vector_width=8), total)
+    cuda, launch = render_optimized(CUDARenderer(), total)
+    assert "__shared__ float shared0[250];" in cuda and "__syncthreads();" in cuda and launch == (1, 250)
+    assert "if (v" in cuda  # one thread stores the result
+    opencl_gpu, launch = render_optimized(OpenCLRenderer(GPU_TARGET), total)
+    assert "__local float shared0[50];" in opencl_gpu and "barrier(CLK_LOCAL_MEM_FENCE);" in opencl_gpu
+    assert launch == (1, 50)
+    opencl_cpu, launch = render_optimized(OpenCLRenderer(), total)
     assert "float8 acc0" in opencl_cpu and "acc0.s7" in opencl_cpu and "__local" not in opencl_cpu
-    assert OpenCLRenderer().launch_size(()) == (1, 1)
+    assert launch == (1, 1)
 
 
-def test_gpu_sources_keep_inner_loops():
-    matrix = Tensor(numbers(6, 10)).sum(axis=1)
-    opencl = render(OpenCLRenderer(), matrix)
-    assert "get_global_id(0)" in opencl and "for (" in opencl  # the reduce stays a loop in the work-item
+def test_gpu_sources_keep_reduce_loops_inside_threads():
+    opencl, launch = render_optimized(OpenCLRenderer(GPU_TARGET), Tensor(numbers(6, 10)).sum(axis=1))
+    assert "get_local_id(0)" in opencl and "for (" in opencl and launch == (1, 6)
+    # a softmax row: its max and sum once per thread, the row's outputs a loop inside it
+    cuda, launch = render_optimized(CUDARenderer(), Tensor(numbers(8, 64)).softmax(axis=1))
+    assert cuda.count("for (") == 3 and launch == (1, 8)
 
 
 def test_half_rendering():
@@ -404,7 +429,6 @@ def test_cuda_shim_runs_shared_memory_and_barriers():
         compiler = cuda_compiler.MockCUDACompiler()
     except DeviceUnavailable as error:
         pytest.skip(str(error))
-    assert ops_cuda.launch_size((3 * 64,)) == (1, 192)
     driver = cuda_mock.MockDriver()
     driver.set_current_context(driver.primary_context(driver.device(0)))
     function = driver.module_function(driver.module_load(compiler.compile(BLOCK_SUM)), "block_sum")

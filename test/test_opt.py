@@ -181,3 +181,89 @@ def test_heads_merged_by_a_reshape_are_split_apart_again():
     assert not any(node.op in (Ops.IDIV, Ops.MOD) for node in apply_opts(kernel, opts).toposort)
     expected = x.transpose(0, 2, 1, 3).reshape(2, 3, 32) @ y
     np.testing.assert_allclose(run_with(merged @ w, opts), expected, rtol=1e-5, atol=1e-5)
+
+
+# ---- thread actions: devices with threads (the PYTHON emulator runs the same programs GPUs get) --------------------
+
+L, P, G = OptOp.LOCAL, OptOp.LOOP, OptOp.GROUP
+
+
+@pytest.fixture(params=["PYTHON", "GPU", "CUDA"])
+def threaded(request) -> str:
+    from lazygrad.device import DeviceUnavailable
+
+    try:
+        Device[request.param]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    return request.param
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        (),
+        (Opt(L, 1, 16),),
+        (Opt(L, 1, 8), Opt(L, 0, 2)),
+        (Opt(P, 0), Opt(L, 1, 4)),
+        (Opt(U, 1, 2), Opt(L, 1, 4)),
+        (Opt(G, 2, 4),),
+        (Opt(L, 1, 4), Opt(G, 3, 3)),  # shared memory indexed by both thread loops
+        (Opt(P, 0), Opt(U, 0, 2), Opt(L, 1, 8)),
+    ],
+    ids=str,
+)
+def test_thread_actions_keep_the_product(threaded, opts):
+    a_data, b_data = rng.standard_normal((8, 12)).astype(np.float32), rng.standard_normal((12, 16)).astype(np.float32)
+    a, b = Tensor(a_data, device=threaded).realize(), Tensor(b_data, device=threaded).realize()
+    np.testing.assert_allclose(run_with(a @ b, opts), a_data @ b_data, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max", "any"])
+def test_a_group_reduction_of_every_kind(threaded, reduce):
+    data = rng.standard_normal(96).astype(np.float32)
+    data[17] = np.nan if reduce == "max" else data[17]
+    x = Tensor(data, device=threaded).realize()
+    tensor = {"sum": lambda: x.sum(), "max": lambda: x.max(), "any": lambda: (x > 2.0).any()}[reduce]()
+    expected = {"sum": data.sum(), "max": np.nan, "any": (data > 2.0).any()}[reduce]
+    np.testing.assert_allclose(run_with(tensor, (Opt(G, 0, 32),)), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "opt, message",
+    [
+        (Opt(L, 2, 4), "is a reduce loop, not an output loop"),
+        (Opt(G, 0, 2), "is an output loop, not a reduce loop"),
+        (Opt(S, 2, 12), "must be less than the loop"),
+        (Opt(P, 2), "is a reduce loop, not an output loop"),
+    ],
+    ids=str,
+)
+def test_thread_actions_that_do_not_fit_are_errors(opt, message):
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 32)
+    kernel = kernel_of(a @ b)
+    python = Device["PYTHON"].renderer.target
+    with pytest.raises(KernelOptError, match=message):
+        apply_opts(kernel, (opt,), python)
+    with pytest.raises(KernelOptError, match="the device has no threads"):
+        apply_opts(kernel, (Opt(L, 1, 4),))  # no target: a CPU's
+    with pytest.raises(KernelOptError, match="more than the device's 64 threads"):
+        apply_opts(kernel, (Opt(L, 1, 16), Opt(L, 0, 8)), python)
+    with pytest.raises(KernelOptError, match="grouped already"):
+        apply_opts(kernel, (Opt(G, 2, 4), Opt(U, 1, 2)), python)
+    # a barrier inside a loop would need another to keep the next iteration from overwriting the partials
+    with pytest.raises(KernelOptError, match="the reduce also runs inside loop 0"):
+        apply_opts(kernel, (Opt(P, 0), Opt(G, 2, 6)), python)
+
+
+def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    target = CUDARenderer.target
+    a, _ = realized(64, 12)
+    b, _ = realized(12, 512)
+    assert heuristic_opts(kernel_of(a @ b), target) == (Opt(L, 1, 256),)
+    assert heuristic_opts(kernel_of(a.sum()), target) == (Opt(M, 0), Opt(G, 0, 256))
+    # a row's max and sum do not depend on the row's outputs: those stay a loop inside the thread of the row
+    assert heuristic_opts(kernel_of(a.softmax(axis=1)), target) == (Opt(P, 1), Opt(L, 0, 64))

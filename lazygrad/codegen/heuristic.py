@@ -10,6 +10,11 @@ Target, in the order they apply:
   and mark a reduce loop along which every input is contiguous (or fixed) for the compiler to vectorize;
 - unroll small reduce loops into straight-line code.
 
+A device with threads gets its own list (`thread_opts`): the same splits and merges, then output loops that a
+reduce does not depend on kept as loops inside a thread, the innermost output loop cut into vector lanes where the
+device computes in vectors, the innermost output loops spread over the threads of a block, and a reduction with
+no outputs to spread shared by the threads of one block.
+
 BEAM search times the register blocks `register_blocks` offers instead of taking the default one.
 """
 
@@ -23,12 +28,13 @@ from lazygrad.codegen.opt import (
     count_divmod,
     kernel_nodes,
     loops_by_axis,
+    loops_of_kind,
     output_loops,
     replace_ranges,
 )
 from lazygrad.codegen.renderer import Target
 from lazygrad.helpers import prod
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify, split_term, sum_terms
 
 UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
@@ -42,11 +48,11 @@ Blocking = tuple[int, int]
 class Plan:
     """A kernel and the actions applied to it so far."""
 
-    def __init__(self, sink: UOp):
-        self.sink, self.opts = sink, []
+    def __init__(self, sink: UOp, target: Target | None = None):
+        self.sink, self.opts, self.target = sink, [], target
 
     def apply(self, opt: Opt) -> None:
-        self.sink = apply_opt(self.sink, opt)
+        self.sink = apply_opt(self.sink, opt, self.target)
         self.opts.append(opt)
 
     def try_apply(self, opt: Opt) -> bool:
@@ -269,9 +275,58 @@ def shaped(sink: UOp) -> Plan:
     return plan
 
 
+def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
+    """The largest divisor of `size` up to `limit` (a power of two, if asked)."""
+    return max(d for d in range(1, min(size, limit) + 1) if size % d == 0 and (not powers_of_two or d & (d - 1) == 0))
+
+
+def loops_below(node: UOp) -> set[UOp]:
+    """The loops a reduce's value depends on besides its own."""
+    return {n for n in node.src[0].toposort if n.op is Ops.RANGE} - set(node.src[1:])
+
+
+def thread_opts(sink: UOp, target: Target) -> tuple[Opt, ...]:
+    """The default actions on a device with threads."""
+    plan = Plan(sink, target)
+    split_divided_loops(plan)
+    merge_loops(plan)
+    reduces = reduce_nodes(plan.sink)
+    # an output loop some reduce does not depend on stays a loop in the thread: the reduce runs once per thread
+    for loop in output_loops(plan.sink):
+        if any(loop not in loops_below(reduce) for reduce in reduces):
+            plan.apply(Opt(OptOp.LOOP, loop.arg[0]))
+    outputs = loops_of_kind(plan.sink, LoopKind.GLOBAL)
+    if target.vector_width > 1 and outputs:  # vector lanes along the innermost output loop, inside each thread
+        inner = outputs[-1]
+        lanes = largest_divisor(inner.src[0].arg, target.vector_width, powers_of_two=True)
+        if lanes >= 4:  # narrower vectors do not pay for their gathers
+            if lanes < inner.src[0].arg:
+                plan.apply(Opt(OptOp.SPLIT, inner.arg[0], lanes))
+            plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
+    # the threads of a block: the innermost output loops, as far as block_threads allows
+    room = target.block_threads
+    for loop in reversed(loops_of_kind(plan.sink, LoopKind.GLOBAL)):
+        amount = largest_divisor(loop.src[0].arg, room)
+        if amount < 2:
+            break
+        plan.apply(Opt(OptOp.LOCAL, loop.arg[0], amount))
+        room //= amount
+        if amount < loop.src[0].arg:
+            break
+    # a reduction with no outputs to spread (a full sum) is shared by the threads of one block
+    if not output_loops(plan.sink) and reduces and target.vector_width == 1:
+        loop = max(reduces[0].src[1:], key=lambda loop: largest_divisor(loop.src[0].arg, room))
+        amount = largest_divisor(loop.src[0].arg, room)
+        if amount >= 2:
+            plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
+    return tuple(plan.opts)
+
+
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None) -> tuple[Opt, ...]:
     """The default actions for the prepared kernel `sink` on `target` (with the register block `blocking` where
     one applies and is given)."""
+    if target.max_threads:
+        return thread_opts(sink, target)
     plan = shaped(sink)
     block_registers(plan, target, blocking)
     unroll_small_reduces(plan)
@@ -279,7 +334,10 @@ def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None) 
 
 
 def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
-    """The register blocks `heuristic_opts` can give this prepared kernel, for BEAM search to time."""
+    """The register blocks `heuristic_opts` can give this prepared kernel, for BEAM search to time (none on a
+    device with threads)."""
+    if target.max_threads:
+        return []
     plan = shaped(sink)
     shape = matrix_shape(plan.sink)
     if shape == "contiguous reduce":

@@ -1,10 +1,11 @@
 """Linearizing: the kernel graph becomes a list of UOps in execution order, with explicit loops.
 
-Global loops open first and close last; a reduce that depends only on the outer ones runs before the inner ones
-open. A RANGE_REDUCE becomes an accumulator (DEFINE_ACC) set before its loops,
-updated inside them (LOAD/STORE on the accumulator) and read after them. Before a reduce's loops open, every part
-of its body that does not depend on them is emitted, so each value is computed once, in the outermost loop where
-it can be, and every use of a value comes after it in a scope that contains it.
+Output loops open first and close last (on a device with threads, the loops left beside the block and thread
+indices); a reduce that depends only on the outer ones runs before the inner ones open. A RANGE_REDUCE becomes an
+accumulator (DEFINE_ACC) set before its loops, updated inside them (LOAD/STORE on the accumulator) and read after
+them. Before a reduce's loops open, every part of its body that does not depend on them is emitted, so each value
+is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
+contains it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ def toposort_until_reduce(root: UOp) -> list[UOp]:
     return order
 
 
+def reduces_below(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """The reduces each node's value needs, directly or through other reduces and memory the threads share."""
+    below: dict[UOp, frozenset[UOp]] = {}
+    for node in sink.toposort:
+        sources = [below[source] | ({source} if source.op is Ops.RANGE_REDUCE else set()) for source in node.src]
+        below[node] = frozenset().union(*sources)
+    return below
+
+
 class Linearizer:
     def __init__(self, sink: UOp):
         self.sink = sink
@@ -51,6 +61,7 @@ class Linearizer:
         self.accumulators = 0
         self.open: set[UOp] = set()
         self.reduces = [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
+        self.reduces_below = reduces_below(sink)
 
     def emit_node(self, node: UOp) -> None:
         if node in self.linear:
@@ -86,9 +97,7 @@ class Linearizer:
         for other in self.reduces:
             if other in group or other.src[1:] != loops or other in self.linear:
                 continue
-            if self.used[other.src[0]] - frozenset(loops) <= self.open and not set(group) & set(
-                toposort_until_reduce(other.src[0])
-            ):
+            if self.used[other.src[0]] - frozenset(loops) <= self.open and not self.reduces_below[other] & set(group):
                 group.append(other)
         # hoist what does not depend on these loops
         for member in group:
@@ -119,18 +128,17 @@ class Linearizer:
         self.program.extend(self.sink.arg)
         for node in self.program:
             self.linear[node] = node
-        global_loops = output_loops(self.sink)
-        for depth, loop in enumerate(global_loops):
-            self.open_loop(loop)
+        outputs = output_loops(self.sink)
+        for loop in outputs:
             # a reduce that needs only the loops open so far runs here, once per their index (a softmax's max and
-            # sum, once per row), not inside the loops still to open
-            if depth < len(global_loops) - 1:
-                for node in self.reduces:
-                    if node not in self.linear and self.used[node] <= self.open:
-                        self.emit_node(node)
+            # sum, once per row; a full reduction's result, once), not inside the loops still to open
+            for node in self.reduces:
+                if node not in self.linear and self.used[node] <= self.open:
+                    self.emit_node(node)
+            self.open_loop(loop)
         for store in self.sink.src:
             self.emit(store)
-        for loop in reversed(global_loops):
+        for loop in reversed(outputs):
             self.close_loop(loop)
         return self.program
 

@@ -17,6 +17,17 @@ The actions:
 - SPLIT(axis, amount): run the loop as two of its kind, an outer one and an inner one of `amount` iterations numbered
   axis + 1 (the loops numbered after it move up by one). A loop that a reshape merged from two axes, indexed
   through `// amount` and `% amount`, reads memory by plain strides again once split.
+
+On devices with threads (the target's `max_threads`), every output loop becomes a block index (codegen/threads.py)
+unless an action says otherwise:
+
+- LOCAL(axis, amount): split an output loop like SPLIT, the inner `amount` iterations being the threads of a block;
+- LOOP(axis): keep an output loop a loop inside each thread (a row's reduce is then computed once per thread and
+  reused along the row, instead of once per output);
+- GROUP(axis, amount): the iterations of a reduce loop are shared by `amount` threads of a block (thread t takes
+  iterations t, t + amount, ..., so neighbouring threads read neighbouring memory); each thread's partial result
+  goes to memory the block shares, and after a barrier every thread combines the `amount` partials. The thread
+  loop is numbered axis + 1, and only its first thread stores the kernel's outputs.
 """
 
 from __future__ import annotations
@@ -24,10 +35,16 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from enum import Enum, auto
+from typing import TYPE_CHECKING
 
 from lazygrad.helpers import prod
-from lazygrad.uop.ops import LoopKind, Ops, UOp
+from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads
+
+if TYPE_CHECKING:
+    from lazygrad.codegen.renderer import Target
+
+THREAD_ACTIONS = frozenset({"LOCAL", "GROUP"})  # the actions that make threads (only for targets with threads)
 
 
 class OptOp(Enum):
@@ -36,6 +53,9 @@ class OptOp(Enum):
     UNROLL = auto()
     VECTORIZE = auto()
     SPLIT = auto()
+    LOCAL = auto()
+    LOOP = auto()
+    GROUP = auto()
 
 
 @dataclass(frozen=True)
@@ -107,11 +127,15 @@ def loops_by_axis(sink: UOp) -> dict[int, UOp]:
 
 
 def output_loops(sink: UOp) -> list[UOp]:
-    """The output (global) loops, outermost first."""
+    """The loops over the outputs (of every output kind), outermost first."""
     return sorted(
-        (node for node in kernel_nodes(sink) if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL),
+        (node for node in kernel_nodes(sink) if node.op is Ops.RANGE and node.arg[1] in OUTPUT_KINDS),
         key=lambda node: node.arg[0],
     )
+
+
+def loops_of_kind(sink: UOp, kind: LoopKind) -> list[UOp]:
+    return [node for node in output_loops(sink) if node.arg[1] is kind]
 
 
 def reduces_over(sink: UOp, loop: UOp) -> list[UOp]:
@@ -128,7 +152,7 @@ def merge(sink: UOp, outer: UOp) -> UOp:
         reduces = reduces_over(sink, outer)
         group = list(reduces[0].src[1:]) if reduces else []
     position = group.index(outer)
-    if position + 1 >= len(group):
+    if position + 1 >= len(group) or group[position + 1].arg[1] is not outer.arg[1]:
         raise KernelOptError(f"loop {outer.arg[0]} has no loop inside it of its kind to merge with")
     inner = group[position + 1]
     inner_size = inner.src[0].arg
@@ -171,8 +195,9 @@ def unroll(sink: UOp, loop: UOp, factor: int) -> UOp:
     return replace_ranges(sink, replacements, {})
 
 
-def split(sink: UOp, loop: UOp, amount: int) -> UOp:
-    """`loop` as an outer loop (with its number) around an inner one of `amount` iterations (the next number)."""
+def split(sink: UOp, loop: UOp, amount: int, inner_kind: LoopKind | None = None) -> UOp:
+    """`loop` as an outer loop (with its number) around an inner one of `amount` iterations (the next number, and
+    `loop`'s kind unless given)."""
     axis = loop.arg[0]
     replacements = {
         node: UOp(Ops.RANGE, node.dtype, node.src, (number + 1, node.arg[1]))
@@ -180,7 +205,7 @@ def split(sink: UOp, loop: UOp, amount: int) -> UOp:
         if number > axis
     }
     outer = new_loop(loop, loop.src[0].arg // amount)
-    inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, amount),), (axis + 1, loop.arg[1]))
+    inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, amount),), (axis + 1, inner_kind or loop.arg[1]))
     replacements[loop] = outer * amount + inner
     reduce_ranges = {
         node: tuple(new for r in node.src[1:] for new in ((outer, inner) if r is loop else (replacements.get(r, r),)))
@@ -189,14 +214,72 @@ def split(sink: UOp, loop: UOp, amount: int) -> UOp:
     return replace_ranges(sink, replacements, reduce_ranges)
 
 
-def apply_opt(sink: UOp, opt: Opt) -> UOp:
-    """`sink` with one action applied; KernelOptError where it does not fit the kernel."""
+def block_threads(sink: UOp) -> int:
+    """The threads of a block the kernel's actions have made so far."""
+    return prod(loop.src[0].arg for loop in loops_of_kind(sink, LoopKind.LOCAL))
+
+
+def local_index(loops: list[UOp]) -> UOp:
+    """The position of a thread in its block from its thread loops (outermost first), for shared memory."""
+    index = UOp.const(loops[0].dtype, 0)
+    for loop in loops:
+        index = index * loop.src[0].arg + loop
+    return simplify(index)
+
+
+def check_group(sink: UOp, loop: UOp) -> list[UOp]:
+    """The reduces over `loop`, where its iterations can be shared by threads: each reduce's value depends on no
+    loop that stays a loop at run time but its own (a barrier inside a loop would have to guard the shared memory
+    against the next iteration's writes), and no reduce over `loop` is inside another reduce."""
+    reduces = reduces_over(sink, loop)
+    for reduce in reduces:
+        own = set(reduce.src[1:])
+        for node in reduce.src[0].toposort:
+            if node.op is Ops.RANGE and node not in own and node.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL):
+                raise KernelOptError(f"GROUP({loop.arg[0]}, ...): the reduce also runs inside loop {node.arg[0]}")
+    for node in kernel_nodes(sink):
+        if node.op is Ops.RANGE_REDUCE and node not in reduces and set(reduces) & set(node.src[0].toposort):
+            raise KernelOptError(f"GROUP({loop.arg[0]}, ...): a reduce over loop {loop.arg[0]} is inside another")
+    return reduces
+
+
+def group(sink: UOp, loop: UOp, amount: int) -> UOp:
+    """Share each reduce over `loop` among `amount` threads: partial results, then a combine through shared memory."""
+    check_group(sink, loop)
+    axis = loop.arg[0]
+    sink = split(sink, loop, amount, LoopKind.LOCAL)  # thread t takes iterations outer * amount + t
+    thread = loops_by_axis(sink)[axis + 1]
+    threads = loops_of_kind(sink, LoopKind.LOCAL)
+    here, size = local_index(threads), prod(t.src[0].arg for t in threads)
+    combine = UOp(Ops.RANGE, thread.dtype, thread.src, (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
+    reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE and thread in node.src[1:]]
+    replacements: dict[UOp, UOp] = {}
+    for number, reduce in enumerate(reduces):
+        partial = reduce.replace(src=(reduce.src[0], *(r for r in reduce.src[1:] if r is not thread)))
+        shared = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
+        stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, partial)),))
+        read = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: combine}, {}), stored))
+        replacements[reduce] = UOp(Ops.RANGE_REDUCE, reduce.dtype, (read, combine), reduce.arg)
+    sink = replace_ranges(sink, replacements, {}, simplified=False)
+    first = thread.alu(Ops.CMPLT, UOp.const(thread.dtype, 1))  # every thread holds the results: the first stores
+    stores = [s.replace(src=(*s.src[:3], s.src[3].alu(Ops.AND, first) if len(s.src) > 3 else first)) for s in sink.src]
+    return simplify(sink.replace(src=tuple(stores)))
+
+
+def apply_opt(sink: UOp, opt: Opt, target: Target | None = None) -> UOp:
+    """`sink` with one action applied; KernelOptError where it does not fit the kernel (or the target)."""
     loop = loops_by_axis(sink).get(opt.axis)
     if loop is None:
         raise KernelOptError(f"{opt}: the kernel has no loop {opt.axis}")
     size, kind = loop.src[0].arg, loop.arg[1]
+    if any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
+        raise KernelOptError(f"{opt}: the kernel's reduces are grouped already (GROUP is the last action)")
     if opt.op is OptOp.MERGE:
         return merge(sink, loop)
+    if opt.op is OptOp.LOOP:
+        if kind is not LoopKind.GLOBAL:
+            raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not an output loop")
+        return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.LOOP)}, {})
     if opt.op is OptOp.VECTORIZE:
         if kind is not LoopKind.REDUCE:
             raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
@@ -207,13 +290,38 @@ def apply_opt(sink: UOp, opt: Opt) -> UOp:
         if opt.amount == size:
             raise KernelOptError(f"{opt}: the amount must be less than the loop's {size} iterations")
         return split(sink, loop, opt.amount)
+    if opt.op.name in THREAD_ACTIONS:
+        return apply_thread_opt(sink, opt, loop, target)
     if opt.op is OptOp.UPCAST:
-        if kind is not LoopKind.GLOBAL:
+        if kind not in OUTPUT_KINDS:
             raise KernelOptError(f"{opt}: loop {opt.axis} is a reduce loop: UNROLL it instead")
+        if kind is LoopKind.LOCAL:
+            raise KernelOptError(f"{opt}: loop {opt.axis} is the threads of a block, not a loop")
         return upcast(sink, loop, opt.amount)
-    if kind is LoopKind.GLOBAL:
+    if kind in OUTPUT_KINDS:
         raise KernelOptError(f"{opt}: loop {opt.axis} is an output loop: UPCAST it instead")
     return unroll(sink, loop, opt.amount)
+
+
+def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> UOp:
+    """LOCAL and GROUP, checked against the target's threads and shared memory."""
+    kind = loop.arg[1]
+    if target is None or not target.max_threads:
+        raise KernelOptError(f"{opt}: the device has no threads")
+    if block_threads(sink) * opt.amount > target.max_threads:
+        raise KernelOptError(f"{opt}: a block would have more than the device's {target.max_threads} threads")
+    if opt.op is OptOp.LOCAL:
+        if kind is not LoopKind.GLOBAL:
+            raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not an output loop")
+        if opt.amount == loop.src[0].arg:
+            return replace_ranges(sink, {loop: new_loop(loop, opt.amount, LoopKind.LOCAL)}, {})
+        return split(sink, loop, opt.amount, LoopKind.LOCAL)
+    if kind in OUTPUT_KINDS:
+        raise KernelOptError(f"{opt}: loop {opt.axis} is an output loop, not a reduce loop")
+    shared = sum(r.dtype.itemsize for r in reduces_over(sink, loop)) * block_threads(sink) * opt.amount
+    if shared > target.shared_memory:
+        raise KernelOptError(f"{opt}: its partial results need {shared} bytes of the device's {target.shared_memory}")
+    return group(sink, loop, opt.amount)
 
 
 def prepare(sink: UOp) -> UOp:
@@ -235,8 +343,9 @@ def prepare(sink: UOp) -> UOp:
     return replace_ranges(sink, replacements, {}) if replacements else sink
 
 
-def apply_opts(sink: UOp, opts: tuple[Opt, ...]) -> UOp:
-    """The prepared kernel `sink` with `opts` applied in order, its gated loads simplified last."""
+def apply_opts(sink: UOp, opts: tuple[Opt, ...], target: Target | None = None) -> UOp:
+    """The prepared kernel `sink` with `opts` applied in order (for a device `target`: the thread actions need
+    one with threads), its gated loads simplified last."""
     for opt in opts:
-        sink = apply_opt(sink, opt)
+        sink = apply_opt(sink, opt, target)
     return simplify_gated_loads(sink)

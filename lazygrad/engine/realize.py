@@ -18,12 +18,13 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import Opt, apply_opts, prepare
 from lazygrad.codegen.renderer import kernel_name
+from lazygrad.codegen.threads import launch_size, map_threads
 from lazygrad.device import CORES, Buffer, Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
 from lazygrad.engine.search import beam_opts
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters, prod
-from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp
+from lazygrad.uop.ops import ALU, Ops, UOp
 from lazygrad.uop.pattern import graph_rewrite
 
 
@@ -112,7 +113,9 @@ def measure_work(program: list[UOp]) -> tuple[int, int, int]:
     ops = trips_total = 0
     trips, stack = 1, []
     for node in program:
-        if node.op is Ops.RANGE:
+        if node.op is Ops.SPECIAL:  # every thread of every block runs the program
+            trips *= node.arg[1]
+        elif node.op is Ops.RANGE:
             stack.append(trips)
             trips *= node.src[0].arg
         elif node.op is Ops.ENDRANGE:
@@ -156,7 +159,7 @@ class GeneratedKernel:
     ops: int
     memory: int
     work: int
-    global_loops: tuple[int, ...]  # sizes of the global loops, outermost first: GPU-style devices launch over them
+    launch: tuple[int, int]  # (blocks, threads per block); on a CPU, the iterations it may split across cores
 
 
 BATCH_SIZE = 8  # kernels compiled together, where the device's language can join sources
@@ -194,11 +197,9 @@ def _compile_batch(device: Any, batch: list[tuple[Future, GeneratedKernel]]) -> 
         sources = [kernel.source for _, kernel in batch]
         binary = device.compiler.compile_cached(sources[0] if len(sources) == 1 else device.renderer.join(sources))
         for future, kernel in batch:
-            runner = device.runtime(kernel.name, binary, kernel.global_loops, kernel.work)
+            runner = device.runtime(kernel.name, binary, kernel.launch, kernel.work)
             future.set_result(
-                new_compiled_kernel(
-                    kernel.name, runner, kernel.source, kernel.ops, kernel.memory, prod(kernel.global_loops)
-                )
+                new_compiled_kernel(kernel.name, runner, kernel.source, kernel.ops, kernel.memory, prod(kernel.launch))
             )
     except BaseException as error:  # noqa: BLE001 -- the error belongs to whoever waits for these kernels
         for future, _ in batch:
@@ -231,23 +232,23 @@ def generate_kernel(device: Any, ast: UOp) -> GeneratedKernel:
                     program.release()
     else:
         opts = heuristic_opts(prepared, device.renderer.target)
-    return render_kernel(device, ast, apply_opts(prepared, opts), opts)
+    return render_kernel(device, ast, apply_opts(prepared, opts, device.renderer.target), opts)
 
 
 def build_candidate(
     device: Any, ast: UOp, prepared: UOp, opts: tuple[Opt, ...]
 ) -> tuple[Any, list[tuple[str, int, Any]]]:
     """A kernel compiled with the actions `opts`, ready to time, and its parameters' (device, size, dtype)."""
-    kernel = render_kernel(device, ast, apply_opts(prepared, opts), opts)
-    program = device.runtime(
-        kernel.name, device.compiler.compile_cached(kernel.source), kernel.global_loops, kernel.work
-    )
+    kernel = render_kernel(device, ast, apply_opts(prepared, opts, device.renderer.target), opts)
+    program = device.runtime(kernel.name, device.compiler.compile_cached(kernel.source), kernel.launch, kernel.work)
     parameters = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0])
     return program, [(device.name, node.arg[1], node.dtype) for node in parameters]
 
 
 def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...]) -> GeneratedKernel:
-    """Linearize and render a kernel graph (of the kernel `ast`) optimized by the actions `opts`."""
+    """Map a kernel graph (of the kernel `ast`, optimized by the actions `opts`) onto the device's threads, then
+    linearize and render it."""
+    kernel_graph = map_threads(kernel_graph, device.renderer.target)
     if device.renderer.rewrites is not None:
         kernel_graph = graph_rewrite(kernel_graph, device.renderer.rewrites)
     program = linearize(kernel_graph)
@@ -263,8 +264,7 @@ def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...
     if DEBUG >= 4:
         print(source)
     ops, memory, work = measure_work(program)
-    global_loops = tuple(node.src[0].arg for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL)
-    return GeneratedKernel(name, source, ops, memory, work, global_loops)
+    return GeneratedKernel(name, source, ops, memory, work, launch_size(program, device.renderer.target))
 
 
 _names_taken: dict[tuple[str, str], int] = {}

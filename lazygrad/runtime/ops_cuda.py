@@ -33,16 +33,6 @@ from lazygrad.helpers import DEBUG, MOCKCUDA
 from lazygrad.runtime.cuda_compiler import MockCUDACompiler, NVRTCCompiler, choose_target, load_nvrtc
 from lazygrad.runtime.cuda_driver import OUT_OF_MEMORY, CUDADriver, CUDAError
 
-THREADS_PER_BLOCK = 256
-RENDERER = CUDARenderer()
-
-
-def launch_size(global_loops: tuple[int, ...]) -> tuple[int, int]:
-    """(blocks, threads per block) for the threads the renderer's kernel expects (see `CUDARenderer.launch_size`)."""
-    threads, block = RENDERER.launch_size(global_loops)
-    block = block or min(THREADS_PER_BLOCK, threads)
-    return -(-threads // block), block
-
 
 class CurrentContext:
     """`with device.current():` the device's context is current on this thread inside. Where no context was current,
@@ -80,9 +70,9 @@ def argument_array(count: int) -> tuple[ctypes.Array, ctypes.Array]:
 class CUDAProgram:
     """A kernel loaded into the device's context and launched on its stream; `release()` unloads it."""
 
-    def __init__(self, device: CUDADevice, name: str, binary: bytes, global_loops: tuple[int, ...] = ()):
+    def __init__(self, device: CUDADevice, name: str, binary: bytes, launch: tuple[int, int] = (1, 1)):
         self.device, self.name = device, name
-        self.grid, self.block = launch_size(global_loops)
+        self.grid, self.block = launch
         with device.current():  # the driver is thread-safe: loading needs no lock, and may take a while (PTX)
             self.module = device.driver.module_load(binary)
             self.function = device.driver.module_function(self.module, name)
@@ -358,7 +348,7 @@ class CUDADevice(Compiled):
         with self.current():
             self.stream = driver.stream_create()
             self.timing_events = (driver.event_create(), driver.event_create())
-        super().__init__("CUDA", CUDAAllocator(self), RENDERER, compiler, self.load_program, max_buffers)
+        super().__init__("CUDA", CUDAAllocator(self), CUDARenderer(), compiler, self.load_program, max_buffers)
 
     def current(self) -> CurrentContext:
         return CurrentContext(self)
@@ -373,9 +363,9 @@ class CUDADevice(Compiled):
         nvrtc = self.compiler.nvrtc.version
         return f"{self.driver.device_name(device)}, compute capability {major}.{minor}, {code}, driver {self.driver.version()}, NVRTC {nvrtc}"
 
-    def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0) -> CUDAProgram:
+    def load_program(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0) -> CUDAProgram:
         """The runner for kernel `name` in `binary`, loaded on the calling thread (a compile thread, usually)."""
-        return CUDAProgram(self, name, binary, global_loops)
+        return CUDAProgram(self, name, binary, launch)
 
     def graph(self, programs: list[CUDAProgram]) -> CUDAGraph:
         """A replay of these kernels, in this order, as one graph launch (see `CUDAGraph`)."""

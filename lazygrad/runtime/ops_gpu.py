@@ -5,9 +5,8 @@ The platform and device are chosen deliberately: `CL_PLATFORM` and `CL_DEVICE` (
 `python -m lazygrad.device`) override; otherwise the first device, in platform order, that builds a test kernel
 is used (PoCL 3.0 from pip cannot build for CPUs newer than its LLVM 14, such as AMD Zen 5; Debian's PoCL 3.1 can).
 Programs are built once: the program binary is cached on disk (keyed by platform, device and driver version), a
-loaded program is kept in memory by its binary while a kernel uses it, and each kernel object is fetched once. The renderer says how many
-work-items a kernel needs (`OpenCLRenderer.launch_size`): one per iteration, or per vector of iterations, of the
-outermost global loop, or one group for a kernel without global loops.
+loaded program is kept in memory by its binary while a kernel uses it, and each kernel object is fetched once. A
+kernel's launch size, (work-groups, work-items per group), comes with its program (codegen/threads.py).
 """
 
 from __future__ import annotations
@@ -17,14 +16,26 @@ from typing import Any
 
 import numpy as np
 
+from lazygrad.codegen.renderer import Target
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
 from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, LoadedBinaries
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import CL_DEVICE, CL_PLATFORM, DEBUG
 
 INSTALL_HINT = "pip install 'lazygrad[opencl]'"
-# work-items per work-group: PoCL's CPU driver runs a work-group as vectorized loops, GPUs as one block of threads
-PREFERRED_GROUP_SIZE = 64
+
+
+def device_target(device: Any) -> Target:
+    """What codegen needs to know of an OpenCL device. CPU drivers want vectors as wide as their SIMD registers and
+    small work-groups (PoCL runs a work-group as loops over its work-items); GPUs (preferred vector width 1) want
+    no vectors and work-groups of a few warps."""
+    vector_width = min(max(device.preferred_vector_width_float, 1), 16)
+    max_threads = device.max_work_group_size
+    aim = 64 if vector_width > 1 else 256
+    block_threads = 1 << (min(max_threads, aim).bit_length() - 1)
+    return Target(
+        vector_width, max_threads=max_threads, block_threads=block_threads, shared_memory=device.local_mem_size
+    )
 
 
 def import_pyopencl():
@@ -141,11 +152,7 @@ class CLDevice(Compiled):
         self.programs = LoadedBinaries(self.build_binary, lambda program: None)
         allocator = CLAllocator(cl, self.context, self.queue)
         compiler = CLCompiler(cl, self.context, self.device)
-        # CPU drivers want vectors as wide as their SIMD registers; GPUs (preferred width 1) want none, and group
-        # reductions as wide as a work-group may be (a power of two)
-        vector_width = min(max(self.device.preferred_vector_width_float, 1), 16)
-        group_size = 1 << (min(self.device.max_work_group_size, 256).bit_length() - 1)
-        renderer = OpenCLRenderer(vector_width=vector_width, group_size=group_size)
+        renderer = OpenCLRenderer(device_target(self.device))
         # a kernel's parameters (a pointer per buffer) may take at most CL_DEVICE_MAX_PARAMETER_SIZE bytes
         max_buffers = self.device.max_parameter_size // (self.device.address_bits // 8)
         super().__init__("GPU", allocator, renderer, compiler, self.load_program, max_buffers)
@@ -158,11 +165,10 @@ class CLDevice(Compiled):
     def build_binary(self, binary: bytes) -> Any:
         return self.cl.Program(self.context, [self.device], [binary]).build()
 
-    def load_program(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0) -> CLProgram:
+    def load_program(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0) -> CLProgram:
         """The runner for kernel `name` in `binary`; a binary is built into a program once while kernels use it."""
         digest, kernel = self.programs.acquire(binary, lambda program: self.cl.Kernel(program, name))
-        threads, group = self.renderer.launch_size(global_loops)
-        return CLProgram(self, kernel, threads, group, digest)
+        return CLProgram(self, kernel, launch, digest)
 
     def synchronize(self) -> None:
         """Wait until every queued command has finished."""
@@ -174,15 +180,14 @@ class CLDevice(Compiled):
 
 
 class CLProgram:
-    """A kernel object and its launch size: `threads` work-items (rounded up to whole groups; the kernel checks its
-    bounds) in groups of `group` (None: PREFERRED_GROUP_SIZE). `digest` names its program in `device.programs`;
-    `release()` gives both back, and the kernel cannot run after."""
+    """A kernel object and its launch size, (work-groups, work-items per group). `digest` names its program in
+    `device.programs`; `release()` gives both back, and the kernel cannot run after."""
 
-    def __init__(self, device: CLDevice, kernel: Any, threads: int, group: int | None, digest: bytes | None = None):
+    def __init__(self, device: CLDevice, kernel: Any, launch: tuple[int, int], digest: bytes | None = None):
         self.device, self.kernel, self.digest = device, kernel, digest
         self.name = kernel.function_name
-        self.local_size = group or min(PREFERRED_GROUP_SIZE, threads, device.device.max_work_group_size)
-        self.global_size = -(-threads // self.local_size) * self.local_size
+        self.local_size = launch[1]
+        self.global_size = launch[0] * launch[1]
 
     @property
     def released(self) -> bool:

@@ -11,14 +11,17 @@ import pickle
 
 import numpy as np
 
-from lazygrad.codegen.renderer import Renderer
+from lazygrad.codegen.renderer import Renderer, Target
 from lazygrad.device import Compiled, Compiler, HostAllocator
 from lazygrad.uop.alu import cast_value, exec_alu
 from lazygrad.uop.ops import Ops, UOp
 
 
 class PythonRenderer(Renderer):
-    """The "source" is the linear program itself, pickled."""
+    """The "source" is the linear program itself, pickled. Its target has threads, so the PYTHON device runs the
+    programs GPUs get (with small blocks, to keep the emulation quick): it is the reference for their codegen."""
+
+    target = Target(vector_width=1, max_threads=64, block_threads=8, shared_memory=1 << 16)
 
     def render(self, name: str, program: list[UOp]) -> str:
         return base64.b64encode(pickle.dumps(program)).decode()
@@ -35,21 +38,41 @@ class PythonCompiler(Compiler):
 
 
 class PythonProgram:
-    """Interprets a linear program: loops jump back from ENDRANGE to just after their RANGE."""
+    """Interprets a linear program: loops jump back from ENDRANGE to just after their RANGE. Every thread of every
+    block runs the program; the threads of a block run in turns from one barrier to the next, sharing their
+    block's memory, as they would on a GPU."""
 
-    def __init__(self, name: str, binary: bytes, global_loops: tuple[int, ...] = (), work: int = 0):
+    def __init__(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0):
         self.name, self.released = name, False
+        self.launch = launch
         self.program: list[UOp] = pickle.loads(base64.b64decode(binary))
         self.position = {node: i for i, node in enumerate(self.program)}
         self.loop_end = {node.src[0]: i for i, node in enumerate(self.program) if node.op is Ops.ENDRANGE}
+        self.synchronizes = any(node.op is Ops.BARRIER for node in self.program)
 
     def release(self) -> None:
         """Nothing to free: the program is Python objects, collected with this one."""
         self.released = True
 
     def __call__(self, *buffers: np.ndarray) -> None:
+        memory = {
+            node.arg[0]: buffers[node.arg[0]].view(node.dtype.np)
+            for node in self.program
+            if node.op is Ops.DEFINE_GLOBAL
+        }
+        blocks, threads = self.launch
+        for block in range(blocks):
+            shared: dict[UOp, np.ndarray] = {}
+            running = [self.run(memory, shared, block, thread) for thread in range(threads)]
+            while running:  # each turn takes every thread to its next barrier, or to its end
+                waiting = [thread for thread in running if next(thread, None) is not None]
+                if waiting and len(waiting) != len(running):
+                    raise RuntimeError(f"{self.name}: some threads of a block reached a barrier the others passed by")
+                running = waiting
+
+    def run(self, memory: dict[int, np.ndarray], shared: dict[UOp, np.ndarray], block: int, thread: int):
+        """One thread's run of the program, yielding True at each barrier."""
         values: dict[UOp, object] = {}
-        memory: dict[int, np.ndarray] = {}
         accumulators: dict[UOp, object] = {}
 
         def value(node: UOp):
@@ -59,9 +82,7 @@ class PythonProgram:
         while counter < len(program):
             node = program[counter]
             op, src = node.op, node.src
-            if op is Ops.DEFINE_GLOBAL:
-                memory[node.arg[0]] = buffers[node.arg[0]].view(node.dtype.np)
-            elif op is Ops.RANGE:
+            if op is Ops.RANGE:
                 values[node] = 0
                 if src[0].arg <= 0:
                     counter = self.loop_end[node]
@@ -70,6 +91,12 @@ class PythonProgram:
                 values[loop] += 1
                 if values[loop] < loop.src[0].arg:
                     counter = self.position[loop]
+            elif op is Ops.SPECIAL:
+                values[node] = block if node.arg[0] == "block" else thread
+            elif op is Ops.DEFINE_LOCAL:
+                shared.setdefault(node, np.zeros(node.arg[1], node.dtype.np))
+            elif op is Ops.BARRIER:
+                yield True
             elif op is Ops.DEFINE_ACC:
                 accumulators[node] = node.arg[0]
             elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
@@ -77,16 +104,20 @@ class PythonProgram:
             elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
                 accumulators[src[0]] = value(src[1])
             elif op is Ops.LOAD:
-                valid = len(src) < 3 or value(src[2])
-                values[node] = memory[src[0].arg[0]][value(src[1])].item() if valid else node.dtype.np.type(0).item()
+                local = src[0].op is Ops.DEFINE_LOCAL  # (its third source is the barrier it waits for)
+                buffer = shared[src[0]] if local else memory[src[0].arg[0]]
+                valid = local or len(src) < 3 or value(src[2])
+                values[node] = buffer[value(src[1])].item() if valid else node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
             elif op is Ops.STORE:
-                memory[src[0].arg[0]][value(src[1])] = value(src[2])
+                buffer = shared[src[0]] if src[0].op is Ops.DEFINE_LOCAL else memory[src[0].arg[0]]
+                if len(src) < 4 or value(src[3]):
+                    buffer[value(src[1])] = value(src[2])
             elif op is Ops.CAST:
                 values[node] = cast_value(value(src[0]), node.dtype)
             elif op is Ops.BITCAST:
                 values[node] = np.array(value(src[0]), dtype=src[0].dtype.np).view(node.dtype.np).item()
-            else:
+            elif op is not Ops.DEFINE_GLOBAL:
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1
 

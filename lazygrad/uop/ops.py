@@ -66,11 +66,15 @@ class Ops(Enum):
     SINK = auto()
     DEFINE_GLOBAL = auto()  # arg: parameter number
     RANGE = auto()  # src: (end,), arg: (axis number, LoopKind)
-    LOAD = auto()  # src: (buffer, index[, valid]) or (accumulator, *ranges)
-    STORE = auto()  # src: (buffer, index, value) or (accumulator, value)
+    LOAD = auto()  # src: (buffer, index[, valid]), (shared buffer, index, barrier) or (accumulator, *ranges)
+    STORE = auto()  # src: (buffer, index, value[, gate]) or (accumulator, value)
     RANGE_REDUCE = auto()  # src: (value, *ranges), arg: Ops.ADD | Ops.MAX
     DEFINE_ACC = auto()  # arg: (identity value, number)
     ENDRANGE = auto()  # src: (range,)
+    # threads (see codegen/threads.py)
+    SPECIAL = auto()  # this thread's block or thread index; arg: ("block" | "thread", how many there are)
+    DEFINE_LOCAL = auto()  # memory shared by the threads of a block; arg: (number, size)
+    BARRIER = auto()  # every thread of the block waits here until all have made the stores in src
 
 
 class LoopKind(Enum):
@@ -81,6 +85,11 @@ class LoopKind(Enum):
     GLOBAL = auto()  # an output loop
     REDUCE = auto()  # a loop a reduce runs over
     VECTOR_REDUCE = auto()  # a reduce loop along which the inputs are contiguous, for the compiler to vectorize
+    LOCAL = auto()  # an output loop whose iterations are the threads of a block (on devices with threads)
+    LOOP = auto()  # an output loop that stays a loop inside each thread (devices with threads map the others)
+
+
+OUTPUT_KINDS = frozenset({LoopKind.GLOBAL, LoopKind.LOCAL, LoopKind.LOOP})  # loops over the outputs, not a reduce
 
 
 UNARY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.NEG}
@@ -364,6 +373,8 @@ def _bounds_of(node: UOp) -> tuple[Any, Any]:
         return node.arg, node.arg
     if node.op is Ops.RANGE:
         return 0, node.src[0].vmax - 1
+    if node.op is Ops.SPECIAL:
+        return 0, node.arg[1] - 1
     if not (node.dtype.is_int or node.dtype == dtypes.bool) or not node.src:
         return dtype_limits(node.dtype)
     limits = dtype_limits(node.dtype)

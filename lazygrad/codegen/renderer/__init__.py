@@ -5,23 +5,31 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from lazygrad.uop.ops import LoopKind, Ops, UOp
+from lazygrad.uop.ops import OUTPUT_KINDS, Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher
 
 
 def kernel_name(program: list[UOp]) -> str:
-    """A readable name: `r_` for kernels with a reduce loop, `E_` for elementwise ones, then the loop sizes."""
+    """A readable name: `r_` for kernels with a reduce loop, `E_` for elementwise ones, then the sizes of the block
+    and thread indices and of the loops."""
     loops = [node for node in program if node.op is Ops.RANGE]
-    prefix = "r" if any(loop.arg[1] is not LoopKind.GLOBAL for loop in loops) else "E"
-    return "_".join([prefix] + [str(loop.src[0].arg) for loop in loops]) if loops else prefix + "_1"
+    sizes = [node.arg[1] for node in program if node.op is Ops.SPECIAL] + [loop.src[0].arg for loop in loops]
+    prefix = "r" if any(loop.arg[1] not in OUTPUT_KINDS for loop in loops) else "E"
+    return "_".join([prefix] + [str(size) for size in sizes]) if sizes else prefix + "_1"
 
 
 @dataclass(frozen=True)
 class Target:
     """What the optimization heuristics know of the device a renderer writes for."""
 
-    vector_width: int = 16  # floats in a vector register
+    vector_width: int = 16  # floats in a vector register (1: the renderer computes in scalars)
     vector_registers: int = 32
+    # devices with threads (GPUs, OpenCL): the most threads a block may have (0: none, a CPU: output loops stay
+    # loops, the outermost split across the cores), the threads per block heuristics aim for, and the bytes of
+    # memory the threads of a block share
+    max_threads: int = 0
+    block_threads: int = 0
+    shared_memory: int = 0
 
 
 class Renderer(ABC):

@@ -22,11 +22,9 @@ Semantics follow the LLVM renderer and the PYTHON device:
 
 C kernels take the range [start, end) of their outermost global loop, so the CPU runtime can split it across cores,
 and the buffers' addresses as one array.
-GPU-style languages (OpenCL and CUDA) map the outermost global loop to the thread index, with a bounds check; the
-other loops stay loops. A program without a global loop (a full reduction) runs on one group of threads: each takes
-every group_size-th iteration of the top-level loops, and the partial accumulators are combined by a tree in shared
-memory between barriers (`launch_size` tells the runtime the thread counts). OpenCL on CPU drivers computes in
-vector types instead (see opencl.py).
+GPU-style languages (OpenCL and CUDA) only spell what the program holds (codegen/threads.py decides it): the block
+and thread indices (SPECIAL), memory the threads of a block share (DEFINE_LOCAL), barriers, and stores under a
+gate. OpenCL on CPU drivers also computes a loop in vector types (see opencl.py).
 """
 
 from __future__ import annotations
@@ -35,11 +33,11 @@ import math
 
 import numpy as np
 
-from lazygrad.codegen.renderer import Renderer
+from lazygrad.codegen.renderer import Renderer, Target
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
-from lazygrad.uop.ops import LoopKind, Ops, UOp
+from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
 
 # op -> template per operand kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} are the operands, which
 # are always variable names or constants, so no template needs extra parentheses around them.
@@ -79,35 +77,14 @@ WRAPPING_TEMPLATES: dict[Ops, str] = {
 }
 
 
-def top_level_reductions(program: list[UOp]) -> dict[UOp, list[UOp]]:
-    """For each top-level loop, by its ENDRANGE: the accumulators declared before the loop and updated inside it."""
-    reductions: dict[UOp, list[UOp]] = {}
-    declared: set[UOp] = set()
-    updated: list[UOp] = []
-    depth = 0
-    for node in program:
-        if node.op is Ops.RANGE:
-            updated = updated if depth else []
-            depth += 1
-        elif node.op is Ops.ENDRANGE:
-            depth -= 1
-            if depth == 0:
-                reductions[node] = updated
-        elif node.op is Ops.DEFINE_ACC and depth == 0:
-            declared.add(node)
-        elif node.op is Ops.STORE and node.src[0] in declared and node.src[0] not in updated:
-            updated.append(node.src[0])
-    return reductions
-
-
 class CStyleRenderer(Renderer):
     """Renders a linear program as a C function `void name(buffers...)`; subclasses change the dialect."""
 
     kernel_prefix = ""
     buffer_prefix = ""
     restrict = "restrict"
-    gpu_style = False
-    thread_index = ""
+    # the block and thread indices (GPU-style languages)
+    special_indices: dict[str, str] = {}
     # C kernels take (start, end) of their outermost global loop, so the runtime can split it across threads
     split_outer_loop = True
     # and the buffers' addresses as one array (see `render_entry`); GPU kernels take a parameter per buffer
@@ -135,10 +112,6 @@ class CStyleRenderer(Renderer):
     half_load = "(float){buffer}[{index}]"
     half_store = "{buffer}[{index}] = (_Float16){value};"
     half_round = "(float)(_Float16)({a})"
-    # GPU-style: a kernel without global loops runs on `group_size` threads that split its top-level loops and
-    # combine their accumulators through shared memory (1: on one thread)
-    group_size = 1
-    local_index = ""
     shared_prefix = ""
     barrier = ""
 
@@ -180,16 +153,11 @@ class CStyleRenderer(Renderer):
         self.depth = 1
         self.uses_half = any(node.dtype == dtypes.float16 for node in program)
         outer_loop = next((node for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL), None)
-        self.thread_loop = outer_loop if self.gpu_style else None
         self.split_loop = outer_loop if self.split_outer_loop else None
         self.vector_loop, self.varying, self.strides = None, set(), {}
         self.choose_vector_loop(program)
         # the op that combines two partial results of each accumulator: the update stored into it
         self.combine_ops = {node.src[0]: node.src[1].op for node in program if node.op is Ops.STORE}
-        self.grouped = self.gpu_style and self.group_size > 1 and outer_loop is None
-        self.reductions = top_level_reductions(program) if self.grouped else {}
-        if self.grouped:
-            self.render_group_start()
         written = {node.src[0] for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL}
         parameters = sorted((node for node in program if node.op is Ops.DEFINE_GLOBAL), key=lambda node: node.arg[0])
         for position, node in enumerate(program):
@@ -240,8 +208,13 @@ class CStyleRenderer(Renderer):
         elif op is Ops.ENDRANGE:
             self.depth -= 1
             self.emit("}")
-            if self.reductions.get(node):
-                self.render_group_reduction(self.reductions[node])
+        elif op is Ops.SPECIAL:
+            index = self.register_types[dtypes.index]
+            self.declare(node, f"{node.arg[0][0]}idx{position}", f"({index}){self.special_indices[node.arg[0]]}")
+        elif op is Ops.DEFINE_LOCAL:
+            self.render_shared(node)
+        elif op is Ops.BARRIER:
+            self.emit(self.barrier)
         elif node in self.varying:
             self.render_vector_node(position, node)
         elif op is Ops.RANGE:
@@ -266,21 +239,12 @@ class CStyleRenderer(Renderer):
     def render_range(self, position: int, node: UOp) -> None:
         end = self.value(node.src[0])
         index = self.register_types[dtypes.index]
-        if node is self.thread_loop:
-            name = f"gidx{position}"
-            self.names[node] = name
-            self.emit(f"{index} {name} = {self.thread_index};")
-            self.emit(f"if ({name} < {end}) {{")
-        elif node is self.split_loop:
+        if node is self.split_loop:
             name = f"gidx{position}"
             self.names[node] = name
             self.emit(f"for ({index} {name} = start; {name} < end; {name}++) {{")
-        elif self.grouped and self.depth == 1:  # each thread of the group takes every group_size-th iteration
-            name = f"ridx{position}"
-            self.names[node] = name
-            self.emit(f"for ({index} {name} = lidx; {name} < {end}; {name} += {self.group_size}) {{")
         else:
-            name = f"{'gidx' if node.arg[1] is LoopKind.GLOBAL else 'ridx'}{position}"
+            name = f"{'gidx' if node.arg[1] in OUTPUT_KINDS else 'ridx'}{position}"
             self.names[node] = name
             self.emit(f"for ({index} {name} = 0; {name} < {end}; {name}++) {{")
         self.depth += 1
@@ -296,40 +260,14 @@ class CStyleRenderer(Renderer):
         expression = template.format(a=a, b=b)
         return self.half_round.format(a=expression) if dtype == dtypes.float16 else expression
 
-    # ---- group reductions ---------------------------------------------------------------------------------------
+    # ---- threads ------------------------------------------------------------------------------------------------
 
-    def launch_size(self, global_loops: tuple[int, ...]) -> tuple[int, int | None]:
-        """(threads, threads per group, or None for the runtime's choice) of a GPU-style kernel with these global
-        loop sizes: a thread per iteration of the outermost one, or one group without global loops."""
-        if not global_loops:
-            return self.group_size, self.group_size
-        return max(global_loops[0], 1), None
-
-    def render_group_start(self) -> None:
-        self.emit(f"int lidx = {self.local_index};")
-        for accumulators in self.reductions.values():
-            for accumulator in accumulators:
-                partial_type = self.register_types[
-                    dtypes.int32 if accumulator.dtype == dtypes.bool else accumulator.dtype
-                ]
-                self.emit(f"{self.shared_prefix}{partial_type} partial{accumulator.arg[1]}[{self.group_size}];")
-
-    def render_group_reduction(self, accumulators: list[UOp]) -> None:
-        """Combine each thread's partial results into every thread's accumulator: a tree over shared memory."""
-        for accumulator in accumulators:
-            self.emit(f"partial{accumulator.arg[1]}[lidx] = {self.names[accumulator]};")
-        self.emit(self.barrier)
-        self.emit(f"for (int stride = {self.group_size // 2}; stride > 0; stride >>= 1) {{")
-        self.emit("  if (lidx < stride) {")
-        for accumulator in accumulators:
-            partial = f"partial{accumulator.arg[1]}"
-            combined = self.combine(accumulator, f"{partial}[lidx]", f"{partial}[lidx + stride]")
-            self.emit(f"    {partial}[lidx] = {combined};")
-        self.emit("  }")
-        self.emit(f"  {self.barrier}")
-        self.emit("}")
-        for accumulator in accumulators:
-            self.emit(f"{self.names[accumulator]} = partial{accumulator.arg[1]}[0];")
+    def render_shared(self, node: UOp) -> None:
+        """Memory the threads of a block share, declared at the top of the function (OpenCL requires it there); it
+        holds register values (float for half, int for bool)."""
+        element = self.register_types[dtypes.int32 if node.dtype == dtypes.bool else node.dtype]
+        self.names[node] = f"shared{node.arg[0]}"
+        self.lines.insert(0, f"  {self.shared_prefix}{element} shared{node.arg[0]}[{node.arg[1]}];")
 
     # ---- vectors (only languages with vector types render them) -------------------------------------------------
 
@@ -343,7 +281,9 @@ class CStyleRenderer(Renderer):
 
     # ---- memory -------------------------------------------------------------------------------------------------
 
-    def read_memory(self, buffer: str, index: str, dtype: DType) -> str:
+    def read_memory(self, buffer: str, index: str, dtype: DType, shared: bool = False) -> str:
+        if shared:  # (register values)
+            return f"{buffer}[{index}] != 0" if dtype == dtypes.bool else f"{buffer}[{index}]"
         if dtype == dtypes.float16:
             return self.half_load.format(buffer=buffer, index=index)
         if dtype == dtypes.bool:
@@ -353,6 +293,9 @@ class CStyleRenderer(Renderer):
     def render_load(self, position: int, node: UOp) -> None:
         buffer, index = self.names[node.src[0]], self.value(node.src[1])
         name = f"v{position}"
+        if node.src[0].op is Ops.DEFINE_LOCAL:  # (its third source is the barrier it waits for)
+            self.declare(node, name, self.read_memory(buffer, index, node.dtype, shared=True))
+            return
         if len(node.src) == 2:
             self.declare(node, name, self.read_memory(buffer, index, node.dtype))
             return
@@ -367,12 +310,11 @@ class CStyleRenderer(Renderer):
 
     def render_store(self, node: UOp) -> None:
         buffer, index, value = self.names[node.src[0]], self.value(node.src[1]), node.src[2]
-        if value.dtype == dtypes.float16:
+        if value.dtype == dtypes.float16 and node.src[0].op is Ops.DEFINE_GLOBAL:
             statement = self.half_store.format(buffer=buffer, index=index, value=self.value(value))
         else:
             statement = f"{buffer}[{index}] = {self.value(value)};"
-        # in a group every thread holds the result; one writes it
-        self.emit(f"if (lidx == 0) {statement}" if self.grouped else statement)
+        self.emit(f"if ({self.value(node.src[3])}) {statement}" if len(node.src) > 3 else statement)
 
     # ---- arithmetic ---------------------------------------------------------------------------------------------
 
@@ -451,13 +393,11 @@ class CUDARenderer(CStyleRenderer):
 
     kernel_prefix = 'extern "C" __global__ '
     restrict = "__restrict__"
-    gpu_style = True
     split_outer_loop = False
     buffer_array = False
     rewrites = None  # CUDA's exp2f/log2f/sinf/cosf are fast on the GPU, and sinf/cosf within 2 ulp everywhere
-    thread_index = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
-    group_size = 128
-    local_index = "threadIdx.x"
+    special_indices = {"block": "blockIdx.x", "thread": "threadIdx.x"}
+    target = Target(vector_width=1, max_threads=1024, block_threads=256, shared_memory=48 * 1024)
     shared_prefix = "__shared__ "
     barrier = "__syncthreads();"
     preamble = ""

@@ -2,20 +2,21 @@
 
 On a CPU driver (PoCL), loops are computed several iterations at a time in vector types (float8 ...): PoCL
 vectorizes straight-line kernels across work-items by itself, but a loop inside a work-item stays scalar there, and
-its exp2/log2 are vectorized only when called on vectors. The vectorized loop is the innermost global loop or,
-in a kernel without global loops (a full reduction), its top-level reduce loop, whose vector accumulators are
-combined lane by lane after it. A GPU driver prefers a vector width of 1, which turns vectors off and group
-reductions on (see the C-style base). Vector bools are signed integer vectors (-1 true, 0 false), as OpenCL's
+its exp2/log2 are vectorized only when called on vectors. The vectorized loop is the innermost output loop left
+inside a work-item (the heuristic cuts one as wide as the vectors, see codegen/heuristic.py) or, in a kernel
+without one, its top-level reduce loop, whose vector accumulators are combined lane by lane after it. A GPU driver
+prefers a vector width of 1, which turns vectors off. Vector bools are signed integer vectors (-1 true, 0 false), as OpenCL's
 vector comparisons return them.
 """
 
 from __future__ import annotations
 
+from lazygrad.codegen.renderer import Target
 from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
 from lazygrad.codegen.transcendental import sin_cos_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
-from lazygrad.uop.ops import LoopKind, Ops, UOp
+from lazygrad.uop.ops import OUTPUT_KINDS, Ops, UOp
 
 
 def find_varying(program: list[UOp], loop: UOp) -> set[UOp]:
@@ -30,7 +31,7 @@ def find_varying(program: list[UOp], loop: UOp) -> set[UOp]:
             if node in varying or node.op in (Ops.ENDRANGE, Ops.DEFINE_GLOBAL, Ops.RANGE):
                 continue
             if (
-                loop.arg[1] is not LoopKind.GLOBAL
+                loop.arg[1] not in OUTPUT_KINDS
                 and node.op is Ops.LOAD
                 and node.src[0].op is Ops.DEFINE_ACC
                 and len(node.src) == 1
@@ -70,20 +71,17 @@ class OpenCLRenderer(CStyleRenderer):
     """OpenCL C. Half is a storage type only (vload_half/vstore_half): PoCL has no cl_khr_fp16.
 
     Loads and stores whose index moves by one per iteration of the vectorized loop become vload/vstore; other
-    indices gather and scatter lane by lane. When the kernel has only one global loop, a work-item computes
-    `vector_width` of its iterations (see `launch_size`).
+    indices gather and scatter lane by lane.
     """
 
     kernel_prefix = "__kernel "
     buffer_prefix = "__global "
-    gpu_style = True
     split_outer_loop = False
     buffer_array = False
     # exp2 and log2 are built in (PoCL's work on vectors, a GPU's are hardware); sin and cos are not: PoCL's vector
     # versions return garbage for denormal lanes when another lane of the vector is large
     rewrites = sin_cos_rules
-    thread_index = "get_global_id(0)"
-    local_index = "get_local_id(0)"
+    special_indices = {"block": "get_group_id(0)", "thread": "get_local_id(0)"}
     shared_prefix = "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     preamble = ""
@@ -105,12 +103,14 @@ class OpenCLRenderer(CStyleRenderer):
     half_round = "round_to_half({a})"
     smallest_vector = 4  # narrower vectors do not pay for their gathers
 
-    def __init__(self, vector_width: int = 8, group_size: int = 256):
-        """`vector_width`: the widest vector to compute in (the device's preferred float vector width; 1: none).
-        `group_size`: the work-items of a group reduction, used only without vectors (a power of two)."""
-        self.widest_vector = vector_width
+    def __init__(
+        self, target: Target = Target(vector_width=8, max_threads=256, block_threads=64, shared_memory=1 << 15)
+    ):
+        """`target.vector_width`: the widest vector to compute in (the device's preferred float vector width; 1:
+        none)."""
+        super().__init__(target)
+        self.widest_vector = target.vector_width
         self.vector_width = 1
-        self.group_size = group_size if vector_width < self.smallest_vector else 1
 
     def lanes_for(self, iterations: int) -> int:
         """The vector width for a loop of this many iterations: the widest allowed one that divides it, else 1."""
@@ -120,33 +120,29 @@ class OpenCLRenderer(CStyleRenderer):
         return width if width >= self.smallest_vector else 1
 
     def choose_vector_loop(self, program: list[UOp]) -> None:
-        """The innermost global loop, when its size allows. A loop inside a work-item is vectorized only when it
-        makes every store contiguous (a kernel whose loop was upcast is left to scalar code) and a reduce loop only
-        when it makes every load it changes contiguous; the thread loop always is, since `launch_size` knows only
-        the loop sizes."""
-        global_loops = [node for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL]
-        top_loops = [node for node in program if node.op is Ops.RANGE][:1]
-        candidate = global_loops[-1] if global_loops else (top_loops[0] if top_loops else None)
-        self.vector_width = self.lanes_for(candidate.src[0].arg) if candidate is not None else 1
+        """The innermost output loop, else the top-level reduce loop, when its size allows. An output loop is
+        vectorized only when it makes every store contiguous (a kernel whose loop was upcast is left to scalar
+        code) and a reduce loop only when it makes every load it changes contiguous. Threads that share memory
+        (a group reduction) compute in scalars."""
+        self.vector_width = 1
+        loops = [node for node in program if node.op is Ops.RANGE]
+        outputs = [node for node in loops if node.arg[1] in OUTPUT_KINDS]
+        candidate = outputs[-1] if outputs else (loops[0] if loops else None)
+        if candidate is None or any(node.op is Ops.BARRIER for node in program):
+            return
+        self.vector_width = self.lanes_for(candidate.src[0].arg)
         if self.vector_width == 1:
             return
         self.vector_loop = candidate
         self.varying = find_varying(program, candidate)
         stores = [node for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL]
         loads = [node for node in program if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL]
-        if candidate is self.thread_loop:
-            return
-        if candidate.arg[1] is LoopKind.GLOBAL:
+        if candidate.arg[1] in OUTPUT_KINDS:
             contiguous = all(self.stride(node.src[1]) == 1 for node in stores)
         else:
             contiguous = all(self.stride(node.src[1]) in (0, 1) for node in loads)
         if not contiguous:
             self.vector_loop, self.varying, self.strides, self.vector_width = None, set(), {}, 1
-
-    def launch_size(self, global_loops: tuple[int, ...]) -> tuple[int, int | None]:
-        if len(global_loops) == 1 and self.lanes_for(global_loops[0]) > 1:
-            return max(global_loops[0] // self.lanes_for(global_loops[0]), 1), None
-        return super().launch_size(global_loops)
 
     def render_accumulator_read(self, name: str, node: UOp) -> None:
         """After a vectorized reduce loop, the lanes of its accumulator are combined into one value."""
@@ -240,13 +236,9 @@ class OpenCLRenderer(CStyleRenderer):
             self.declare_vector(node, name, self.render_vector_alu(node))
 
     def render_vector_range(self, position: int, node: UOp) -> None:
-        prefix = "gidx" if node.arg[1] is LoopKind.GLOBAL else "ridx"
+        prefix = "gidx" if node.arg[1] in OUTPUT_KINDS else "ridx"
         end, first, width = self.value(node.src[0]), f"{prefix}{position}_first", self.vector_width
-        if node is self.thread_loop:
-            self.emit(f"long {first} = {self.thread_index} * {width};")
-            self.emit(f"if ({first} < {end}) {{")
-        else:
-            self.emit(f"for (long {first} = 0; {first} < {end}; {first} += {width}) {{")
+        self.emit(f"for (long {first} = 0; {first} < {end}; {first} += {width}) {{")
         self.depth += 1
         offsets = ", ".join(f"{lane}l" for lane in range(width))
         self.declare_vector(node, f"{prefix}{position}", f"{first} + (long{width})({offsets})")
