@@ -206,7 +206,7 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
     import json
 
     from lazygrad import diskcache
-    from lazygrad.codegen.heuristic import heuristic_opts, register_blocks
+    from lazygrad.codegen.heuristic import candidate_opts
     from lazygrad.codegen.lower import lower_kernel
     from lazygrad.codegen.opt import Opt, prepare
     from lazygrad.engine import search
@@ -224,13 +224,36 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
     kept = search.disk_cache.get("beam", f"{device.name} {item.ast.key.hex()}")
     choice = tuple(Opt.from_json(value) for value in json.loads(kept))
     kernel, target = prepare(lower_kernel(item.ast)), device.renderer.target
-    assert choice in [heuristic_opts(kernel, target, blocking) for blocking in register_blocks(kernel, target)[:3]]
+    assert choice in candidate_opts(kernel, target)[:3]
 
     # a later search for the same kernel reads the choice instead of timing again
     def no_timing(opts):
         raise AssertionError("timed again")
 
     assert search.beam_opts(device, item.ast, kernel, no_timing) == choice
+
+
+def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkeypatch):
+    import json
+
+    from lazygrad import diskcache
+    from lazygrad.codegen.heuristic import candidate_opts
+    from lazygrad.codegen.lower import lower_kernel
+    from lazygrad.codegen.opt import Opt, OptOp, prepare
+    from lazygrad.engine import search
+    from lazygrad.helpers import BEAM
+
+    monkeypatch.setattr(search, "disk_cache", diskcache.DiskCache(str(tmp_path)))
+    monkeypatch.setattr(BEAM, "value", 3)
+    data = np.random.default_rng(1).standard_normal((4, 64), dtype=np.float32)
+    doubled = Tensor(data, device="PYTHON") * 2
+    (item,) = doubled.schedule()
+    np.testing.assert_array_equal(doubled.numpy(), data * 2)
+    kept = search.disk_cache.get("beam", f"PYTHON {item.ast.key.hex()}")
+    choice = tuple(Opt.from_json(value) for value in json.loads(kept))
+    offered = candidate_opts(prepare(lower_kernel(item.ast)), Device["PYTHON"].renderer.target)
+    assert choice in offered[:3] and len(offered) == 3  # blocks of 8 (the default), 32 and 64 threads
+    assert [opts[-1] for opts in offered] == [Opt(OptOp.LOCAL, 0, 8), Opt(OptOp.LOCAL, 0, 32), Opt(OptOp.LOCAL, 0, 64)]
 
 
 def test_a_kernel_that_fails_to_generate_leaves_no_kernel_waiting(monkeypatch):

@@ -15,7 +15,8 @@ reduce does not depend on kept as loops inside a thread, the innermost output lo
 device computes in vectors, the innermost output loops spread over the threads of a block, and a reduction with
 no outputs to spread shared by the threads of one block.
 
-BEAM search times the register blocks `register_blocks` offers instead of taking the default one.
+BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
+CPU, each block size on a device with threads.
 """
 
 from __future__ import annotations
@@ -285,8 +286,8 @@ def loops_below(node: UOp) -> set[UOp]:
     return {n for n in node.src[0].toposort if n.op is Ops.RANGE} - set(node.src[1:])
 
 
-def thread_opts(sink: UOp, target: Target) -> tuple[Opt, ...]:
-    """The default actions on a device with threads."""
+def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Opt, ...]:
+    """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
@@ -304,7 +305,7 @@ def thread_opts(sink: UOp, target: Target) -> tuple[Opt, ...]:
                 plan.apply(Opt(OptOp.SPLIT, inner.arg[0], lanes))
             plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
     # the threads of a block: the innermost output loops, as far as block_threads allows
-    room = target.block_threads
+    room = block or target.block_threads
     for loop in reversed(loops_of_kind(plan.sink, LoopKind.GLOBAL)):
         amount = largest_divisor(loop.src[0].arg, room)
         if amount < 2:
@@ -347,3 +348,14 @@ def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
         widths = (target.vector_width, 2 * target.vector_width, 4 * target.vector_width)
         return [(width, rows) for width in widths if inner % width == 0 for rows in (2, 4, 8)]
     return []
+
+
+def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
+    """The action lists BEAM times for this prepared kernel: one per register block on a CPU, one per block size
+    (32 threads up to the device's most) on a device with threads; duplicates removed, the default list first."""
+    if target.max_threads:
+        sizes = [1 << bits for bits in range(5, target.max_threads.bit_length())]
+        offered = [thread_opts(sink, target)] + [thread_opts(sink, target, size) for size in sizes]
+    else:
+        offered = [heuristic_opts(sink, target, blocking) for blocking in register_blocks(sink, target)]
+    return list(dict.fromkeys(offered))

@@ -1,8 +1,9 @@
 """BEAM search: choose a kernel's optimization actions by compiling and timing candidate lists on the device.
 
-With `BEAM=N`, every new kernel with choices to make (a matrix product, a reduce with reused inputs) has up to N
-candidate action lists — the default list with each register block the heuristic offers — compiled and run on
-scratch buffers of its sizes; the fastest is used. The choice is kept in the disk cache by the kernel's content
+With `BEAM=N`, every new kernel with choices to make (a matrix product, a reduce with reused inputs; on a device
+with threads, every kernel with outputs to spread) has up to N candidate action lists — the default list with each
+register block, or block size, the heuristic offers — compiled and run on scratch buffers of its sizes; the
+fastest is used. The choice is kept in the disk cache by the kernel's content
 hash and the device, so a later process skips the search; a kept list that is not one of the kernel's candidates
 is ignored, and the search runs again.
 """
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lazygrad.codegen.heuristic import heuristic_opts, register_blocks
+from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts
 from lazygrad.codegen.opt import Opt
 from lazygrad.device import Buffer, Device
 from lazygrad.diskcache import disk_cache
@@ -34,8 +35,8 @@ def beam_opts(
     `build(opts)` compiles the kernel with those actions and returns its program and, per parameter, the device,
     size and dtype of the buffer it takes. A list kept on disk is used only if it is one of the candidates."""
     target = device.renderer.target
-    offered = [heuristic_opts(prepared, target, blocking) for blocking in register_blocks(prepared, target)]
-    candidates = list(dict.fromkeys(offered))[: max(BEAM.value, 0)]
+    offered = candidate_opts(prepared, target)
+    candidates = offered[: max(BEAM.value, 0)]
     if len(candidates) < 2:
         return heuristic_opts(prepared, target)
     key = f"{device.name} {ast.key.hex()}"
