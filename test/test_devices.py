@@ -191,6 +191,7 @@ GPU_TARGET = Target(vector_width=1, max_threads=256, block_threads=64, shared_me
     "dtype, values",
     [
         (dtypes.float32, numbers(1000, seed=18)),
+        (dtypes.float32, numbers(512, seed=22)),  # 64 work-items: their partials combined by a tree
         (dtypes.float32, np.where(np.arange(300) == 77, np.nan, numbers(300, seed=19))),
         (dtypes.int32, integers(999, seed=20)),
         (dtypes.bool, np.arange(100) == 63),
@@ -199,7 +200,8 @@ GPU_TARGET = Target(vector_width=1, max_threads=256, block_threads=64, shared_me
 )
 def test_opencl_group_reductions_run_on_pocl(dtype, values):
     """The group reductions GPUs get (vector width 1), run on PoCL: every work-item of one group takes a share of
-    the loop, and the partial results meet in local memory after a barrier."""
+    the loop, and the partial results meet in local memory (a tree of rounds where the work-items are a power of
+    two)."""
     try:
         device = Device["GPU"]
     except DeviceUnavailable as error:

@@ -12,8 +12,8 @@ Target, in the order they apply:
 
 A device with threads gets its own list (`thread_opts`): the same splits and merges, then output loops that a
 reduce does not depend on kept as loops inside a thread, the innermost output loop cut into vector lanes where the
-device computes in vectors, the innermost output loops spread over the threads of a block, and a reduction with
-no outputs to spread shared by the threads of one block.
+device computes in vectors, and then either a reduce shared by the threads of a block (a full reduction, or few
+long rows: a block per row) or the innermost output loops spread over the threads of a block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
 CPU, each block size on a device with threads.
@@ -38,6 +38,9 @@ from lazygrad.helpers import prod
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify, split_term, sum_terms
 
+# a device with threads gives each row a block when a kernel reduces into at most this many outputs along rows at
+# least this long (fewer, longer rows: a thread per output would leave most of the device idle)
+ROW_GROUP_OUTPUTS, ROW_GROUP_LENGTH = 1 << 14, 1024
 UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
 LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
 
@@ -304,7 +307,9 @@ def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Op
             if lanes < inner.src[0].arg:
                 plan.apply(Opt(OptOp.SPLIT, inner.arg[0], lanes))
             plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
-    # the threads of a block: the innermost output loops, as far as block_threads allows
+    if target.vector_width == 1 and not loops_of_kind(plan.sink, LoopKind.LOOP) and group_reduce(plan, block):
+        return tuple(plan.opts)
+    # the threads of a block: the innermost output loops, as far as the block size allows
     room = block or target.block_threads
     for loop in reversed(loops_of_kind(plan.sink, LoopKind.GLOBAL)):
         amount = largest_divisor(loop.src[0].arg, room)
@@ -314,13 +319,24 @@ def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Op
         room //= amount
         if amount < loop.src[0].arg:
             break
-    # a reduction with no outputs to spread (a full sum) is shared by the threads of one block
-    if not output_loops(plan.sink) and reduces and target.vector_width == 1:
-        loop = max(reduces[0].src[1:], key=lambda loop: largest_divisor(loop.src[0].arg, room))
-        amount = largest_divisor(loop.src[0].arg, room)
-        if amount >= 2:
-            plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
     return tuple(plan.opts)
+
+
+def group_reduce(plan: Plan, block: int | None) -> bool:
+    """Share a reduce loop among the threads of a block, where the kernel reduces into one value (a full sum) or
+    into few outputs along long rows (a block per row); True if it did."""
+    reduces = reduce_nodes(plan.sink)
+    if not reduces:
+        return False
+    room = block or plan.target.block_threads
+    outputs = prod(loop.src[0].arg for loop in loops_of_kind(plan.sink, LoopKind.GLOBAL))
+    loop = max(reduces[0].src[1:], key=lambda loop: loop.src[0].arg)
+    if outputs > 1 and (outputs > ROW_GROUP_OUTPUTS or loop.src[0].arg < ROW_GROUP_LENGTH):
+        return False
+    # threads a power of two where that is not far fewer (their partials then combine by a tree)
+    power, any_size = largest_divisor(loop.src[0].arg, room, True), largest_divisor(loop.src[0].arg, room)
+    amount = power if 2 * power > any_size else any_size
+    return amount >= 2 and plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
 
 
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None) -> tuple[Opt, ...]:

@@ -26,7 +26,8 @@ unless an action says otherwise:
   reused along the row, instead of once per output);
 - GROUP(axis, amount): the iterations of a reduce loop are shared by `amount` threads of a block (thread t takes
   iterations t, t + amount, ..., so neighbouring threads read neighbouring memory); each thread's partial result
-  goes to memory the block shares, and after a barrier every thread combines the `amount` partials. The thread
+  goes to memory the block shares, then the partials are combined there: by a tree of rounds with a barrier after
+  each where `amount` is a power of two, else by every thread reading all of them after one barrier. The thread
   loop is numbered axis + 1, and only its first thread stores the kernel's outputs.
 """
 
@@ -258,8 +259,27 @@ def group(sink: UOp, loop: UOp, amount: int) -> UOp:
         partial = reduce.replace(src=(reduce.src[0], *(r for r in reduce.src[1:] if r is not thread)))
         shared = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
         stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, partial)),))
-        read = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: combine}, {}), stored))
-        replacements[reduce] = UOp(Ops.RANGE_REDUCE, reduce.dtype, (read, combine), reduce.arg)
+        if amount & (amount - 1):  # every thread combines the partials in a loop
+            read = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: combine}, {}), stored))
+            replacements[reduce] = UOp(Ops.RANGE_REDUCE, reduce.dtype, (read, combine), reduce.arg)
+            continue
+        # a power of two: a tree, halving the threads that combine each round, a barrier after each
+        step = amount // 2
+        while step:
+            # `thread | step` is `thread + step` below `step`, and above it for the threads that only read: no
+            # thread reads what another writes in the same round
+            mine = UOp(Ops.LOAD, reduce.dtype, (shared, here, stored))
+            other = UOp(
+                Ops.LOAD,
+                reduce.dtype,
+                (shared, replace_ranges(here, {thread: thread.alu(Ops.OR, UOp.const(thread.dtype, step))}, {}), stored),
+            )
+            below = thread.alu(Ops.CMPLT, UOp.const(thread.dtype, step))
+            stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, mine.alu(reduce.arg, other), below)),))
+            step //= 2
+        replacements[reduce] = UOp(
+            Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: UOp.const(thread.dtype, 0)}, {}), stored)
+        )
     sink = replace_ranges(sink, replacements, {}, simplified=False)
     first = thread.alu(Ops.CMPLT, UOp.const(thread.dtype, 1))  # every thread holds the results: the first stores
     stores = [s.replace(src=(*s.src[:3], s.src[3].alu(Ops.AND, first) if len(s.src) > 3 else first)) for s in sink.src]
