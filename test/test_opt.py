@@ -176,9 +176,10 @@ def test_heads_merged_by_a_reshape_are_split_apart_again():
     w, y = realized(32, 16)
     merged = heads.transpose(1, 2).reshape(2, 3, 32)
     kernel = kernel_of(merged @ w)
-    opts = heuristic_opts(kernel, Device[Device.DEFAULT].renderer.target)
+    target = Device[Device.DEFAULT].renderer.target
+    opts = heuristic_opts(kernel, target)
     assert Opt(S, 3, 8) in opts
-    assert not any(node.op in (Ops.IDIV, Ops.MOD) for node in apply_opts(kernel, opts).toposort)
+    assert not any(node.op in (Ops.IDIV, Ops.MOD) for node in apply_opts(kernel, opts, target).toposort)
     expected = x.transpose(0, 2, 1, 3).reshape(2, 3, 32) @ y
     np.testing.assert_allclose(run_with(merged @ w, opts), expected, rtol=1e-5, atol=1e-5)
 
