@@ -1,6 +1,6 @@
 """Lowering: a kernel AST (tensor ops over DEFINE_GLOBAL parameters) becomes a kernel graph of loops and memory
 accesses. Movement ops disappear here: each one turns the index tuple of its output into the index tuple of its
-input (and PAD adds a validity condition), so they never copy (DESIGN.md rule 4)."""
+input (and PAD adds a validity condition), so they never copy."""
 
 from __future__ import annotations
 
