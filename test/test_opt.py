@@ -268,3 +268,29 @@ def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
     assert heuristic_opts(kernel_of(a.sum()), target) == (Opt(M, 0), Opt(G, 0, 256))
     # a row's max and sum do not depend on the row's outputs: those stay a loop inside the thread of the row
     assert heuristic_opts(kernel_of(a.softmax(axis=1)), target) == (Opt(P, 1), Opt(L, 0, 64))
+
+
+def test_the_threads_of_a_row_share_its_outputs_and_each_of_its_reduces(threaded):
+    """A softmax row per block: its threads store the row's outputs, and its max and sum share the same threads
+    (a second GROUP finds the threads of the first), so the block has 8 threads, not 64."""
+    data = rng.standard_normal((3, 64)).astype(np.float32)
+    x = Tensor(data, device=threaded).realize()
+    opts = (Opt(P, 1), Opt(L, 1, 8), Opt(G, 3, 8), Opt(G, 4, 8))
+    kernel = apply_opts(kernel_of(x.softmax(axis=1)), opts, Device[threaded].renderer.target)
+    assert [loop.src[0].arg for loop in loops_by_axis(kernel).values() if loop.arg[1] is LoopKind.LOCAL] == [8]
+    expected = np.exp(data - data.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(run_with(x.softmax(axis=1), opts), expected / expected.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    target = CUDARenderer.target
+    rows, _ = realized(4, 2048)
+    assert heuristic_opts(kernel_of(rows.softmax(axis=1)), target) == (
+        Opt(P, 1),
+        Opt(L, 1, 256),
+        Opt(G, 3, 256),
+        Opt(G, 4, 256),
+    )
+    assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(G, 1, 256),)

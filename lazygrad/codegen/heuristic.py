@@ -21,6 +21,8 @@ CPU, each block size on a device with threads.
 
 from __future__ import annotations
 
+import math
+
 from lazygrad.codegen.opt import (
     KernelOptError,
     Opt,
@@ -307,7 +309,7 @@ def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Op
             if lanes < inner.src[0].arg:
                 plan.apply(Opt(OptOp.SPLIT, inner.arg[0], lanes))
             plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
-    if target.vector_width == 1 and not loops_of_kind(plan.sink, LoopKind.LOOP) and group_reduce(plan, block):
+    if target.vector_width == 1 and (share_rows(plan, block) or group_reduce(plan, block)):
         return tuple(plan.opts)
     # the threads of a block: the innermost output loops, as far as the block size allows
     room = block or target.block_threads
@@ -322,20 +324,51 @@ def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Op
     return tuple(plan.opts)
 
 
+def thread_count(size: int, room: int) -> int:
+    """Threads to share `size` iterations: a power of two where that is not far fewer than the most that divide it
+    (their partial results then combine by a tree)."""
+    power, any_size = largest_divisor(size, room, True), largest_divisor(size, room)
+    return power if 2 * power > any_size else any_size
+
+
+def reduce_loops(sink: UOp) -> list[UOp]:
+    """The longest loop of each reduce, in loop order."""
+    loops = {max(node.src[1:], key=lambda loop: loop.src[0].arg) for node in reduce_nodes(sink)}
+    return sorted(loops, key=lambda loop: loop.arg[0])
+
+
+def few_long_rows(plan: Plan, lengths: list[int]) -> bool:
+    outputs = prod(loop.src[0].arg for loop in loops_of_kind(plan.sink, LoopKind.GLOBAL))
+    return outputs <= ROW_GROUP_OUTPUTS and min(lengths) >= ROW_GROUP_LENGTH
+
+
+def share_rows(plan: Plan, block: int | None) -> bool:
+    """A block per row for a kernel that reduces few long rows and writes them back (a softmax, a layer norm): the
+    threads of the block share the row's outputs, and each reduce over the row shares them too; True if it did."""
+    rows, loops = loops_of_kind(plan.sink, LoopKind.LOOP), reduce_loops(plan.sink)
+    if not rows or not loops or not few_long_rows(plan, [loop.src[0].arg for loop in [rows[-1], *loops]]):
+        return False
+    amount = thread_count(
+        math.gcd(rows[-1].src[0].arg, *(loop.src[0].arg for loop in loops)), block or plan.target.block_threads
+    )
+    if amount < 2:
+        return False
+    plan.apply(Opt(OptOp.LOCAL, rows[-1].arg[0], amount))
+    for loop in reduce_loops(plan.sink):  # (found again: the split renumbered them)
+        plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
+    return True
+
+
 def group_reduce(plan: Plan, block: int | None) -> bool:
     """Share a reduce loop among the threads of a block, where the kernel reduces into one value (a full sum) or
     into few outputs along long rows (a block per row); True if it did."""
-    reduces = reduce_nodes(plan.sink)
-    if not reduces:
+    loops = reduce_loops(plan.sink)
+    if not loops or loops_of_kind(plan.sink, LoopKind.LOOP):
         return False
-    room = block or plan.target.block_threads
-    outputs = prod(loop.src[0].arg for loop in loops_of_kind(plan.sink, LoopKind.GLOBAL))
-    loop = max(reduces[0].src[1:], key=lambda loop: loop.src[0].arg)
-    if outputs > 1 and (outputs > ROW_GROUP_OUTPUTS or loop.src[0].arg < ROW_GROUP_LENGTH):
+    loop = max(loops, key=lambda loop: loop.src[0].arg)
+    if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [loop.src[0].arg]):
         return False
-    # threads a power of two where that is not far fewer (their partials then combine by a tree)
-    power, any_size = largest_divisor(loop.src[0].arg, room, True), largest_divisor(loop.src[0].arg, room)
-    amount = power if 2 * power > any_size else any_size
+    amount = thread_count(loop.src[0].arg, block or plan.target.block_threads)
     return amount >= 2 and plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
 
 

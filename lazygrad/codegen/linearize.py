@@ -61,6 +61,10 @@ class Linearizer:
         self.accumulators = 0
         self.open: set[UOp] = set()
         self.reduces = [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
+        # what a group of threads computed together, read back from their shared memory
+        self.shared_reads = [
+            node for node in sink.toposort if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL
+        ]
         self.reduces_below = reduces_below(sink)
 
     def emit_node(self, node: UOp) -> None:
@@ -135,6 +139,10 @@ class Linearizer:
             for node in self.reduces:
                 if node not in self.linear and self.used[node] <= self.open:
                     self.emit_node(node)
+            # so does a reduce the threads of a block shared (its barriers are outside the loops they do not need)
+            for node in self.shared_reads:
+                if node not in self.linear and self.used[node] <= self.open:
+                    self.emit(node)
             self.open_loop(loop)
         for store in self.sink.src:
             self.emit(store)

@@ -21,14 +21,17 @@ The actions:
 On devices with threads (the target's `max_threads`), every output loop becomes a block index (codegen/threads.py)
 unless an action says otherwise:
 
-- LOCAL(axis, amount): split an output loop like SPLIT, the inner `amount` iterations being the threads of a block;
+- LOCAL(axis, amount): split an output loop like SPLIT, the inner `amount` iterations being the threads of a block
+  (a loop kept inside the threads too: the threads then share a row's outputs);
 - LOOP(axis): keep an output loop a loop inside each thread (a row's reduce is then computed once per thread and
   reused along the row, instead of once per output);
 - GROUP(axis, amount): the iterations of a reduce loop are shared by `amount` threads of a block (thread t takes
   iterations t, t + amount, ..., so neighbouring threads read neighbouring memory); each thread's partial result
   goes to memory the block shares, then the partials are combined there: by a tree of rounds with a barrier after
-  each where `amount` is a power of two, else by every thread reading all of them after one barrier. The thread
-  loop is numbered axis + 1, and only its first thread stores the kernel's outputs.
+  each where `amount` is a power of two, else by every thread reading all of them after one barrier. The threads
+  are a thread loop of `amount` that the reduces do not depend on where there is one (the threads that store a
+  softmax row also compute its max and sum), else a new one numbered axis + 1. Only the first thread stores the
+  outputs that do not depend on the threads. GROUP comes after every other action; several may follow each other.
 """
 
 from __future__ import annotations
@@ -45,8 +48,6 @@ from lazygrad.uop.symbolic import simplify, simplify_gated_loads
 if TYPE_CHECKING:
     from lazygrad.codegen.renderer import Target
 
-THREAD_ACTIONS = frozenset({"LOCAL", "GROUP"})  # the actions that make threads (only for targets with threads)
-
 
 class OptOp(Enum):
     MERGE = auto()
@@ -57,6 +58,9 @@ class OptOp(Enum):
     LOCAL = auto()
     LOOP = auto()
     GROUP = auto()
+
+
+THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP})  # the actions that make threads (for targets with threads)
 
 
 @dataclass(frozen=True)
@@ -228,34 +232,58 @@ def local_index(loops: list[UOp]) -> UOp:
     return simplify(index)
 
 
-def check_group(sink: UOp, loop: UOp) -> list[UOp]:
-    """The reduces over `loop`, where its iterations can be shared by threads: each reduce's value depends on no
-    loop that stays a loop at run time but its own (a barrier inside a loop would have to guard the shared memory
-    against the next iteration's writes), and no reduce over `loop` is inside another reduce."""
-    reduces = reduces_over(sink, loop)
-    for reduce in reduces:
-        own = set(reduce.src[1:])
-        for node in reduce.src[0].toposort:
-            if node.op is Ops.RANGE and node not in own and node.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL):
-                raise KernelOptError(f"GROUP({loop.arg[0]}, ...): the reduce also runs inside loop {node.arg[0]}")
+@functools.lru_cache(maxsize=16)
+def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """The loops each node's value depends on: a reduce's value not on its own loops, and a read of memory the
+    threads share only on its index (every thread that waited at the barrier before it reads the same)."""
+    used: dict[UOp, frozenset[UOp]] = {}
     for node in kernel_nodes(sink):
-        if node.op is Ops.RANGE_REDUCE and node not in reduces and set(reduces) & set(node.src[0].toposort):
-            raise KernelOptError(f"GROUP({loop.arg[0]}, ...): a reduce over loop {loop.arg[0]} is inside another")
-    return reduces
+        if node.op is Ops.RANGE:
+            used[node] = frozenset([node])
+        elif node.op is Ops.RANGE_REDUCE:
+            used[node] = used[node.src[0]] - frozenset(node.src[1:])
+        elif node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL:
+            used[node] = used[node.src[1]]
+        else:
+            used[node] = frozenset().union(*(used[source] for source in node.src))
+    return used
+
+
+def loops_under(sink: UOp, loop: UOp) -> set[UOp]:
+    """The loops the reduces over `loop` depend on besides their own (a reduce inside another's loop depends on that
+    loop; one that does not is computed before that loop opens)."""
+    used = loops_used(sink)
+    return set().union(*(used[reduce] for reduce in reduces_over(sink, loop)))
+
+
+def shared_thread(sink: UOp, loop: UOp, amount: int) -> UOp | None:
+    """A thread loop of `amount` threads that the reduces over `loop` do not depend on, for them to share (the
+    threads that store a row's outputs also reduce it), or None."""
+    under = loops_under(sink, loop)
+    return next((t for t in loops_of_kind(sink, LoopKind.LOCAL) if t.src[0].arg == amount and t not in under), None)
 
 
 def group(sink: UOp, loop: UOp, amount: int) -> UOp:
-    """Share each reduce over `loop` among `amount` threads: partial results, then a combine through shared memory."""
-    check_group(sink, loop)
-    axis = loop.arg[0]
-    sink = split(sink, loop, amount, LoopKind.LOCAL)  # thread t takes iterations outer * amount + t
-    thread = loops_by_axis(sink)[axis + 1]
+    """Share each reduce over `loop` among `amount` threads (an existing thread loop of that size they do not depend
+    on, else a new one): partial results, then a combine through shared memory."""
+    for node in loops_under(sink, loop):
+        if node.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL):  # (a barrier in a loop would need another)
+            raise KernelOptError(f"GROUP({loop.arg[0]}, ...): the reduce also runs inside loop {node.arg[0]}")
+    axis, thread = loop.arg[0], shared_thread(sink, loop, amount)
+    if thread is None:
+        sink = split(sink, loop, amount, LoopKind.LOCAL)  # thread t takes iterations outer * amount + t
+        outer, thread = loops_by_axis(sink)[axis], loops_by_axis(sink)[axis + 1]
+    else:
+        outer = new_loop(loop, loop.src[0].arg // amount)
+        reduce_ranges = {r: tuple(outer if x is loop else x for x in r.src[1:]) for r in reduces_over(sink, loop)}
+        sink = replace_ranges(sink, {loop: outer * amount + thread}, reduce_ranges)
     threads = loops_of_kind(sink, LoopKind.LOCAL)
     here, size = local_index(threads), prod(t.src[0].arg for t in threads)
     combine = UOp(Ops.RANGE, thread.dtype, thread.src, (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
-    reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE and thread in node.src[1:]]
+    reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE and outer in node.src[1:]]
+    taken = sum(node.op is Ops.DEFINE_LOCAL for node in kernel_nodes(sink))
     replacements: dict[UOp, UOp] = {}
-    for number, reduce in enumerate(reduces):
+    for number, reduce in enumerate(reduces, start=taken):
         partial = reduce.replace(src=(reduce.src[0], *(r for r in reduce.src[1:] if r is not thread)))
         shared = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
         stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, partial)),))
@@ -281,9 +309,17 @@ def group(sink: UOp, loop: UOp, amount: int) -> UOp:
             Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: UOp.const(thread.dtype, 0)}, {}), stored)
         )
     sink = replace_ranges(sink, replacements, {}, simplified=False)
-    first = thread.alu(Ops.CMPLT, UOp.const(thread.dtype, 1))  # every thread holds the results: the first stores
-    stores = [s.replace(src=(*s.src[:3], s.src[3].alu(Ops.AND, first) if len(s.src) > 3 else first)) for s in sink.src]
+    # every thread holds the results: the first stores those that do not depend on the thread
+    first, used = thread.alu(Ops.CMPLT, UOp.const(thread.dtype, 1)), loops_used(sink)
+    stores = [store if thread in used[store] else gated(store, first) for store in sink.src]
     return simplify(sink.replace(src=tuple(stores)))
+
+
+def gated(store: UOp, gate: UOp) -> UOp:
+    """`store` made only where `gate` holds (and its own gate, if it has one)."""
+    if len(store.src) > 3:
+        return store if store.src[3] is gate else store.replace(src=(*store.src[:3], store.src[3].alu(Ops.AND, gate)))
+    return store.replace(src=(*store.src, gate))
 
 
 def apply_opt(sink: UOp, opt: Opt, target: Target | None = None) -> UOp:
@@ -292,8 +328,8 @@ def apply_opt(sink: UOp, opt: Opt, target: Target | None = None) -> UOp:
     if loop is None:
         raise KernelOptError(f"{opt}: the kernel has no loop {opt.axis}")
     size, kind = loop.src[0].arg, loop.arg[1]
-    if any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
-        raise KernelOptError(f"{opt}: the kernel's reduces are grouped already (GROUP is the last action)")
+    if opt.op is not OptOp.GROUP and any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
+        raise KernelOptError(f"{opt}: the kernel's reduces are grouped already (GROUP comes after every other action)")
     if opt.op is OptOp.MERGE:
         return merge(sink, loop)
     if opt.op is OptOp.LOOP:
@@ -310,7 +346,7 @@ def apply_opt(sink: UOp, opt: Opt, target: Target | None = None) -> UOp:
         if opt.amount == size:
             raise KernelOptError(f"{opt}: the amount must be less than the loop's {size} iterations")
         return split(sink, loop, opt.amount)
-    if opt.op.name in THREAD_ACTIONS:
+    if opt.op in THREAD_ACTIONS:
         return apply_thread_opt(sink, opt, loop, target)
     if opt.op is OptOp.UPCAST:
         if kind not in OUTPUT_KINDS:
@@ -328,17 +364,20 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
     kind = loop.arg[1]
     if target is None or not target.max_threads:
         raise KernelOptError(f"{opt}: the device has no threads")
-    if block_threads(sink) * opt.amount > target.max_threads:
+    reused = opt.op is OptOp.GROUP and shared_thread(sink, loop, opt.amount) is not None
+    if not reused and block_threads(sink) * opt.amount > target.max_threads:
         raise KernelOptError(f"{opt}: a block would have more than the device's {target.max_threads} threads")
     if opt.op is OptOp.LOCAL:
-        if kind is not LoopKind.GLOBAL:
+        if kind not in (LoopKind.GLOBAL, LoopKind.LOOP):
             raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not an output loop")
         if opt.amount == loop.src[0].arg:
             return replace_ranges(sink, {loop: new_loop(loop, opt.amount, LoopKind.LOCAL)}, {})
         return split(sink, loop, opt.amount, LoopKind.LOCAL)
     if kind in OUTPUT_KINDS:
         raise KernelOptError(f"{opt}: loop {opt.axis} is an output loop, not a reduce loop")
-    shared = sum(r.dtype.itemsize for r in reduces_over(sink, loop)) * block_threads(sink) * opt.amount
+    taken = sum(node.dtype.itemsize * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
+    threads = block_threads(sink) * (1 if reused else opt.amount)
+    shared = taken + sum(r.dtype.itemsize for r in reduces_over(sink, loop)) * threads
     if shared > target.shared_memory:
         raise KernelOptError(f"{opt}: its partial results need {shared} bytes of the device's {target.shared_memory}")
     return group(sink, loop, opt.amount)
