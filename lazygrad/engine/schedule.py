@@ -22,6 +22,7 @@ learning rate and step count, each draw's random source — so a training loop c
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 from lazygrad.device import Device
 from lazygrad.dtype import DType
 from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
+from lazygrad.engine.kernel_work import long_chain_cuts
 from lazygrad.engine.rng import is_random_source
 from lazygrad.helpers import DEBUG, prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key, toposort
@@ -214,6 +216,8 @@ def kernel_roots(
     # a copy moves memory as it is, so its source must sit in a buffer
     to_realize |= {node.src[0] for node in nodes if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
     while True:
+        # a very long chain becomes several kernels, each of a size a compiler handles in linear time
+        to_realize |= long_chain_cuts(nodes, to_realize)
         roots = [node for node in nodes if node in to_realize]
         random_leaves = _random_leaves(nodes, to_realize)
         unsafe = _unsafe_reduces(roots, to_realize, random_leaves)
@@ -454,8 +458,9 @@ def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[lis
     roots = kernel_roots(sink, list(sink.src), forced, min(limits, default=None))
     buffer_views: dict[UOp, UOp] = {}
     schedule: list[ScheduleItem] = []
+    devices: dict[UOp, str | None] = {}
     for root in roots:
-        root_device = root.arg if root.op is Ops.COPY else root.device(device)
+        root_device = _device_of(root, devices) or device
         if root.op is Ops.ASSIGN:
             buffer, buffer_views[root] = root.src[0].base, root.src[0]
         else:
@@ -465,6 +470,30 @@ def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[lis
             )
         schedule.append(_build_item(root, buffer, buffer_views, root_device))
     return roots, schedule, buffer_views
+
+
+def _device_of(root: UOp, devices: dict[UOp, str | None]) -> str | None:
+    """`root.device()`, walking down only to the roots before it (whose devices `devices` holds; None for one with
+    no buffer below it), so finding every root's device is linear in the graph. Records `root`'s."""
+    found = None
+    if root.op is Ops.COPY:
+        found = root.arg
+    stack, seen = list(root.src), set()
+    while stack and found is None:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in devices:
+            found = devices[node]
+        elif node.op is Ops.COPY:
+            found = node.arg
+        elif node.op is Ops.BUFFER:
+            found = node.arg[2]
+        else:
+            stack.extend(node.src)
+    devices[root] = found
+    return found
 
 
 def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
@@ -484,14 +513,26 @@ def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
                 for assigner in assigners.get(node, []):
                     if assigner != number:
                         after[assigner].add(number)
-    ordered, placed = [], set()
-    while len(ordered) < len(schedule):
-        ready = [n for n in range(len(schedule)) if n not in placed and after[n] <= placed]
-        if not ready:  # a cycle: return an assign in it, whose value must be computed apart
-            stuck = [schedule[n] for n in range(len(schedule)) if n not in placed]
-            return next(item for item in stuck if item.outputs[0].op is Ops.ASSIGN)
-        ordered.append(ready[0])
-        placed.add(ready[0])
+    # the lowest-numbered kernel whose inputs are ready goes next (a heap of those: linear in the schedule)
+    waiting = {number: len(before) for number, before in after.items()}
+    unblocks: dict[int, list[int]] = {}
+    for number, before in after.items():
+        for earlier in before:
+            unblocks.setdefault(earlier, []).append(number)
+    ready = [number for number, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    ordered = []
+    while ready:
+        number = heapq.heappop(ready)
+        ordered.append(number)
+        for later in unblocks.get(number, ()):
+            waiting[later] -= 1
+            if waiting[later] == 0:
+                heapq.heappush(ready, later)
+    if len(ordered) < len(schedule):  # a cycle: return an assign in it, whose value must be computed apart
+        placed = set(ordered)
+        stuck = [schedule[n] for n in range(len(schedule)) if n not in placed]
+        return next(item for item in stuck if item.outputs[0].op is Ops.ASSIGN)
     return [schedule[number] for number in ordered]
 
 

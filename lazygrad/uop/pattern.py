@@ -130,12 +130,20 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None, done: dic
 
 
 def substitute(root: UOp, replacements: dict[UOp, UOp]) -> UOp:
-    """`root` with some nodes replaced (no rules, one pass, iterative)."""
+    """`root` with some nodes replaced (no rules, one pass, iterative). The graph below a replaced node is not
+    visited, so cutting a kernel out of a long graph costs the kernel's size, not the graph's."""
     done: dict[UOp, UOp] = {}
-    for node in root.toposort:
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, sources_done = stack.pop()
+        if node in done:
+            continue
         if node in replacements:
             done[node] = replacements[node]
-        else:
+        elif sources_done:
             new_src = tuple(done[source] for source in node.src)
             done[node] = node if new_src == node.src else node.replace(src=new_src)
+        else:
+            stack.append((node, True))
+            stack.extend((source, False) for source in node.src if source not in done)
     return done[root]
