@@ -373,7 +373,7 @@ def test_value_shared_by_a_long_chain_is_cut_once():
         y = (y * 0.5).sin() + (y * 0.25).exp() * 0.5
         expected = np.sin(expected * np.float32(0.5)) + np.exp(expected * np.float32(0.25)) * np.float32(0.5)
     schedule = y.schedule()
-    assert len(schedule) == 4
+    assert len(schedule) == 2  # six steps of a sine, an exponential and four more operations each
     assert all(len(item.buffers) == 2 for item in schedule)  # each reads one earlier value: a chain of kernels
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5)
 

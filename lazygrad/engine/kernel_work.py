@@ -1,25 +1,28 @@
 """How much work the scheduler puts into one kernel: a very long chain of fused operations is cut into kernels of at
-most KERNEL_WORK_LIMIT instructions each.
+most KERNEL_WORK_LIMIT work each.
 
-Why: a compiler's time per instruction grows with the size of the loop body it optimizes (LLVM's loop vectorizer
-is quadratic in it: 2,000 chained multiply-adds in one kernel took 4.6 s to compile, 4,000 took 18 s), while a cut
+Why: a compiler's time per operation grows with the size of the loop body it optimizes (LLVM's loop vectorizer is
+quadratic in it: 2,000 chained multiply-adds in one kernel took 4.6 s to compile, 4,000 took 18 s), while a cut
 costs one more buffer written and read, which is nothing beside hundreds of operations per element. Cut kernels of
 a repeating chain are often the same AST, so they compile once.
 
-The work of a kernel is counted in the instructions its operations become: one for most, more for the
-transcendental ones that devices without them expand into a range reduction and a polynomial. A value used twice
-in a kernel counts once (the count is exact, from the set of nodes, where the sum over sources could overcount).
+The work of a kernel is counted in operations: one for most, more for the transcendental ones that devices without
+them expand into a range reduction and a polynomial. A value used twice in a kernel counts once (the count is
+exact, from the set of nodes, where the sum over sources could overcount).
 """
 
 from __future__ import annotations
 
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
-# instructions per kernel, past which the kernel is cut: about where LLVM's compile time per instruction starts to
-# grow (see extra/bench.py's chained elementwise row)
+# the work per kernel past which a kernel is cut: about where LLVM's compile time per operation starts to grow
+# (a chain of 512 multiply-adds compiles at the same cost per operation as one of 128; one of 2,048 at twice it),
+# and well above what real kernels hold (an Adam update, with its powers of the betas: about 340)
 KERNEL_WORK_LIMIT = 512
-# instructions an operation becomes where the device expands it (the LLVM and C renderers' polynomials)
-EXPANDED = {Ops.EXP2: 40, Ops.LOG2: 50, Ops.SIN: 90, Ops.COS: 90}
+# the work of an operation a device expands into a range reduction and a polynomial (the LLVM and C renderers):
+# measured by compile time, where one of these costs as much as that many chained multiply-adds (a sine is ~90
+# instructions, which compile faster than a dependent chain of that many)
+EXPANDED = {Ops.EXP2: 24, Ops.LOG2: 32, Ops.SIN: 48, Ops.COS: 48}
 FREE = (Ops.CONST, *MOVEMENT)
 
 

@@ -204,12 +204,17 @@ def _costly(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
 
 
 def kernel_roots(
-    sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozenset(), max_buffers: int | None = None
+    sink: UOp,
+    outputs: list[UOp],
+    forced: frozenset[UOp] = frozenset(),
+    max_buffers: int | None = None,
+    nodes: list[UOp] | None = None,
 ) -> list[UOp]:
     """Every node that gets its own buffer (`forced` ones too), sources before users; with `max_buffers`, enough
-    of them that no kernel takes more buffers than that."""
+    of them that no kernel takes more buffers than that. `nodes` is `sink.toposort` where the caller has it."""
     to_realize = {node for node in outputs if not is_buffer_view(node)} | set(forced)
-    nodes = sink.toposort
+    if nodes is None:
+        nodes = sink.toposort
     to_realize |= {node for node in nodes if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
     # an assign whose kernel would read its target at other indices than it writes computes its value first
     to_realize |= {node.src[1] for node in nodes if node.op is Ops.ASSIGN and _reads_target_elsewhere(node)}
@@ -400,8 +405,9 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _
     """Schedule a graph and abstract the result over its buffers."""
     # When assigns read each other's old values in a cycle, one assign's value is computed apart first.
     forced: frozenset[UOp] = frozenset()
+    sink_nodes = [*nodes, sink]  # sink.toposort, without walking the graph again
     while True:
-        roots, schedule, buffer_views = _build_schedule(sink, forced, device)
+        roots, schedule, buffer_views = _build_schedule(sink, sink_nodes, forced, device)
         ordered = _order(schedule)
         if isinstance(ordered, list):
             break
@@ -427,12 +433,12 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _
         [(item.ast, [slots[buffer] for buffer in item.buffers], item.device, item.kind) for item in ordered],
         new_buffers,
         views,
-        frozenset(position[node] for node in _reusable(sink, roots, buffer_views)),
+        frozenset(position[node] for node in _reusable(sink_nodes, roots, buffer_views)),
         [slots[root.src[0].base] for root in roots if root.op is Ops.ASSIGN],
     )
 
 
-def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list[UOp]:
+def _reusable(sink_nodes: list[UOp], roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list[UOp]:
     """The computed nodes whose values later graphs may reuse (and gradients may be taken through): not values
     computed from the old contents of a buffer this schedule overwrites, but every assign (a unique event, which
     stands for its buffer's new contents once it has run) and what is computed from those new contents."""
@@ -441,7 +447,7 @@ def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list
     # a node with no buffer below it (a broadcast constant, an arange) belongs to no device: recomputing it is
     # free, and remembering it would hand one device's buffer to a graph on another
     reads_buffer: set[UOp] = set()
-    for node in sink.toposort:
+    for node in sink_nodes:
         if node.op is not Ops.ASSIGN and (node in assigned or any(source in reads_assigned for source in node.src)):
             reads_assigned.add(node)
         if node.op is Ops.BUFFER or any(source in reads_buffer for source in node.src):
@@ -449,13 +455,15 @@ def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list
     return [node for node in buffer_views if node in reads_buffer and node not in reads_assigned]
 
 
-def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[list[UOp], list[ScheduleItem], dict]:
+def _build_schedule(
+    sink: UOp, sink_nodes: list[UOp], forced: frozenset[UOp], device: str
+) -> tuple[list[UOp], list[ScheduleItem], dict]:
     """The roots, one item per root (each with a fresh output buffer, or its target's for an assign), and the
     buffer view each root's value will be in."""
     # the smallest limit of the devices involved holds for every kernel (graphs rarely span devices)
-    devices = {device} | {node.arg for node in sink.toposort if node.op is Ops.COPY}
+    devices = {device} | {node.arg for node in sink_nodes if node.op is Ops.COPY}
     limits = [limit for name in devices if (limit := Device[name].max_buffers) is not None]
-    roots = kernel_roots(sink, list(sink.src), forced, min(limits, default=None))
+    roots = kernel_roots(sink, list(sink.src), forced, min(limits, default=None), sink_nodes)
     buffer_views: dict[UOp, UOp] = {}
     schedule: list[ScheduleItem] = []
     devices: dict[UOp, str | None] = {}
