@@ -51,6 +51,14 @@ class Linearizer:
         self.accumulators = 0
         self.open: set[UOp] = set()
         self.reduces = [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
+        self.bodies: dict[UOp, dict[UOp, None]] = {}
+
+    def body(self, reduce: UOp) -> dict[UOp, None]:
+        """The nodes of a reduce's value down to other reduces, in order (kept: each reduce is asked about once
+        per other reduce)."""
+        if reduce not in self.bodies:
+            self.bodies[reduce] = dict.fromkeys(toposort_until_reduce(reduce.src[0]))
+        return self.bodies[reduce]
 
     def emit_node(self, node: UOp) -> None:
         if node in self.linear:
@@ -86,13 +94,13 @@ class Linearizer:
         for other in self.reduces:
             if other in group or other.src[1:] != loops or other in self.linear:
                 continue
-            if self.used[other.src[0]] - frozenset(loops) <= self.open and not set(group) & set(
-                toposort_until_reduce(other.src[0])
+            if self.used[other.src[0]] - frozenset(loops) <= self.open and not any(
+                member in self.body(other) for member in group
             ):
                 group.append(other)
         # hoist what does not depend on these loops
         for member in group:
-            for inner in toposort_until_reduce(member.src[0]):
+            for inner in self.body(member):
                 if inner.op is not Ops.RANGE and not (self.used[inner] & frozenset(loops)):
                     self.emit_node(inner)
         accumulators = []

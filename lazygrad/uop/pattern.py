@@ -32,6 +32,11 @@ class UPat:
             self.src_options = [tuple(order) for order in itertools.permutations(src)]
         else:
             self.src_options = [tuple(src)]
+        # for sources in a fixed order: which ops each must have, checked before anything is bound (most nodes a
+        # rule is tried on fail here, and a rewrite tries every rule of a node's op)
+        self.required: tuple[tuple[int, frozenset[Ops]], ...] = ()
+        if isinstance(src, tuple):
+            self.required = tuple((i, pattern.ops) for i, pattern in enumerate(src) if pattern.ops is not None)
 
     @staticmethod
     def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
@@ -49,6 +54,9 @@ class UPat:
             return []
         if self.arg is not None and node.arg != self.arg:
             return []
+        for position, ops in self.required:
+            if position >= len(node.src) or node.src[position].op not in ops:
+                return []
         if self.name is not None:
             if self.name in bindings and bindings[self.name] is not node:
                 return []
