@@ -217,20 +217,22 @@ def kernel_roots(
         nodes = sink.toposort
     to_realize |= {node for node in nodes if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
     # an assign whose kernel would read its target at other indices than it writes computes its value first
-    to_realize |= {node.src[1] for node in nodes if node.op is Ops.ASSIGN and _reads_target_elsewhere(node)}
+    assigns = [node for node in nodes if node.op is Ops.ASSIGN]
+    if assigns:
+        targets = _targets_below(nodes, assigns)
+        to_realize |= {node.src[1] for node in assigns if _reads_target_elsewhere(node, targets)}
     # a copy moves memory as it is, so its source must sit in a buffer
     to_realize |= {node.src[0] for node in nodes if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
     while True:
-        # a very long chain becomes several kernels, each of a size a compiler handles in linear time
-        to_realize |= long_chain_cuts(nodes, to_realize)
         roots = [node for node in nodes if node in to_realize]
         random_leaves = _random_leaves(nodes, to_realize)
         unsafe = _unsafe_reduces(roots, to_realize, random_leaves)
         if not unsafe:
-            wide = _too_wide(roots, to_realize, max_buffers, nodes)
-            if not wide:
+            # a very long chain becomes several kernels, each of a size a compiler handles in linear time
+            more = _too_wide(roots, to_realize, max_buffers, nodes) or long_chain_cuts(nodes, to_realize)
+            if not more:
                 return roots
-            to_realize |= wide
+            to_realize |= more
             continue
         # of random values nested in each other (a mask, and the mask cast to float), the inner one first: once
         # it is realized, the outer one is cheap to compute from it
@@ -284,15 +286,33 @@ def _kernel_nodes(root: UOp, to_realize: set[UOp]) -> list[UOp]:
     return order
 
 
-def _reads_target_elsewhere(assign: UOp) -> bool:
+def _targets_below(nodes: list[UOp], assigns: list[UOp]) -> tuple[dict[UOp, int], dict[UOp, int]]:
+    """Each assign's target buffer as a bit, and for each node (sources first) the bits of the targets below it
+    (or that it is)."""
+    bits: dict[UOp, int] = {}
+    for assign in assigns:
+        bits.setdefault(assign.src[0].base, 1 << len(bits))
+    below: dict[UOp, int] = {}
+    for node in nodes:
+        mask = bits.get(node, 0)
+        for source in node.src:
+            mask |= below[source]
+        below[node] = mask
+    return bits, below
+
+
+def _reads_target_elsewhere(assign: UOp, targets: tuple[dict[UOp, int], dict[UOp, int]]) -> bool:
     """True when the value of `assign` reads the target buffer through a reduce or a movement op, so writing in
-    place would overwrite elements that are still to be read."""
+    place would overwrite elements that are still to be read. (`targets`, from `_targets_below`, tells which nodes
+    have the target below them: the walk only goes there, so checking every assign of a training step is cheap.)"""
     target_view, value = assign.src
     target = target_view.base
+    bits, below = targets
+    bit = bits[target]
     stack, seen = [(value, False)], set()
     while stack:
         node, moved = stack.pop()
-        if (node, moved) in seen:
+        if (node, moved) in seen or not below[node] & bit:
             continue
         seen.add((node, moved))
         if node is target_view or node is target or (node.op is Ops.ASSIGN and node.src[0].base is target):
