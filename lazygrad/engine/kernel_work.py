@@ -27,14 +27,15 @@ FREE = (Ops.CONST, *MOVEMENT)
 
 
 def _weight(node: UOp) -> int:
-    """Instructions `node` becomes in a kernel (a buffer: its load)."""
+    """The work of computing `node` in a kernel (a buffer: its load; movement ops and constants: none)."""
     return 0 if node.op in FREE else EXPANDED.get(node.op, 1)
 
 
-def long_chain_cuts(nodes: list[UOp], to_realize: set[UOp], limit: int = KERNEL_WORK_LIMIT) -> set[UOp]:
-    """Nodes to realize so that no kernel's work passes `limit`: where a node would pass it, what it computes is cut
+def long_chain_cuts(nodes: list[UOp], to_realize: set[UOp], limit: int | None = None) -> set[UOp]:
+    """Nodes to realize so that no kernel's work passes `limit` (KERNEL_WORK_LIMIT by default): where a node would pass it, what it computes is cut
     (see `_best_cut`) until it does not. `nodes` are sources first. One pass: the work of a node is the sum of its
     sources' while that stays under the limit; node sets, to count shared values once, are only built past it."""
+    limit = KERNEL_WORK_LIMIT if limit is None else limit
     read = {node for node in nodes if node.op is Ops.BUFFER or node in to_realize}  # loads for their readers
     work: dict[UOp, int] = {}  # the work of computing each node in the kernel that reads it (1 once realized)
     members: dict[UOp, frozenset[UOp]] = {}  # the nodes that work counts, kept only where it was needed
