@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from lazygrad import GlobalCounters, Tensor
+from lazygrad.engine.kernel_work import KERNEL_WORK_LIMIT
 
 
 def kernels(*tensors: Tensor) -> int:
@@ -345,3 +346,47 @@ def test_pooling_modes_and_layout_ops():
     assert kernels(rand(1, 2, 5, 5).pad((1, 1, 2, 2), mode="reflect")) == 1
     assert kernels(rand(4, 5).gather(1, Tensor(np.zeros((4, 2), np.int32)))) == 1
     assert kernels(Tensor.einsum("ij,jk->ik", rand(3, 4), rand(4, 5))) == 1
+
+
+def test_long_elementwise_chain_is_cut_into_kernels():
+    # past KERNEL_WORK_LIMIT instructions a chain is cut: each kernel loads its input and does LIMIT - 1 operations
+    values = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    steps = 1000
+    y = x = Tensor(values)
+    for _ in range(steps):
+        y = y * 1.0001 + 0.5
+    assert kernels(x * 1.0001 + 0.5) == 1
+    assert kernels(y) == -(-2 * steps // (KERNEL_WORK_LIMIT - 1))
+    expected = values
+    for _ in range(steps):
+        expected = expected * np.float32(1.0001) + np.float32(0.5)
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5)
+
+
+def test_value_shared_by_a_long_chain_is_cut_once():
+    # sin(y) + exp(y) reads y twice: where the kernel must be cut, y is realized (so nothing is computed twice),
+    # not both of its readers
+    values = np.random.default_rng(1).standard_normal(64).astype(np.float32)
+    y = Tensor(values)
+    expected = values
+    for _ in range(12):
+        y = (y * 0.5).sin() + (y * 0.25).exp() * 0.5
+        expected = np.sin(expected * np.float32(0.5)) + np.exp(expected * np.float32(0.25)) * np.float32(0.5)
+    schedule = y.schedule()
+    assert len(schedule) == 2  # six steps of a sine, an exponential and four more operations each
+    assert all(len(item.buffers) == 2 for item in schedule)  # each reads one earlier value: a chain of kernels
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5)
+
+
+def test_ten_thousand_chained_operations_realize():
+    # the cold time of this is a row of extra/bench.py; here, the values (no recursion limit is hit anywhere)
+    values = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+    y = Tensor(values)
+    for _ in range(5000):
+        y = y * 0.9999 + 0.0001
+    # a float32 multiply-add, fused or not, rounds 5000 times: compared with float64 math on the float32 constants
+    scale, shift = float(np.float32(0.9999)), float(np.float32(0.0001))
+    expected = values.astype(np.float64)
+    for _ in range(5000):
+        expected = expected * scale + shift
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-3, atol=1e-4)

@@ -66,6 +66,14 @@ class Linearizer:
             node for node in sink.toposort if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL
         ]
         self.reduces_below = reduces_below(sink)
+        self.bodies: dict[UOp, dict[UOp, None]] = {}
+
+    def body(self, reduce: UOp) -> dict[UOp, None]:
+        """The nodes of a reduce's value down to other reduces, in order (kept: each reduce is asked about once
+        per other reduce)."""
+        if reduce not in self.bodies:
+            self.bodies[reduce] = dict.fromkeys(toposort_until_reduce(reduce.src[0]))
+        return self.bodies[reduce]
 
     def emit_node(self, node: UOp) -> None:
         if node in self.linear:
@@ -105,7 +113,7 @@ class Linearizer:
                 group.append(other)
         # hoist what does not depend on these loops
         for member in group:
-            for inner in toposort_until_reduce(member.src[0]):
+            for inner in self.body(member):
                 if inner.op is not Ops.RANGE and not (self.used[inner] & frozenset(loops)):
                     self.emit_node(inner)
         accumulators = []

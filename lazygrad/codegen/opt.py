@@ -110,7 +110,8 @@ def replace_ranges(
 ) -> UOp:
     """`sink` with ranges replaced by expressions; a RANGE_REDUCE's own range list is given by `reduce_ranges`."""
     done: dict[UOp, UOp] = {}
-    for node in sink.toposort:  # (often a part of a kernel: not kept in kernel_nodes)
+    # a whole kernel's nodes are kept in kernel_nodes (the actions look at them too); a part's are not
+    for node in kernel_nodes(sink) if sink.op is Ops.SINK else sink.toposort:
         if node in replacements:
             done[node] = replacements[node]
         elif node.op is Ops.RANGE_REDUCE:
@@ -172,13 +173,34 @@ def merge(sink: UOp, outer: UOp) -> UOp:
     return candidate
 
 
+def copies_along(sink: UOp, loop: UOp, positions: list[UOp]) -> list[dict[UOp, UOp]]:
+    """For each position, the nodes of the kernel that depend on `loop` rebuilt with the position in its place (a
+    node that does not depend on it is itself: look it up with `.get(node, node)`). A reduce over `loop` is where
+    the dependence ends. Only the dependent part of the graph is walked per copy."""
+    dependent: set[UOp] = {loop}
+    order: list[UOp] = []
+    for node in kernel_nodes(sink):
+        if node.op is Ops.RANGE_REDUCE and loop in node.src[1:]:
+            continue
+        for source in node.src:
+            if source in dependent:
+                dependent.add(node)
+                order.append(node)
+                break
+    copies = []
+    for position in positions:
+        done = {loop: position}
+        for node in order:
+            done[node] = UOp(node.op, node.dtype, tuple([done.get(source, source) for source in node.src]), node.arg)
+        copies.append(done)
+    return copies
+
+
 def upcast(sink: UOp, loop: UOp, factor: int) -> UOp:
     """Run output loop `loop` size/factor times, each iteration doing the work of `factor` consecutive ones."""
     outer = new_loop(loop, loop.src[0].arg // factor)
-    stores: dict[UOp, None] = {}
-    for store in sink.src:
-        for part in range(factor):
-            stores[replace_ranges(store, {loop: outer * factor + part}, {}, simplified=False)] = None
+    copies = copies_along(sink, loop, [outer * factor + part for part in range(factor)])
+    stores = dict.fromkeys(copy.get(store, store) for store in sink.src for copy in copies)
     # one simplification of all the copies: what they share is simplified once
     return simplify(sink.replace(src=tuple(stores)))
 
@@ -188,12 +210,13 @@ def unroll(sink: UOp, loop: UOp, factor: int) -> UOp:
     shorter (none, when `factor` is the loop's size)."""
     size = loop.src[0].arg
     outer = new_loop(loop, size // factor) if factor < size else None
+    positions = [UOp.const(loop.dtype, part) if outer is None else outer * factor + part for part in range(factor)]
+    copies = copies_along(sink, loop, positions)
     replacements: dict[UOp, UOp] = {}
     for node in reduces_over(sink, loop):
         combined = None
-        for part in range(factor):
-            position = UOp.const(loop.dtype, part) if outer is None else outer * factor + part
-            copy = replace_ranges(node.src[0], {loop: position}, {}, simplified=False)
+        for done in copies:
+            copy = done.get(node.src[0], node.src[0])
             combined = copy if combined is None else combined.alu(node.arg, copy)
         rest = tuple(outer if r is loop else r for r in node.src[1:] if r is not loop or outer is not None)
         replacements[node] = node.replace(src=(combined, *rest)) if rest else combined
@@ -324,6 +347,13 @@ def gated(store: UOp, gate: UOp) -> UOp:
 
 def apply_opt(sink: UOp, opt: Opt, target: Target | None = None) -> UOp:
     """`sink` with one action applied; KernelOptError where it does not fit the kernel (or the target)."""
+    return _apply_opt(sink, opt, target)
+
+
+# the heuristic (or BEAM) applies actions to choose them, and then they are applied again, in order, to the same
+# prepared kernel: the second time is a lookup (kernel graphs are interned, so the key is cheap to hash)
+@functools.lru_cache(maxsize=256)
+def _apply_opt(sink: UOp, opt: Opt, target: Target | None) -> UOp:
     loop = loops_by_axis(sink).get(opt.axis)
     if loop is None:
         raise KernelOptError(f"{opt}: the kernel has no loop {opt.axis}")

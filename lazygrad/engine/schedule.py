@@ -22,6 +22,7 @@ learning rate and step count, each draw's random source — so a training loop c
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 from lazygrad.device import Device
 from lazygrad.dtype import DType
 from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
+from lazygrad.engine.kernel_work import long_chain_cuts
 from lazygrad.engine.rng import is_random_source
 from lazygrad.helpers import DEBUG, prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key, toposort
@@ -202,15 +204,23 @@ def _costly(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
 
 
 def kernel_roots(
-    sink: UOp, outputs: list[UOp], forced: frozenset[UOp] = frozenset(), max_buffers: int | None = None
+    sink: UOp,
+    outputs: list[UOp],
+    forced: frozenset[UOp] = frozenset(),
+    max_buffers: int | None = None,
+    nodes: list[UOp] | None = None,
 ) -> list[UOp]:
     """Every node that gets its own buffer (`forced` ones too), sources before users; with `max_buffers`, enough
-    of them that no kernel takes more buffers than that."""
+    of them that no kernel takes more buffers than that. `nodes` is `sink.toposort` where the caller has it."""
     to_realize = {node for node in outputs if not is_buffer_view(node)} | set(forced)
-    nodes = sink.toposort
+    if nodes is None:
+        nodes = sink.toposort
     to_realize |= {node for node in nodes if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)}
     # an assign whose kernel would read its target at other indices than it writes computes its value first
-    to_realize |= {node.src[1] for node in nodes if node.op is Ops.ASSIGN and _reads_target_elsewhere(node)}
+    assigns = [node for node in nodes if node.op is Ops.ASSIGN]
+    if assigns:
+        targets = _targets_below(nodes, assigns)
+        to_realize |= {node.src[1] for node in assigns if _reads_target_elsewhere(node, targets)}
     # a copy moves memory as it is, so its source must sit in a buffer
     to_realize |= {node.src[0] for node in nodes if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
     while True:
@@ -218,10 +228,11 @@ def kernel_roots(
         random_leaves = _random_leaves(nodes, to_realize)
         unsafe = _unsafe_reduces(roots, to_realize, random_leaves)
         if not unsafe:
-            wide = _too_wide(roots, to_realize, max_buffers, nodes)
-            if not wide:
+            # a very long chain becomes several kernels, each of a size a compiler handles in linear time
+            more = _too_wide(roots, to_realize, max_buffers, nodes) or long_chain_cuts(nodes, to_realize)
+            if not more:
                 return roots
-            to_realize |= wide
+            to_realize |= more
             continue
         # of random values nested in each other (a mask, and the mask cast to float), the inner one first: once
         # it is realized, the outer one is cheap to compute from it
@@ -275,15 +286,33 @@ def _kernel_nodes(root: UOp, to_realize: set[UOp]) -> list[UOp]:
     return order
 
 
-def _reads_target_elsewhere(assign: UOp) -> bool:
+def _targets_below(nodes: list[UOp], assigns: list[UOp]) -> tuple[dict[UOp, int], dict[UOp, int]]:
+    """Each assign's target buffer as a bit, and for each node (sources first) the bits of the targets below it
+    (or that it is)."""
+    bits: dict[UOp, int] = {}
+    for assign in assigns:
+        bits.setdefault(assign.src[0].base, 1 << len(bits))
+    below: dict[UOp, int] = {}
+    for node in nodes:
+        mask = bits.get(node, 0)
+        for source in node.src:
+            mask |= below[source]
+        below[node] = mask
+    return bits, below
+
+
+def _reads_target_elsewhere(assign: UOp, targets: tuple[dict[UOp, int], dict[UOp, int]]) -> bool:
     """True when the value of `assign` reads the target buffer through a reduce or a movement op, so writing in
-    place would overwrite elements that are still to be read."""
+    place would overwrite elements that are still to be read. (`targets`, from `_targets_below`, tells which nodes
+    have the target below them: the walk only goes there, so checking every assign of a training step is cheap.)"""
     target_view, value = assign.src
     target = target_view.base
+    bits, below = targets
+    bit = bits[target]
     stack, seen = [(value, False)], set()
     while stack:
         node, moved = stack.pop()
-        if (node, moved) in seen:
+        if (node, moved) in seen or not below[node] & bit:
             continue
         seen.add((node, moved))
         if node is target_view or node is target or (node.op is Ops.ASSIGN and node.src[0].base is target):
@@ -396,8 +425,9 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _
     """Schedule a graph and abstract the result over its buffers."""
     # When assigns read each other's old values in a cycle, one assign's value is computed apart first.
     forced: frozenset[UOp] = frozenset()
+    sink_nodes = [*nodes, sink]  # sink.toposort, without walking the graph again
     while True:
-        roots, schedule, buffer_views = _build_schedule(sink, forced, device)
+        roots, schedule, buffer_views = _build_schedule(sink, sink_nodes, forced, device)
         ordered = _order(schedule)
         if isinstance(ordered, list):
             break
@@ -423,12 +453,12 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _
         [(item.ast, [slots[buffer] for buffer in item.buffers], item.device, item.kind) for item in ordered],
         new_buffers,
         views,
-        frozenset(position[node] for node in _reusable(sink, roots, buffer_views)),
+        frozenset(position[node] for node in _reusable(sink_nodes, roots, buffer_views)),
         [slots[root.src[0].base] for root in roots if root.op is Ops.ASSIGN],
     )
 
 
-def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list[UOp]:
+def _reusable(sink_nodes: list[UOp], roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list[UOp]:
     """The computed nodes whose values later graphs may reuse (and gradients may be taken through): not values
     computed from the old contents of a buffer this schedule overwrites, but every assign (a unique event, which
     stands for its buffer's new contents once it has run) and what is computed from those new contents."""
@@ -437,7 +467,7 @@ def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list
     # a node with no buffer below it (a broadcast constant, an arange) belongs to no device: recomputing it is
     # free, and remembering it would hand one device's buffer to a graph on another
     reads_buffer: set[UOp] = set()
-    for node in sink.toposort:
+    for node in sink_nodes:
         if node.op is not Ops.ASSIGN and (node in assigned or any(source in reads_assigned for source in node.src)):
             reads_assigned.add(node)
         if node.op is Ops.BUFFER or any(source in reads_buffer for source in node.src):
@@ -445,17 +475,20 @@ def _reusable(sink: UOp, roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list
     return [node for node in buffer_views if node in reads_buffer and node not in reads_assigned]
 
 
-def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[list[UOp], list[ScheduleItem], dict]:
+def _build_schedule(
+    sink: UOp, sink_nodes: list[UOp], forced: frozenset[UOp], device: str
+) -> tuple[list[UOp], list[ScheduleItem], dict]:
     """The roots, one item per root (each with a fresh output buffer, or its target's for an assign), and the
     buffer view each root's value will be in."""
     # the smallest limit of the devices involved holds for every kernel (graphs rarely span devices)
-    devices = {device} | {node.arg for node in sink.toposort if node.op is Ops.COPY}
+    devices = {device} | {node.arg for node in sink_nodes if node.op is Ops.COPY}
     limits = [limit for name in devices if (limit := Device[name].max_buffers) is not None]
-    roots = kernel_roots(sink, list(sink.src), forced, min(limits, default=None))
+    roots = kernel_roots(sink, list(sink.src), forced, min(limits, default=None), sink_nodes)
     buffer_views: dict[UOp, UOp] = {}
     schedule: list[ScheduleItem] = []
+    devices: dict[UOp, str | None] = {}
     for root in roots:
-        root_device = root.arg if root.op is Ops.COPY else root.device(device)
+        root_device = _device_of(root, devices) or device
         if root.op is Ops.ASSIGN:
             buffer, buffer_views[root] = root.src[0].base, root.src[0]
         else:
@@ -465,6 +498,30 @@ def _build_schedule(sink: UOp, forced: frozenset[UOp], device: str) -> tuple[lis
             )
         schedule.append(_build_item(root, buffer, buffer_views, root_device))
     return roots, schedule, buffer_views
+
+
+def _device_of(root: UOp, devices: dict[UOp, str | None]) -> str | None:
+    """`root.device()`, walking down only to the roots before it (whose devices `devices` holds; None for one with
+    no buffer below it), so finding every root's device is linear in the graph. Records `root`'s."""
+    found = None
+    if root.op is Ops.COPY:
+        found = root.arg
+    stack, seen = list(root.src), set()
+    while stack and found is None:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in devices:
+            found = devices[node]
+        elif node.op is Ops.COPY:
+            found = node.arg
+        elif node.op is Ops.BUFFER:
+            found = node.arg[2]
+        else:
+            stack.extend(node.src)
+    devices[root] = found
+    return found
 
 
 def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
@@ -484,14 +541,26 @@ def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
                 for assigner in assigners.get(node, []):
                     if assigner != number:
                         after[assigner].add(number)
-    ordered, placed = [], set()
-    while len(ordered) < len(schedule):
-        ready = [n for n in range(len(schedule)) if n not in placed and after[n] <= placed]
-        if not ready:  # a cycle: return an assign in it, whose value must be computed apart
-            stuck = [schedule[n] for n in range(len(schedule)) if n not in placed]
-            return next(item for item in stuck if item.outputs[0].op is Ops.ASSIGN)
-        ordered.append(ready[0])
-        placed.add(ready[0])
+    # the lowest-numbered kernel whose inputs are ready goes next (a heap of those: linear in the schedule)
+    waiting = {number: len(before) for number, before in after.items()}
+    unblocks: dict[int, list[int]] = {}
+    for number, before in after.items():
+        for earlier in before:
+            unblocks.setdefault(earlier, []).append(number)
+    ready = [number for number, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    ordered = []
+    while ready:
+        number = heapq.heappop(ready)
+        ordered.append(number)
+        for later in unblocks.get(number, ()):
+            waiting[later] -= 1
+            if waiting[later] == 0:
+                heapq.heappush(ready, later)
+    if len(ordered) < len(schedule):  # a cycle: return an assign in it, whose value must be computed apart
+        placed = set(ordered)
+        stuck = [schedule[n] for n in range(len(schedule)) if n not in placed]
+        return next(item for item in stuck if item.outputs[0].op is Ops.ASSIGN)
     return [schedule[number] for number in ordered]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import weakref
@@ -269,6 +270,9 @@ class UOp:
 
     @staticmethod
     def const(dtype: DType, value: Any) -> UOp:
+        # the common case first: an int that the integer dtype holds as it is (index math makes many)
+        if type(value) is int and (limits := _int_limits(dtype)) is not None and limits[0] <= value <= limits[1]:
+            return UOp(Ops.CONST, dtype, (), value)
         return UOp(Ops.CONST, dtype, (), cast_python(value, dtype))
 
     def const_like(self, value: Any) -> UOp:
@@ -360,6 +364,13 @@ def wrap_int(value: int, dtype: DType) -> int:
     return value
 
 
+@functools.cache
+def _int_limits(dtype: DType) -> tuple[int, int] | None:
+    """The range of an integer dtype (None for others)."""
+    return dtype_limits(dtype) if dtype.is_int else None
+
+
+@functools.cache
 def dtype_limits(dtype: DType) -> tuple[Any, Any]:
     if dtype == dtypes.bool:
         return False, True

@@ -32,6 +32,11 @@ class UPat:
             self.src_options = [tuple(order) for order in itertools.permutations(src)]
         else:
             self.src_options = [tuple(src)]
+        # for sources in a fixed order: which ops each must have, checked before anything is bound (most nodes a
+        # rule is tried on fail here, and a rewrite tries every rule of a node's op)
+        self.required: tuple[tuple[int, frozenset[Ops]], ...] = ()
+        if isinstance(src, tuple):
+            self.required = tuple((i, pattern.ops) for i, pattern in enumerate(src) if pattern.ops is not None)
 
     @staticmethod
     def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
@@ -49,6 +54,9 @@ class UPat:
             return []
         if self.arg is not None and node.arg != self.arg:
             return []
+        for position, ops in self.required:
+            if position >= len(node.src) or node.src[position].op not in ops:
+                return []
         if self.name is not None:
             if self.name in bindings and bindings[self.name] is not node:
                 return []
@@ -130,12 +138,20 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None, done: dic
 
 
 def substitute(root: UOp, replacements: dict[UOp, UOp]) -> UOp:
-    """`root` with some nodes replaced (no rules, one pass, iterative)."""
+    """`root` with some nodes replaced (no rules, one pass, iterative). The graph below a replaced node is not
+    visited, so cutting a kernel out of a long graph costs the kernel's size, not the graph's."""
     done: dict[UOp, UOp] = {}
-    for node in root.toposort:
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, sources_done = stack.pop()
+        if node in done:
+            continue
         if node in replacements:
             done[node] = replacements[node]
-        else:
+        elif sources_done:
             new_src = tuple(done[source] for source in node.src)
             done[node] = node if new_src == node.src else node.replace(src=new_src)
+        else:
+            stack.append((node, True))
+            stack.extend((source, False) for source in node.src if source not in done)
     return done[root]

@@ -311,9 +311,28 @@ def _sum_bound(clause: UOp) -> tuple[UOp, int | None, int | None] | None:
     return None
 
 
+# what simplify_given and simplify_gate found: an optimization action copies a kernel's loads, and the actions
+# chosen are applied again to render, so the same gates come back many times. Bounded like `_simplified`.
+_given: dict[tuple[UOp, UOp], UOp] = {}
+_gates: dict[UOp, UOp] = {}
+
+
+def _remembered(table: dict, key, compute):
+    if (found := table.get(key)) is None:
+        if len(table) > SIMPLIFIED_LIMIT:
+            table.clear()
+        found = table[key] = compute()
+    return found
+
+
 def simplify_given(index: UOp, valid: UOp) -> UOp:
     """`index` simplified knowing `valid` holds (the index of a load gated by `valid` only matters then), which
-    often removes a `%` or `//`.
+    often removes a `%` or `//`."""
+    return _remembered(_given, (index, valid), lambda: _simplify_given(index, valid))
+
+
+def _simplify_given(index: UOp, valid: UOp) -> UOp:
+    """simplify_given, computed.
 
     Each sum s that `valid` bounds to [lo, hi] becomes a stand-in loop v over that range: one loop r of s (with
     coefficient 1) is rewritten as v - (s - r), which is exact, so the other loops of s cancel wherever the index
@@ -369,6 +388,10 @@ def _all_of(clauses: list[UOp]) -> UOp:
 def simplify_gate(valid: UOp) -> UOp:
     """A gate with each clause simplified knowing the others hold (a padded view of a padded view checks an index
     that is a `%` of the outer one until the outer clauses bound it)."""
+    return _remembered(_gates, valid, lambda: _simplify_gate(valid))
+
+
+def _simplify_gate(valid: UOp) -> UOp:
     clauses = list(dict.fromkeys(_clauses(valid)))  # each once: a clause given itself would vanish
     if len(clauses) == 1:
         return clauses[0]

@@ -1,0 +1,116 @@
+"""How much work the scheduler puts into one kernel: a very long chain of fused operations is cut into kernels of at
+most KERNEL_WORK_LIMIT work each.
+
+Why: a compiler's time per operation grows with the size of the loop body it optimizes (LLVM's loop vectorizer is
+quadratic in it: 2,000 chained multiply-adds in one kernel took 4.6 s to compile, 4,000 took 18 s), while a cut
+costs one more buffer written and read, which is nothing beside hundreds of operations per element. Cut kernels of
+a repeating chain are often the same AST, so they compile once.
+
+The work of a kernel is counted in operations: one for most, more for the transcendental ones that devices without
+them expand into a range reduction and a polynomial. A value used twice in a kernel counts once (the count is
+exact, from the set of nodes, where the sum over sources could overcount).
+"""
+
+from __future__ import annotations
+
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp
+
+# the work per kernel past which a kernel is cut: about where LLVM's compile time per operation starts to grow
+# (a chain of 512 multiply-adds compiles at the same cost per operation as one of 128; one of 2,048 at twice it),
+# and well above what real kernels hold (an Adam update, with its powers of the betas: about 340)
+KERNEL_WORK_LIMIT = 512
+# the work of an operation a device expands into a range reduction and a polynomial (the LLVM and C renderers):
+# measured by compile time, where one of these costs as much as that many chained multiply-adds (a sine is ~90
+# instructions, which compile faster than a dependent chain of that many)
+EXPANDED = {Ops.EXP2: 24, Ops.LOG2: 32, Ops.SIN: 48, Ops.COS: 48}
+FREE = (Ops.CONST, *MOVEMENT)
+
+
+def _weight(node: UOp) -> int:
+    """The work of computing `node` in a kernel (a buffer: its load; movement ops and constants: none)."""
+    return 0 if node.op in FREE else EXPANDED.get(node.op, 1)
+
+
+def long_chain_cuts(nodes: list[UOp], to_realize: set[UOp], limit: int | None = None) -> set[UOp]:
+    """Nodes to realize so that no kernel's work passes `limit` (KERNEL_WORK_LIMIT by default): where a node would pass it, what it computes is cut
+    (see `_best_cut`) until it does not. `nodes` are sources first. One pass: the work of a node is the sum of its
+    sources' while that stays under the limit; node sets, to count shared values once, are only built past it."""
+    limit = KERNEL_WORK_LIMIT if limit is None else limit
+    read = {node for node in nodes if node.op is Ops.BUFFER or node in to_realize}  # loads for their readers
+    work: dict[UOp, int] = {}  # the work of computing each node in the kernel that reads it (1 once realized)
+    members: dict[UOp, frozenset[UOp]] = {}  # the nodes that work counts, kept only where it was needed
+    cuts: set[UOp] = set()
+    users_left: dict[UOp, int] = {}  # (node sets are dropped once every user has been counted)
+    for node in nodes:
+        for source in set(node.src):
+            users_left[source] = users_left.get(source, 0) + 1
+    for node in nodes:
+        if node.op is Ops.BUFFER:
+            work[node] = 1
+            continue
+        total = _weight(node) + sum(work[source] for source in node.src)
+        if total > limit:
+            total = _exact(node, read, members)
+        while total > limit and (cut := _best_cut(node, read, work, members)) is not None:
+            cuts.add(cut)
+            read.add(cut)
+            work[cut] = 1
+            members.clear()  # node sets through the cut are stale (the work of nodes above it stays an upper bound)
+            total = _exact(node, read, members)
+        # a realized node is one load for the kernels that read it; its own kernel was counted above
+        work[node] = 1 if node in read else total
+        if node in read:
+            members.pop(node, None)
+        for source in set(node.src):
+            users_left[source] -= 1
+            if not users_left[source]:
+                members.pop(source, None)
+    return cuts
+
+
+def _best_cut(node: UOp, read: set[UOp], work: dict[UOp, int], members: dict[UOp, frozenset[UOp]]) -> UOp | None:
+    """Which node to realize to shrink `node`'s kernel: where two of its sources compute a value in common (a
+    value used twice, as in `sin(x) + exp(x)`), the costliest such value, so it is computed once; else its costliest
+    source (below movement ops)."""
+    computed = [
+        _members(source, read, members) - read for source in node.src if source not in read and work[source] > 1
+    ]
+    shared = set().union(*(a & b for i, a in enumerate(computed) for b in computed[i + 1 :]))
+    # the last values of what they share (no other shared value reads them), below their movement ops
+    tops = {top.base for top in shared - {source for other in shared for source in other.src}}
+    candidates = [top for top in tops if top.op not in (Ops.BUFFER, Ops.CONST) and top not in read]
+    if candidates:
+        return max(candidates, key=lambda top: work[top])
+    for source in sorted(node.src, key=lambda source: -work[source]):
+        base = source.base
+        if work[source] > 1 and base.op not in (Ops.BUFFER, Ops.CONST) and base not in read:
+            return base
+    return None
+
+
+def _exact(node: UOp, read: set[UOp], members: dict[UOp, frozenset[UOp]]) -> int:
+    """The work of `node` counting each node once: the weight of the union of its sources' node sets."""
+    nodes = frozenset((node,)).union(*(_members(source, read, members) for source in node.src))
+    members[node] = nodes
+    return sum(1 if other in read and other is not node else _weight(other) for other in nodes)
+
+
+def _members(node: UOp, read: set[UOp], members: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+    """The nodes counted in `node`'s work for a kernel that reads it, found by walking down to the nodes it reads
+    from memory where not kept yet."""
+    if node in members:
+        return members[node]
+    found, stack = set(), [node]
+    while stack:
+        current = stack.pop()
+        if current in found:
+            continue
+        found.add(current)
+        if current in read:
+            continue
+        if current in members:
+            found |= members[current]
+        else:
+            stack.extend(current.src)
+    members[node] = frozenset(found)
+    return members[node]
