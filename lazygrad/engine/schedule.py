@@ -1,6 +1,6 @@
 """The scheduler: decides which nodes of a tensor graph become buffers and groups the rest into kernels.
 
-Rules (DESIGN.md rule 5): elementwise chains fuse; movement ops never copy; a reduce fuses with its elementwise
+Rules: elementwise chains fuse; movement ops never copy; a reduce fuses with its elementwise
 prologue and epilogue; a reduce is realized on its own when fusing it would compute it more than once per value
 (it is expanded afterwards, nested in another reduce's loop, read through two different views, or read by two
 kernels). The one exception is a reduce over the last axes read back along its row (a softmax's max and sum): codegen
