@@ -71,8 +71,26 @@ class ElementwiseMixin:
     def half(self: Tensor) -> Tensor:
         return self.cast(dtypes.float16)
 
+    def bfloat16(self: Tensor) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+    def double(self: Tensor) -> Tensor:
+        return self.cast(dtypes.float64)
+
     def int(self: Tensor) -> Tensor:
         return self.cast(dtypes.int32)
+
+    def long(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def short(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def char(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int8)
+
+    def byte(self: Tensor) -> Tensor:
+        return self.cast(dtypes.uint8)
 
     def bool(self: Tensor) -> Tensor:
         return self.cast(dtypes.bool)

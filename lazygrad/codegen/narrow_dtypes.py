@@ -1,0 +1,132 @@
+"""Narrow dtypes, lowered for every device: rules the kernel graph goes through before a renderer sees it, so no
+renderer (nor the PYTHON device) computes in bfloat16 or in an integer narrower than 32 bits.
+
+- bfloat16 values are held in float32 registers and rounded to bfloat16 (to nearest, ties to even; NaN stays NaN)
+  after every op that can leave the bfloat16 grid, with integer ops on their bits: no device has bfloat16
+  arithmetic that every other device shares. Memory holds real bfloat16 bits, loaded and stored as uint16.
+- int8, uint8, int16 and uint16 ops are computed in int32 (signed) or uint32 (unsigned) and cast back, which keeps
+  the low bits: arithmetic wraps around at the narrow width, as in NumPy and PyTorch, and the 32-bit op's own
+  hazards (overflow, division by 0 or -1, shifts out of range) are handled by the renderers as for int32.
+- A float cast to an int goes through int64 (`cast_value` in uop/alu.py says what out-of-range values give), so a
+  narrow or 32-bit result wraps instead of being undefined; float to uint64 takes values from 2**63 up apart.
+"""
+
+from __future__ import annotations
+
+from lazygrad.dtype import DType, dtypes, is_small_int
+from lazygrad.uop.ops import ALU, COMPARISON, Ops, UOp
+from lazygrad.uop.pattern import PatternMatcher, UPat
+
+F32, U32, I64, U64, U16 = dtypes.float32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.uint16
+BF16 = dtypes.bfloat16
+# ops whose float32 result of bfloat16 operands is a bfloat16 already
+EXACT_ON_BFLOAT16 = {Ops.MAX, Ops.NEG, Ops.WHERE}
+
+
+def bfloat16_bits32(x: UOp) -> UOp:
+    """The float32 `x` rounded to bfloat16, as the uint32 bits whose top half is that bfloat16 (NaN made quiet)."""
+    bits = UOp(Ops.BITCAST, U32, (x,))
+    lowest_kept = bits.alu(Ops.SHR, UOp.const(U32, 16)).alu(Ops.AND, UOp.const(U32, 1))
+    rounded = bits + UOp.const(U32, 0x7FFF) + lowest_kept
+    return x.ne(x).where(bits.alu(Ops.OR, UOp.const(U32, 0x400000)), rounded)
+
+
+def round_to_bfloat16(x: UOp) -> UOp:
+    """A float32 value rounded to the nearest bfloat16, still as a float32."""
+    kept = bfloat16_bits32(x).alu(Ops.AND, UOp.const(U32, 0xFFFF0000))
+    return UOp(Ops.BITCAST, F32, (kept,))
+
+
+def bfloat16_from_bits(bits: UOp) -> UOp:
+    """The float32 value of bfloat16 bits held in a 16-bit int."""
+    widened = bits.cast(U16).cast(U32).alu(Ops.SHL, UOp.const(U32, 16))
+    return UOp(Ops.BITCAST, F32, (widened,))
+
+
+def bfloat16_alu(node: UOp) -> UOp:
+    computed = node.replace(dtype=F32)
+    return computed if node.op in EXACT_ON_BFLOAT16 else round_to_bfloat16(computed)
+
+
+def bfloat16_store(store: UOp) -> UOp | None:
+    buffer, index, value = store.src[:3]
+    if buffer.op is not Ops.DEFINE_GLOBAL or buffer.dtype != BF16 or value.dtype == U16:
+        return None
+    bits = bfloat16_bits32(value.cast(F32)).alu(Ops.SHR, UOp.const(U32, 16)).cast(U16)
+    return store.replace(src=(buffer, index, bits, *store.src[3:]))
+
+
+def bfloat16_reduce(node: UOp) -> UOp:
+    computed = node.replace(dtype=F32, src=(node.src[0].cast(F32), *node.src[1:]))
+    return computed if node.arg is Ops.MAX else round_to_bfloat16(computed)
+
+
+def wide_type(dtype: DType) -> DType:
+    return dtypes.uint32 if dtype.is_unsigned else dtypes.int32
+
+
+def small_int_alu(node: UOp) -> UOp | None:
+    """An op on (or giving) an int narrower than 32 bits, computed in 32 bits and cast back."""
+    operand = node.src[-1].dtype
+    if not is_small_int(operand) and not is_small_int(node.dtype):
+        return None
+    wide = wide_type(operand if is_small_int(operand) else node.dtype)
+    sources = tuple(source.cast(wide) if is_small_int(source.dtype) else source for source in node.src)
+    if node.op in COMPARISON:
+        return node.replace(src=sources)
+    return node.replace(dtype=wide, src=sources).cast(node.dtype)
+
+
+def small_int_reduce(node: UOp) -> UOp | None:
+    if not is_small_int(node.dtype):
+        return None
+    wide = wide_type(node.dtype)
+    return node.replace(dtype=wide, src=(node.src[0].cast(wide), *node.src[1:])).cast(node.dtype)
+
+
+def cast_rule(node: UOp) -> UOp | None:
+    source, dtype = node.src[0], node.dtype
+    if source.dtype == dtype:
+        return source
+    if dtype == BF16:
+        return round_to_bfloat16(source.cast(F32))
+    # bool to and from narrow ints through 32 bits: a one-byte bool register is no byte-sized int in every language
+    if source.dtype == dtypes.bool and is_small_int(dtype):
+        return source.cast(wide_type(dtype)).cast(dtype)
+    if dtype == dtypes.bool and is_small_int(source.dtype):
+        return source.cast(wide_type(source.dtype)).cast(dtype)
+    if not (source.dtype.is_float and dtype.is_int):
+        return None
+    if dtype == U64:
+        # int64 holds values below 2**63; the rest are 2**63 plus what int64 holds of them less 2**63
+        value = source.cast(F32) if source.dtype.itemsize < 4 else source
+        low = value.cast(I64).cast(U64)
+        high = (value - UOp.const(value.dtype, 2.0**63)).cast(I64).cast(U64) + UOp.const(U64, 1 << 63)
+        return value.lt(UOp.const(value.dtype, 2.0**63)).where(low, high)
+    if dtype.bits < 64:
+        return source.cast(I64).cast(dtype)
+    return None
+
+
+def bitcast_rule(node: UOp) -> UOp | None:
+    source, dtype = node.src[0], node.dtype
+    if dtype == BF16:
+        return bfloat16_from_bits(source)
+    if source.dtype == F32 and dtype.itemsize == 2:  # a bfloat16 value (float16 is held as float16 type)
+        return bfloat16_bits32(source).alu(Ops.SHR, UOp.const(U32, 16)).cast(dtype)
+    return None
+
+
+narrow_dtype_rules = PatternMatcher(
+    [
+        (UPat(Ops.CONST, dtype=BF16, name="node"), lambda node: UOp.const(F32, node.arg)),
+        (UPat(Ops.LOAD, dtype=BF16, name="node"), lambda node: bfloat16_from_bits(node.replace(dtype=U16))),
+        (UPat(Ops.STORE, name="store"), bfloat16_store),
+        (UPat(Ops.CAST, name="node"), cast_rule),
+        (UPat(Ops.BITCAST, name="node"), bitcast_rule),
+        (UPat(Ops.RANGE_REDUCE, dtype=BF16, name="node"), bfloat16_reduce),
+        (UPat(Ops.RANGE_REDUCE, name="node"), small_int_reduce),
+        (UPat(tuple(ALU), dtype=BF16, name="node"), bfloat16_alu),
+        (UPat(tuple(ALU), name="node"), small_int_alu),
+    ]
+)
