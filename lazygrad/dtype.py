@@ -308,7 +308,9 @@ def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]
             raise ValueError(f"Tensor: nested lists must be rectangular (ragged input): {error}") from None
         if array.dtype == object:
             if all(isinstance(value, int) for value in array.flat):  # ints beyond NumPy's int64 and uint64
-                check_fits("Tensor", max(array.flat, key=abs), dtypes.int64)
+                check_fits(
+                    "Tensor", max(array.flat, key=abs), dtype if dtype is not None and dtype.is_int else dtypes.int64
+                )
             raise ValueError("Tensor: nested lists must be rectangular and hold only numbers (ragged input)")
     if array.dtype.kind in "US":
         raise TypeError(f"Tensor: cannot make a tensor from strings ({array.dtype})")

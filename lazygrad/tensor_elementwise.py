@@ -168,6 +168,8 @@ class ElementwiseMixin:
             raise ValueError(f'div: rounding_mode must be None, "trunc" or "floor", got {rounding_mode!r}')
         x, y = self._operands(other, "div", reverse)
         x, y = x._to_float(), y._to_float()
+        if x.dtype == dtypes.bfloat16:  # one rounding, as PyTorch's: 1/y rounded to 8 bits costs x/y a bit
+            return (x.float() * y.float().reciprocal()).cast(dtypes.bfloat16)
         return x * y.reciprocal()
 
     def idiv(self: Tensor, other, reverse: bool = False) -> Tensor:
