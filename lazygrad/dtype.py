@@ -243,8 +243,8 @@ def scalar_dtype(op_name: str, value: int | float | bool, dtype: DType) -> DType
         if fits(value, candidate):
             return candidate
     raise OverflowError(
-        f"{op_name}: {value} does not fit in {dtype}, nor in an int that holds both it and {dtype}'s values; compute "
-        f"in floats: cast the tensor with .float() or pass the number as {float(value)!r}"
+        f"{op_name}: {value} does not fit in {dtype}, nor in int64, the widest integer; compute in floats: "
+        f"cast the tensor with .float() or pass the number as {float(value)!r}"
     )
 
 

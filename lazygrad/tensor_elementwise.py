@@ -105,7 +105,7 @@ class ElementwiseMixin:
                 raise ValueError(
                     f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
                 )
-            dtype, other_node = least_upper_dtype(self.dtype, other.dtype), other.uop
+            dtype, other_node = least_upper_dtype(self.dtype, other.dtype, op_name=op_name), other.uop
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
             # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
