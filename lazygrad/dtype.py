@@ -167,7 +167,7 @@ def to_dtype(value: DType | str | type | np.dtype) -> DType:
         return dtypes.default_int
     if value is bool:
         return dtypes.bool
-    if isinstance(value, str) and hasattr(dtypes, value) and isinstance(getattr(dtypes, value), DType):
+    if isinstance(value, str) and isinstance(getattr(dtypes, value, None), DType) and value != "void":
         return getattr(dtypes, value)
     try:
         np_dtype = np.dtype(value)
@@ -288,7 +288,14 @@ def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType) -> 
     if value is None:
         return
     low, high = integer_range(dtype)
-    wider = "a float dtype" if dtype == dtypes.int64 else "dtype=dtypes.int64 or a float dtype"
+    if dtype == dtypes.int64 and isinstance(value, int) and value > 0:
+        wider = "dtype=dtypes.uint64 or a float dtype"
+    elif dtype == dtypes.uint64 and isinstance(value, int) and value < 0:
+        wider = "dtype=dtypes.int64 or a float dtype"
+    elif dtype.bits == 64:
+        wider = "a float dtype"
+    else:
+        wider = "a wider dtype (dtypes.int64) or a float dtype"
     raise OverflowError(f"{op_name}: {value!r} does not fit in {dtype} (which holds {low}..{high}); use {wider}")
 
 

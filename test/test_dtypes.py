@@ -202,6 +202,11 @@ def test_bfloat16_bits_round_trip_through_bitcast():
     tensor = Tensor(bits).bitcast(dtypes.bfloat16)
     np.testing.assert_array_equal(tensor.numpy(), bfloat16_to_float32(bits))
     np.testing.assert_array_equal((tensor * 1).bitcast(dtypes.uint16).numpy(), bits)
+    np.testing.assert_array_equal((tensor * 1).bitcast(dtypes.int16).numpy(), bits.view(np.int16))
+    halves = np.array([1.5, -2.0, 65504.0], np.float16)
+    through = Tensor(halves).bitcast(dtypes.bfloat16)
+    np.testing.assert_array_equal(through.numpy(), bfloat16_to_float32(halves.view(np.uint16)))
+    np.testing.assert_array_equal((through * 1).bitcast(dtypes.float16).numpy(), halves)
 
 
 # ---- casts ---------------------------------------------------------------------------------------------------------

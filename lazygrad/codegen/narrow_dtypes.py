@@ -38,7 +38,8 @@ def round_to_bfloat16(x: UOp) -> UOp:
 
 
 def bfloat16_from_bits(bits: UOp) -> UOp:
-    """The float32 value of bfloat16 bits held in a 16-bit int."""
+    """The float32 value of bfloat16 bits held in a 16-bit int (or a float16's bits)."""
+    bits = UOp(Ops.BITCAST, U16, (bits,)) if bits.dtype.is_float else bits
     widened = bits.cast(U16).cast(U32).alu(Ops.SHL, UOp.const(U32, 16))
     return UOp(Ops.BITCAST, F32, (widened,))
 
@@ -50,7 +51,7 @@ def bfloat16_alu(node: UOp) -> UOp:
 
 def bfloat16_store(store: UOp) -> UOp | None:
     buffer, index, value = store.src[:3]
-    if buffer.op is not Ops.DEFINE_GLOBAL or buffer.dtype != BF16 or value.dtype == U16:
+    if buffer.dtype != BF16 or value.dtype == U16:
         return None
     bits = bfloat16_bits32(value.cast(F32)).alu(Ops.SHR, UOp.const(U32, 16)).cast(U16)
     return store.replace(src=(buffer, index, bits, *store.src[3:]))
@@ -117,7 +118,8 @@ def bitcast_rule(node: UOp) -> UOp | None:
     if dtype == BF16:
         return bfloat16_from_bits(source)
     if source.dtype == F32 and dtype.itemsize == 2:  # a bfloat16 value (float16 is held as float16 type)
-        return bfloat16_bits32(source).alu(Ops.SHR, UOp.const(U32, 16)).cast(dtype)
+        bits = bfloat16_bits32(source).alu(Ops.SHR, UOp.const(U32, 16)).cast(U16)
+        return UOp(Ops.BITCAST, dtype, (bits,)) if dtype.is_float else bits.cast(dtype)
     return None
 
 
