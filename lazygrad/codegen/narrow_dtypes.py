@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from lazygrad.dtype import DType, dtypes, is_small_int
 from lazygrad.uop.ops import ALU, COMPARISON, Ops, UOp
-from lazygrad.uop.pattern import PatternMatcher, UPat
+from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 F32, U32, I64, U64, U16 = dtypes.float32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.uint16
 BF16 = dtypes.bfloat16
@@ -85,7 +85,9 @@ def small_int_reduce(node: UOp) -> UOp | None:
     return node.replace(dtype=wide, src=(node.src[0].cast(wide), *node.src[1:])).cast(node.dtype)
 
 
-def cast_rule(node: UOp) -> UOp | None:
+def cast_rule(node: UOp, ctx: set[UOp]) -> UOp | None:
+    """Casts: to bfloat16 rounded; bool to and from narrow ints through 32 bits; float64 to half through float32;
+    float to int through a guarded int64 (`ctx` holds the guarded conversions, left as they are)."""
     source, dtype = node.src[0], node.dtype
     if source.dtype == dtype:
         return source
@@ -100,17 +102,26 @@ def cast_rule(node: UOp) -> UOp | None:
         return source.cast(wide_type(dtype)).cast(dtype)
     if dtype == dtypes.bool and is_small_int(source.dtype):
         return source.cast(wide_type(source.dtype)).cast(dtype)
-    if not (source.dtype.is_float and dtype.is_int):
+    if not (source.dtype.is_float and dtype.is_int) or node in ctx:
         return None
+    value = source.cast(F32) if source.dtype.itemsize < 4 else source
     if dtype == U64:
         # int64 holds values below 2**63; the rest are 2**63 plus what int64 holds of them less 2**63
-        value = source.cast(F32) if source.dtype.itemsize < 4 else source
-        low = value.cast(I64).cast(U64)
-        high = (value - UOp.const(value.dtype, 2.0**63)).cast(I64).cast(U64) + UOp.const(U64, 1 << 63)
+        low = float_to_int64(value, ctx).cast(U64)
+        high = float_to_int64(value - UOp.const(value.dtype, 2.0**63), ctx).cast(U64) + UOp.const(U64, 1 << 63)
         return value.lt(UOp.const(value.dtype, 2.0**63)).where(low, high)
-    if dtype.bits < 64:
-        return source.cast(I64).cast(dtype)
-    return None
+    return float_to_int64(value, ctx).cast(dtype)
+
+
+def float_to_int64(value: UOp, guarded: set[UOp]) -> UOp:
+    """A float truncated to int64, with what x86 gives for values int64 cannot hold (NaN, infinities, from
+    +-2**63 on) made explicit: int64's most negative value. Every device then agrees (a GPU's own conversion
+    saturates), and LLVM never converts an out-of-range value (poison there)."""
+    limit = UOp.const(value.dtype, 2.0**63)
+    in_range = UOp.const(value.dtype, -(2.0**63)).lt(value).logical_and(value.lt(limit))
+    conversion = in_range.where(value, UOp.const(value.dtype, 0.0)).cast(I64)
+    guarded.add(conversion)
+    return in_range.where(conversion, UOp.const(I64, -(1 << 63)))
 
 
 def bitcast_rule(node: UOp) -> UOp | None:
@@ -121,6 +132,11 @@ def bitcast_rule(node: UOp) -> UOp | None:
         bits = bfloat16_bits32(source).alu(Ops.SHR, UOp.const(U32, 16)).cast(U16)
         return UOp(Ops.BITCAST, dtype, (bits,)) if dtype.is_float else bits.cast(dtype)
     return None
+
+
+def lower_narrow_dtypes(kernel_graph: UOp) -> UOp:
+    """The kernel graph with bfloat16 computed in float32, narrow ints in 32 bits and float-to-int casts defined."""
+    return graph_rewrite(kernel_graph, narrow_dtype_rules, ctx=set())
 
 
 narrow_dtype_rules = PatternMatcher(

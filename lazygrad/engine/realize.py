@@ -16,7 +16,7 @@ from typing import Any, Callable
 from lazygrad.codegen.heuristic import heuristic_opts
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
-from lazygrad.codegen.narrow_dtypes import narrow_dtype_rules
+from lazygrad.codegen.narrow_dtypes import lower_narrow_dtypes
 from lazygrad.codegen.opt import Opt, apply_opts, prepare
 from lazygrad.codegen.renderer import kernel_name
 from lazygrad.device import CORES, Buffer, Device
@@ -249,7 +249,7 @@ def build_candidate(
 
 def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...]) -> GeneratedKernel:
     """Linearize and render a kernel graph (of the kernel `ast`) optimized by the actions `opts`."""
-    kernel_graph = graph_rewrite(kernel_graph, narrow_dtype_rules)  # no renderer computes in bfloat16 or int8..int16
+    kernel_graph = lower_narrow_dtypes(kernel_graph)  # no renderer computes in bfloat16 or int8..int16
     if device.renderer.rewrites is not None:
         kernel_graph = graph_rewrite(kernel_graph, device.renderer.rewrites)
     program = linearize(kernel_graph)
