@@ -209,6 +209,19 @@ def test_bfloat16_bits_round_trip_through_bitcast():
     np.testing.assert_array_equal((through * 1).bitcast(dtypes.float16).numpy(), halves)
 
 
+def test_float16_bitcasts_keep_every_bit_pattern():
+    patterns = np.array(
+        [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x3C00, 0xC000, 0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x1234]
+    )
+    bits = patterns.astype(np.uint16)
+    halves = Tensor(bits).bitcast(dtypes.float16)
+    got = halves.numpy()
+    numbers = ~np.isnan(bits.view(np.float16))
+    np.testing.assert_array_equal(got[numbers], bits.view(np.float16)[numbers])
+    assert np.isnan(got[~numbers]).all()
+    np.testing.assert_array_equal((halves * 1).bitcast(dtypes.int16).numpy()[numbers], bits.view(np.int16)[numbers])
+
+
 # ---- casts ---------------------------------------------------------------------------------------------------------
 
 

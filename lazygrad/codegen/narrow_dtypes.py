@@ -38,8 +38,7 @@ def round_to_bfloat16(x: UOp) -> UOp:
 
 
 def bfloat16_from_bits(bits: UOp) -> UOp:
-    """The float32 value of bfloat16 bits held in a 16-bit int (or a float16's bits)."""
-    bits = UOp(Ops.BITCAST, U16, (bits,)) if bits.dtype.is_float else bits
+    """The float32 value of bfloat16 bits held in a 16-bit int."""
     widened = bits.cast(U16).cast(U32).alu(Ops.SHL, UOp.const(U32, 16))
     return UOp(Ops.BITCAST, F32, (widened,))
 
@@ -124,13 +123,59 @@ def float_to_int64(value: UOp, guarded: set[UOp]) -> UOp:
     return in_range.where(conversion, UOp.const(I64, -(1 << 63)))
 
 
+def half_bits(x: UOp) -> UOp:
+    """The uint16 bits of a float16 value (held as a float32 here), with integer ops on its float32 bits: C-style
+    languages hold half in float registers (and OpenCL has no half type to reinterpret without cl_khr_fp16)."""
+    bits = UOp(Ops.BITCAST, U32, (x.cast(F32),))
+
+    def u32(value: int) -> UOp:
+        return UOp.const(U32, value)
+
+    sign = bits.alu(Ops.SHR, u32(16)).alu(Ops.AND, u32(0x8000))
+    exponent = bits.alu(Ops.SHR, u32(23)).alu(Ops.AND, u32(0xFF))
+    mantissa = bits.alu(Ops.AND, u32(0x7FFFFF))
+    normal = (exponent + u32((1 << 32) - 112)).alu(Ops.SHL, u32(10)).alu(Ops.OR, mantissa.alu(Ops.SHR, u32(13)))
+    # below 2**-14 a half is a multiple of 2**-24: its bits count those
+    subnormal = (UOp(Ops.BITCAST, F32, (bits.alu(Ops.AND, u32(0x7FFFFFFF)),)) * UOp.const(F32, 2.0**24)).cast(U32)
+    special = (
+        u32(0x7C00).alu(Ops.OR, mantissa.alu(Ops.SHR, u32(13))).alu(Ops.OR, mantissa.ne(u32(0)).cast(U32) * u32(0x200))
+    )
+    magnitude = exponent.lt(u32(113)).where(subnormal, exponent.ne(u32(255)).where(normal, special))
+    return sign.alu(Ops.OR, magnitude).cast(U16)
+
+
+def half_from_bits(bits: UOp) -> UOp:
+    """The float16 value of uint16 bits (the inverse of `half_bits`), computed in float32 and cast (exactly)."""
+    bits = bits.cast(U16).cast(U32)
+
+    def u32(value: int) -> UOp:
+        return UOp.const(U32, value)
+
+    sign = bits.alu(Ops.AND, u32(0x8000)).alu(Ops.SHL, u32(16))
+    exponent = bits.alu(Ops.SHR, u32(10)).alu(Ops.AND, u32(0x1F))
+    mantissa = bits.alu(Ops.AND, u32(0x3FF))
+    normal = (exponent + u32(112)).alu(Ops.SHL, u32(23)).alu(Ops.OR, mantissa.alu(Ops.SHL, u32(13)))
+    special = u32(0x7F800000).alu(Ops.OR, mantissa.alu(Ops.SHL, u32(13)))
+    subnormal = UOp(Ops.BITCAST, U32, (mantissa.cast(F32) * UOp.const(F32, 2.0**-24),))
+    magnitude = exponent.ne(u32(0)).where(exponent.ne(u32(31)).where(normal, special), subnormal)
+    return UOp(Ops.BITCAST, F32, (sign.alu(Ops.OR, magnitude),)).cast(dtypes.float16)
+
+
 def bitcast_rule(node: UOp) -> UOp | None:
+    """Bitcasts of bfloat16 (a float32 here) and float16 (a float register in C-style languages) through integer
+    ops on float32 bits, the same on every device."""
     source, dtype = node.src[0], node.dtype
+    if source.dtype == dtypes.float16:
+        bits = half_bits(source)
+        return bfloat16_from_bits(bits) if dtype == BF16 else bits.cast(dtype)
+    if dtype == dtypes.float16:
+        if source.dtype == F32:  # a bfloat16 value
+            source = bfloat16_bits32(source).alu(Ops.SHR, UOp.const(U32, 16))
+        return half_from_bits(source)
     if dtype == BF16:
         return bfloat16_from_bits(source)
-    if source.dtype == F32 and dtype.itemsize == 2:  # a bfloat16 value (float16 is held as float16 type)
-        bits = bfloat16_bits32(source).alu(Ops.SHR, UOp.const(U32, 16)).cast(U16)
-        return UOp(Ops.BITCAST, dtype, (bits,)) if dtype.is_float else bits.cast(dtype)
+    if source.dtype == F32 and dtype.itemsize == 2:  # a bfloat16 value
+        return bfloat16_bits32(source).alu(Ops.SHR, UOp.const(U32, 16)).cast(U16).cast(dtype)
     return None
 
 
