@@ -7,8 +7,10 @@ renderer (nor the PYTHON device) computes in bfloat16 or in an integer narrower 
 - int8, uint8, int16 and uint16 ops are computed in int32 (signed) or uint32 (unsigned) and cast back, which keeps
   the low bits: arithmetic wraps around at the narrow width, as in NumPy and PyTorch, and the 32-bit op's own
   hazards (overflow, division by 0 or -1, shifts out of range) are handled by the renderers as for int32.
-- A float cast to an int goes through int64 (`cast_value` in uop/alu.py says what out-of-range values give), so a
-  narrow or 32-bit result wraps instead of being undefined; float to uint64 takes values from 2**63 up apart.
+- A float cast to an int goes through a guarded int64 conversion (`cast_value` in uop/alu.py says what out-of-range
+  values give), so a narrow or 32-bit result wraps instead of being undefined; float to uint64 takes values from
+  2**63 up apart.
+- Bitcasts of bfloat16 and float16 are integer ops on float32 bits (C-style languages hold half in float registers).
 """
 
 from __future__ import annotations
