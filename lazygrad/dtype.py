@@ -295,7 +295,7 @@ def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType) -> 
     elif dtype.bits == 64:
         wider = "a float dtype"
     else:
-        wider = "a wider dtype (dtypes.int64) or a float dtype"
+        wider = "dtype=dtypes.int64 or a float dtype"
     raise OverflowError(f"{op_name}: {value!r} does not fit in {dtype} (which holds {low}..{high}); use {wider}")
 
 
