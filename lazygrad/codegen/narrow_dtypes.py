@@ -120,7 +120,9 @@ def float_to_int64(value: UOp, guarded: set[UOp]) -> UOp:
     saturates), and LLVM never converts an out-of-range value (poison there)."""
     limit = UOp.const(value.dtype, 2.0**63)
     in_range = UOp.const(value.dtype, -(2.0**63)).lt(value).logical_and(value.lt(limit))
-    conversion = in_range.where(value, UOp.const(value.dtype, 0.0)).cast(I64)
+    # the unselected conversion of an out-of-range value is never used (in LLVM a select passes on only the poison
+    # of the operand it picks)
+    conversion = value.cast(I64)
     guarded.add(conversion)
     return in_range.where(conversion, UOp.const(I64, -(1 << 63)))
 
