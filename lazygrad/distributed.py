@@ -298,7 +298,9 @@ def _mpi_memory(world: _World, buffer: Buffer) -> Any:
 
 
 def _mpi_type(world: _World, dtype: DType) -> Any:
-    """MPI's datatype for a dtype, or None where MPI has none (float16)."""
+    """MPI's datatype for a dtype, or None where MPI has none (float16; bfloat16, whose memory is uint16 bits)."""
+    if dtype == dtypes.bfloat16:
+        return None
     try:
         datatype = world.mpi.Datatype.fromcode(dtype.np.char)
         datatype.Get_size()  # a type this MPI library lacks (MPIX_C_FLOAT16) is only found out when used

@@ -20,7 +20,7 @@ class DType:
     itemsize: int
     name: str
     np_name: str
-    kind: str  # "bool", "int", "uint" or "float"
+    kind: str  # "bool", "int", "uint" or "float"; `np_name` is the NumPy dtype holding its bits (bfloat16: uint16)
 
     def __new__(cls, priority: int, itemsize: int, name: str, np_name: str, kind: str) -> DType:
         key = (priority, itemsize, name, np_name, kind)
@@ -42,6 +42,7 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
+        """The NumPy dtype of this dtype's memory (bfloat16, which NumPy lacks, is held as its uint16 bits)."""
         return np.dtype(self.np_name)
 
     @property
@@ -69,10 +70,17 @@ class dtypes:
 
     void = DType(-1, 0, "void", "void", "void")
     bool = DType(0, 1, "bool", "bool", "bool")
+    uint8 = DType(1, 1, "uint8", "uint8", "uint")
+    int8 = DType(2, 1, "int8", "int8", "int")
+    int16 = DType(3, 2, "int16", "int16", "int")
+    uint16 = DType(4, 2, "uint16", "uint16", "uint")
     int32 = DType(5, 4, "int32", "int32", "int")
     uint32 = DType(6, 4, "uint32", "uint32", "uint")
     int64 = DType(7, 8, "int64", "int64", "int")
+    uint64 = DType(8, 8, "uint64", "uint64", "uint")
     float16 = DType(9, 2, "float16", "float16", "float")
+    # memory holds its bits as uint16 (NumPy has no bfloat16); kernels compute it in float32, rounding after each op
+    bfloat16 = DType(10, 2, "bfloat16", "uint16", "float")
     float32 = DType(11, 4, "float32", "float32", "float")
     # never a default (float data becomes float32), but kept where asked for: dtype=dtypes.float64, F64 in safetensors
     float64 = DType(12, 8, "float64", "float64", "float")
@@ -83,20 +91,70 @@ class dtypes:
 
     half = float16
     float = float32
+    double = float64
     int = int32
+    long = int64
+    short = int16
+    char = int8
+    uchar = uint8
+    bf16 = bfloat16
 
     @staticmethod
     def all() -> tuple[DType, ...]:
-        return (dtypes.bool, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64)
+        return (
+            dtypes.bool,
+            dtypes.uint8,
+            dtypes.int8,
+            dtypes.int16,
+            dtypes.uint16,
+            dtypes.int32,
+            dtypes.uint32,
+            dtypes.int64,
+            dtypes.uint64,
+            dtypes.float16,
+            dtypes.bfloat16,
+            dtypes.float32,
+            dtypes.float64,
+        )
+
+    @staticmethod
+    def ints() -> tuple[DType, ...]:
+        """The integer dtypes, narrowest first (signed before unsigned of the same width, except 8 bits)."""
+        return tuple(dtype for dtype in dtypes.all() if dtype.is_int)
 
     @staticmethod
     def from_numpy(np_dtype: np.dtype) -> DType:
         """The DType for a NumPy dtype (data without a dtype takes the defaults instead: see `data_to_numpy`)."""
         np_dtype = np.dtype(np_dtype)
         for dtype in dtypes.all():
-            if dtype.np_name == np_dtype.name:
+            if dtype.name == np_dtype.name:  # by name: NumPy's uint16 is never bfloat16
                 return dtype
         raise TypeError(f"unsupported dtype {np_dtype}: lazygrad supports {', '.join(d.name for d in dtypes.all())}")
+
+
+def is_small_int(dtype: DType) -> bool:
+    """Whether `dtype` is an integer narrower than 32 bits (kernels compute those in 32 bits and wrap back)."""
+    return dtype.is_int and dtype.itemsize < 4
+
+
+def bfloat16_bits(values: np.ndarray | float) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), as the uint16 bits of those bfloat16s; NaN
+    stays a (quiet) NaN and values beyond bfloat16's range become infinities."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    return np.where(nan, (bits >> 16).astype(np.uint16) | np.uint16(0x40), rounded)
+
+
+def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 bits (exact: every bfloat16 is a float32)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_bfloat16(value: float) -> float:
+    """A Python float rounded to bfloat16 (through float32, as kernels compute bfloat16)."""
+    return float(bfloat16_to_float32(bfloat16_bits(value)))
 
 
 def to_dtype(value: DType | str | type | np.dtype) -> DType:
@@ -109,7 +167,7 @@ def to_dtype(value: DType | str | type | np.dtype) -> DType:
         return dtypes.default_int
     if value is bool:
         return dtypes.bool
-    if isinstance(value, str) and hasattr(dtypes, value) and isinstance(getattr(dtypes, value), DType):
+    if isinstance(value, str) and isinstance(getattr(dtypes, value, None), DType) and value != "void":
         return getattr(dtypes, value)
     try:
         np_dtype = np.dtype(value)
@@ -121,9 +179,37 @@ def to_dtype(value: DType | str | type | np.dtype) -> DType:
     raise TypeError(f"unsupported dtype {value!r}: lazygrad supports {names}")
 
 
-def least_upper_dtype(*types: DType) -> DType:
-    """The dtype two operands promote to: the one with the highest priority (bool < int < float)."""
-    return max(types)
+def _promote(a: DType, b: DType, op_name: str) -> DType:
+    if a == b or b == dtypes.bool:
+        return a
+    if a == dtypes.bool:
+        return b
+    if a.is_float and b.is_float:
+        # neither half type holds the other: they meet in float32, as in PyTorch
+        return dtypes.float32 if {a, b} == {dtypes.float16, dtypes.bfloat16} else max(a, b)
+    if a.is_float or b.is_float:
+        return a if a.is_float else b
+    # two ints: the narrowest int that holds every value of both (uint8 and int8 give int16, as in PyTorch)
+    low = min(integer_range(a)[0], integer_range(b)[0])
+    high = max(integer_range(a)[1], integer_range(b)[1])
+    for candidate in dtypes.ints():
+        if integer_range(candidate)[0] <= low and integer_range(candidate)[1] >= high:
+            return candidate
+    raise TypeError(
+        f"{op_name}: no integer dtype holds every value of both {a} and {b}; cast one operand first, e.g. "
+        f".cast(dtypes.int64) or .float()"
+    )
+
+
+def least_upper_dtype(*types: DType, op_name: str = "promotion") -> DType:
+    """The dtype operands of these dtypes compute in, as PyTorch's `torch.result_type` of tensors: bool < ints <
+    floats; two ints give the narrowest int holding both (int8 and int16: int16; uint8 and int8: int16), two floats
+    the wider (float16 and bfloat16: float32). Where PyTorch refuses (uint16/uint32/uint64 beside another int) the
+    same rule applies, as in NumPy; only uint64 beside a signed int, which no int holds, is an error."""
+    result = types[0]
+    for other in types[1:]:
+        result = _promote(result, other, op_name)
+    return result
 
 
 def python_type_dtype(value) -> DType:
@@ -138,9 +224,10 @@ def python_type_dtype(value) -> DType:
 
 def scalar_dtype(op_name: str, value: int | float | bool, dtype: DType) -> DType:
     """The dtype a Python number computes in beside a tensor of `dtype`. As in PyTorch: the tensor's dtype (a float
-    beside an int or bool tensor: the default float; an int beside a bool tensor: the default int), and a float
-    too large for a float dtype becomes inf. Unlike PyTorch, an int the dtype cannot hold never wraps around: it
-    widens the computation to int64, and one that int64 cannot hold either is an error."""
+    beside an int or bool tensor: the default float; an int beside a bool tensor: the default int), so `uint8 + 1`
+    stays uint8, and a float too large for a float dtype becomes inf. Unlike PyTorch, an int the dtype cannot hold
+    never wraps around: it widens the computation to int32 or int64 (`uint8 + 300` is int32), and one that no int
+    can hold beside the tensor's values is an error."""
     if isinstance(value, bool) or dtype.is_float:
         return dtype
     if isinstance(value, float):
@@ -148,12 +235,17 @@ def scalar_dtype(op_name: str, value: int | float | bool, dtype: DType) -> DType
     wanted = dtypes.default_int if dtype == dtypes.bool else dtype
     if fits(value, wanted):
         return wanted
-    if not fits(value, dtypes.int64):
-        raise OverflowError(
-            f"{op_name}: {value} does not fit in {dtype}, nor in int64, the widest integer; compute in floats: "
-            f"cast the tensor with .float() or pass the number as {float(value)!r}"
-        )
-    return dtypes.int64
+    for wider in (dtypes.default_int, dtypes.int64):
+        try:
+            candidate = least_upper_dtype(wanted, wider)
+        except TypeError:
+            continue
+        if fits(value, candidate):
+            return candidate
+    raise OverflowError(
+        f"{op_name}: {value} does not fit in {dtype}, nor in int64, the widest integer; compute in floats: "
+        f"cast the tensor with .float() or pass the number as {float(value)!r}"
+    )
 
 
 def integer_range(dtype: DType) -> tuple[int, int]:
@@ -196,14 +288,24 @@ def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType) -> 
     if value is None:
         return
     low, high = integer_range(dtype)
-    wider = "a float dtype" if dtype == dtypes.int64 else "dtype=dtypes.int64 or a float dtype"
+    if dtype == dtypes.int64 and isinstance(value, int) and value > 0:
+        wider = "dtype=dtypes.uint64 or a float dtype"
+    elif dtype == dtypes.uint64 and isinstance(value, int) and value < 0:
+        wider = "dtype=dtypes.int64 or a float dtype"
+    elif dtype.bits == 64:
+        wider = "a float dtype"
+    else:
+        wider = "dtype=dtypes.int64 or a float dtype"
     raise OverflowError(f"{op_name}: {value!r} does not fit in {dtype} (which holds {low}..{high}); use {wider}")
 
 
 def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]:
-    """The data as a C-ordered array of the tensor's dtype: `dtype`, else the default float for floats and the
-    default int for ints (int64 for ints it cannot hold). Ints that do not fit are an error, never wrapped; floats
-    too large for a float dtype become inf."""
+    """The data as a C-ordered array holding the tensor's dtype (bfloat16: its uint16 bits): `dtype`, else a NumPy
+    array's (or NumPy scalar's) own dtype, except float64, which becomes the default float (pass
+    dtype=dtypes.float64 to keep doubles); a list's floats become the default float and its ints the default int
+    (int64 for ints it cannot hold). Ints that do not fit are an error, never wrapped; floats too large for a float
+    dtype become inf."""
+    numpy_data = isinstance(data, (np.ndarray, np.generic))
     if isinstance(data, np.ndarray):
         array = data
     else:
@@ -213,19 +315,23 @@ def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]
             raise ValueError(f"Tensor: nested lists must be rectangular (ragged input): {error}") from None
         if array.dtype == object:
             if all(isinstance(value, int) for value in array.flat):  # ints beyond NumPy's int64 and uint64
-                check_fits("Tensor", max(array.flat, key=abs), dtypes.int64)
+                check_fits(
+                    "Tensor", max(array.flat, key=abs), dtype if dtype is not None and dtype.is_int else dtypes.int64
+                )
             raise ValueError("Tensor: nested lists must be rectangular and hold only numbers (ragged input)")
     if array.dtype.kind in "US":
         raise TypeError(f"Tensor: cannot make a tensor from strings ({array.dtype})")
     if dtype is None:
-        if array.dtype == np.float64 or array.dtype.kind == "f" and array.dtype.itemsize > 4:
+        if array.dtype.kind == "f" and array.dtype.itemsize > 4:
             dtype = dtypes.default_float
-        elif array.dtype.kind in "iu" and (not isinstance(data, np.ndarray) or array.dtype.itemsize == 8):
+        elif array.dtype.kind in "iu" and not numpy_data:
             dtype = dtypes.default_int if fits(array, dtypes.default_int) else dtypes.int64
         else:
             dtype = dtypes.from_numpy(array.dtype)
-    if array.size == 0 and array.dtype == np.float64 and not isinstance(data, np.ndarray):
+    if array.size == 0 and array.dtype == np.float64 and not numpy_data:
         array = array.astype(np.float32)
     check_fits("Tensor", array, dtype)
-    with np.errstate(over="ignore"):  # a float too large for the dtype becomes inf, as in PyTorch
+    with np.errstate(over="ignore", invalid="ignore"):  # a float too large for the dtype becomes inf, as in PyTorch
+        if dtype == dtypes.bfloat16:
+            return np.ascontiguousarray(bfloat16_bits(np.asarray(array, dtype=np.float32))), dtype
         return np.array(array, dtype=dtype.np, order="C"), dtype

@@ -13,7 +13,9 @@ import numpy as np
 from lazygrad.device import Device
 from lazygrad.dtype import (
     DType,
+    bfloat16_to_float32,
     data_to_numpy,
+    dtypes,
     to_dtype,
 )
 from lazygrad.engine.buffers import (
@@ -356,11 +358,13 @@ class Tensor(
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), next(_contiguous_ids)))
 
     def numpy(self) -> np.ndarray:
-        """The values as a NumPy array (runs the graph)."""
+        """The values as a NumPy array of the tensor's dtype (runs the graph). NumPy has no bfloat16: a bfloat16
+        tensor gives float32 (exactly its values; PyTorch raises here instead)."""
         tensor = self.realize()
         if not is_buffer_view(tensor.uop):  # a strided view of memory: copy it into order first
             tensor = tensor.contiguous().realize()
-        return buffer_of(tensor.uop.base).numpy().reshape(self.shape)
+        array = buffer_of(tensor.uop.base).numpy().reshape(self.shape)
+        return bfloat16_to_float32(array) if self.dtype == dtypes.bfloat16 else array
 
     def tolist(self) -> Any:
         return self.numpy().tolist()
@@ -377,8 +381,15 @@ class Tensor(
         """The same values, with no gradient flowing through."""
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
 
-    def to(self, device: str) -> Tensor:
-        """A copy on another device (or self when it is already there)."""
+    def to(self, device: str | DType | None = None, dtype: DType | str | None = None) -> Tensor:
+        """A copy on another device (or self when it is already there); as in PyTorch, `.to(dtype)` (a DType, or
+        a dtype's name like "uint8") and `.to(device, dtype)` cast too."""
+        if isinstance(device, DType) or isinstance(device, str) and isinstance(getattr(dtypes, device, None), DType):
+            device, dtype = None, device
+        result = self if dtype is None else self.cast(dtype)
+        return result if device is None else result._to_device(device)
+
+    def _to_device(self, device: str) -> Tensor:
         device = Device.canonicalize(device)
         if device == self.device:
             return self

@@ -57,7 +57,7 @@ class CreationMixin:
         const = cls(UOp.const(dtype, fill_value), device=device)
         result = const.reshape((1,) * len(shape)).expand(shape) if shape else const
         if requires_grad:
-            result = cls(np.full(shape, fill_value, dtype=dtype.np), dtype=dtype, device=device)
+            result = cls(np.full(shape, fill_value), dtype=dtype, device=device)
         result.requires_grad = requires_grad
         return result
 

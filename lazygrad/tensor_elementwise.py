@@ -71,8 +71,26 @@ class ElementwiseMixin:
     def half(self: Tensor) -> Tensor:
         return self.cast(dtypes.float16)
 
+    def bfloat16(self: Tensor) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+    def double(self: Tensor) -> Tensor:
+        return self.cast(dtypes.float64)
+
     def int(self: Tensor) -> Tensor:
         return self.cast(dtypes.int32)
+
+    def long(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def short(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def char(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int8)
+
+    def byte(self: Tensor) -> Tensor:
+        return self.cast(dtypes.uint8)
 
     def bool(self: Tensor) -> Tensor:
         return self.cast(dtypes.bool)
@@ -87,7 +105,7 @@ class ElementwiseMixin:
                 raise ValueError(
                     f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
                 )
-            dtype, other_node = least_upper_dtype(self.dtype, other.dtype), other.uop
+            dtype, other_node = least_upper_dtype(self.dtype, other.dtype, op_name=op_name), other.uop
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
             # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
@@ -150,6 +168,8 @@ class ElementwiseMixin:
             raise ValueError(f'div: rounding_mode must be None, "trunc" or "floor", got {rounding_mode!r}')
         x, y = self._operands(other, "div", reverse)
         x, y = x._to_float(), y._to_float()
+        if x.dtype == dtypes.bfloat16:  # one rounding, as PyTorch's: 1/y rounded to 8 bits costs x/y a bit
+            return (x.float() * y.float().reciprocal()).cast(dtypes.bfloat16)
         return x * y.reciprocal()
 
     def idiv(self: Tensor, other, reverse: bool = False) -> Tensor:

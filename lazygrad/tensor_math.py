@@ -38,12 +38,16 @@ class MathMixin:
     __slots__ = ()
 
     def exp(self: Tensor) -> Tensor:
+        if self.dtype == dtypes.bfloat16:  # x * log2(e) rounded to 8 bits would cost exp(x) |x| bits: one rounding
+            return self.float().exp().cast(dtypes.bfloat16)
         return (self._to_float() * LOG2_E)._unary(Ops.EXP2)
 
     def exp2(self: Tensor) -> Tensor:
         return self._to_float()._unary(Ops.EXP2)
 
     def log(self: Tensor) -> Tensor:
+        if self.dtype == dtypes.bfloat16:
+            return self.float().log().cast(dtypes.bfloat16)
         return self._to_float()._unary(Ops.LOG2) * LN_2
 
     def log2(self: Tensor) -> Tensor:

@@ -266,7 +266,7 @@ class MovementMixin:
                 raise ValueError(f"cat: shapes {self.shape} and {other.shape} differ outside dim {dim}")
         from lazygrad.dtype import least_upper_dtype
 
-        dtype = least_upper_dtype(*(t.dtype for t in tensors))
+        dtype = least_upper_dtype(*(t.dtype for t in tensors), op_name="cat")
         total = sum(t.shape[dim] for t in tensors)
         result, offset = None, 0
         for tensor in tensors:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.device import CORES
-from lazygrad.dtype import dtypes, to_dtype
+from lazygrad.dtype import dtypes, is_small_int, to_dtype
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazygrad.tensor_movement import normalize_axis
@@ -60,22 +60,27 @@ class ReduceMixin:
             return reduced
         return reduced.reshape(tuple(size for i, size in enumerate(self.shape) if i not in axes))
 
-    def sum(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
-        """The sum; bools and ints sum as int32, half sums accumulate in float32."""
-        source = self
+    def _accumulated(self: Tensor, dtype) -> tuple[Tensor, Tensor]:
+        """The input of a sum or product in the result's dtype (`dtype`; else int32 for bools and ints narrower than
+        32 bits, where PyTorch takes int64; else the tensor's own), and that input in the dtype to accumulate in
+        (float32 for half and bfloat16)."""
         if dtype is not None:
             source = self.cast(dtype)
-        elif self.dtype == dtypes.bool:
+        elif self.dtype == dtypes.bool or is_small_int(self.dtype):
             source = self.cast(dtypes.int32)
-        accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
+        else:
+            source = self
+        narrow_float = source.dtype in (dtypes.float16, dtypes.bfloat16)
+        return source, source.cast(dtypes.float32) if narrow_float else source
+
+    def sum(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+        """The sum; bools and ints narrower than 32 bits sum as int32, half and bfloat16 accumulate in float32."""
+        source, accumulate = self._accumulated(dtype)
         return accumulate._reduce(Ops.ADD, axis, keepdim, "sum").cast(source.dtype)
 
     def prod(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
-        """The product; bools multiply as int32, `dtype` casts the input first (as in PyTorch)."""
-        source = (
-            self.cast(dtype) if dtype is not None else self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
-        )
-        accumulate = source.cast(dtypes.float32) if source.dtype == dtypes.float16 else source
+        """The product; bools and narrow ints multiply as int32, `dtype` casts the input first (as in PyTorch)."""
+        source, accumulate = self._accumulated(dtype)
         return accumulate._reduce(Ops.MUL, axis, keepdim, "prod").cast(source.dtype)
 
     def max(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:

@@ -186,12 +186,12 @@ MALFORMED = {
         "safe_load: tensor 'a' in {path} must have exactly dtype, shape and data_offsets, got [0, 8]",
     ),
     "unknown_dtype": (
-        {"a": entry(dtype="BF16", offsets=(0, 4))},
+        {"a": entry(dtype="F8_E4M3", offsets=(0, 4))},
         bytes(4),
         None,
         TypeError,
-        "safe_load: tensor 'a' in {path} has dtype 'BF16', which lazygrad does not read (it reads F64, F32, F16, I64, "
-        "I32, U32, BOOL)",
+        "safe_load: tensor 'a' in {path} has dtype 'F8_E4M3', which lazygrad does not read (it reads F64, F32, F16, "
+        "BF16, I64, U64, I32, U32, I16, U16, I8, U8, BOOL)",
     ),
     "negative_shape": (
         {"a": entry(shape=(-1,))},

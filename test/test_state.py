@@ -26,9 +26,9 @@ TORCH_DTYPES = [
     (torch.float64, dtypes.float64),
     (torch.int64, dtypes.int64),
     (torch.int32, dtypes.int32),
-    (torch.int16, dtypes.int32),
-    (torch.int8, dtypes.int32),
-    (torch.uint8, dtypes.int32),
+    (torch.int16, dtypes.int16),
+    (torch.int8, dtypes.int8),
+    (torch.uint8, dtypes.uint8),
     (torch.bool, dtypes.bool),
 ]
 

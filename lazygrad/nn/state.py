@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lazygrad.device import Device
-from lazygrad.dtype import DType, dtypes
+from lazygrad.dtype import DType, bfloat16_bits, dtypes
 from lazygrad.engine.buffers import buffer_of, new_buffer
 from lazygrad.helpers import prod
 from lazygrad.tensor import Tensor
@@ -26,9 +26,15 @@ SAFETENSORS_DTYPES = {
     dtypes.float64: "F64",
     dtypes.float32: "F32",
     dtypes.float16: "F16",
+    dtypes.bfloat16: "BF16",
     dtypes.int64: "I64",
+    dtypes.uint64: "U64",
     dtypes.int32: "I32",
     dtypes.uint32: "U32",
+    dtypes.int16: "I16",
+    dtypes.uint16: "U16",
+    dtypes.int8: "I8",
+    dtypes.uint8: "U8",
     dtypes.bool: "BOOL",
 }
 FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
@@ -131,7 +137,8 @@ def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | 
         file.write(struct.pack("<Q", len(encoded)))
         file.write(encoded)
         for tensor in tensors.values():
-            file.write(np.ascontiguousarray(tensor.numpy()).data)
+            values = tensor.numpy()  # bfloat16 comes back as float32, exactly: write its bits again
+            file.write(np.ascontiguousarray(bfloat16_bits(values) if tensor.dtype == dtypes.bfloat16 else values).data)
 
 
 def safe_load(path: str, device: str | None = None) -> dict[str, Tensor]:
@@ -344,7 +351,7 @@ def torch_load(path: str, device: str | None = None) -> Any:
     """Read a PyTorch checkpoint written by `torch.save` (the zip format, torch >= 1.6) without torch: the object
     it holds, with every tensor a lazygrad Tensor on `device`. Only tensors and containers are loaded: a pickle that
     names anything else (a class, a function) is refused with an error, since loading it could run code.
-    bfloat16 becomes float32, and ints narrower than 32 bits widen to int32 where lazygrad has no such dtype."""
+    bfloat16 becomes float32; every other dtype stays what it was."""
     device = Device.canonicalize(device) if device is not None else Device.DEFAULT
     if not zipfile.is_zipfile(path):
         raise ValueError(
@@ -391,7 +398,7 @@ def _to_tensors(value: Any, device: str) -> Any:
         try:
             dtype = dtypes.from_numpy(value.dtype)
         except (TypeError, ValueError, KeyError):
-            dtype = dtypes.int32  # int8, uint8, int16: widened losslessly
+            dtype = dtypes.int32  # a NumPy dtype lazygrad lacks
         return Tensor(value, dtype=dtype, device=device)
     if isinstance(value, dict):
         return {key: _to_tensors(item, device) for key, item in value.items()}

@@ -160,7 +160,8 @@ class CLDevice(Compiled):
         if "cl_khr_fp64" not in extensions:
             self.unsupported_dtypes[dtypes.float64] = "the OpenCL device lacks cl_khr_fp64"
         if self.device.profile == "EMBEDDED_PROFILE" and "cles_khr_int64" not in extensions:
-            self.unsupported_dtypes[dtypes.int64] = "the OpenCL device's embedded profile lacks cles_khr_int64"
+            for dtype in (dtypes.int64, dtypes.uint64):
+                self.unsupported_dtypes[dtype] = "the OpenCL device's embedded profile lacks cles_khr_int64"
 
     def build_binary(self, binary: bytes) -> Any:
         return self.cl.Program(self.context, [self.device], [binary]).build()

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.uop.ops import Ops, UOp, cast_python, dtype_limits
+from lazygrad.uop.ops import Ops, UOp, cast_python, dtype_limits, wrap_int
 
 
 def _truncating_div(a: int, b: int) -> int:
@@ -130,12 +130,26 @@ def exec_alu(op: Ops, dtype: DType, operands: list[Any]) -> Any:
     return cast_python(result, dtype)
 
 
+INT64_MIN = -(1 << 63)
+
+
+def _float_to_int64(value: float) -> int:
+    """A float truncated toward zero to int64, as x86's conversion does it: a value int64 cannot hold (NaN,
+    infinities, beyond +-2**63) becomes int64's most negative value."""
+    if math.isfinite(value) and INT64_MIN <= math.trunc(value) < -INT64_MIN:
+        return math.trunc(value)
+    return INT64_MIN
+
+
 def cast_value(value: Any, dtype: DType) -> Any:
-    """A scalar converted to `dtype` the way a kernel's cast does it (float to int truncates)."""
+    """A scalar converted to `dtype` the way a kernel's cast does it. Float to int truncates toward zero into int64
+    (see `_float_to_int64`), then wraps to the dtype's width, so every device agrees out of range too (NaN and
+    infinities give 0 in ints narrower than 64 bits); float to uint64 takes values from 2**63 up through
+    value - 2**63 (lowered so in codegen/narrow_dtypes.py)."""
     if dtype.is_int and isinstance(value, float):
-        if not math.isfinite(value):
-            return 0
-        return cast_python(int(value), dtype)
+        if dtype == dtypes.uint64 and not value < 2.0**63:
+            return wrap_int(_float_to_int64(value - 2.0**63) + (1 << 63), dtype)
+        return wrap_int(_float_to_int64(value), dtype)
     with np.errstate(all="ignore"):
         return cast_python(value, dtype)
 

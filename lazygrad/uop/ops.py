@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from lazygrad.dtype import DType, dtypes
+from lazygrad.dtype import DType, dtypes, round_bfloat16
 from lazygrad.helpers import prod
 
 
@@ -348,6 +348,8 @@ def cast_python(value: Any, dtype: DType) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             return 0
         return wrap_int(int(value), dtype)
+    if dtype == dtypes.bfloat16:
+        return round_bfloat16(value)
     if dtype.is_float:
         if -65504.0 <= value <= 65504.0:  # representable in every float dtype: no overflow to silence (the slow part)
             return float(dtype.np.type(value))

@@ -95,6 +95,12 @@ class CStyleRenderer(Renderer):
     half_preamble = ""
     register_types = {
         dtypes.bool: "_Bool",
+        dtypes.int8: "signed char",
+        dtypes.uint8: "unsigned char",
+        dtypes.int16: "short",
+        dtypes.uint16: "unsigned short",
+        dtypes.uint64: "unsigned long long",
+        dtypes.bfloat16: "unsigned short",  # memory only: codegen/narrow_dtypes.py computes it in float32
         dtypes.int32: "int",
         dtypes.uint32: "unsigned int",
         dtypes.int64: "long long",

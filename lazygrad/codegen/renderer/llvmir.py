@@ -20,6 +20,11 @@ from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 LLVM_TYPES = {
     dtypes.bool: "i1",
+    dtypes.int8: "i8",
+    dtypes.uint8: "i8",
+    dtypes.int16: "i16",
+    dtypes.uint16: "i16",
+    dtypes.uint64: "i64",
     dtypes.int32: "i32",
     dtypes.uint32: "i32",
     dtypes.int64: "i64",
@@ -27,7 +32,8 @@ LLVM_TYPES = {
     dtypes.float32: "float",
     dtypes.float64: "double",
 }
-MEMORY_TYPES = LLVM_TYPES | {dtypes.bool: "i8"}
+# bfloat16 is only ever in memory (codegen/narrow_dtypes.py computes it in float32)
+MEMORY_TYPES = LLVM_TYPES | {dtypes.bool: "i8", dtypes.bfloat16: "i16"}
 
 # op -> template per kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} operands, {t} the type
 ALU_TEMPLATES: dict[Ops, dict[str, str]] = {

@@ -93,7 +93,17 @@ class OpenCLRenderer(CStyleRenderer):
         "  return vload_half{width}(0, (__private half*)&bits);\n"
         "}}\n"
     )
-    register_types = CStyleRenderer.register_types | {dtypes.bool: "bool", dtypes.uint32: "uint", dtypes.int64: "long"}
+    register_types = CStyleRenderer.register_types | {
+        dtypes.bool: "bool",
+        dtypes.int8: "char",
+        dtypes.uint8: "uchar",
+        dtypes.int16: "short",
+        dtypes.uint16: "ushort",
+        dtypes.uint32: "uint",
+        dtypes.int64: "long",
+        dtypes.uint64: "ulong",
+        dtypes.bfloat16: "ushort",
+    }
     unsigned_types = {dtypes.int32: "uint", dtypes.int64: "ulong"}
     memory_types = register_types | {dtypes.bool: "uchar", dtypes.float16: "half"}
     int64_suffix = "l"

@@ -1,0 +1,374 @@
+"""Every dtype on the selected device: creation from NumPy and lists, `.numpy()` dtypes, integer arithmetic that wraps
+at each width, bfloat16 rounded after every op, casts between every pair (out-of-range float to int included),
+comparisons, reductions, promotion against `torch.result_type`, and safetensors round trips.
+
+The same file runs on every device (chosen by environment variables, as for test_ops.py); tensors stay small, and
+each test builds few kernels, so it is quick on the PYTHON emulator and on slow compilers too.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor, dtypes
+from lazygrad.dtype import bfloat16_bits, bfloat16_to_float32, least_upper_dtype
+from lazygrad.nn.state import safe_load, safe_save
+
+torch = pytest.importorskip("torch")
+
+SMALL_INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16]
+INTS = [*SMALL_INTS, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64]
+FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
+ALL = [dtypes.bool, *INTS, *FLOATS]
+TORCH = {d: getattr(torch, d.name) for d in ALL}
+
+
+def quietly(function, *arguments):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return function(*arguments)
+
+
+def limits(dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype.np)
+    return int(info.min), int(info.max)
+
+
+def int_values(dtype, count: int = 16, seed: int = 0) -> np.ndarray:
+    """The extremes of an int dtype and random values across its whole range."""
+    low, high = limits(dtype)
+    rng = np.random.default_rng(seed)
+    extremes = [low, high, 0, 1, low + 1, high - 1]
+    random = rng.integers(low, high, size=count - len(extremes), dtype=dtype.np, endpoint=True)
+    return np.concatenate([np.array(extremes, dtype=dtype.np), random])
+
+
+# ---- creation and .numpy() -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, *INTS, dtypes.float16, dtypes.float32], ids=str)
+def test_numpy_arrays_keep_their_dtype_and_numpy_returns_it(dtype):
+    if dtype.is_float:
+        array = np.array([1.5, -2.25, 0.0, 65504.0], dtype=dtype.np)
+    else:
+        array = np.array([0, 1, 1, 0], dtype=bool) if dtype == dtypes.bool else int_values(dtype, 8)
+    tensor = Tensor(array)
+    assert tensor.dtype == dtype
+    result = tensor.numpy()
+    assert result.dtype == dtype.np
+    np.testing.assert_array_equal(result, array)
+    # a kernel reads and writes the dtype too
+    copied = (tensor.flip(0) | False) if dtype == dtypes.bool else (tensor.flip(0) + 0)
+    assert copied.dtype == dtype
+    np.testing.assert_array_equal(copied.numpy(), (array[::-1] | False) if dtype == dtypes.bool else array[::-1])
+
+
+def test_numpy_float64_becomes_the_default_float_and_lists_take_the_defaults():
+    assert Tensor(np.array([1.5])).dtype == dtypes.float32  # the one exception: ask for dtype=dtypes.float64
+    assert Tensor(np.array([1.5]), dtype=dtypes.float64).dtype == dtypes.float64
+    assert Tensor([1, 2]).dtype == dtypes.int32
+    assert Tensor([2**40]).dtype == dtypes.int64
+    assert Tensor(np.array([1, 2], np.int64)).dtype == dtypes.int64
+    assert Tensor(np.uint8(7)).dtype == dtypes.uint8
+    assert Tensor([1, 2], dtype=dtypes.uint8).numpy().dtype == np.uint8
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS + [dtypes.uint64], ids=str)
+def test_values_a_dtype_cannot_hold_are_an_error_naming_the_dtype(dtype):
+    low, high = limits(dtype)
+    with pytest.raises(OverflowError, match=dtype.name):
+        Tensor([high + 1], dtype=dtype)
+    with pytest.raises(OverflowError, match=dtype.name):
+        Tensor([low - 1], dtype=dtype)
+
+
+def test_bfloat16_memory_holds_rounded_bits_and_numpy_gives_float32():
+    values = [1.0, 3.14159, 1e-3, -65504.0, 1e38, 3.5e38, float("nan"), float("inf"), 1.00390625, 1.01171875]
+    expected = torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
+    tensor = Tensor(values, dtype=dtypes.bfloat16)
+    result = tensor.numpy()
+    assert tensor.dtype == dtypes.bfloat16 and result.dtype == np.float32
+    np.testing.assert_array_equal(result, expected.float().numpy())
+    numbers = ~np.isnan(result)  # torch's NaN bits differ (any NaN will do)
+    theirs = expected.view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(bfloat16_bits(result)[numbers], theirs[numbers])
+    assert Tensor(2.5).bfloat16().item() == 2.5 and Tensor([1.0]).to(dtypes.bfloat16).dtype == dtypes.bfloat16
+
+
+# ---- integer arithmetic wraps at each width ------------------------------------------------------------------------
+
+BINARY = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b),
+    "sub": (lambda a, b: a - b, lambda a, b: a - b),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b),
+    "floordiv": (lambda a, b: a // b, lambda a, b: a // b),
+    "mod": (lambda a, b: a % b, lambda a, b: a % b),
+    "max": (lambda a, b: a.maximum(b), np.maximum),
+    "min": (lambda a, b: a.minimum(b), np.minimum),
+    "and": (lambda a, b: a & b, lambda a, b: a & b),
+    "or": (lambda a, b: a | b, lambda a, b: a | b),
+    "xor": (lambda a, b: a ^ b, lambda a, b: a ^ b),
+    "lt": (lambda a, b: a < b, lambda a, b: a < b),
+    "eq": (lambda a, b: a == b, lambda a, b: a == b),
+    "ge": (lambda a, b: a >= b, lambda a, b: a >= b),
+}
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_integer_ops_wrap_like_numpy(dtype):
+    a, b = int_values(dtype, 16, seed=1), int_values(dtype, 16, seed=2)[::-1].copy()
+    b[3] = 0  # division by zero gives 0, as in NumPy
+    x, y = Tensor(a), Tensor(b)
+    for name, (ours, theirs) in BINARY.items():
+        expected = quietly(theirs, a, b)
+        if name in ("floordiv", "mod"):
+            expected = np.where(b == 0, 0, expected).astype(dtype.np)
+        got = ours(x, y).numpy()
+        assert got.dtype == expected.dtype, name
+        np.testing.assert_array_equal(got, expected, err_msg=f"{dtype} {name}")
+    np.testing.assert_array_equal((-x).numpy(), quietly(np.negative, a), err_msg="neg")
+    amounts = (np.arange(16) % dtype.bits).astype(dtype.np)
+    np.testing.assert_array_equal((x << Tensor(amounts)).numpy(), quietly(np.left_shift, a, amounts))
+    np.testing.assert_array_equal((x >> Tensor(amounts)).numpy(), quietly(np.right_shift, a, amounts))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint8, dtypes.int16], ids=str)
+def test_integer_ops_match_torch(dtype):
+    a, b = int_values(dtype, 16, seed=3), int_values(dtype, 16, seed=4)
+    b[b == 0] = 1  # torch raises on integer division by zero
+    x, y, tx, ty = Tensor(a), Tensor(b), torch.tensor(a), torch.tensor(b)
+    for name in ("add", "sub", "mul", "floordiv", "mod", "max"):
+        got = BINARY[name][0](x, y).numpy()
+        expected = {"max": torch.maximum}.get(name, BINARY[name][1])(tx, ty).numpy()
+        np.testing.assert_array_equal(got, expected, err_msg=f"{dtype} {name}")
+    # python scalars keep the tensor's dtype; a float scalar or true division gives float32
+    np.testing.assert_array_equal((x + 1).numpy(), (tx + 1).numpy())
+    np.testing.assert_array_equal((x * 3).numpy(), (tx * 3).numpy())
+    assert (x * 1.5).dtype == dtypes.float32 and (x / y).dtype == dtypes.float32
+    np.testing.assert_allclose((x / y).numpy(), (tx / ty).numpy(), rtol=1e-6)
+
+
+def test_uint8_image_over_255_is_float32():
+    image = np.arange(0, 256, 17, dtype=np.uint8)
+    result = Tensor(image) / 255
+    assert result.dtype == dtypes.float32
+    np.testing.assert_allclose(result.numpy(), (torch.tensor(image) / 255).numpy(), rtol=1e-7)
+
+
+# ---- bfloat16 arithmetic: float32 rounded after every op -----------------------------------------------------------
+
+
+def test_bfloat16_ops_match_torch():
+    rng = np.random.default_rng(5)
+    a = bfloat16_to_float32(bfloat16_bits(rng.standard_normal(32).astype(np.float32) * 10))
+    b = bfloat16_to_float32(bfloat16_bits(rng.uniform(0.5, 4, 32).astype(np.float32)))
+    x, y = Tensor(a, dtype=dtypes.bfloat16), Tensor(b, dtype=dtypes.bfloat16)
+    tx, ty = torch.tensor(a).bfloat16(), torch.tensor(b).bfloat16()
+    exact = {
+        "add": (x + y, tx + ty),
+        "sub": (x - y, tx - ty),
+        "mul": (x * y, tx * ty),
+        "scalar": (x * 3 + 1, tx * 3 + 1),
+        "neg_max": ((-x).maximum(y), torch.maximum(-tx, ty)),
+        "relu": (x.relu(), tx.relu()),
+    }
+    for name, (ours, theirs) in exact.items():
+        assert ours.dtype == dtypes.bfloat16, name
+        np.testing.assert_array_equal(ours.numpy(), theirs.float().numpy(), err_msg=name)
+    for name, (ours, theirs) in {"lt": (x < y, tx < ty), "ne": (x != y, tx != ty)}.items():
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=name)
+    # composed ops (a divide is a reciprocal times) and float32 accumulations may differ by a bfloat16 ulp
+    close = {
+        "div": (x / y, tx / ty),
+        "sqrt": (y.sqrt(), ty.sqrt()),
+        "exp": ((x / 10).exp(), (tx / 10).exp()),
+        "sum": (x.reshape(4, 8).sum(1), tx.reshape(4, 8).sum(1)),
+        "mean": (x.mean(), tx.mean()),
+        "max": (x.reshape(4, 8).max(1), tx.reshape(4, 8).max(1).values),
+    }
+    for name, (ours, theirs) in close.items():
+        assert ours.dtype == dtypes.bfloat16, name
+        np.testing.assert_allclose(ours.numpy(), theirs.float().numpy(), rtol=2**-7, atol=1e-30, err_msg=name)
+    # every result lies on the bfloat16 grid
+    for ours, _ in [*exact.values(), *close.values()]:
+        values = ours.numpy()
+        np.testing.assert_array_equal(values, bfloat16_to_float32(bfloat16_bits(values)))
+
+
+def test_bfloat16_bits_round_trip_through_bitcast():
+    bits = np.array([0x3F80, 0xC049, 0x7F80, 0x0001, 0x8000], np.uint16)
+    tensor = Tensor(bits).bitcast(dtypes.bfloat16)
+    np.testing.assert_array_equal(tensor.numpy(), bfloat16_to_float32(bits))
+    np.testing.assert_array_equal((tensor * 1).bitcast(dtypes.uint16).numpy(), bits)
+    np.testing.assert_array_equal((tensor * 1).bitcast(dtypes.int16).numpy(), bits.view(np.int16))
+    halves = np.array([1.5, -2.0, 65504.0], np.float16)
+    through = Tensor(halves).bitcast(dtypes.bfloat16)
+    np.testing.assert_array_equal(through.numpy(), bfloat16_to_float32(halves.view(np.uint16)))
+    np.testing.assert_array_equal((through * 1).bitcast(dtypes.float16).numpy(), halves)
+
+
+def test_float16_bitcasts_keep_every_bit_pattern():
+    patterns = np.array(
+        [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x3C00, 0xC000, 0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x1234]
+    )
+    bits = patterns.astype(np.uint16)
+    halves = Tensor(bits).bitcast(dtypes.float16)
+    got = halves.numpy()
+    numbers = ~np.isnan(bits.view(np.float16))
+    np.testing.assert_array_equal(got[numbers], bits.view(np.float16)[numbers])
+    assert np.isnan(got[~numbers]).all()
+    np.testing.assert_array_equal((halves * 1).bitcast(dtypes.int16).numpy()[numbers], bits.view(np.int16)[numbers])
+
+
+# ---- casts ---------------------------------------------------------------------------------------------------------
+
+
+def source_values(dtype) -> np.ndarray:
+    """Values every dtype holds (0..127 and a few negatives for signed sources), so a cast to any dtype is exact
+    except for the negatives into unsigned ints, which wrap."""
+    if dtype == dtypes.bool:
+        return np.array([True, False, True, True])
+    values = np.array([0, 1, 7, 100, 127, 42, 3, 64])
+    if not dtype.is_unsigned:
+        values = np.concatenate([values, [-1, -128, -5, -100]])
+    if dtype.is_float:
+        values = np.concatenate([values, [2.75, -3.5, 0.5, 126.9]])
+    return values
+
+
+@pytest.mark.parametrize("source", ALL, ids=str)
+def test_casts_between_every_pair_match_torch(source):
+    values = source_values(source)
+    tensor = Tensor(values, dtype=source)
+    expected_source = torch.tensor(values).to(TORCH[source])
+    # one kernel per kind of target: each cast read back exactly, as int64 or float64
+    int_targets = [d for d in ALL if not d.is_float]
+    float_targets = [d for d in FLOATS if d != dtypes.float64]
+    ints = Tensor.stack(*[tensor.cast(d).cast(dtypes.int64) for d in int_targets]).numpy()
+    floats = Tensor.stack(*[tensor.cast(d).cast(dtypes.float32) for d in float_targets]).numpy()
+    for row, target in zip(ints, int_targets):
+        if target == dtypes.uint64:
+            expected = expected_source.to(torch.int64).numpy()  # torch's uint64 casts of negatives vary: the bits
+        elif target in (dtypes.uint16, dtypes.uint32) and source.is_float:
+            expected = expected_source.to(torch.int64).to(TORCH[target]).to(torch.int64).numpy()
+        else:
+            expected = expected_source.to(TORCH[target]).to(torch.int64).numpy()
+        np.testing.assert_array_equal(row, expected, err_msg=f"{source} -> {target}")
+    for row, target in zip(floats, float_targets):
+        expected = expected_source.to(TORCH[target]).float().numpy()
+        np.testing.assert_array_equal(row, expected, err_msg=f"{source} -> {target}")
+    assert tensor.cast(dtypes.float64).numpy().dtype == np.float64
+
+
+def wrapped(value: float, dtype) -> int:
+    """What lazygrad defines for a float cast to an int: truncated toward zero into int64 (values int64 cannot
+    hold, NaN and infinities, become int64's most negative value), then wrapped to the dtype's width."""
+    if dtype == dtypes.uint64 and not value < 2.0**63:
+        return (wrapped(value - 2.0**63, dtypes.int64) + 2**63) % 2**64
+    whole = math.trunc(value) if math.isfinite(value) and -(2**63) <= math.trunc(value) < 2**63 else -(2**63)
+    whole %= 2**dtype.bits
+    signed = not dtype.is_unsigned and whole >= 2 ** (dtype.bits - 1)
+    return whole - 2**dtype.bits if signed else whole
+
+
+def test_out_of_range_float_to_int_casts_wrap_the_same_on_every_device():
+    values = [300.7, -129.5, 70000.0, -1e10, 3e9, float("nan"), float("inf"), -float("inf"), 1e20, 1.5e19, -0.9]
+    tensor = Tensor(values)
+    targets = INTS
+    got = Tensor.stack(*[tensor.cast(d).cast(dtypes.int64) for d in targets]).numpy()
+    for row, target in zip(got, targets):
+        expected = [wrapped(float(np.float32(v)), target) for v in values]
+        expected = np.array(expected, dtype=np.uint64 if target == dtypes.uint64 else np.int64).view(np.int64)
+        np.testing.assert_array_equal(row, expected, err_msg=str(target))
+    # within int32's range this is NumPy's astype on x86 too
+    in_range = np.array([300.7, -129.5, 70000.0, -1.9], np.float32)
+    for target in SMALL_INTS:
+        np.testing.assert_array_equal(
+            Tensor(in_range).cast(target).numpy(), in_range.astype(np.int64).astype(target.np)
+        )
+
+
+# ---- reductions ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS, ids=str)
+def test_reductions_of_narrow_ints(dtype):
+    a = int_values(dtype, 24, seed=6).reshape(4, 6)
+    x = Tensor(a)
+    total = x.sum(1)
+    assert total.dtype == dtypes.int32  # PyTorch sums in int64; lazygrad's ints sum as int32
+    np.testing.assert_array_equal(total.numpy(), a.astype(np.int64).sum(1))
+    np.testing.assert_array_equal(x.max(1).numpy(), a.max(1))
+    np.testing.assert_array_equal(x.min(0).numpy(), a.min(0))
+    assert x.max().dtype == dtype
+    np.testing.assert_allclose(x.float().mean().numpy(), a.mean(), rtol=1e-6)
+    np.testing.assert_array_equal(x.sum(1, dtype=dtype).numpy(), a.sum(1, dtype=dtype.np))
+
+
+# ---- promotion -----------------------------------------------------------------------------------------------------
+
+
+def test_promotion_matches_torch_result_type():
+    for a in ALL:
+        for b in ALL:
+            try:
+                expected = torch.result_type(torch.zeros(1, dtype=TORCH[a]), torch.zeros(1, dtype=TORCH[b]))
+            except RuntimeError:  # torch does not promote uint16/32/64 beside other ints: lazygrad does as NumPy
+                if (
+                    a == dtypes.uint64
+                    and b.is_int
+                    and not b.is_unsigned
+                    or b == dtypes.uint64
+                    and a.is_int
+                    and not a.is_unsigned
+                ):
+                    with pytest.raises(TypeError, match="uint64"):
+                        least_upper_dtype(a, b)
+                else:
+                    assert least_upper_dtype(a, b).np == np.promote_types(a.np, b.np), (a, b)
+                continue
+            assert least_upper_dtype(a, b) == getattr(dtypes, str(expected).split(".")[1]), (a, b)
+
+
+def test_mixed_dtypes_promote_in_tensor_ops():
+    x, y = Tensor(np.array([100, -100], np.int8)), Tensor(np.array([200, 7], np.uint8))
+    result = x + y
+    assert result.dtype == dtypes.int16
+    np.testing.assert_array_equal(
+        result.numpy(),
+        (torch.tensor([100, -100], dtype=torch.int8) + torch.tensor([200, 7], dtype=torch.uint8)).numpy(),
+    )
+    assert (Tensor(np.array([1], np.int16)) * Tensor(np.array([2], np.int8))).dtype == dtypes.int16
+    assert (Tensor([1.0], dtype=dtypes.float16) + Tensor([1.0], dtype=dtypes.bfloat16)).dtype == dtypes.float32
+    assert (Tensor(np.array([1], np.uint8)) + 300).dtype == dtypes.int32  # a number it cannot hold widens it
+    with pytest.raises(TypeError, match=r"uint64.*int8|int8.*uint64"):
+        Tensor(np.array([1], np.uint64)) + Tensor(np.array([1], np.int8))
+
+
+# ---- safetensors ---------------------------------------------------------------------------------------------------
+
+
+def test_safetensors_round_trips_every_dtype(tmp_path):
+    safetensors = pytest.importorskip("safetensors.torch")
+    tensors = {d.name: Tensor(source_values(d)[:4], dtype=d) for d in ALL if d != dtypes.float64}
+    path = str(tmp_path / "all.safetensors")
+    safe_save(tensors, path)
+    theirs = safetensors.load_file(path)
+    loaded = safe_load(path)
+    for name, tensor in tensors.items():
+        assert loaded[name].dtype == tensor.dtype, name
+        np.testing.assert_array_equal(loaded[name].numpy(), tensor.numpy(), err_msg=name)
+        assert theirs[name].dtype == TORCH[tensor.dtype], name
+        np.testing.assert_array_equal(
+            theirs[name].to(torch.float32 if name == "bfloat16" else theirs[name].dtype).numpy(), tensor.numpy()
+        )
+    # and files torch writes load with their dtypes
+    safetensors.save_file(
+        {"b": torch.tensor([1.5, -2.0], dtype=torch.bfloat16), "u": torch.tensor([255], dtype=torch.uint8)}, path
+    )
+    loaded = safe_load(path)
+    assert loaded["b"].dtype == dtypes.bfloat16 and loaded["u"].dtype == dtypes.uint8
+    np.testing.assert_array_equal(loaded["b"].numpy(), [1.5, -2.0])
+    np.testing.assert_array_equal((loaded["u"] + 1).numpy(), [0])
