@@ -32,6 +32,7 @@ from lazygrad.codegen.opt import (
     kernel_nodes,
     loops_by_axis,
     loops_of_kind,
+    loops_used,
     output_loops,
     replace_ranges,
 )
@@ -286,20 +287,15 @@ def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
     return max(d for d in range(1, min(size, limit) + 1) if size % d == 0 and (not powers_of_two or d & (d - 1) == 0))
 
 
-def loops_below(node: UOp) -> set[UOp]:
-    """The loops a reduce's value depends on besides its own."""
-    return {n for n in node.src[0].toposort if n.op is Ops.RANGE} - set(node.src[1:])
-
-
 def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Opt, ...]:
     """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
-    reduces = reduce_nodes(plan.sink)
+    reduces, used = reduce_nodes(plan.sink), loops_used(plan.sink)
     # an output loop some reduce does not depend on stays a loop in the thread: the reduce runs once per thread
     for loop in output_loops(plan.sink):
-        if any(loop not in loops_below(reduce) for reduce in reduces):
+        if any(loop not in used[reduce] for reduce in reduces):
             plan.apply(Opt(OptOp.LOOP, loop.arg[0]))
     outputs = loops_of_kind(plan.sink, LoopKind.GLOBAL)
     if target.vector_width > 1 and outputs:  # vector lanes along the innermost output loop, inside each thread

@@ -11,21 +11,8 @@ contains it.
 from __future__ import annotations
 
 from lazygrad.codegen.lower import reduce_identity
-from lazygrad.codegen.opt import output_loops
+from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops
 from lazygrad.uop.ops import Ops, UOp
-
-
-def ranges_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
-    """The loops each node's value depends on."""
-    used: dict[UOp, frozenset[UOp]] = {}
-    for node in sink.toposort:
-        if node.op is Ops.RANGE:
-            used[node] = frozenset([node])
-        elif node.op is Ops.RANGE_REDUCE:
-            used[node] = used[node.src[0]] - frozenset(node.src[1:])
-        else:
-            used[node] = frozenset().union(*(used[source] for source in node.src))
-    return used
 
 
 def toposort_until_reduce(root: UOp) -> list[UOp]:
@@ -43,10 +30,10 @@ def toposort_until_reduce(root: UOp) -> list[UOp]:
     return order
 
 
-def reduces_below(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+def reduces_below(nodes: tuple[UOp, ...]) -> dict[UOp, frozenset[UOp]]:
     """The reduces each node's value needs, directly or through other reduces and memory the threads share."""
     below: dict[UOp, frozenset[UOp]] = {}
-    for node in sink.toposort:
+    for node in nodes:
         sources = [below[source] | ({source} if source.op is Ops.RANGE_REDUCE else set()) for source in node.src]
         below[node] = frozenset().union(*sources)
     return below
@@ -54,18 +41,18 @@ def reduces_below(sink: UOp) -> dict[UOp, frozenset[UOp]]:
 
 class Linearizer:
     def __init__(self, sink: UOp):
+        nodes = kernel_nodes(sink)
         self.sink = sink
-        self.used = ranges_used(sink)
+        self.used = loops_used(sink)  # the loops each value depends on
         self.program: list[UOp] = []
         self.linear: dict[UOp, UOp] = {}  # graph node -> its UOp in the program
         self.accumulators = 0
         self.open: set[UOp] = set()
-        self.reduces = [node for node in sink.toposort if node.op is Ops.RANGE_REDUCE]
+        self.reduces = [node for node in nodes if node.op is Ops.RANGE_REDUCE]
         # what a group of threads computed together, read back from their shared memory
-        self.shared_reads = [
-            node for node in sink.toposort if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL
-        ]
-        self.reduces_below = reduces_below(sink)
+        self.shared_reads = [node for node in nodes if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL]
+        # (asked only of reduces that could share a loop nest with another)
+        self.reduces_below = reduces_below(nodes) if len(self.reduces) > 1 else {}
         self.bodies: dict[UOp, dict[UOp, None]] = {}
 
     def body(self, reduce: UOp) -> dict[UOp, None]:

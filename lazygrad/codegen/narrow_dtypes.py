@@ -185,7 +185,14 @@ def bitcast_rule(node: UOp) -> UOp | None:
 
 def lower_narrow_dtypes(kernel_graph: UOp) -> UOp:
     """The kernel graph with bfloat16 computed in float32, narrow ints in 32 bits and float-to-int casts defined."""
+    if not any(needs_lowering(node) for node in kernel_graph.toposort):  # (most kernels: no rewrite pass at all)
+        return kernel_graph
     return graph_rewrite(kernel_graph, narrow_dtype_rules, ctx=set())
+
+
+def needs_lowering(node: UOp) -> bool:
+    """Whether a rule below may apply to `node` or to the nodes around it."""
+    return node.dtype == BF16 or is_small_int(node.dtype) or node.op in (Ops.CAST, Ops.BITCAST)
 
 
 narrow_dtype_rules = PatternMatcher(
