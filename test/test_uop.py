@@ -143,6 +143,20 @@ def test_div_mod_recombine():
     assert simplify((r // 4) // 5) is simplify(r // 20)
 
 
+def test_div_mod_recombine_below_zero():
+    # division truncates toward zero and a remainder takes the sign of what is divided, so the identities hold below
+    # zero too (a padded tap's index)
+    from lazygrad.uop.pattern import substitute as replace
+
+    r = loop(20)
+    x = r - 17
+    for expression, expected in [((x // 4) * 4 + x % 4, x), (((x // 4) % 5) * 4 + x % 4, x % 20)]:
+        assert simplify(expression) is simplify(expected)
+        for value in range(20):  # the same value at every point, constants folded as the devices compute them
+            point = {r: UOp.const(INDEX, value)}
+            assert simplify(replace(expression, point)).arg == simplify(replace(expected, point)).arg
+
+
 def test_comparisons_from_ranges():
     r = loop(8)
     assert simplify(r.lt(8)) is UOp.const(dtypes.bool, True)

@@ -102,24 +102,20 @@ def build_sum(dtype, terms: list[tuple[UOp | None, int]]) -> UOp:
 
 def canonical_sum(node: UOp) -> UOp | None:
     terms = [split_term(term) for term in sum_terms(node)]
-    # (x//c)*c + x%c is x
+    # (x//c)*c + x%c is x, whatever x's sign: division truncates toward zero and the remainder takes x's sign
     bases = {base: coefficient for base, coefficient in terms if base is not None}
     for base, coefficient in list(bases.items()):
-        if base.op is Ops.IDIV and base.src[1].op is Ops.CONST and base.src[1].arg > 0 and base.src[0].vmin >= 0:
+        if base.op is Ops.IDIV and base.src[1].op is Ops.CONST and base.src[1].arg > 0:
             remainder = base.src[0].alu(Ops.MOD, base.src[1])
             divisor = base.src[1].arg
             if coefficient % divisor == 0 and bases.get(remainder) == coefficient // divisor:
                 terms = [(b, c) for b, c in terms if b is not base and b is not remainder]
                 terms.append((base.src[0], coefficient // divisor))
                 return build_sum(node.dtype, terms)
-        # ((x // a) % b) * a + x % a is x % (a * b)
+        # ((x // a) % b) * a + x % a is x % (a * b) (for either sign of x, as above)
         if base.op is Ops.MOD and base.src[0].op is Ops.IDIV and base.src[1].op is Ops.CONST:
             inner, outer = base.src[0], base.src[1].arg
-            if (
-                inner.src[1].op is Ops.CONST
-                and inner.src[0].vmin >= 0
-                and fits_product(node.dtype, inner.src[1], outer)
-            ):
+            if inner.src[1].op is Ops.CONST and fits_product(node.dtype, inner.src[1], outer):
                 a = inner.src[1].arg
                 remainder = inner.src[0].alu(Ops.MOD, inner.src[1])
                 if coefficient % a == 0 and bases.get(remainder) == coefficient // a:
