@@ -173,12 +173,15 @@ class ConvMixin:
         windows = x._pool(tuple(kernel), stride, dilation)
         out = windows.shape[2 : 2 + count]
         per_group = channels_out // groups
-        # taps before positions: the gradient of the windows (a reduce over output channels) is then laid out
-        # along the image's rows, where adding its taps back up into the input's gradient reads it in order
-        order = (0, 1, *range(2 + count, 2 + 2 * count), *range(2, 2 + count))
-        windows = windows.permute(order).reshape(batch, groups, 1, group_channels, *kernel, *out)
-        weights = weight.reshape(1, groups, per_group, group_channels, *kernel, *(1,) * count)
-        result = (windows * weights).sum(tuple(range(3, 4 + count))).reshape(batch, channels_out, *out)
+        # positions before channels and taps: where the windows get a buffer of their own (an im2col, when they are
+        # costly to compute twice, or shared by the forward pass and the weight's gradient), each position's
+        # channels and taps lie in a row, so every product over them (forward, the weight's and the windows'
+        # gradients) reads or writes that row contiguously, whatever the image size
+        windows = windows.reshape(batch, groups, group_channels, *out, *kernel)
+        windows = windows.permute(0, 1, *range(3, 3 + count), 2, *range(3 + count, 3 + 2 * count))
+        windows = windows.reshape(batch, groups, 1, *out, group_channels, *kernel)
+        weights = weight.reshape(1, groups, per_group, *(1,) * count, group_channels, *kernel)
+        result = (windows * weights).sum(tuple(range(-1 - count, 0))).reshape(batch, channels_out, *out)
         return result if bias is None else result + bias.reshape(1, -1, *(1,) * count)
 
     def _named_padding(self: Tensor, padding: str, kernel, stride, dilation, op_name: str):

@@ -109,7 +109,8 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
 
     Elementwise work below an expand is computed once per element of the expand: cheap work (a bias and a ReLU)
     stays fused, costly work (a layer norm's output read by the products after it, a softmax's read by attention's
-    second product) becomes a buffer, computed once."""
+    second product) becomes a buffer, computed once. Where the reader sees it permuted (a convolution's windows, an
+    im2col), the buffer holds it in the reader's order, so the products over it read rows."""
     reached_by: dict[UOp, set[UOp]] = {}
     unsafe: set[UOp] = set()
     costs: dict[UOp, int] = {}
@@ -147,7 +148,9 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
                 where, loops = REPEATED, None
                 computed = _below_movement(node)
                 if computed not in to_realize and _repeats_costly_work(node, computed, to_realize, costs):
-                    unsafe.add(computed)  # a kernel of its own: what it reads is decided there, not here
+                    # a kernel of its own (what it reads is decided there, not here), written in the order this
+                    # reader walks it where a permute lies between
+                    unsafe.add(node.src[0] if _permutes(node.src[0], computed) else computed)
                     continue
             elif node.shape != loops:
                 loops = None
@@ -172,6 +175,17 @@ def _repeats_costly_work(expand: UOp, computed: UOp, to_realize: set[UOp], costs
         return False
     repeats = prod(expand.shape) - prod(expand.src[0].shape)
     return costs[computed] * repeats >= REPEATED_WORK
+
+
+def _permutes(view: UOp, base: UOp) -> bool:
+    """Whether the movement ops from `base` up to `view` reorder its elements (and only that: no pad, shrink or
+    expand changes what is read)."""
+    permuted = False
+    while view is not base:
+        if view.op not in (Ops.PERMUTE, Ops.RESHAPE):
+            return False
+        permuted, view = permuted or view.op is Ops.PERMUTE, view.src[0]
+    return permuted
 
 
 def _below_movement(node: UOp) -> UOp:
