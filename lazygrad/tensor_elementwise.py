@@ -26,6 +26,9 @@ def broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
 
 def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
+    first = shapes[0]
+    if all(shape == first or shape == () for shape in shapes[1:]):  # the common cases: equal shapes, a scalar
+        return tuple(first)
     ndim = max(len(shape) for shape in shapes)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []
