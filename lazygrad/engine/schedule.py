@@ -33,7 +33,7 @@ from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, r
 from lazygrad.engine.kernel_work import long_chain_cuts
 from lazygrad.engine.rng import is_random_source
 from lazygrad.helpers import DEBUG, prod
-from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key, toposort
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key
 from lazygrad.uop.pattern import substitute
 
 
@@ -360,27 +360,47 @@ _plans: dict[tuple, _Plan] = {}
 PLAN_CACHE_SIZE = 4096
 
 
-def _structure(nodes: list[UOp], outputs: list[UOp], device: str) -> tuple[tuple, list[UOp]]:
-    """What the schedule of a graph (its nodes, sources first) depends on: each node's op, dtype, argument and
-    sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN dropped (a buffer used
-    twice is one node, so positions still tell it from two buffers), and the outputs' positions. Also the buffers
-    in order."""
-    position = {node: index for index, node in enumerate(nodes)}
-    position_of = position.__getitem__
+def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[UOp], bool]:
+    """Walk a graph once for what its schedule depends on. Returns its nodes, sources first; the key: each node's op,
+    dtype, argument and sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN
+    dropped (a buffer used twice is one node, so positions still tell it from two buffers), and the outputs'
+    positions; the buffers in order; and whether kernels see the graph as it is (no node in it was realized
+    earlier, and no DETACH is to be dropped: see `_prepare`)."""
+    order: list[UOp] = []
+    position: dict[UOp, int] = {}
+    visited: set[UOp] = set()
     buffers: list[UOp] = []
-    entries: list[Any] = [device, tuple(map(position_of, outputs))]
-    for node in nodes:
+    entries: list[Any] = [device]
+    as_is = True
+    get_realized = realized.get
+    stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(outputs)]
+    while stack:
+        node, sources_done = stack.pop()
+        if not sources_done:
+            if node not in visited:
+                visited.add(node)
+                stack.append((node, True))
+                for source in reversed(node.src):
+                    if source not in visited:
+                        stack.append((source, False))
+            continue
         op, arg = node.op, node.arg
         if op is Ops.BUFFER:
             buffers.append(node)
             entries.append((node.dtype, *arg[1:]))
         else:
+            # (constants are never computed, so never looked up: the weak map is slow to ask)
+            if as_is and op is not Ops.CONST and (op is Ops.DETACH or get_realized(node) is not None):
+                as_is = False
             if op in _UNIQUE_ARGS:
                 arg = None
             elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
                 arg = _const_key(arg)
-            entries.append((op, node.dtype, arg, tuple(map(position_of, node.src))))
-    return tuple(entries), buffers
+            entries.append((op, node.dtype, arg, tuple([position[source] for source in node.src])))
+        position[node] = len(order)
+        order.append(node)
+    entries.append(tuple([position[output] for output in outputs]))
+    return order, tuple(entries), buffers, as_is
 
 
 _UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
@@ -393,12 +413,13 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
     start = time.perf_counter()
+    nodes, key, inputs, as_is = _structure(outputs, device)
     # graphs may contain nodes realized earlier: read those from their buffers
-    original_nodes = toposort(outputs)
-    prepared = _prepare(original_nodes)
-    kernel_outputs = [prepared.get(output, output) for output in outputs]
-    nodes = toposort(kernel_outputs) if prepared else original_nodes
-    key, inputs = _structure(nodes, kernel_outputs, device)
+    prepared = {} if as_is else _prepare(nodes)
+    kernel_outputs = outputs
+    if prepared:
+        kernel_outputs = [prepared.get(output, output) for output in outputs]
+        nodes, key, inputs, _ = _structure(kernel_outputs, device)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _make_plan(UOp(Ops.SINK, src=tuple(kernel_outputs)), nodes, inputs, device)
