@@ -311,14 +311,16 @@ class Tensor(
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
         realized.update(remember)
-        for tensor in tensors_holding(node for node, view in becomes.items() if node is not view):
-            if tensor.device != becomes[tensor.uop].base.arg[2]:
+        for tensor in tensors_holding(becomes):
+            node = tensor._uop
+            view = becomes[node]
+            if tensor.device != view.base.arg[2]:
                 continue  # the same device-less node (a constant) on another device
             # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
             # read: not where this schedule overwrote one (a value computed from a buffer an assign here wrote)
-            if tensor.uop in remember and tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
-                tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
-            tensor.uop = becomes[tensor.uop]
+            if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
+                tensor._history = remember_history(view, node)
+            tensor.uop = view
         if DEBUG >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 
