@@ -117,6 +117,8 @@ COMPARISON = {Ops.CMPLT, Ops.CMPNE}
 def _const_key(arg: Any) -> Any:
     # 0.0 == -0.0 and True == 1 in Python; the type and the sign keep such constants apart. NaN equals nothing,
     # not even itself, so it gets a key that does (else every NaN constant would be a new node, and a new kernel).
+    if arg is None or type(arg) is tuple:  # most nodes' args (shapes, axes): checked first, every node made asks
+        return arg
     if isinstance(arg, float):
         return (float, "nan") if math.isnan(arg) else (float, arg, math.copysign(1.0, arg))
     if isinstance(arg, (bool, int)):
