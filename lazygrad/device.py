@@ -116,21 +116,15 @@ class Buffer:
 
     def __init__(self, device: str, size: int, dtype: DType):
         self.device, self.size, self.dtype = device, size, dtype
+        self.nbytes = size * dtype.itemsize
+        self._allocated_bytes = max(self.nbytes, dtype.itemsize)  # (an empty buffer still gets one element)
         self._handle: Any = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     @property
     def handle(self) -> Any:
         if self._handle is None:
             self._handle = memory_pool.take(self.device, self._allocated_bytes)
         return self._handle
-
-    @property
-    def _allocated_bytes(self) -> int:
-        return max(self.nbytes, self.dtype.itemsize)
 
     @property
     def is_allocated(self) -> bool:

@@ -3,6 +3,7 @@ Python numbers and data take and whether a dtype holds them."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ class DType:
     def __repr__(self) -> str:
         return f"dtypes.{self.name}"
 
-    @property
+    @functools.cached_property  # (a dtype is immutable; making a NumPy dtype costs more than looking one up)
     def np(self) -> np.dtype:
         """The NumPy dtype of this dtype's memory (bfloat16, which NumPy lacks, is held as its uint16 bits)."""
         return np.dtype(self.np_name)

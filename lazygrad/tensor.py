@@ -47,16 +47,13 @@ from lazygrad.uop.ops import Ops, UOp
 Scalar = int | float | bool
 _contiguous_ids = itertools.count()
 _assign_ids = itertools.count()
-# node -> the live tensors holding it (by id, as weak references: Tensor's == is elementwise, so no sets of
-# tensors), so realization and autograd visit only the tensors they concern
-_tensors_of: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ref]] = weakref.WeakKeyDictionary()
 
 
 def tensors_holding(nodes) -> list[Tensor]:
     """The live tensors whose node is one of `nodes`."""
     found: dict[int, Tensor] = {}
     for node in nodes:
-        for reference in list(_tensors_of.get(node, {}).values()):
+        for reference in list(node.__dict__.get("tensors", {}).values()):
             if (tensor := reference()) is not None:
                 found[id(tensor)] = tensor
     return list(found.values())
@@ -117,12 +114,15 @@ class Tensor(
 
     @uop.setter
     def uop(self, node: UOp) -> None:
+        # A node knows the live tensors holding it (by id, as weak references: Tensor's == is elementwise, so no sets
+        # of tensors), so realization and autograd visit only the tensors they concern. The map lives with the node's
+        # cached facts: it dies with the node, with no weak dictionary to keep up.
         previous = getattr(self, "_uop", None)
-        if previous is not None and (holders := _tensors_of.get(previous)) is not None:
+        if previous is not None and (holders := previous.__dict__.get("tensors")) is not None:
             holders.pop(id(self), None)
         self._uop = node
-        if (holders := _tensors_of.get(node)) is None:
-            holders = _tensors_of[node] = {}
+        if (holders := node.__dict__.get("tensors")) is None:
+            holders = node.__dict__["tensors"] = {}
         holders[id(self)] = weakref.ref(self, lambda _, holders=holders, key=id(self): holders.pop(key, None))
 
     @staticmethod
@@ -311,14 +311,16 @@ class Tensor(
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
         realized.update(remember)
-        for tensor in tensors_holding(node for node, view in becomes.items() if node is not view):
-            if tensor.device != becomes[tensor.uop].base.arg[2]:
+        for tensor in tensors_holding(becomes):
+            node = tensor._uop
+            view = becomes[node]
+            if tensor.device != view.base.arg[2]:
                 continue  # the same device-less node (a constant) on another device
             # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
             # read: not where this schedule overwrote one (a value computed from a buffer an assign here wrote)
-            if tensor.uop in remember and tensor._wants_gradient() and tensor.uop.op not in (Ops.ASSIGN, Ops.DETACH):
-                tensor._history = remember_history(becomes[tensor.uop], tensor.uop)
-            tensor.uop = becomes[tensor.uop]
+            if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
+                tensor._history = remember_history(view, node)
+            tensor.uop = view
         if DEBUG >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 

@@ -26,6 +26,9 @@ def broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
 
 def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
+    first = shapes[0]
+    if all(shape == first or shape == () for shape in shapes[1:]):  # the common cases: equal shapes, a scalar
+        return tuple(first)
     ndim = max(len(shape) for shape in shapes)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []
@@ -100,24 +103,25 @@ class ElementwiseMixin:
 
     def _operand_nodes(self: Tensor, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[UOp, UOp]:
         """The nodes of both operands of a binary op, promoted to one dtype and broadcast to one shape."""
+        node = self.uop
         if isinstance(other, ElementwiseMixin):
             if other.device != self.device:
                 raise ValueError(
                     f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
                 )
-            dtype, other_node = least_upper_dtype(self.dtype, other.dtype, op_name=op_name), other.uop
+            dtype, other_node = least_upper_dtype(node.dtype, other.dtype, op_name=op_name), other.uop
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
             # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
-            dtype = scalar_dtype(op_name, other, self.dtype)
-            if dtype == dtypes.int64 and self.dtype != dtypes.int64:
+            dtype = scalar_dtype(op_name, other, node.dtype)
+            if dtype == dtypes.int64 and node.dtype != dtypes.int64:
                 check_device_has(dtype, self.device, op_name)
             other_node = UOp.const(dtype, other)
         else:
             raise TypeError(
                 f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number"
             )
-        x, y = (other_node, self.uop) if reverse else (self.uop, other_node)
+        x, y = (other_node, node) if reverse else (node, other_node)
         x = x if x.dtype == dtype else UOp(Ops.CAST, dtype, (x,))
         y = y if y.dtype == dtype else UOp(Ops.CAST, dtype, (y,))
         shape = broadcast_shape(op_name, x.shape, y.shape)

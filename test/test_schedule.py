@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lazygrad import GlobalCounters, Tensor
+from lazygrad import Device, GlobalCounters, Tensor
 from lazygrad.engine.kernel_work import KERNEL_WORK_LIMIT
 
 
@@ -263,6 +263,86 @@ def test_plan_reused_for_assigns_to_new_buffers():
         Tensor.realize_all(old, weight)
         np.testing.assert_array_equal(old.numpy(), [2 * start] * 2)
         np.testing.assert_array_equal(weight.numpy(), [start + 1] * 2)
+
+
+def test_plan_keeps_graphs_of_one_shape_apart():
+    # each pair below has the same ops in the same places: a cached plan must tell them apart by what differs
+    x = np.array([1.5, -2.0, 3.0], dtype=np.float32)
+    for _ in range(2):  # the second round finds every plan cached
+        t = Tensor(x).realize()
+        # constants, the sign of zero among them
+        np.testing.assert_array_equal((t + 1).numpy(), x + 1)
+        np.testing.assert_array_equal((t + 2).numpy(), x + 2)
+        assert np.signbit((t * 0.0).numpy()).tolist() == np.signbit(x * np.float32(0.0)).tolist()
+        assert np.signbit((t * -0.0).numpy()).tolist() == np.signbit(x * np.float32(-0.0)).tolist()
+        # shapes and dtypes of the buffers
+        for data in (x, x[:2], x.reshape(3, 1), x.astype(np.int32), np.array([True, False])):
+            np.testing.assert_array_equal((Tensor(data) * 3).numpy(), data * 3)
+        # other buffers of the same kind, one buffer read twice and two buffers
+        y = np.array([10.0, 20.0, 30.0], dtype=np.float32)
+        u = Tensor(y).realize()
+        np.testing.assert_array_equal((t + u).numpy(), x + y)
+        np.testing.assert_array_equal((u + t).numpy(), y + x)
+        np.testing.assert_array_equal((t + t).numpy(), x + x)
+        # the same nodes in the same order, wired differently
+        np.testing.assert_array_equal((t * u + t).numpy(), x * y + x)
+        np.testing.assert_array_equal((t * u + u).numpy(), x * y + y)
+        # buffers that differ in their dtype alone (every node above them is float32)
+        for data in (np.array([200, -3], np.int32), np.array([200, 3], np.uint8), np.array([200, -3], np.int16)):
+            np.testing.assert_array_equal((Tensor(data).float() + 1).numpy(), data.astype(np.float32) + 1)
+
+
+def test_plan_reads_nodes_realized_earlier_from_their_buffers():
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    t = Tensor(x).realize()
+    for offset in (1.0, 5.0):
+        inner = t + offset
+        outer = (inner * 2).detach() + inner
+        assert len(outer.schedule()) == 1
+        # the same graph once `inner` is realized: its kernel reads inner's buffer instead of computing it again
+        inner.realize()
+        items = outer.schedule()
+        assert len(items) == 1 and inner.uop.base in items[0].buffers and t.uop.base not in items[0].buffers
+        np.testing.assert_array_equal(outer.numpy(), (x + offset) * 3)
+
+
+def test_plan_keeps_outputs_apart():
+    from lazygrad.engine.buffers import is_buffer_view
+
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    t = Tensor(x).realize()
+    np.testing.assert_array_equal(((t + 1) * 2).numpy(), (x + 1) * 2)  # one output: t + 1 is fused, not kept
+    # the same nodes with t + 1 an output too: it gets a buffer of its own
+    inner = t + 1
+    outer = inner * 2
+    Tensor.realize_all(outer, inner)
+    assert is_buffer_view(inner.uop) and is_buffer_view(outer.uop)
+    np.testing.assert_array_equal(inner.numpy(), x + 1)
+    np.testing.assert_array_equal(outer.numpy(), (x + 1) * 2)
+
+
+def test_plan_follows_the_buffer_an_assign_writes():
+    first, second = Tensor([1.0, 2.0]).realize(), Tensor([10.0, 20.0]).realize()
+    for step in range(1, 4):
+        first.assign(first + 1).realize()
+        np.testing.assert_array_equal(first.numpy(), [1.0 + step, 2.0 + step])
+        np.testing.assert_array_equal(second.numpy(), [10.0 + step - 1, 20.0 + step - 1])
+        second.assign(second + 1).realize()
+        np.testing.assert_array_equal(second.numpy(), [10.0 + step, 20.0 + step])
+        # a graph reading the buffer an assign wrote reads its new values
+        np.testing.assert_array_equal((first + 1).numpy(), [2.0 + step, 3.0 + step])
+
+
+def test_plan_keeps_devices_apart():
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    for device in (Device.DEFAULT, "PYTHON", Device.DEFAULT):
+        result = Tensor(x, device=device) + 1
+        np.testing.assert_array_equal(result.numpy(), x + 1)
+        assert result.uop.base.arg[2] == Device.canonicalize(device)
+        # a graph with no buffer below it is computed on the device it is realized for
+        filled = Tensor.full((2,), 3.0, device=device) + 1
+        np.testing.assert_array_equal(filled.numpy(), [4.0, 4.0])
+        assert filled.uop.base.arg[2] == Device.canonicalize(device)
 
 
 def test_reduce_read_through_two_views_is_realized():

@@ -81,7 +81,8 @@ def forget_buffer(buffer: UOp) -> None:
 def remember_history(view: UOp, computation: UOp) -> UOp:
     """Record that `view` holds the value of `computation`; returns the computation with earlier views expanded,
     which the caller (the tensor switched to `view`) must keep alive for the history to last."""
-    expanded = with_history([computation])[computation]
+    # (with no history recorded anywhere, the graph has no view to expand)
+    expanded = with_history([computation])[computation] if history else computation
     history[view] = weakref.ref(expanded)
     return expanded
 

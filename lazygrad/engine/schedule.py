@@ -33,7 +33,7 @@ from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, r
 from lazygrad.engine.kernel_work import long_chain_cuts
 from lazygrad.engine.rng import is_random_source
 from lazygrad.helpers import DEBUG, prod
-from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key, toposort
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key
 from lazygrad.uop.pattern import substitute
 
 
@@ -342,18 +342,18 @@ _NEVER_COMPUTED = (Ops.BUFFER, Ops.CONST)
 
 
 def _prepare(nodes: list[UOp]) -> dict[UOp, UOp]:
-    """Each node (sources first) mapped to the graph as kernels see it: nodes realized earlier read from their
-    buffers, DETACH dropped."""
+    """The nodes (sources first) that kernels see differently, mapped to what they see: nodes realized earlier read
+    from their buffers, DETACH dropped, and the nodes above those rebuilt. Empty for a graph kernels see as it is."""
     done: dict[UOp, UOp] = {}
+    get_realized = realized.get
     for node in nodes:
         # (buffers and constants are never computed, so never looked up: the weak map is slow to ask)
-        if node.op not in _NEVER_COMPUTED and (view := realized.get(node)) is not None:
+        if node.op not in _NEVER_COMPUTED and (view := get_realized(node)) is not None:
             done[node] = view
         elif node.op is Ops.DETACH:
-            done[node] = done[node.src[0]]
-        else:
-            new_src = tuple(done[source] for source in node.src)
-            done[node] = node if new_src == node.src else node.replace(src=new_src)
+            done[node] = done.get(node.src[0], node.src[0])
+        elif done and any(source in done for source in node.src):
+            done[node] = node.replace(src=tuple(done.get(source, source) for source in node.src))
     return done
 
 
@@ -365,8 +365,8 @@ class _Plan:
 
     kernels: list[tuple[UOp | None, list[int], str, str]]  # AST, buffer slots, device, kind
     new_buffers: list[tuple[str, int, DType]]  # device, size and dtype of each allocated slot
-    views: dict[int, tuple[int, tuple[tuple[int, ...], ...]]]  # position -> slot and the reshapes viewing it
-    remember: frozenset[int]  # positions whose value later graphs may reuse
+    views: list[tuple[int, int, tuple[tuple[int, ...], ...]]]  # position, slot and the reshapes viewing it
+    remember: tuple[int, ...]  # positions whose value later graphs may reuse
     overwritten: list[int]  # slots that assigns write
 
 
@@ -374,62 +374,93 @@ _plans: dict[tuple, _Plan] = {}
 PLAN_CACHE_SIZE = 4096
 
 
-def _structure(nodes: list[UOp], outputs: list[UOp], device: str) -> tuple[tuple, list[UOp]]:
-    """What the schedule of a graph (its nodes, sources first) depends on: each node's op, dtype, argument and
-    sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN dropped (a buffer used
-    twice is one node, so positions still tell it from two buffers), and the outputs' positions. Also the buffers
-    in order."""
-    position = {node: index for index, node in enumerate(nodes)}
+def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[UOp], bool]:
+    """Walk a graph once for what its schedule depends on. Returns its nodes, sources first; the key: each node's op,
+    dtype, argument and sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN
+    dropped (a buffer used twice is one node, so positions still tell it from two buffers), and the outputs'
+    positions; the buffers in order; and whether kernels see the graph as it is (no node in it was realized
+    earlier, and no DETACH is to be dropped: see `_prepare`)."""
+    order: list[UOp] = []
+    position: dict[UOp, int] = {}
+    visited: set[UOp] = set()
     buffers: list[UOp] = []
-    entries: list[Any] = [device, tuple(position[output] for output in outputs)]
-    for node in nodes:
-        if node.op is Ops.BUFFER:
+    entries: list[Any] = [device]
+    as_is = True
+    get_realized = realized.get
+    stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(outputs)]
+    while stack:
+        node, sources_done = stack.pop()
+        if not sources_done:
+            if node not in visited:
+                visited.add(node)
+                stack.append((node, True))
+                for source in reversed(node.src):
+                    if source not in visited:
+                        stack.append((source, False))
+            continue
+        op, arg = node.op, node.arg
+        if op is Ops.BUFFER:
             buffers.append(node)
-            entries.append((node.dtype, *node.arg[1:]))
+            entries.append((node.dtype, *arg[1:]))
         else:
-            arg = None if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else _const_key(node.arg)
-            entries.append((node.op, node.dtype, arg, tuple(position[source] for source in node.src)))
-    return tuple(entries), buffers
+            # (constants are never computed, so never looked up: the weak map is slow to ask)
+            if as_is and op is not Ops.CONST and (op is Ops.DETACH or get_realized(node) is not None):
+                as_is = False
+            if op in _UNIQUE_ARGS:
+                arg = None
+            elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
+                arg = _const_key(arg)
+            entries.append((op, node.dtype, arg, tuple([position[source] for source in node.src])))
+        position[node] = len(order)
+        order.append(node)
+    entries.append(tuple([position[output] for output in outputs]))
+    return order, tuple(entries), buffers, as_is
+
+
+_UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
 
 
 def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
-    """The kernels that compute `outputs`, in order; the map from each computed node to the buffer view that will
-    hold its value; and the part of that map later graphs may reuse.
+    """The kernels that compute `outputs`, in order; the map from each computed node (and each node found realized
+    earlier) to the buffer view that will hold its value; and the part of that map later graphs may reuse.
 
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
     start = time.perf_counter()
+    nodes, key, inputs, as_is = _structure(outputs, device)
     # graphs may contain nodes realized earlier: read those from their buffers
-    original_nodes = toposort(outputs)
-    prepared = _prepare(original_nodes)
-    kernel_outputs = [prepared[output] for output in outputs]
-    unchanged = all(new is output for new, output in zip(kernel_outputs, outputs))
-    nodes = original_nodes if unchanged else toposort(kernel_outputs)
-    key, inputs = _structure(nodes, kernel_outputs, device)
+    prepared = {} if as_is else _prepare(nodes)
+    kernel_outputs = outputs
+    if prepared:
+        kernel_outputs = [prepared.get(output, output) for output in outputs]
+        nodes, key, inputs, _ = _structure(kernel_outputs, device)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _make_plan(UOp(Ops.SINK, src=tuple(kernel_outputs)), nodes, inputs, device)
         if len(_plans) > PLAN_CACHE_SIZE:
             del _plans[next(iter(_plans))]
-    buffers = inputs + [new_buffer(*spec) for spec in plan.new_buffers]
+    buffers = inputs + [new_buffer(*spec) for spec in plan.new_buffers] if plan.new_buffers else inputs
     for slot in plan.overwritten:
         forget_buffer(buffers[slot])  # nodes computed into it earlier no longer read their value there
     schedule = [
         ScheduleItem(ast, [buffers[slot] for slot in slots], dev, kind) for ast, slots, dev, kind in plan.kernels
     ]
     views = {}
-    for position, (slot, shapes) in plan.views.items():
+    for position, slot, shapes in plan.views:
         view = buffers[slot]
         for shape in shapes:
             view = UOp(Ops.RESHAPE, view.dtype, (view,), shape)
         views[nodes[position]] = view
-    # every node of the original graph that was computed (or found realized) goes to its buffer view
-    becomes = {
-        original: views.get(new, new) for original, new in prepared.items() if new in views or is_buffer_view(new)
-    }
-    becomes |= views
-    remembered = {nodes[position] for position in plan.remember}
-    remember = {node: view for node, view in becomes.items() if prepared.get(node, node) in remembered}
+    remember = {nodes[position]: views[nodes[position]] for position in plan.remember}
+    if prepared:
+        # a node of the original graph found realized, or with a computed node in its place, goes to that buffer view
+        becomes = {
+            original: views.get(new, new) for original, new in prepared.items() if new in views or is_buffer_view(new)
+        }
+        remember = {node: view for node, view in becomes.items() if prepared[node] in remember} | remember
+        becomes |= views
+    else:
+        becomes = views
     if DEBUG >= 1:
         print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
     return schedule, becomes, remember
@@ -456,18 +487,18 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _
             slots[buffer] = len(slots)
             new_buffers.append((buffer.arg[2], buffer.arg[1], buffer.dtype))
     position = {node: index for index, node in enumerate(nodes)}
-    views = {}
+    views = []
     for root, view in buffer_views.items():
         shapes = []
         while view.op is Ops.RESHAPE:
             shapes.append(view.arg)
             view = view.src[0]
-        views[position[root]] = (slots[view], tuple(reversed(shapes)))
+        views.append((position[root], slots[view], tuple(reversed(shapes))))
     return _Plan(
         [(item.ast, [slots[buffer] for buffer in item.buffers], item.device, item.kind) for item in ordered],
         new_buffers,
         views,
-        frozenset(position[node] for node in _reusable(sink_nodes, roots, buffer_views)),
+        tuple(position[node] for node in _reusable(sink_nodes, roots, buffer_views)),
         [slots[root.src[0].base] for root in roots if root.op is Ops.ASSIGN],
     )
 

@@ -117,6 +117,8 @@ COMPARISON = {Ops.CMPLT, Ops.CMPNE}
 def _const_key(arg: Any) -> Any:
     # 0.0 == -0.0 and True == 1 in Python; the type and the sign keep such constants apart. NaN equals nothing,
     # not even itself, so it gets a key that does (else every NaN constant would be a new node, and a new kernel).
+    if arg is None or type(arg) is tuple:  # most nodes' args (shapes, axes): checked first, every node made asks
+        return arg
     if isinstance(arg, float):
         return (float, "nan") if math.isnan(arg) else (float, arg, math.copysign(1.0, arg))
     if isinstance(arg, (bool, int)):
@@ -145,6 +147,8 @@ def toposort(roots: list[UOp]) -> list[UOp]:
                 push((source, False))
     return order
 
+
+_MISSING = object()  # a cached fact not computed yet (None is a fact: the shape of a kernel node)
 
 # structural key -> weak reference to the one node with it (a plain dict of weak references: a WeakValueDictionary
 # does the same with more Python per call, and node creation is the hottest path of graph building)
@@ -236,7 +240,8 @@ class UOp:
     @property
     def shape(self) -> tuple[int, ...] | None:
         """The shape of a tensor-graph node; None for kernel nodes."""
-        return self._derive("shape", _shape_of)
+        cached = self.__dict__.get("shape", _MISSING)  # (read on every op built: the cached case first, inline)
+        return cached if cached is not _MISSING else self._derive("shape", _shape_of)
 
     def device(self, default: str) -> str:
         """The device this node's value is computed on: that of the buffers below it, a COPY below it counting
@@ -342,19 +347,20 @@ class UOp:
 
 def cast_python(value: Any, dtype: DType) -> Any:
     """A Python scalar converted as `dtype` would hold it (ints wrap around, floats round through NumPy)."""
-    if dtype == dtypes.bool:
-        return bool(value)
-    if dtype.is_int:
-        if isinstance(value, float) and not math.isfinite(value):
-            return 0
-        return wrap_int(int(value), dtype)
-    if dtype == dtypes.bfloat16:
-        return round_bfloat16(value)
-    if dtype.is_float:
+    kind = dtype.kind
+    if kind == "float":  # (the most common case first: every float constant of a float graph)
+        if dtype is dtypes.bfloat16:
+            return round_bfloat16(value)
         if -65504.0 <= value <= 65504.0:  # representable in every float dtype: no overflow to silence (the slow part)
             return float(dtype.np.type(value))
         with np.errstate(over="ignore", invalid="ignore"):
             return float(dtype.np.type(value))
+    if kind == "bool":
+        return bool(value)
+    if kind in ("int", "uint"):
+        if isinstance(value, float) and not math.isfinite(value):
+            return 0
+        return wrap_int(int(value), dtype)
     return value
 
 
