@@ -186,7 +186,7 @@ def test_heads_merged_by_a_reshape_are_split_apart_again():
 
 # ---- thread actions: devices with threads (the PYTHON emulator runs the same programs GPUs get) --------------------
 
-L, P, G = OptOp.LOCAL, OptOp.LOOP, OptOp.GROUP
+L, P, G, T = OptOp.LOCAL, OptOp.LOOP, OptOp.GROUP, OptOp.TILE
 
 
 @pytest.fixture(params=["PYTHON", "GPU", "CUDA"])
@@ -211,6 +211,12 @@ def threaded(request) -> str:
         (Opt(G, 2, 4),),
         (Opt(L, 1, 4), Opt(G, 3, 3)),  # shared memory indexed by both thread loops
         (Opt(P, 0), Opt(U, 0, 2), Opt(L, 1, 8)),
+        (Opt(L, 1, 4), Opt(U, 1, 4)),  # a register tile: a thread's outputs a block's threads apart
+        (Opt(L, 1, 4), Opt(T, 3, 3)),  # the inputs staged 3 of the 12 reduce iterations at a time
+        (Opt(L, 0, 2), Opt(L, 2, 4), Opt(U, 0, 4), Opt(U, 2, 4), Opt(T, 4, 4)),
+        (Opt(L, 0, 4), Opt(L, 2, 8), Opt(T, 4, 6)),  # more elements than threads: the last copy is gated
+        (Opt(L, 1, 16), Opt(L, 0, 4), Opt(T, 3, 2)),  # fewer elements than threads: one gated copy
+        (Opt(P, 0), Opt(L, 1, 8), Opt(T, 3, 4)),  # a tile inside a loop of the thread
     ],
     ids=str,
 )
@@ -251,7 +257,7 @@ def test_thread_actions_that_do_not_fit_are_errors(opt, message):
         apply_opts(kernel, (Opt(L, 1, 4),))  # no target: a CPU's
     with pytest.raises(KernelOptError, match="more than the device's 64 threads"):
         apply_opts(kernel, (Opt(L, 1, 16), Opt(L, 0, 8)), python)
-    with pytest.raises(KernelOptError, match="grouped already"):
+    with pytest.raises(KernelOptError, match="share memory already"):
         apply_opts(kernel, (Opt(G, 2, 4), Opt(U, 1, 2)), python)
     # a barrier inside a loop would need another to keep the next iteration from overwriting the partials
     with pytest.raises(KernelOptError, match="the reduce also runs inside loop 0"):
@@ -294,3 +300,58 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
         Opt(G, 4, 256),
     )
     assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(G, 1, 256),)
+
+
+# ---- tiles: a matrix product's inputs staged in shared memory ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ((Opt(T, 2, 4),), "no threads to share the copies"),
+        ((Opt(L, 1, 4), Opt(T, 1, 2)), "is a global loop, not a reduce loop"),
+        ((Opt(L, 1, 4), Opt(T, 3, 12)), "must be less than the loop's 12 iterations"),
+        ((Opt(L, 1, 4), Opt(T, 3, 5)), "must be at least 2 and divide"),
+        ((Opt(L, 1, 4), Opt(T, 3, 6), Opt(U, 0, 2)), "share memory already"),
+        ((Opt(L, 1, 4), Opt(T, 3, 6), Opt(G, 3, 2)), "reads its inputs from a tile in shared memory"),
+        ((Opt(L, 1, 4), Opt(T, 3, 6), Opt(G, 4, 2)), "reads its inputs from a tile in shared memory"),
+        ((Opt(G, 2, 4), Opt(T, 3, 3)), "share memory already"),
+    ],
+    ids=str,
+)
+def test_tiles_that_do_not_fit_are_errors(opts, message):
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 32)
+    with pytest.raises(KernelOptError, match=message):
+        apply_opts(kernel_of(a @ b), opts, Device["PYTHON"].renderer.target)
+    with pytest.raises(KernelOptError, match="the device has no threads"):
+        apply_opts(kernel_of(a @ b), (Opt(T, 2, 4),))
+
+
+def test_a_tile_needs_the_shared_memory_it_stages_into():
+    from lazygrad.codegen.renderer import Target
+
+    a, _ = realized(64, 64)
+    kernel, opts = kernel_of(a @ a), (Opt(L, 0, 8), Opt(L, 2, 8), Opt(T, 4, 16))
+    small = Target(vector_width=1, max_threads=64, block_threads=64, shared_memory=1000)
+    with pytest.raises(KernelOptError, match="the staged inputs need 1024 bytes of the device's 1000"):
+        apply_opts(kernel, opts, small)
+    with pytest.raises(KernelOptError, match="each thread would copy 32 elements of an input, over 16"):
+        apply_opts(kernel, (Opt(L, 1, 2), Opt(T, 3, 32)), small)  # (2 threads, 64 elements)
+    staged = apply_opts(kernel, opts, Target(vector_width=1, max_threads=64, block_threads=64, shared_memory=1 << 13))
+    shared = sorted(node.arg[1] for node in staged.toposort if node.op is Ops.DEFINE_LOCAL)
+    assert shared == [8 * 16, 8 * 16]  # each input's 8 rows (or columns) by 16 reduce iterations
+    assert sum(node.op is Ops.BARRIER for node in staged.toposort) == 1  # (the linearizer adds the second)
+
+
+def test_the_fastest_threads_read_a_tile_across_memory_banks():
+    """x @ wᵀ reads w along the reduce: staged with the reduce innermost (neighbouring threads copy neighbouring
+    memory), each thread's row of it padded by one element, so neighbouring threads read different banks."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    x_data, w_data = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32)
+    x, w = Tensor(x_data, device="PYTHON").realize(), Tensor(w_data, device="PYTHON").realize()
+    opts = (Opt(L, 0, 8), Opt(L, 2, 8), Opt(T, 4, 16))
+    staged = apply_opts(kernel_of(x @ w.T), opts, CUDARenderer.target)
+    assert sorted(node.arg[1] for node in staged.toposort if node.op is Ops.DEFINE_LOCAL) == [8 * 16, 8 * 17]
+    np.testing.assert_allclose(run_with(x @ w.T, opts), x_data @ w_data.T, rtol=1e-4, atol=1e-4)

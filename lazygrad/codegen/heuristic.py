@@ -34,12 +34,12 @@ from lazygrad.codegen.opt import (
     loops_of_kind,
     loops_used,
     output_loops,
-    replace_ranges,
+    stride,
 )
 from lazygrad.codegen.renderer import Target
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import LoopKind, Ops, UOp
-from lazygrad.uop.symbolic import simplify, split_term, sum_terms
+from lazygrad.uop.symbolic import split_term, sum_terms
 
 # a device with threads gives each row a block when a kernel reduces into at most this many outputs along rows at
 # least this long (fewer, longer rows: a thread per output would leave most of the device idle)
@@ -68,21 +68,6 @@ class Plan:
         except KernelOptError:
             return False
         return True
-
-
-def stride(index: UOp, loop: UOp) -> int | None:
-    """How much `index` grows when `loop` grows by one, or None when that is not a constant."""
-    # the common case first: the loop is a plain term of the index's sum, or not in it at all
-    coefficient = 0
-    for base, factor in map(split_term, sum_terms(index)):
-        if base is loop:
-            coefficient += factor
-        elif base is not None and loop in base.toposort:
-            break
-    else:
-        return coefficient
-    difference = simplify(replace_ranges(index, {loop: loop + 1}, {}) - index)
-    return difference.arg if difference.op is Ops.CONST else None
 
 
 def memory_indices(sink: UOp, op: Ops) -> list[UOp]:

@@ -3,9 +3,10 @@
 Output loops open first and close last (on a device with threads, the loops left beside the block and thread
 indices); a reduce that depends only on the outer ones runs before the inner ones open. A RANGE_REDUCE becomes an
 accumulator (DEFINE_ACC) set before its loops, updated inside them (LOAD/STORE on the accumulator) and read after
-them. Before a reduce's loops open, every part of its body that does not depend on them is emitted, so each value
-is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
-contains it.
+them; where an iteration of its loops waits at a barrier (the threads copy a tile of its inputs into shared memory)
+it ends at another, so that the next iteration's copy does not overwrite values still to be read. Before a reduce's
+loops open, every part of its body that does not depend on them is emitted, so each value is computed once, in the
+outermost loop where it can be, and every use of a value comes after it in a scope that contains it.
 """
 
 from __future__ import annotations
@@ -111,12 +112,17 @@ class Linearizer:
         self.program.extend(accumulators)
         for loop in loops:
             self.open_loop(loop)
+        start = len(self.program)
         for member in group:
             self.emit(member.src[0])
         for member, accumulator in zip(group, accumulators):
             current = UOp(Ops.LOAD, member.dtype, (accumulator, *loops))
             updated = current.alu(member.arg, self.linear[member.src[0]])
             self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
+        if any(node.op is Ops.BARRIER for node in self.program[start:]):
+            # the threads copied into shared memory in this iteration (a tile): none copies the next iteration's
+            # values over them before every thread has read them
+            self.program.append(UOp(Ops.BARRIER))
         for loop in reversed(loops):
             self.close_loop(loop)
         for member, accumulator in zip(group, accumulators):
