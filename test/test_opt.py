@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor
-from lazygrad.codegen.heuristic import heuristic_opts
+from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts, thread_opts
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opts, loops_by_axis, prepare
 from lazygrad.device import Buffer
@@ -270,7 +270,8 @@ def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
     target = CUDARenderer.target
     a, _ = realized(64, 12)
     b, _ = realized(12, 512)
-    assert heuristic_opts(kernel_of(a @ b), target) == (Opt(L, 1, 256),)
+    assert thread_opts(kernel_of(a @ b), target, tiles=False) == (Opt(L, 1, 256),)
+    assert heuristic_opts(kernel_of(a * 2), target) == (Opt(M, 0), Opt(L, 0, 256))
     assert heuristic_opts(kernel_of(a.sum()), target) == (Opt(M, 0), Opt(G, 0, 256))
     # a row's max and sum do not depend on the row's outputs: those stay a loop inside the thread of the row
     assert heuristic_opts(kernel_of(a.softmax(axis=1)), target) == (Opt(P, 1), Opt(L, 0, 64))
@@ -355,3 +356,53 @@ def test_the_fastest_threads_read_a_tile_across_memory_banks():
     staged = apply_opts(kernel_of(x @ w.T), opts, CUDARenderer.target)
     assert sorted(node.arg[1] for node in staged.toposort if node.op is Ops.DEFINE_LOCAL) == [8 * 16, 8 * 17]
     np.testing.assert_allclose(run_with(x @ w.T, opts), x_data @ w_data.T, rtol=1e-4, atol=1e-4)
+
+
+def test_the_thread_heuristic_tiles_matrix_products_on_gpus():
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    cuda, opencl_cpu = CUDARenderer.target, Target(vector_width=8, max_threads=256, block_threads=64)
+    a, _ = realized(64, 64)
+    b, _ = realized(64, 64)
+    # 16 by 16 threads, 4 by 4 outputs each, the inputs staged 16 reduce iterations at a time
+    tiled = (Opt(L, 0, 16), Opt(L, 2, 16), Opt(U, 0, 4), Opt(U, 2, 4), Opt(T, 4, 16))
+    assert heuristic_opts(kernel_of(a @ b), cuda) == tiled
+    assert not any(opt.op is T for opt in heuristic_opts(kernel_of(a @ b), opencl_cpu))  # vectors there instead
+    assert tiled in candidate_opts(kernel_of(a @ b), cuda)
+    assert thread_opts(kernel_of(a @ b), cuda, tiles=False) in candidate_opts(kernel_of(a @ b), cuda)
+    # a batch of products: the batch is a loop of blocks
+    batch, _ = realized(3, 32, 16)
+    assert heuristic_opts(kernel_of(batch @ batch.transpose(1, 2)), cuda)[-1] == Opt(T, 5, 8)
+    # no tile where the threads do not divide the outputs, or a loop reuses no input (an elementwise kernel)
+    odd, _ = realized(33, 64)
+    assert not any(opt.op is T for opt in heuristic_opts(kernel_of(odd @ b), cuda))
+    assert not any(opt.op is T for opt in heuristic_opts(kernel_of(a + b), cuda))
+
+
+@pytest.mark.parametrize(
+    "product",
+    ["matmul", "batched", "linear", "conv2d"],
+)
+def test_products_through_the_default_heuristic(threaded, product):
+    """What the heuristic gives each device (tiles on a GPU, and on PYTHON, which runs the GPUs' programs)."""
+    shapes = {"matmul": [(32, 48), (48, 16)], "batched": [(2, 16, 24), (2, 24, 8)], "linear": [(16, 32), (8, 32)]}
+    shapes["conv2d"] = [(2, 4, 6, 6), (8, 4, 3, 3)]
+    data = [rng.standard_normal(shape).astype(np.float32) for shape in shapes[product]]
+    x, y = (Tensor(value, device=threaded) for value in data)
+    if product == "conv2d":
+        windows = np.lib.stride_tricks.sliding_window_view(data[0], (3, 3), axis=(2, 3))  # (n, c, h, w, kh, kw)
+        expected, result = np.einsum("nchwij,ocij->nohw", windows, data[1]), x.conv2d(y, padding=0)
+    else:
+        expected, result = (data[0] @ data[1].T, x @ y.T) if product == "linear" else (data[0] @ data[1], x @ y)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "int32"])
+def test_tiled_products_of_narrow_dtypes(threaded, dtype):
+    """Staged inputs of narrow types: products of small integers are exact."""
+    from lazygrad import dtypes
+
+    data = [rng.integers(-1, 2, shape).astype(np.float32) for shape in ((32, 16), (16, 32))]
+    x, y = (Tensor(value, device=threaded).cast(getattr(dtypes, dtype)).realize() for value in data)
+    np.testing.assert_array_equal((x @ y).cast(dtypes.float32).numpy(), data[0] @ data[1])

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
+from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads, split_term, sum_terms
@@ -364,6 +365,12 @@ def group(sink: UOp, loop: UOp, amount: int) -> UOp:
     return simplify(sink.replace(src=tuple(stores)))
 
 
+def shared_bytes(dtype: DType) -> int:
+    """The bytes an element of shared memory takes: renderers keep half and bool there as their register values
+    (float, int)."""
+    return 4 if dtype in (dtypes.float16, dtypes.bool) else dtype.itemsize
+
+
 def shared_layout(loops: list[UOp], index: UOp, threads: list[UOp]) -> tuple[list[UOp], dict[UOp, int], int]:
     """How a staged input lies in shared memory: its loops ordered as they move through memory (largest stride
     outermost, so that neighbouring threads copy neighbouring elements), each loop's stride in shared memory, and
@@ -409,7 +416,7 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
         if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL and inner in used[node]
     ]
     taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
-    memory = sum(node.dtype.itemsize * node.arg[1] for node in taken)
+    memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
     stores, reads = [], {}
     for number, load in enumerate(loads, start=len(taken)):
         staged = [node for node in (*threads, *inner_ranges) if node in used[load]]
@@ -418,7 +425,7 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
         copies = -(-elements // count)
         if copies > TILE_COPIES:
             raise KernelOptError(f"{name}: each thread would copy {copies} elements of an input, over {TILE_COPIES}")
-        memory += load.dtype.itemsize * size
+        memory += shared_bytes(load.dtype) * size
         if memory > target.shared_memory:
             raise KernelOptError(
                 f"{name}: the staged inputs need {memory} bytes of the device's {target.shared_memory}"
@@ -540,9 +547,9 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
         return split(sink, loop, opt.amount, LoopKind.LOCAL)
     if kind in OUTPUT_KINDS:
         raise KernelOptError(f"{opt}: loop {opt.axis} is an output loop, not a reduce loop")
-    taken = sum(node.dtype.itemsize * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
+    taken = sum(shared_bytes(node.dtype) * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
     threads = block_threads(sink) * (1 if reused else opt.amount)
-    shared = taken + sum(r.dtype.itemsize for r in reduces_over(sink, loop)) * threads
+    shared = taken + sum(shared_bytes(r.dtype) for r in reduces_over(sink, loop)) * threads
     if shared > target.shared_memory:
         raise KernelOptError(f"{opt}: its partial results need {shared} bytes of the device's {target.shared_memory}")
     return group(sink, loop, opt.amount)
