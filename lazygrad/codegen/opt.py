@@ -390,8 +390,8 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
     """Split reduce loop `loop` into an outer loop and an inner one of `amount`, and read the inputs of its reduces
     that move along the inner loop from shared memory: once per outer iteration, the threads of the block copy what
     they all read in it (each input's values over the thread loops and the inner loops it depends on) from memory
-    into shared memory, together, then wait at a barrier (the linearizer puts a second one at the end of the outer
-    iteration, before the next copy overwrites it)."""
+    into shared memory, together, then wait at a barrier (the linearizer makes the copy inside the outer loop, before
+    the inner one opens, and puts a second barrier at the end of the outer iteration, before the next copy)."""
     name = f"TILE({loop.arg[0]}, {amount})"
     reduces = reduces_over(sink, loop)
     if any(r.src[1:] != reduces[0].src[1:] for r in reduces):
@@ -407,7 +407,7 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
     outer, inner, threads = loops[axis], loops[axis + 1], loops_of_kind(sink, LoopKind.LOCAL)
     reduces = reduces_over(sink, outer)
     ranges = reduces[0].src[1:]
-    outer_ranges, inner_ranges = ranges[: ranges.index(outer) + 1], ranges[ranges.index(outer) + 1 :]
+    inner_ranges = ranges[ranges.index(outer) + 1 :]
     used, count = loops_used(sink), prod(thread.src[0].arg for thread in threads)
     here = local_index(threads)
     loads = [
@@ -451,15 +451,7 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
         raise KernelOptError(f"{name}: no input of the reduces moves along the inner loop")
     barrier = UOp(Ops.BARRIER, src=tuple(stores))
     replacements = {load: UOp(Ops.LOAD, load.dtype, (*reads[load], barrier)) for load in loads}
-    tiled = {}
-    for r in reduces:
-        value = UOp(
-            Ops.RANGE_REDUCE,
-            r.dtype,
-            (replace_ranges(r.src[0], replacements, {}, simplified=False), *inner_ranges),
-            r.arg,
-        )
-        tiled[r] = UOp(Ops.RANGE_REDUCE, r.dtype, (value, *outer_ranges), r.arg)
+    tiled = {r: r.replace(src=(replace_ranges(r.src[0], replacements, {}, simplified=False), *ranges)) for r in reduces}
     return replace_ranges(sink, tiled, {})
 
 
