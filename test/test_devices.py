@@ -342,6 +342,11 @@ def test_gpu_sources_stage_a_matrix_product_in_shared_memory():
     assert launch == (1, 256)  # 16 × 16 threads of 4 × 4 outputs each
     assert cuda.count("__shared__ float") == 8 and cuda.count("__syncthreads();") == 2  # (4 rows and 4 columns)
     assert cuda.count("for (") == 2  # the reduce: 4 tiles of 16 iterations
+    assert cuda.count("float acc") == 16  # one accumulator per output of the thread
+    # per tile: the copy, a barrier, 16 iterations from shared memory, a barrier before the next copy
+    tile = cuda[cuda.index("for (") :]
+    copied, inner = tile.index("__syncthreads();"), tile.index("for (", 1)
+    assert tile.index("shared0[") < copied < inner < tile.index("__syncthreads();", inner) < tile.index("data0[")
     opencl, launch = render_optimized(OpenCLRenderer(GPU_TARGET), a @ b)
     assert launch == (4, 64)  # 8 × 8 work-items of 4 × 4 outputs each: 32 × 32 outputs per work-group
     assert opencl.count("__local float") == 8 and opencl.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2

@@ -406,3 +406,19 @@ def test_tiled_products_of_narrow_dtypes(threaded, dtype):
     data = [rng.integers(-1, 2, shape).astype(np.float32) for shape in ((32, 16), (16, 32))]
     x, y = (Tensor(value, device=threaded).cast(getattr(dtypes, dtype)).realize() for value in data)
     np.testing.assert_array_equal((x @ y).cast(dtypes.float32).numpy(), data[0] @ data[1])
+
+
+def test_tiles_of_a_convolution_and_of_a_padded_input(threaded):
+    """A tile over the channels of a convolution also stages the taps' loops inside it; a padded input stays a
+    gated load in the copy (zero outside), also in the last copy, which only the threads with an element make."""
+    x_data, w_data = rng.standard_normal((2, 4, 6, 6)).astype(np.float32), rng.standard_normal((8, 4, 3, 3))
+    x, w = Tensor(x_data, device=threaded).realize(), Tensor(w_data.astype(np.float32), device=threaded).realize()
+    windows = np.lib.stride_tricks.sliding_window_view(x_data, (3, 3), axis=(2, 3))
+    expected = np.einsum("nchwij,ocij->nohw", windows, w_data)
+    for opts in [(Opt(L, 3, 4), Opt(L, 1, 4), Opt(T, 5, 2)), (Opt(L, 3, 4), Opt(L, 1, 8), Opt(T, 4, 2))]:
+        np.testing.assert_allclose(run_with(x.conv2d(w), opts), expected, rtol=1e-4, atol=1e-4)
+    a_data, b_data = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((12, 16)).astype(np.float32)
+    a, b = Tensor(a_data, device=threaded).realize(), Tensor(b_data, device=threaded).realize()
+    expected = np.pad(a_data, ((0, 0), (2, 2))) @ b_data
+    for opts in [(Opt(L, 0, 4), Opt(L, 2, 4), Opt(U, 0, 2), Opt(T, 4, 4)), (Opt(L, 0, 4), Opt(L, 2, 8), Opt(T, 4, 6))]:
+        np.testing.assert_allclose(run_with(a.pad(((0, 0), (2, 2))) @ b, opts), expected, rtol=1e-4, atol=1e-4)

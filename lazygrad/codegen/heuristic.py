@@ -336,7 +336,7 @@ def tile_product(plan: Plan, block: int | None) -> bool:
     if depth < 4 or sizes[0] % down or sizes[1] % across:
         return False
     registers = [
-        max(r for r in (1, 2, TILE_REGISTERS) if size % (r * t) == 0) for size, t in zip(sizes, (down, across))
+        max(r for r in range(1, TILE_REGISTERS + 1) if size % (r * t) == 0) for size, t in zip(sizes, (down, across))
     ]
     # the threads first (a loop split into threads moves the loops numbered after it up by one), then the
     # register tile along what is left of each loop: a thread's outputs are a block's threads apart
@@ -348,7 +348,7 @@ def tile_product(plan: Plan, block: int | None) -> bool:
         for opt in opts:
             trial.apply(opt)
         trial.apply(Opt(OptOp.TILE, reduce_nodes(trial.sink)[0].src[1].arg[0], depth))
-    except KernelOptError:  # (more shared memory than the device has)
+    except KernelOptError:  # (more threads or shared memory than the device has, or copies than a tile allows)
         return False
     plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
     return True

@@ -376,7 +376,12 @@ def shared_layout(loops: list[UOp], index: UOp, threads: list[UOp]) -> tuple[lis
     outermost, so that neighbouring threads copy neighbouring elements), each loop's stride in shared memory, and
     the elements it takes. The fastest thread loop gets an odd stride (one element of padding per step), so that
     neighbouring threads reading along it fall in different memory banks."""
-    order = sorted(loops, key=lambda loop: -abs(stride(index, loop) if stride(index, loop) is not None else 1 << 62))
+
+    def step(loop: UOp) -> int:  # (a loop the index does not move by a constant step goes outermost)
+        moved = stride(index, loop)
+        return 1 << 62 if moved is None else abs(moved)
+
+    order = sorted(loops, key=step, reverse=True)
     strides, size = {}, 1
     for loop in reversed(order):
         if loop is threads[-1] and size % 2 == 0 and size > 1:
@@ -442,7 +447,9 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
             if (copy + 1) * count > elements:  # the last copy: only the threads with an element left
                 valid = element.alu(Ops.CMPLT, UOp.const(here.dtype, elements))
                 if value.op is Ops.LOAD:  # (reading nothing past the input either)
-                    value = value.replace(src=(*value.src[:2], valid if len(value.src) < 3 else value.src[2] & valid))
+                    value = value.replace(
+                        src=(*value.src[:2], valid if len(value.src) < 3 else value.src[2].logical_and(valid))
+                    )
                 stores.append(UOp(Ops.STORE, src=(shared, simplify(where), value, valid)))
             else:
                 stores.append(UOp(Ops.STORE, src=(shared, simplify(where), value)))
