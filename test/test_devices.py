@@ -334,6 +334,47 @@ def test_full_reductions_render_group_and_vector_reductions():
     assert launch == (1, 1)
 
 
+def test_gpu_sources_stage_a_matrix_product_in_shared_memory():
+    """A 64×64×64 product on a GPU: a block computes a block of outputs, each thread a register tile; per 16 reduce
+    iterations its threads copy what they read of both inputs into shared memory, between two barriers."""
+    a, b = Tensor(numbers(64, 64, seed=60)), Tensor(numbers(64, 64, seed=61))
+    cuda, launch = render_optimized(CUDARenderer(), a @ b)
+    assert launch == (1, 256)  # 16 × 16 threads of 4 × 4 outputs each
+    assert cuda.count("__shared__ float") == 8 and cuda.count("__syncthreads();") == 2  # (4 rows and 4 columns)
+    assert cuda.count("for (") == 2  # the reduce: 4 tiles of 16 iterations
+    assert cuda.count("float acc") == 16  # one accumulator per output of the thread
+    # per tile: the copy, a barrier, 16 iterations from shared memory, a barrier before the next copy
+    tile = cuda[cuda.index("for (") :]
+    copied, inner = tile.index("__syncthreads();"), tile.index("for (", 1)
+    assert tile.index("shared0[") < copied < inner < tile.index("__syncthreads();", inner) < tile.index("data0[")
+    opencl, launch = render_optimized(OpenCLRenderer(GPU_TARGET), a @ b)
+    assert launch == (4, 64)  # 8 × 8 work-items of 4 × 4 outputs each: 32 × 32 outputs per work-group
+    assert opencl.count("__local float") == 8 and opencl.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2
+    assert "__local" not in render_optimized(OpenCLRenderer(), a @ b)[0]  # a CPU driver computes in vectors
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 64), (2, 32, 48, 16)], ids=str)
+def test_opencl_tiled_products_run_on_pocl(shape):
+    """The tiled products GPUs get (vector width 1), run on PoCL."""
+    try:
+        device = Device["GPU"]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    from lazygrad.runtime.ops_gpu import CLProgram
+
+    *batch, rows, depth, columns = shape
+    x, y = numbers(*batch, rows, depth, seed=62), numbers(*batch, depth, columns, seed=63)
+    (program,) = optimized_programs(Tensor(x) @ Tensor(y), GPU_TARGET)
+    source = OpenCLRenderer(GPU_TARGET).render("probe", program)
+    assert "__local" in source and "barrier(CLK_LOCAL_MEM_FENCE);" in source
+    built = device.cl.Program(device.context, [device.device], [device.compiler.compile(source)]).build()
+    runner = CLProgram(device, device.cl.Kernel(built, "probe"), launch_size(program, GPU_TARGET))
+    output = Buffer("GPU", x.size // depth * columns, dtypes.float32)
+    inputs = [Buffer("GPU", value.size, dtypes.float32).copyin(value) for value in (x, y)]  # (alive until it ran)
+    runner(output.handle, *(buffer.handle for buffer in inputs))
+    np.testing.assert_allclose(output.numpy().reshape(*batch, rows, columns), x @ y, rtol=1e-4, atol=1e-4)
+
+
 def test_gpu_sources_keep_reduce_loops_inside_threads():
     opencl, launch = render_optimized(OpenCLRenderer(GPU_TARGET), Tensor(numbers(6, 10)).sum(axis=1))
     assert "get_local_id(0)" in opencl and "for (" in opencl and launch == (1, 6)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor
-from lazygrad.codegen.heuristic import heuristic_opts
+from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts, thread_opts
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opts, loops_by_axis, prepare
 from lazygrad.device import Buffer
@@ -186,7 +186,7 @@ def test_heads_merged_by_a_reshape_are_split_apart_again():
 
 # ---- thread actions: devices with threads (the PYTHON emulator runs the same programs GPUs get) --------------------
 
-L, P, G = OptOp.LOCAL, OptOp.LOOP, OptOp.GROUP
+L, P, G, T = OptOp.LOCAL, OptOp.LOOP, OptOp.GROUP, OptOp.TILE
 
 
 @pytest.fixture(params=["PYTHON", "GPU", "CUDA"])
@@ -211,6 +211,12 @@ def threaded(request) -> str:
         (Opt(G, 2, 4),),
         (Opt(L, 1, 4), Opt(G, 3, 3)),  # shared memory indexed by both thread loops
         (Opt(P, 0), Opt(U, 0, 2), Opt(L, 1, 8)),
+        (Opt(L, 1, 4), Opt(U, 1, 4)),  # a register tile: a thread's outputs a block's threads apart
+        (Opt(L, 1, 4), Opt(T, 3, 3)),  # the inputs staged 3 of the 12 reduce iterations at a time
+        (Opt(L, 0, 2), Opt(L, 2, 4), Opt(U, 0, 4), Opt(U, 2, 4), Opt(T, 4, 4)),
+        (Opt(L, 0, 4), Opt(L, 2, 8), Opt(T, 4, 6)),  # more elements than threads: the last copy is gated
+        (Opt(L, 1, 16), Opt(L, 0, 4), Opt(T, 3, 2)),  # fewer elements than threads: one gated copy
+        (Opt(P, 0), Opt(L, 1, 8), Opt(T, 3, 4)),  # a tile inside a loop of the thread
     ],
     ids=str,
 )
@@ -251,7 +257,7 @@ def test_thread_actions_that_do_not_fit_are_errors(opt, message):
         apply_opts(kernel, (Opt(L, 1, 4),))  # no target: a CPU's
     with pytest.raises(KernelOptError, match="more than the device's 64 threads"):
         apply_opts(kernel, (Opt(L, 1, 16), Opt(L, 0, 8)), python)
-    with pytest.raises(KernelOptError, match="grouped already"):
+    with pytest.raises(KernelOptError, match="share memory already"):
         apply_opts(kernel, (Opt(G, 2, 4), Opt(U, 1, 2)), python)
     # a barrier inside a loop would need another to keep the next iteration from overwriting the partials
     with pytest.raises(KernelOptError, match="the reduce also runs inside loop 0"):
@@ -264,7 +270,8 @@ def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
     target = CUDARenderer.target
     a, _ = realized(64, 12)
     b, _ = realized(12, 512)
-    assert heuristic_opts(kernel_of(a @ b), target) == (Opt(L, 1, 256),)
+    assert thread_opts(kernel_of(a @ b), target, tiles=False) == (Opt(L, 1, 256),)
+    assert heuristic_opts(kernel_of(a * 2), target) == (Opt(M, 0), Opt(L, 0, 256))
     assert heuristic_opts(kernel_of(a.sum()), target) == (Opt(M, 0), Opt(G, 0, 256))
     # a row's max and sum do not depend on the row's outputs: those stay a loop inside the thread of the row
     assert heuristic_opts(kernel_of(a.softmax(axis=1)), target) == (Opt(P, 1), Opt(L, 0, 64))
@@ -294,3 +301,124 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
         Opt(G, 4, 256),
     )
     assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(G, 1, 256),)
+
+
+# ---- tiles: a matrix product's inputs staged in shared memory ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ((Opt(T, 2, 4),), "no threads to share the copies"),
+        ((Opt(L, 1, 4), Opt(T, 1, 2)), "is a global loop, not a reduce loop"),
+        ((Opt(L, 1, 4), Opt(T, 3, 12)), "must be less than the loop's 12 iterations"),
+        ((Opt(L, 1, 4), Opt(T, 3, 5)), "must be at least 2 and divide"),
+        ((Opt(L, 1, 4), Opt(T, 3, 6), Opt(U, 0, 2)), "share memory already"),
+        ((Opt(L, 1, 4), Opt(T, 3, 6), Opt(G, 3, 2)), "reads its inputs from a tile in shared memory"),
+        ((Opt(L, 1, 4), Opt(T, 3, 6), Opt(G, 4, 2)), "reads its inputs from a tile in shared memory"),
+        ((Opt(G, 2, 4), Opt(T, 3, 3)), "share memory already"),
+    ],
+    ids=str,
+)
+def test_tiles_that_do_not_fit_are_errors(opts, message):
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 32)
+    with pytest.raises(KernelOptError, match=message):
+        apply_opts(kernel_of(a @ b), opts, Device["PYTHON"].renderer.target)
+    with pytest.raises(KernelOptError, match="the device has no threads"):
+        apply_opts(kernel_of(a @ b), (Opt(T, 2, 4),))
+
+
+def test_a_tile_needs_the_shared_memory_it_stages_into():
+    from lazygrad.codegen.renderer import Target
+
+    a, _ = realized(64, 64)
+    kernel, opts = kernel_of(a @ a), (Opt(L, 0, 8), Opt(L, 2, 8), Opt(T, 4, 16))
+    small = Target(vector_width=1, max_threads=64, block_threads=64, shared_memory=1000)
+    with pytest.raises(KernelOptError, match="the staged inputs need 1024 bytes of the device's 1000"):
+        apply_opts(kernel, opts, small)
+    with pytest.raises(KernelOptError, match="each thread would copy 32 elements of an input, over 16"):
+        apply_opts(kernel, (Opt(L, 1, 2), Opt(T, 3, 32)), small)  # (2 threads, 64 elements)
+    staged = apply_opts(kernel, opts, Target(vector_width=1, max_threads=64, block_threads=64, shared_memory=1 << 13))
+    shared = sorted(node.arg[1] for node in staged.toposort if node.op is Ops.DEFINE_LOCAL)
+    assert shared == [8 * 16, 8 * 16]  # each input's 8 rows (or columns) by 16 reduce iterations
+    assert sum(node.op is Ops.BARRIER for node in staged.toposort) == 1  # (the linearizer adds the second)
+
+
+def test_the_fastest_threads_read_a_tile_across_memory_banks():
+    """x @ wᵀ reads w along the reduce: staged with the reduce innermost (neighbouring threads copy neighbouring
+    memory), each thread's row of it padded by one element, so neighbouring threads read different banks."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    x_data, w_data = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32)
+    x, w = Tensor(x_data, device="PYTHON").realize(), Tensor(w_data, device="PYTHON").realize()
+    opts = (Opt(L, 0, 8), Opt(L, 2, 8), Opt(T, 4, 16))
+    staged = apply_opts(kernel_of(x @ w.T), opts, CUDARenderer.target)
+    assert sorted(node.arg[1] for node in staged.toposort if node.op is Ops.DEFINE_LOCAL) == [8 * 16, 8 * 17]
+    np.testing.assert_allclose(run_with(x @ w.T, opts), x_data @ w_data.T, rtol=1e-4, atol=1e-4)
+
+
+def test_the_thread_heuristic_tiles_matrix_products_on_gpus():
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    cuda, opencl_cpu = CUDARenderer.target, Target(vector_width=8, max_threads=256, block_threads=64)
+    a, _ = realized(64, 64)
+    b, _ = realized(64, 64)
+    # 16 by 16 threads, 4 by 4 outputs each, the inputs staged 16 reduce iterations at a time
+    tiled = (Opt(L, 0, 16), Opt(L, 2, 16), Opt(U, 0, 4), Opt(U, 2, 4), Opt(T, 4, 16))
+    assert heuristic_opts(kernel_of(a @ b), cuda) == tiled
+    assert not any(opt.op is T for opt in heuristic_opts(kernel_of(a @ b), opencl_cpu))  # vectors there instead
+    assert tiled in candidate_opts(kernel_of(a @ b), cuda)
+    assert thread_opts(kernel_of(a @ b), cuda, tiles=False) in candidate_opts(kernel_of(a @ b), cuda)
+    # a batch of products: the batch is a loop of blocks
+    batch, _ = realized(3, 32, 16)
+    assert heuristic_opts(kernel_of(batch @ batch.transpose(1, 2)), cuda)[-1] == Opt(T, 5, 8)
+    # no tile where the threads do not divide the outputs, or a loop reuses no input (an elementwise kernel)
+    odd, _ = realized(33, 64)
+    assert not any(opt.op is T for opt in heuristic_opts(kernel_of(odd @ b), cuda))
+    assert not any(opt.op is T for opt in heuristic_opts(kernel_of(a + b), cuda))
+
+
+@pytest.mark.parametrize(
+    "product",
+    ["matmul", "batched", "linear", "conv2d"],
+)
+def test_products_through_the_default_heuristic(threaded, product):
+    """What the heuristic gives each device (tiles on a GPU, and on PYTHON, which runs the GPUs' programs)."""
+    shapes = {"matmul": [(32, 48), (48, 16)], "batched": [(2, 16, 24), (2, 24, 8)], "linear": [(16, 32), (8, 32)]}
+    shapes["conv2d"] = [(2, 4, 6, 6), (8, 4, 3, 3)]
+    data = [rng.standard_normal(shape).astype(np.float32) for shape in shapes[product]]
+    x, y = (Tensor(value, device=threaded) for value in data)
+    if product == "conv2d":
+        windows = np.lib.stride_tricks.sliding_window_view(data[0], (3, 3), axis=(2, 3))  # (n, c, h, w, kh, kw)
+        expected, result = np.einsum("nchwij,ocij->nohw", windows, data[1]), x.conv2d(y, padding=0)
+    else:
+        expected, result = (data[0] @ data[1].T, x @ y.T) if product == "linear" else (data[0] @ data[1], x @ y)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "int32"])
+def test_tiled_products_of_narrow_dtypes(threaded, dtype):
+    """Staged inputs of narrow types: products of small integers are exact."""
+    from lazygrad import dtypes
+
+    data = [rng.integers(-1, 2, shape).astype(np.float32) for shape in ((32, 16), (16, 32))]
+    x, y = (Tensor(value, device=threaded).cast(getattr(dtypes, dtype)).realize() for value in data)
+    np.testing.assert_array_equal((x @ y).cast(dtypes.float32).numpy(), data[0] @ data[1])
+
+
+def test_tiles_of_a_convolution_and_of_a_padded_input(threaded):
+    """A tile over the channels of a convolution also stages the taps' loops inside it; a padded input stays a
+    gated load in the copy (zero outside), also in the last copy, which only the threads with an element make."""
+    x_data, w_data = rng.standard_normal((2, 4, 6, 6)).astype(np.float32), rng.standard_normal((8, 4, 3, 3))
+    x, w = Tensor(x_data, device=threaded).realize(), Tensor(w_data.astype(np.float32), device=threaded).realize()
+    windows = np.lib.stride_tricks.sliding_window_view(x_data, (3, 3), axis=(2, 3))
+    expected = np.einsum("nchwij,ocij->nohw", windows, w_data)
+    for opts in [(Opt(L, 3, 4), Opt(L, 1, 4), Opt(T, 5, 2)), (Opt(L, 3, 4), Opt(L, 1, 8), Opt(T, 4, 2))]:
+        np.testing.assert_allclose(run_with(x.conv2d(w), opts), expected, rtol=1e-4, atol=1e-4)
+    a_data, b_data = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((12, 16)).astype(np.float32)
+    a, b = Tensor(a_data, device=threaded).realize(), Tensor(b_data, device=threaded).realize()
+    expected = np.pad(a_data, ((0, 0), (2, 2))) @ b_data
+    for opts in [(Opt(L, 0, 4), Opt(L, 2, 4), Opt(U, 0, 2), Opt(T, 4, 4)), (Opt(L, 0, 4), Opt(L, 2, 8), Opt(T, 4, 6))]:
+        np.testing.assert_allclose(run_with(a.pad(((0, 0), (2, 2))) @ b, opts), expected, rtol=1e-4, atol=1e-4)

@@ -13,10 +13,12 @@ Target, in the order they apply:
 A device with threads gets its own list (`thread_opts`): the same splits and merges, then output loops that a
 reduce does not depend on kept as loops inside a thread, the innermost output loop cut into vector lanes where the
 device computes in vectors, and then either a reduce shared by the threads of a block (a full reduction, or few
-long rows: a block per row) or the innermost output loops spread over the threads of a block.
+long rows: a block per row), or on a GPU (no vectors) a matrix product in tiles (a block of outputs per block of
+threads, a register tile per thread, the inputs staged in shared memory: `tile_product`), or else the innermost
+output loops spread over the threads of a block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
-CPU, each block size on a device with threads.
+CPU, each block size on a device with threads (a matrix product's tiles follow it), and a GPU's list without tiles.
 """
 
 from __future__ import annotations
@@ -34,18 +36,21 @@ from lazygrad.codegen.opt import (
     loops_of_kind,
     loops_used,
     output_loops,
-    replace_ranges,
+    stride,
 )
 from lazygrad.codegen.renderer import Target
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import LoopKind, Ops, UOp
-from lazygrad.uop.symbolic import simplify, split_term, sum_terms
+from lazygrad.uop.symbolic import split_term, sum_terms
 
 # a device with threads gives each row a block when a kernel reduces into at most this many outputs along rows at
 # least this long (fewer, longer rows: a thread per output would leave most of the device idle)
 ROW_GROUP_OUTPUTS, ROW_GROUP_LENGTH = 1 << 14, 1024
 UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
 LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
+# a matrix product on a GPU: each thread's register tile (at most this many outputs along each of two loops) and
+# the reduce iterations staged in shared memory at a time (at most)
+TILE_REGISTERS, TILE_DEPTH = 4, 16
 
 # a register block: (outputs along the innermost output loop, outputs along each other reused loop); 0 across
 # means the reduce loop is the one vectorized
@@ -68,21 +73,6 @@ class Plan:
         except KernelOptError:
             return False
         return True
-
-
-def stride(index: UOp, loop: UOp) -> int | None:
-    """How much `index` grows when `loop` grows by one, or None when that is not a constant."""
-    # the common case first: the loop is a plain term of the index's sum, or not in it at all
-    coefficient = 0
-    for base, factor in map(split_term, sum_terms(index)):
-        if base is loop:
-            coefficient += factor
-        elif base is not None and loop in base.toposort:
-            break
-    else:
-        return coefficient
-    difference = simplify(replace_ranges(index, {loop: loop + 1}, {}) - index)
-    return difference.arg if difference.op is Ops.CONST else None
 
 
 def memory_indices(sink: UOp, op: Ops) -> list[UOp]:
@@ -287,8 +277,9 @@ def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
     return max(d for d in range(1, min(size, limit) + 1) if size % d == 0 and (not powers_of_two or d & (d - 1) == 0))
 
 
-def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Opt, ...]:
-    """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's)."""
+def thread_opts(sink: UOp, target: Target, block: int | None = None, tiles: bool = True) -> tuple[Opt, ...]:
+    """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's; a
+    matrix product in tiles unless `tiles` is False)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
@@ -307,6 +298,8 @@ def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Op
             plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
     if target.vector_width == 1 and (share_rows(plan, block) or group_reduce(plan, block)):
         return tuple(plan.opts)
+    if target.vector_width == 1 and tiles and tile_product(plan, block):
+        return tuple(plan.opts)
     # the threads of a block: the innermost output loops, as far as the block size allows
     room = block or target.block_threads
     for loop in reversed(loops_of_kind(plan.sink, LoopKind.GLOBAL)):
@@ -318,6 +311,47 @@ def thread_opts(sink: UOp, target: Target, block: int | None = None) -> tuple[Op
         if amount < loop.src[0].arg:
             break
     return tuple(plan.opts)
+
+
+def tile_product(plan: Plan, block: int | None) -> bool:
+    """Tiles for a matrix product on a GPU: a block of threads computes a block of outputs along the two innermost
+    output loops, each thread a register tile of up to TILE_REGISTERS × TILE_REGISTERS outputs spaced a block's
+    threads apart (neighbouring threads read neighbouring memory), and the reduce's inputs are staged in shared
+    memory TILE_DEPTH iterations at a time. Only where each of the two loops reuses an input (a matrix product, not
+    an elementwise kernel), the reduce has one loop and the block's threads divide the outputs; True if it did."""
+    reduces, outputs = reduce_nodes(plan.sink), loops_of_kind(plan.sink, LoopKind.GLOBAL)
+    if not reduces or len(outputs) < 2 or loops_of_kind(plan.sink, LoopKind.LOOP):
+        return False
+    if len(reduces[0].src) != 2 or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        return False
+    rows, columns = outputs[-2:]
+    if not (reused_buffers(plan.sink, rows) and reused_buffers(plan.sink, columns)):
+        return False
+    length = reduces[0].src[1].src[0].arg
+    depth = max((d for d in range(1, TILE_DEPTH + 1) if length % d == 0 and d < length), default=1)
+    threads = block or plan.target.block_threads
+    across = 1 << (threads.bit_length() // 2)  # (threads along the columns, then along the rows)
+    down = threads // across
+    sizes = (rows.src[0].arg, columns.src[0].arg)
+    if depth < 4 or sizes[0] % down or sizes[1] % across:
+        return False
+    registers = [
+        max(r for r in range(1, TILE_REGISTERS + 1) if size % (r * t) == 0) for size, t in zip(sizes, (down, across))
+    ]
+    # the threads first (a loop split into threads moves the loops numbered after it up by one), then the
+    # register tile along what is left of each loop: a thread's outputs are a block's threads apart
+    rows_axis, columns_axis = rows.arg[0], columns.arg[0] + (down < sizes[0])
+    opts = [Opt(OptOp.LOCAL, rows.arg[0], down), Opt(OptOp.LOCAL, columns_axis, across)]
+    opts += [Opt(OptOp.UPCAST, axis, r) for axis, r in zip((rows_axis, columns_axis), registers) if r > 1]
+    trial = Plan(plan.sink, plan.target)
+    try:
+        for opt in opts:
+            trial.apply(opt)
+        trial.apply(Opt(OptOp.TILE, reduce_nodes(trial.sink)[0].src[1].arg[0], depth))
+    except KernelOptError:  # (more threads or shared memory than the device has, or copies than a tile allows)
+        return False
+    plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
+    return True
 
 
 def thread_count(size: int, room: int) -> int:
@@ -397,10 +431,12 @@ def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
 
 def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
     """The action lists BEAM times for this prepared kernel: one per register block on a CPU, one per block size
-    (32 threads up to the device's most) on a device with threads; duplicates removed, the default list first."""
+    (32 threads up to the device's most: a matrix product's tiles follow it) on a device with threads, and one
+    without tiles; duplicates removed, the default list first."""
     if target.max_threads:
         sizes = [1 << bits for bits in range(5, target.max_threads.bit_length())]
         offered = [thread_opts(sink, target)] + [thread_opts(sink, target, size) for size in sizes]
+        offered.append(thread_opts(sink, target, tiles=False))  # (a matrix product without tiles too)
     else:
         offered = [heuristic_opts(sink, target, blocking) for blocking in register_blocks(sink, target)]
     return list(dict.fromkeys(offered))

@@ -5,7 +5,9 @@ indices); a reduce that depends only on the outer ones runs before the inner one
 accumulator (DEFINE_ACC) set before its loops, updated inside them (LOAD/STORE on the accumulator) and read after
 them. Before a reduce's loops open, every part of its body that does not depend on them is emitted, so each value
 is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
-contains it.
+contains it. A copy of the reduce's inputs into shared memory (a tile, up to its barrier) is emitted in the outermost
+of the reduce's loops where it can be, and an iteration of a loop that waited at a barrier ends at another, so that
+the next iteration's copy does not overwrite values still to be read.
 """
 
 from __future__ import annotations
@@ -109,8 +111,15 @@ class Linearizer:
             accumulators.append(UOp(Ops.DEFINE_ACC, member.dtype, (), (identity, self.accumulators)))
             self.accumulators += 1
         self.program.extend(accumulators)
-        for loop in loops:
+        # a tile's copy into shared memory: in the outermost loop where it can be, before the inner loops open
+        copies = [node for member in group for node in self.body(member) if node.op is Ops.BARRIER]
+        opened: dict[UOp, int] = {}
+        for position, loop in enumerate(loops):
             self.open_loop(loop)
+            opened[loop], inside = len(self.program), frozenset(loops[position + 1 :])
+            for barrier in copies:
+                if barrier not in self.linear and not (self.used[barrier] & inside):
+                    self.emit(barrier)
         for member in group:
             self.emit(member.src[0])
         for member, accumulator in zip(group, accumulators):
@@ -118,6 +127,10 @@ class Linearizer:
             updated = current.alu(member.arg, self.linear[member.src[0]])
             self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
         for loop in reversed(loops):
+            if any(node.op is Ops.BARRIER for node in self.program[opened[loop] :]):
+                # the threads copied into shared memory in this iteration: none copies the next iteration's values
+                # over them before every thread has read them
+                self.program.append(UOp(Ops.BARRIER))
             self.close_loop(loop)
         for member, accumulator in zip(group, accumulators):
             self.linear[member] = UOp(Ops.LOAD, member.dtype, (accumulator,))

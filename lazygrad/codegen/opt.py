@@ -32,6 +32,13 @@ unless an action says otherwise:
   are a thread loop of `amount` that the reduces do not depend on where there is one (the threads that store a
   softmax row also compute its max and sum), else a new one numbered axis + 1. Only the first thread stores the
   outputs that do not depend on the threads. GROUP comes after every other action; several may follow each other.
+- TILE(axis, amount): split a reduce loop like SPLIT and read the inputs that move along its inner `amount`
+  iterations from shared memory: once per outer iteration the threads of the block copy together every element of
+  each such input that one of them reads in it (its values over the thread loops and the inner loops; each upcast
+  copy is an input of its own), wait at a barrier, and compute from the copy; the iteration ends at a second
+  barrier, so the next copy overwrites nothing still to be read. Every thread reaches every barrier: loops have
+  constant sizes and a program has no branches (a gate guards one load or store). TILE comes after every other
+  action, and no GROUP follows it.
 """
 
 from __future__ import annotations
@@ -41,9 +48,10 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
+from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
-from lazygrad.uop.symbolic import simplify, simplify_gated_loads
+from lazygrad.uop.symbolic import simplify, simplify_gated_loads, split_term, sum_terms
 
 if TYPE_CHECKING:
     from lazygrad.codegen.renderer import Target
@@ -58,9 +66,11 @@ class OptOp(Enum):
     LOCAL = auto()
     LOOP = auto()
     GROUP = auto()
+    TILE = auto()
 
 
-THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP})  # the actions that make threads (for targets with threads)
+THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP, OptOp.TILE})  # the actions for targets with threads
+TILE_COPIES = 16  # the most elements of one staged input a thread copies per iteration of a tile
 
 
 @dataclass(frozen=True)
@@ -242,6 +252,21 @@ def split(sink: UOp, loop: UOp, amount: int, inner_kind: LoopKind | None = None)
     return replace_ranges(sink, replacements, reduce_ranges)
 
 
+def stride(index: UOp, loop: UOp) -> int | None:
+    """How much `index` grows when `loop` grows by one, or None when that is not a constant."""
+    # the common case first: the loop is a plain term of the index's sum, or not in it at all
+    coefficient = 0
+    for base, factor in map(split_term, sum_terms(index)):
+        if base is loop:
+            coefficient += factor
+        elif base is not None and loop in base.toposort:
+            break
+    else:
+        return coefficient
+    difference = simplify(replace_ranges(index, {loop: loop + 1}, {}) - index)
+    return difference.arg if difference.op is Ops.CONST else None
+
+
 def block_threads(sink: UOp) -> int:
     """The threads of a block the kernel's actions have made so far."""
     return prod(loop.src[0].arg for loop in loops_of_kind(sink, LoopKind.LOCAL))
@@ -258,7 +283,8 @@ def local_index(loops: list[UOp]) -> UOp:
 @functools.lru_cache(maxsize=16)
 def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     """The loops each node's value depends on: a reduce's value not on its own loops, and a read of memory the
-    threads share only on its index (every thread that waited at the barrier before it reads the same)."""
+    threads share only on its index (every thread that waited at the barrier before it reads the same) and the
+    loops the barrier is inside, besides the block's and threads' (a tile's copy is made once per iteration)."""
     used: dict[UOp, frozenset[UOp]] = {}
     for node in kernel_nodes(sink):
         if node.op is Ops.RANGE:
@@ -266,7 +292,8 @@ def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
         elif node.op is Ops.RANGE_REDUCE:
             used[node] = used[node.src[0]] - frozenset(node.src[1:])
         elif node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL:
-            used[node] = used[node.src[1]]
+            waited = (loop for loop in used[node.src[2]] if loop.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL))
+            used[node] = used[node.src[1]].union(waited)
         else:
             used[node] = frozenset().union(*(used[source] for source in node.src))
     return used
@@ -338,6 +365,110 @@ def group(sink: UOp, loop: UOp, amount: int) -> UOp:
     return simplify(sink.replace(src=tuple(stores)))
 
 
+def shared_bytes(dtype: DType) -> int:
+    """The bytes an element of shared memory takes: renderers keep half and bool there as their register values
+    (float, int)."""
+    return 4 if dtype in (dtypes.float16, dtypes.bool) else dtype.itemsize
+
+
+def shared_layout(loops: list[UOp], index: UOp, threads: list[UOp]) -> tuple[list[UOp], dict[UOp, int], int]:
+    """How a staged input lies in shared memory: its loops ordered as they move through memory (largest stride
+    outermost, so that neighbouring threads copy neighbouring elements), each loop's stride in shared memory, and
+    the elements it takes. The fastest thread loop gets an odd stride (one element of padding per step), so that
+    neighbouring threads reading along it fall in different memory banks."""
+
+    def step(loop: UOp) -> int:  # (a loop the index does not move by a constant step goes outermost)
+        moved = stride(index, loop)
+        return 1 << 62 if moved is None else abs(moved)
+
+    order = sorted(loops, key=step, reverse=True)
+    strides, size = {}, 1
+    for loop in reversed(order):
+        if loop is threads[-1] and size % 2 == 0 and size > 1:
+            size += 1
+        strides[loop] = size
+        size *= loop.src[0].arg
+    return order, strides, size
+
+
+def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
+    """Split reduce loop `loop` into an outer loop and an inner one of `amount`, and read the inputs of its reduces
+    that move along the inner loop from shared memory: once per outer iteration, the threads of the block copy what
+    they all read in it (each input's values over the thread loops and the inner loops it depends on) from memory
+    into shared memory, together, then wait at a barrier (the linearizer makes the copy inside the outer loop, before
+    the inner one opens, and puts a second barrier at the end of the outer iteration, before the next copy)."""
+    name = f"TILE({loop.arg[0]}, {amount})"
+    reduces = reduces_over(sink, loop)
+    if any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        raise KernelOptError(f"{name}: the reduces over loop {loop.arg[0]} do not all run over the same loops")
+    if any(node.op is Ops.RANGE_REDUCE for r in reduces for node in r.src[0].toposort):
+        raise KernelOptError(f"{name}: a reduce over loop {loop.arg[0]} holds another reduce")
+    threads = loops_of_kind(sink, LoopKind.LOCAL)
+    if not threads:
+        raise KernelOptError(f"{name}: the block has one thread, no threads to share the copies (LOCAL first)")
+    axis = loop.arg[0]
+    sink = split(sink, loop, amount)
+    loops = loops_by_axis(sink)
+    outer, inner, threads = loops[axis], loops[axis + 1], loops_of_kind(sink, LoopKind.LOCAL)
+    reduces = reduces_over(sink, outer)
+    ranges = reduces[0].src[1:]
+    inner_ranges = ranges[ranges.index(outer) + 1 :]
+    used, count = loops_used(sink), prod(thread.src[0].arg for thread in threads)
+    here = local_index(threads)
+    loads = [
+        node
+        for node in dict.fromkeys(node for r in reduces for node in r.src[0].toposort)
+        if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL and inner in used[node]
+    ]
+    taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
+    memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
+    stores, reads = [], {}
+    for number, load in enumerate(loads, start=len(taken)):
+        staged = [node for node in (*threads, *inner_ranges) if node in used[load]]
+        order, strides, size = shared_layout(staged, load.src[1], threads)
+        elements = prod(node.src[0].arg for node in staged)
+        copies = -(-elements // count)
+        if copies > TILE_COPIES:
+            raise KernelOptError(f"{name}: each thread would copy {copies} elements of an input, over {TILE_COPIES}")
+        memory += shared_bytes(load.dtype) * size
+        if memory > target.shared_memory:
+            raise KernelOptError(
+                f"{name}: the staged inputs need {memory} bytes of the device's {target.shared_memory}"
+            )
+        shared = UOp(Ops.DEFINE_LOCAL, load.dtype, (), (number, size))
+        for copy in range(copies):
+            # the copy's element number, read as a position along each staged loop (outermost first)
+            element, positions, rest = here + copy * count, {}, elements
+            for node in order:
+                rest //= node.src[0].arg
+                positions[node] = element // rest if node is order[0] else (element // rest) % node.src[0].arg
+            value = replace_ranges(load, positions, {})
+            where = sum((positions[node] * strides[node] for node in order), UOp.const(here.dtype, 0))
+            if (copy + 1) * count > elements:  # the last copy: only the threads with an element left
+                valid = element.alu(Ops.CMPLT, UOp.const(here.dtype, elements))
+                if value.op is Ops.LOAD:  # (reading nothing past the input either)
+                    value = value.replace(
+                        src=(*value.src[:2], valid if len(value.src) < 3 else value.src[2].logical_and(valid))
+                    )
+                stores.append(UOp(Ops.STORE, src=(shared, simplify(where), value, valid)))
+            else:
+                stores.append(UOp(Ops.STORE, src=(shared, simplify(where), value)))
+        reads[load] = (shared, simplify(sum((node * strides[node] for node in order), UOp.const(here.dtype, 0))))
+    if not reads:
+        raise KernelOptError(f"{name}: no input of the reduces moves along the inner loop")
+    barrier = UOp(Ops.BARRIER, src=tuple(stores))
+    replacements = {load: UOp(Ops.LOAD, load.dtype, (*reads[load], barrier)) for load in loads}
+    tiled = {r: r.replace(src=(replace_ranges(r.src[0], replacements, {}, simplified=False), *ranges)) for r in reduces}
+    return replace_ranges(sink, tiled, {})
+
+
+def staged(sink: UOp) -> bool:
+    """Whether the kernel copies inputs into shared memory inside a reduce loop (a tile)."""
+    used = loops_used(sink)
+    barriers = (node for node in kernel_nodes(sink) if node.op is Ops.BARRIER)
+    return any(loop.arg[1] is LoopKind.REDUCE for barrier in barriers for loop in used[barrier])
+
+
 def gated(store: UOp, gate: UOp) -> UOp:
     """`store` made only where `gate` holds (and its own gate, if it has one)."""
     if len(store.src) > 3:
@@ -359,7 +490,9 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None) -> UOp:
         raise KernelOptError(f"{opt}: the kernel has no loop {opt.axis}")
     size, kind = loop.src[0].arg, loop.arg[1]
     if opt.op is not OptOp.GROUP and any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
-        raise KernelOptError(f"{opt}: the kernel's reduces are grouped already (GROUP comes after every other action)")
+        raise KernelOptError(
+            f"{opt}: the kernel's threads share memory already (GROUP and TILE come after every other action)"
+        )
     if opt.op is OptOp.MERGE:
         return merge(sink, loop)
     if opt.op is OptOp.LOOP:
@@ -390,10 +523,18 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None) -> UOp:
 
 
 def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> UOp:
-    """LOCAL and GROUP, checked against the target's threads and shared memory."""
+    """LOCAL, GROUP and TILE, checked against the target's threads and shared memory."""
     kind = loop.arg[1]
     if target is None or not target.max_threads:
         raise KernelOptError(f"{opt}: the device has no threads")
+    if opt.op is OptOp.TILE:
+        if kind is not LoopKind.REDUCE:
+            raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
+        if opt.amount == loop.src[0].arg:
+            raise KernelOptError(f"{opt}: the amount must be less than the loop's {opt.amount} iterations")
+        return tile(sink, loop, opt.amount, target)
+    if opt.op is OptOp.GROUP and staged(sink):
+        raise KernelOptError(f"{opt}: the kernel's reduce reads its inputs from a tile in shared memory")
     reused = opt.op is OptOp.GROUP and shared_thread(sink, loop, opt.amount) is not None
     if not reused and block_threads(sink) * opt.amount > target.max_threads:
         raise KernelOptError(f"{opt}: a block would have more than the device's {target.max_threads} threads")
@@ -405,9 +546,9 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
         return split(sink, loop, opt.amount, LoopKind.LOCAL)
     if kind in OUTPUT_KINDS:
         raise KernelOptError(f"{opt}: loop {opt.axis} is an output loop, not a reduce loop")
-    taken = sum(node.dtype.itemsize * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
+    taken = sum(shared_bytes(node.dtype) * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
     threads = block_threads(sink) * (1 if reused else opt.amount)
-    shared = taken + sum(r.dtype.itemsize for r in reduces_over(sink, loop)) * threads
+    shared = taken + sum(shared_bytes(r.dtype) for r in reduces_over(sink, loop)) * threads
     if shared > target.shared_memory:
         raise KernelOptError(f"{opt}: its partial results need {shared} bytes of the device's {target.shared_memory}")
     return group(sink, loop, opt.amount)
