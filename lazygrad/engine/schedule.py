@@ -112,6 +112,7 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
     second product) becomes a buffer, computed once. Where the reader sees it permuted (a convolution's windows, an
     im2col), the buffer holds it in the reader's order, so the products over it read rows."""
     reached_by: dict[UOp, set[UOp]] = {}
+    computed_by: dict[UOp, set[UOp]] = {}  # elementwise nodes, and the kernels computing them
     unsafe: set[UOp] = set()
     costs: dict[UOp, int] = {}
     for root in roots:
@@ -134,6 +135,8 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
             seen.add(state)
             if node.op is Ops.PAD and node is not root:
                 views.setdefault(node, set()).add(view)
+            if node is not root and node.op not in MOVEMENT and node.op not in (Ops.BUFFER, Ops.CONST, Ops.REDUCE):
+                computed_by.setdefault(node, set()).add(root)
             if node is not root and (node.op is Ops.REDUCE or (node in random_leaves and not in_random)):
                 reached_by.setdefault(node, set()).add(root)
                 views.setdefault(node, set()).add(view)
@@ -158,7 +161,38 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
             stack.extend((source, where, source_view, loops, in_random) for source in node.src)
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
+    unsafe.update(_shared_costly_work(computed_by, to_realize, costs))
     return unsafe
+
+
+def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], costs: dict[UOp, int]) -> set[UOp]:
+    """Costly elementwise values that several kernels would each compute in full (a pooling's gradient read by a
+    batch norm's backward sums and by its elementwise part), where that repeats enough work to pay for a buffer:
+    the outermost of them, so that what they are made of is computed once inside them."""
+    shared = {
+        node
+        for node, kernels in computed_by.items()
+        if len(kernels) > 1
+        and _costly(node, to_realize, costs)
+        and costs[node] * prod(node.shape) * (len(kernels) - 1) >= REPEATED_WORK
+    }
+    inner: set[UOp] = set()
+    for node in list(shared):
+        stack, seen, largest = list(node.src), set(), 0
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if current in to_realize or current.op in (Ops.BUFFER, Ops.REDUCE):
+                largest = max(largest, prod(current.shape or (1,)))
+                continue
+            if current in shared:
+                inner.add(current)
+            stack.extend(current.src)
+        if prod(node.shape) > largest:  # an expansion (a product before its sum): a buffer would be larger than
+            shared.discard(node)  # anything the kernels read
+    return shared - inner
 
 
 # the cost of computing a value, in simple ALU operations: what a transcendental or a division costs; the cost per
