@@ -174,7 +174,7 @@ def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], 
         for node, kernels in computed_by.items()
         if len(kernels) > 1
         and _costly(node, to_realize, costs)
-        and costs[node] * prod(node.shape) * (len(kernels) - 1) >= REPEATED_WORK
+        and costs[node] * prod(node.shape) * (len(kernels) - 1) >= SHARED_WORK
     }
     inner: set[UOp] = set()
     for node in list(shared):
@@ -200,6 +200,9 @@ def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], 
 # operations the repeats must add up to, to be worth a kernel launch and a pass over memory
 SLOW_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.IDIV, Ops.MOD}
 SLOW_OP_COST, COSTLY, REPEATED_WORK = 4, 12, 1 << 18
+# the operations that several kernels computing one value must repeat, in all, to be worth its buffer: more than an
+# expand's, since a kernel's extra loop costs little where the value stays in cache, while each buffer adds a launch
+SHARED_WORK = 1 << 21
 
 
 def _repeats_costly_work(expand: UOp, computed: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
