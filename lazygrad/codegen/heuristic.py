@@ -229,8 +229,16 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         return
     shape = matrix_shape(plan.sink)  # (None as well for an elementwise kernel whose reduces unroll whole)
     loops = output_loops(plan.sink)
+    whole = (
+        None
+        if blocking
+        else short_reused_loop(plan.sink, loops[:-1] if shape == "contiguous outputs" else loops, target)
+    )
     if shape == "contiguous reduce":
         plan.apply(Opt(OptOp.VECTORIZE, rolled_reduce_loop(reduces[0]).arg[0]))
+        if whole is not None:
+            plan.apply(Opt(OptOp.UPCAST, whole.arg[0], whole.src[0].arg))
+            return
         upcast_reused(plan, loops, blocking[1] if blocking else 4, limit=2)
     elif shape == "strided":
         # no vector loads: scalar register blocking, each loaded value used by several outputs
@@ -249,11 +257,27 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
                 plan, [loop.arg[0] for loop in loops[:-1]], vector * target.vector_registers // 4 // inner.src[0].arg
             )
             return
+        if whole is not None and inner.src[0].arg % vector == 0:
+            plan.apply(Opt(OptOp.UPCAST, inner.arg[0], vector))
+            plan.apply(Opt(OptOp.UPCAST, whole.arg[0], whole.src[0].arg))
+            return
         for width, rows in choices:
             if inner.src[0].arg % width == 0:
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
                 upcast_reused(plan, loops[:-1], rows, limit=1)
                 return
+
+
+def short_reused_loop(sink: UOp, loops: list[UOp], target: Target) -> UOp | None:
+    """The one output loop along which some input is reused, where it is short enough (more than 4, at most half the
+    vector registers) to take whole into the register block: a product with few rows (a batch of 16 through a wide
+    layer) then reads its large operand once, instead of once per 4 rows."""
+    reusing = {loop: reused_buffers(sink, loop) for loop in loops}
+    for buffer in set().union(*reusing.values()):
+        along = [loop for loop in loops if buffer in reusing[loop]]
+        if len(along) == 1 and 4 < along[0].src[0].arg <= target.vector_registers // 2:
+            return along[0]
+    return None
 
 
 def unroll_small_reduces(plan: Plan) -> None:
