@@ -42,11 +42,14 @@ def test_torch_load_dtypes(tmp_path, torch_dtype, dtype):
     assert_tensor(loaded, expected.astype(dtype.np), dtype=dtype)
 
 
-def test_torch_load_bfloat16_becomes_float32(tmp_path):
-    values = torch.tensor([1.5, -2.25, 3e38, 1e-3]).to(torch.bfloat16)
-    torch.save([values], tmp_path / "x.pth")
-    (loaded,) = torch_load(str(tmp_path / "x.pth"))
-    assert_tensor(loaded, values.float().numpy(), dtype=dtypes.float32, rtol=0, atol=0)
+def test_torch_load_keeps_bfloat16(tmp_path):
+    values = torch.tensor([[1.5, -2.25, 3e38], [1e-3, float("inf"), float("nan")]]).to(torch.bfloat16)
+    torch.save({"w": values, "w_t": values.t()}, tmp_path / "x.pth")
+    loaded = torch_load(str(tmp_path / "x.pth"))
+    assert_tensor(loaded["w"], values.float().numpy(), dtype=dtypes.bfloat16, rtol=0, atol=0)
+    assert_tensor(loaded["w_t"], values.t().float().numpy(), dtype=dtypes.bfloat16, rtol=0, atol=0)
+    # it computes as bfloat16, as the torch tensor does
+    assert_tensor(loaded["w"] * 3, (values * 3).float().numpy(), dtype=dtypes.bfloat16, rtol=0, atol=0)
 
 
 def test_torch_load_views_shared_storage_and_containers(tmp_path):
