@@ -2146,19 +2146,23 @@ def test_api_pow_gradient_at_zero_and_negative_bases(exponent):
 
 @needs_torch
 def test_api_pow_tensor_exponent_gradients():
-    # the base's gradient matches torch everywhere, including y * 0**(y-1) at a zero base and nan for a negative
-    # base to a non-integer power; the exponent's where torch's is the real-valued x**y log(x)
-    bases = np.array([0.0, 0.0, 0.0, 0.0, 0.0, -2.0, -2.0, -1.5, 2.0, 3.0, 0.5], np.float32)
-    powers = np.array([2.0, 0.5, 0.0, 1.0, -1.0, 3.0, 2.0, 2.5, 0.5, -0.5, 1.7], np.float32)
-    x, y = Tensor(bases), Tensor(powers)
-    tx, ty = torch.tensor(bases, requires_grad=True), torch.tensor(powers, requires_grad=True)
-    assert_tensor(x**y, (tx**ty).detach().numpy())
-    (tx**ty).sum().backward()
-    grad_x, grad_y = (x**y).sum().gradient(x, y)
-    np.testing.assert_allclose(grad_x.numpy(), tx.grad.numpy(), rtol=1e-5)
-    real = [0, 1, 2, 3, 7, 8, 9, 10]  # not 0**-1 (torch: -inf) and not a negative base (torch: nan)
-    np.testing.assert_allclose(grad_y.numpy()[real], ty.grad.numpy()[real], rtol=1e-5)
-    assert np.isnan(grad_y.numpy()[7])
+    # both gradients match torch's for every finite base and exponent: y * x**(y-1) for the base (0 where y == 0),
+    # x**y * ln(x) for the exponent, so nan at a negative base even for an integer power, 0 at a zero base for
+    # y >= 0 and -x**y * inf for y < 0; +0 and -0 differ where the power's slope or sign does
+    zeros = [0.0, -0.0]
+    powers = [2.0, 3.0, 1.0, 0.0, 0.5, 1.5, 2.5, -1.0, -2.0, -0.5, -1.5, -3.0]
+    pairs = [(b, y) for b in zeros for y in powers]
+    pairs += [(b, y) for b in (-2.0, -1.5, -0.5) for y in (2.0, 3.0, 0.0, -1.0, -2.0, 0.5, -2.5)]
+    pairs += [(b, y) for b in (0.5, 2.0, 3.0) for y in (2.0, 0.0, -1.0, 0.5, 1.7, -0.5)]
+    bases, exponents = (np.array(values, np.float32) for values in zip(*pairs))
+    against_torch(lambda x, y: x**y, lambda x, y: x**y, bases, exponents)
+    against_torch(lambda x, y: x.pow(y), lambda x, y: x.pow(y), bases, exponents)
+    y = Tensor(exponents)
+    (grad_y,) = (Tensor(bases) ** y).sum().gradient(y)
+    assert (
+        np.isnan(grad_y.numpy()[bases < 0]).all()
+        and np.isneginf(grad_y.numpy()[(bases == 0) & (exponents == -2)]).all()
+    )
 
 
 @needs_torch
@@ -2176,3 +2180,9 @@ def test_api_second_derivatives_against_torch(name):
     (torch_second,) = torch.autograd.grad(torch_first.sum(), tx)
     # erf is a fitted series: its second derivative is within 1e-4 of the true one
     np.testing.assert_allclose(second.numpy(), torch_second.numpy(), rtol=2e-4, atol=1e-4 if name == "erf" else 5e-5)
+
+
+@needs_torch
+def test_api_sign_of_infinities_and_nan():
+    values = np.array([-np.inf, -2.0, -0.0, 0.0, 3.0, np.inf, np.nan], np.float32)
+    against_torch(lambda x: x.sign(), lambda x: x.sign(), values)
