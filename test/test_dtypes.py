@@ -298,13 +298,30 @@ def test_reductions_of_narrow_ints(dtype):
     a = int_values(dtype, 24, seed=6).reshape(4, 6)
     x = Tensor(a)
     total = x.sum(1)
-    assert total.dtype == dtypes.int32  # PyTorch sums in int64; lazygrad's ints sum as int32
+    assert total.dtype == dtypes.int64  # as in PyTorch
     np.testing.assert_array_equal(total.numpy(), a.astype(np.int64).sum(1))
     np.testing.assert_array_equal(x.max(1).numpy(), a.max(1))
     np.testing.assert_array_equal(x.min(0).numpy(), a.min(0))
     assert x.max().dtype == dtype
     np.testing.assert_allclose(x.float().mean().numpy(), a.mean(), rtol=1e-6)
     np.testing.assert_array_equal(x.sum(1, dtype=dtype).numpy(), a.sum(1, dtype=dtype.np))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, *INTS], ids=str)
+def test_sums_and_products_of_ints_are_int64_like_torch(dtype):
+    # PyTorch widens bools and every int to int64 for sum, prod, cumsum and cumprod unless dtype= says otherwise
+    a = (int_values(dtype, 12, seed=2) if dtype != dtypes.bool else np.arange(12) % 3 == 0).reshape(3, 4)
+    small = a if dtype == dtypes.bool else (a % 5).astype(dtype.np)  # products that fit int64
+    if dtype == dtypes.uint64:
+        a = a % (1 << 40)  # torch sums uint64 as int64: keep the values where both agree
+    for name, values in (("sum", a), ("cumsum", a), ("prod", small), ("cumprod", small)):
+        x, reference = Tensor(values), torch.from_numpy(np.ascontiguousarray(values))
+        got, expected = getattr(x, name)(1), getattr(reference, name)(1)
+        assert got.dtype == dtypes.int64 and expected.dtype == torch.int64, (name, got.dtype, expected.dtype)
+        np.testing.assert_array_equal(got.numpy(), expected.numpy(), err_msg=name)
+    x = Tensor(a)
+    assert x.sum(dtype=dtypes.int32).dtype == dtypes.int32 and x.prod(0, dtype=dtypes.int16).dtype == dtypes.int16
+    assert x.sum().dtype == dtypes.int64 and torch.from_numpy(np.ascontiguousarray(a)).sum().dtype == torch.int64
 
 
 # ---- promotion -----------------------------------------------------------------------------------------------------

@@ -24,7 +24,13 @@ from lazygrad.helpers import GlobalCounters
 
 FLOAT32_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
-NUMPY_DTYPES = {dtypes.float32: np.float32, dtypes.float16: np.float16, dtypes.int32: np.int32, dtypes.bool: np.bool_}
+NUMPY_DTYPES = {
+    dtypes.float32: np.float32,
+    dtypes.float16: np.float16,
+    dtypes.int32: np.int32,
+    dtypes.int64: np.int64,
+    dtypes.bool: np.bool_,
+}
 KIND = {"b": "bool", "i": "int", "u": "int", "f": "float"}
 
 
@@ -829,11 +835,11 @@ def test_cast_accepts_dtype_names():
         (lambda: Tensor([True, False]) + Tensor([1, 2]), dtypes.int32),
         (lambda: Tensor([True, False]) * 0.5, dtypes.float32),
         (lambda: Tensor([4, 6]) / Tensor([2, 4]), dtypes.float32),
-        (lambda: Tensor([1, 2]).sum(), dtypes.int32),
-        (lambda: Tensor([True, True, False]).sum(), dtypes.int32),
+        (lambda: Tensor([1, 2]).sum(), dtypes.int64),
+        (lambda: Tensor([True, True, False]).sum(), dtypes.int64),
         (lambda: Tensor([1, 2]).mean(), dtypes.float32),
         (lambda: Tensor([1, 2]).max(), dtypes.int32),
-        (lambda: Tensor([1.0, 2.0]).argmax(), dtypes.int32),
+        (lambda: Tensor([1.0, 2.0]).argmax(), dtypes.int64),
         (lambda: Tensor([1, 2]).exp(), dtypes.float32),
         (lambda: Tensor([1, 2]).sqrt(), dtypes.float32),
         (lambda: Tensor.where(Tensor([True]), Tensor([1]), 2.5), dtypes.float32),
@@ -905,7 +911,9 @@ def test_reduce_small_shapes(name, shape, axis):
 def test_reduce_int32(name, axis):
     lazy_fn, numpy_fn = REDUCE_OPS[name]
     array = reduce_input(name, 3, 4, dtype=np.int32)
-    assert_tensor(lazy_fn(Tensor(array), axis, False), numpy_fn(array, axis, False), dtype=dtypes.int32)
+    # sum and prod of ints are int64, as in PyTorch; max and min keep the dtype
+    widened = dtypes.int64 if name in ("sum", "prod") else dtypes.int32
+    assert_tensor(lazy_fn(Tensor(array), axis, False), numpy_fn(array, axis, False), dtype=widened)
 
 
 def test_reduce_int32_mean_and_bool_sum():
@@ -964,7 +972,7 @@ def test_argmax_argmin(name, axis, keepdim, dtype):
     array = data(2, 3, 4, dtype=dtype, low=-2, high=3, integral=True)
     numpy_fn = np.argmax if name == "argmax" else np.argmin
     result = getattr(Tensor(array), name)(axis=axis, keepdim=keepdim)
-    assert_tensor(result, numpy_fn(array, axis=axis, keepdims=keepdim), dtype=dtypes.int32)
+    assert_tensor(result, numpy_fn(array, axis=axis, keepdims=keepdim), dtype=dtypes.int64)
 
 
 def test_argmax_ties_and_views():
@@ -1662,6 +1670,9 @@ def against_torch(lazy_fn, torch_fn, *arrays, grad=True, rtol=1e-5, atol=1e-6, g
     if not isinstance(lazy_outputs, tuple):
         lazy_outputs, torch_outputs = (lazy_outputs,), (torch_outputs,)
     for lazy, reference in zip(lazy_outputs, torch_outputs):
+        assert lazy.dtype.name == str(reference.dtype).removeprefix("torch."), (
+            f"dtype {lazy.dtype} != {reference.dtype}"
+        )
         assert_tensor(lazy, reference.detach().numpy(), rtol=rtol, atol=atol)
     if not grad:
         return
@@ -1899,9 +1910,9 @@ def test_api_scans_edge_values():
     ints = data(3, 4, dtype=np.int32, low=-3, high=4)
     for name in ("cumsum", "cumprod"):
         lazy, reference = getattr(Tensor(ints), name)(1), getattr(torch.tensor(ints), name)(1)
-        assert_tensor(lazy, reference.numpy())
+        assert_tensor(lazy, reference.numpy(), dtype=dtypes.int64)
     assert_tensor(Tensor(ints).cummax(1)[0], torch.cummax(torch.tensor(ints), 1).values.numpy())
-    assert_tensor(Tensor(ints).cummax(1)[1], torch.cummax(torch.tensor(ints), 1).indices.numpy(), dtype=dtypes.int32)
+    assert_tensor(Tensor(ints).cummax(1)[1], torch.cummax(torch.tensor(ints), 1).indices.numpy(), dtype=dtypes.int64)
     with pytest.raises(IndexError, match="cumprod.*axis 2.*2 dimensions"):
         Tensor(ints).cumprod(2)
 
@@ -1937,7 +1948,7 @@ def test_api_sort_special_values_and_dtypes():
     against_torch(lambda x: x.sort(1), lambda x: tuple(torch.sort(x, dim=1, stable=True)), ints)
     flags = data(10, dtype=np.bool_)
     against_torch(lambda x: x.argsort(), lambda x: torch.sort(x, stable=True).indices, flags)
-    assert Tensor(ints).argsort().dtype == dtypes.int32
+    assert Tensor(ints).argsort().dtype == dtypes.int64
 
 
 @needs_torch
