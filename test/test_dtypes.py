@@ -65,9 +65,14 @@ def test_numpy_arrays_keep_their_dtype_and_numpy_returns_it(dtype):
     np.testing.assert_array_equal(copied.numpy(), (array[::-1] | False) if dtype == dtypes.bool else array[::-1])
 
 
-def test_numpy_float64_becomes_the_default_float_and_lists_take_the_defaults():
-    assert Tensor(np.array([1.5])).dtype == dtypes.float32  # the one exception: ask for dtype=dtypes.float64
-    assert Tensor(np.array([1.5]), dtype=dtypes.float64).dtype == dtypes.float64
+def test_numpy_arrays_keep_their_dtype_and_lists_take_the_defaults():
+    # as torch.tensor does: a float64 array (or NumPy scalar) stays float64, Python floats become float32
+    for data in (np.array([1.5, 1 + 2**-40]), np.float64(1 + 2**-40)):
+        tensor = Tensor(data)
+        assert tensor.dtype == dtypes.float64 and torch.tensor(data).dtype == torch.float64
+        assert tensor.numpy().dtype == np.float64 and (tensor * 2).numpy().tolist() == (data * 2).tolist()
+    assert Tensor([1.5]).dtype == Tensor(1.5).dtype == dtypes.float32
+    assert Tensor(np.array([1.5]), dtype=dtypes.float32).dtype == dtypes.float32
     assert Tensor([1, 2]).dtype == dtypes.int32
     assert Tensor([2**40]).dtype == dtypes.int64
     assert Tensor(np.array([1, 2], np.int64)).dtype == dtypes.int64

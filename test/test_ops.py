@@ -151,8 +151,8 @@ def test_tensor_from_numpy(array, dtype):
 
 
 def test_tensor_from_numpy_other_widths():
-    """float64 and int64 arrays are accepted; their values survive (as a float and an int dtype)."""
-    assert_tensor(Tensor(np.array([1.5, -2.25])), np.array([1.5, -2.25]))
+    """float64 and int64 arrays keep their dtype and values."""
+    assert_tensor(Tensor(np.array([1.5, -2.25])), np.array([1.5, -2.25]), dtype=dtypes.float64)
     assert_tensor(Tensor(np.array([3, -4], dtype=np.int64)), np.array([3, -4]))
 
 

@@ -105,8 +105,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     for name, tensor in own.items():
         if name in state_dict:
             value = state_dict[name]
-            if not isinstance(value, Tensor):
-                value = Tensor(np.asarray(value))
+            if not isinstance(value, Tensor):  # straight into the parameter's dtype (a device may lack float64)
+                value = Tensor(np.asarray(value), dtype=tensor.dtype, device=tensor.device)
             tensor.assign(value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)).realize()
 
 
