@@ -137,10 +137,34 @@ class MathMixin:
         if base.dtype.is_int and not exp.dtype.is_float:
             return base._to_float().pow(exp._to_float()).round().cast(base.dtype)
         base, exp = base._to_float(), exp._to_float()
+        number = exponent if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
+        if number is not None and math.isfinite(number) and (abs(number) != 1 if reverse else number != 0):
+            # a finite number as the base (not +-1) or the exponent (not 0) has none of the cases below: a smaller
+            # graph (Adam's b1 ** steps)
+            return base._finite_pow(exp)
+        # x**0 for an infinite or NaN x, 1**y for an infinite or NaN y and (-1)**+-inf are 1 (C's pow, as in
+        # torch), where exp2(y * log2|x|) would meet 0 * inf; the rest computes 1**1 there, so its slopes stay finite
+        power_zero = (exp == 0) & ~base.isfinite()
+        unit_base = ((base == 1) & ~exp.isfinite()) | ((base == -1) & exp.isinf())
+        special = power_zero | unit_base
+        finite = special.where(1.0, base)._finite_pow(special.where(1.0, exp))
+        # torch's slopes there: ln(x) in y (inf, or nan for -inf and NaN), y * x**(y-1) in x (+-inf as y is, or nan
+        # for a NaN y); the slope in an infinite y cannot be made from finite values, so it is 0
+        slope_exp = _edge_slope(exp, 1, power_zero & (base > 0)) + _edge_slope(exp, 1, power_zero & ~(base > 0)) * 0
+        exp_direction = (exp > 0).where(1.0, -1.0)
+        slope_base = (
+            _edge_slope(base, exp_direction, unit_base & ~exp.isnan())
+            + _edge_slope(base, 1, unit_base & exp.isnan()) * 0
+        )
+        return special.where(slope_exp + slope_base + 1, finite)
+
+    def _finite_pow(base: Tensor, exp: Tensor) -> Tensor:
+        """base**exp for float tensors, except the non-finite cases `pow` settles first."""
         is_zero, negative = base == 0, base < 0
         exp_is_int = exp.floor() == exp
         exp_is_odd = exp_is_int & ((exp * 0.5).floor() * 2 != exp)
-        undefined = negative & ~exp_is_int
+        # (-inf)**y is |x|**y for a non-integer y too (C's pow, as in torch)
+        undefined = negative & ~exp_is_int & base.isfinite()
         # |x|**y where x is nonzero and the power is real; elsewhere a base of 1 keeps log2 from 0 and negatives
         safe_base = (is_zero | undefined).where(1.0, base.abs())
         magnitude = (exp * safe_base.log2()).exp2()

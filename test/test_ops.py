@@ -2174,6 +2174,28 @@ def test_api_pow_tensor_exponent_gradients():
         np.isnan(grad_y.numpy()[bases < 0]).all()
         and np.isneginf(grad_y.numpy()[(bases == 0) & (exponents == -2)]).all()
     )
+    # C's pow at infinities and NaN (x**0 and 1**y are 1, (-1)**inf is 1), and torch's gradients there, except the
+    # exponent's slope at an infinite exponent (nan or inf in torch, which no finite value here can carry)
+    inf, nan = np.inf, np.nan
+    special = [(nan, 0.0), (inf, 0.0), (-inf, 0.0), (1.0, nan), (1.0, inf), (1.0, -inf), (-1.0, nan), (2.0, nan)]
+    special += [(inf, -1.0), (-inf, -1.0), (nan, 2.0), (-1.0, 2.0)]
+    bases, exponents = (np.array(values, np.float32) for values in zip(*special))
+    against_torch(lambda x, y: x**y, lambda x, y: x**y, bases, exponents)
+    edges = np.array(
+        [
+            (-1.0, inf),
+            (-1.0, -inf),
+            (0.0, inf),
+            (-inf, 3.0),
+            (inf, 2.0),
+            (3.0, inf),
+            (0.5, -inf),
+            (-inf, 0.5),
+            (-inf, -2.5),
+        ],
+        np.float32,
+    ).T
+    against_torch(lambda x, y: x**y, lambda x, y: x**y, *edges, grad=False)
 
 
 @needs_torch
