@@ -83,7 +83,8 @@ class dtypes:
     # memory holds its bits as uint16 (NumPy has no bfloat16); kernels compute it in float32, rounding after each op
     bfloat16 = DType(10, 2, "bfloat16", "uint16", "float")
     float32 = DType(11, 4, "float32", "float32", "float")
-    # never a default (float data becomes float32), but kept where asked for: dtype=dtypes.float64, F64 in safetensors
+    # never a default (Python floats become float32), but kept from float64 NumPy data, dtype=dtypes.float64 and F64
+    # in safetensors
     float64 = DType(12, 8, "float64", "float64", "float")
     default_float = float32
     default_int = int32
@@ -302,9 +303,8 @@ def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType) -> 
 
 def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]:
     """The data as a C-ordered array holding the tensor's dtype (bfloat16: its uint16 bits): `dtype`, else a NumPy
-    array's (or NumPy scalar's) own dtype, except float64, which becomes the default float (pass
-    dtype=dtypes.float64 to keep doubles); a list's floats become the default float and its ints the default int
-    (int64 for ints it cannot hold). Ints that do not fit are an error, never wrapped; floats too large for a float
+    array's (or NumPy scalar's) own dtype, float64 included, as in PyTorch; a list's floats become the default float
+    and its ints the default int (int64 for ints it cannot hold). Ints that do not fit are an error, never wrapped; floats too large for a float
     dtype become inf."""
     numpy_data = isinstance(data, (np.ndarray, np.generic))
     if isinstance(data, np.ndarray):
@@ -323,7 +323,7 @@ def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]
     if array.dtype.kind in "US":
         raise TypeError(f"Tensor: cannot make a tensor from strings ({array.dtype})")
     if dtype is None:
-        if array.dtype.kind == "f" and array.dtype.itemsize > 4:
+        if array.dtype.kind == "f" and not numpy_data:
             dtype = dtypes.default_float
         elif array.dtype.kind in "iu" and not numpy_data:
             dtype = dtypes.default_int if fits(array, dtypes.default_int) else dtypes.int64

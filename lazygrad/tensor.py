@@ -101,7 +101,14 @@ class Tensor(
                 raise TypeError(
                     f"Tensor: unsupported dtype {getattr(data, 'dtype', 'complex')}: lazygrad has no complex numbers"
                 )
+            from_numpy = dtype is None and isinstance(data, (np.ndarray, np.generic))
             array, dtype = data_to_numpy(data, dtype)
+            if from_numpy and dtype in Device[self.device].unsupported_dtypes:
+                raise TypeError(
+                    f"Tensor: a {dtype} NumPy array cannot live on {self.device} "
+                    f"({Device[self.device].unsupported_dtypes[dtype]}); convert it first (array.astype(np.float32)) "
+                    "or pass dtype=dtypes.float32"
+                )
             if dtype.itemsize == 8:
                 check_device_has(dtype, self.device, "Tensor")
             self.uop = buffer_from_numpy(array, self.device, dtype)

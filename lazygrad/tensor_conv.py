@@ -181,7 +181,7 @@ class ConvMixin:
         windows = windows.permute(0, 1, *range(3, 3 + count), 2, *range(3 + count, 3 + 2 * count))
         windows = windows.reshape(batch, groups, 1, *out, group_channels, *kernel)
         weights = weight.reshape(1, groups, per_group, *(1,) * count, group_channels, *kernel)
-        result = (windows * weights).sum(tuple(range(-1 - count, 0))).reshape(batch, channels_out, *out)
+        result = (windows * weights)._sum_unwidened(tuple(range(-1 - count, 0))).reshape(batch, channels_out, *out)
         return result if bias is None else result + bias.reshape(1, -1, *(1,) * count)
 
     def _named_padding(self: Tensor, padding: str, kernel, stride, dilation, op_name: str):
@@ -322,9 +322,12 @@ class ConvMixin:
         spatial = self.shape[-count:]
         positions = type(self).arange(math.prod(spatial), device=self.device).reshape(1, *spatial)
         position_windows, _, _ = positions._pool_nd(kernel_size, stride, dilation, padding, ceil_mode, -1, count, name)
-        chosen = taps.argmax(-1).unsqueeze(-1) == type(self).arange(taps.shape[-1], device=self.device)
-        indices = chosen.where(position_windows.flatten(-count), 0).sum(-1)
-        return values, indices.cast(dtypes.int32)
+        chosen = taps._argmax_along(-1, False, name).unsqueeze(-1) == type(self).arange(
+            taps.shape[-1], device=self.device
+        )
+        # found in int32, returned as int64 as in PyTorch
+        indices = chosen.where(position_windows.flatten(-count), 0)._sum_unwidened(-1)
+        return values, indices.cast(dtypes.int64)
 
     def max_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
         """Max over windows of the last axis; `return_indices` also gives each maximum's position."""
@@ -355,7 +358,7 @@ class ConvMixin:
             taps = np.arange(out)[:, None] * s - before + np.arange(k)[None, :] * d
             low, high = (-before, size + after) if count_include_pad else (0, size)
             divisor = np.multiply.outer(divisor, ((taps >= low) & (taps < high)).sum(1).astype(np.float32))
-        total = windows.sum(tuple(range(-count, 0)))
+        total = windows._sum_unwidened(tuple(range(-count, 0)))
         return total / type(self)(divisor, device=self.device).cast(total.dtype)
 
     def avg_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
@@ -412,7 +415,7 @@ class ConvMixin:
         batch = self.shape[:-count]
         flat_values = self.reshape(*batch, -1, 1)
         mask = indices.reshape(*batch, -1, 1) == type(self).arange(plane, device=self.device)
-        return mask.where(flat_values, 0).sum(-2).cast(self.dtype).reshape(*batch, *size)
+        return mask.where(flat_values, 0)._sum_unwidened(-2).cast(self.dtype).reshape(*batch, *size)
 
     # ---- resizing ----------------------------------------------------------------------------------------------
 

@@ -75,7 +75,7 @@ class IndexMixin:
 
     def _sum_selected(self: Tensor, mask: Tensor, axis: int) -> Tensor:
         """The sum over `axis` of this tensor where `mask` holds (zero elsewhere), in this tensor's dtype."""
-        return mask.where(self, 0).sum(axis).cast(self.dtype)
+        return mask.where(self, 0)._sum_unwidened(axis).cast(self.dtype)
 
     # ---- gather and scatter ----------------------------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ class IndexMixin:
         order_shape[dim] = count
         order = type(self).arange(1, count + 1, device=self.device).reshape(order_shape)
         numbered = mask.where(order, 0)
-        last = numbered.max(dim, keepdim=True) if count else numbered.sum(dim, keepdim=True)
+        last = numbered.max(dim, keepdim=True) if count else numbered._sum_unwidened(dim, keepdim=True)
         chosen = mask & (numbered == last)
         written = values._sum_selected(chosen, dim)
         return (last.squeeze(dim) > 0).where(written, self)
@@ -185,7 +185,7 @@ class IndexMixin:
             raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
         dim = normalize_axis(dim, self.ndim, "scatter_reduce")
         mask, values = self._scatter_inputs(dim, index, src, "scatter_reduce")
-        hits = mask.sum(dim)
+        hits = mask._sum_unwidened(dim)
         values = values.expand(mask.shape)
         if include_self:
             # self takes part as one more writer that hits every place
@@ -193,12 +193,12 @@ class IndexMixin:
             mask = mask.cat(every, dim=dim)
             values = values.cat(self.unsqueeze(dim), dim=dim)
         if reduce in ("sum", "mean"):
-            combined = mask.where(values, 0).sum(dim)
+            combined = mask.where(values, 0).sum(dim, dtype=values._unwidened_dtype())
             if reduce == "mean":
                 count = hits + 1 if include_self else hits.maximum(1)
                 combined = combined / count if self.dtype.is_float else combined.floordiv(count)
         elif reduce == "prod":
-            combined = mask.where(values, 1).prod(dim)
+            combined = mask.where(values, 1).prod(dim, dtype=values._unwidened_dtype())
         else:
             if self.dtype.is_float:
                 empty = float("-inf") if reduce == "amax" else float("inf")
@@ -556,7 +556,7 @@ class IndexMixin:
             product = shaped if product is None else product * shaped
         full = product.expand(*(sizes[c] for c in letters))
         summed = tuple(range(len(output), len(letters)))
-        return full.sum(summed) if summed else full
+        return full._sum_unwidened(summed) if summed else full
 
     def _einsum_diagonals(self: Tensor, term: str) -> Tensor:
         """For a subscript with a repeated letter ("ii"), the diagonal over those axes, kept at the first one."""

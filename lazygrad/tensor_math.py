@@ -32,6 +32,14 @@ ERFC_SERIES = (
 )
 
 
+def _edge_slope(x: Tensor, direction, where: Tensor) -> Tensor:
+    """0 in value, with slope `direction` * inf in x where `where` holds (finite x) and 0 elsewhere: the infinite or
+    (times 0) nan gradients torch gives pow at the edges of its domain, added to a value that stays as it was."""
+    shifted = x * direction
+    # shifted - shifted is +0 with slope 1, and sqrt's slope at +0 is +inf
+    return (where & x.isfinite()).where(shifted - shifted.detach(), 0.0).sqrt()
+
+
 class MathMixin:
     """Elementwise functions of a Tensor, each a composition of primitives (so each has a gradient for free)."""
 
@@ -77,7 +85,8 @@ class MathMixin:
     def sign(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool:
             return self
-        return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) + self * 0
+        # -1, 0 or 1 for infinities too, and 0 for NaN, as in torch; the last term keeps a path of slope 0 to x
+        return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) + self.isfinite().where(self, 0) * 0
 
     def square(self: Tensor) -> Tensor:
         return self * self
@@ -128,27 +137,63 @@ class MathMixin:
         if base.dtype.is_int and not exp.dtype.is_float:
             return base._to_float().pow(exp._to_float()).round().cast(base.dtype)
         base, exp = base._to_float(), exp._to_float()
+        number = exponent if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
+        if number is not None and math.isfinite(number) and (abs(number) != 1 if reverse else number != 0):
+            # a finite number as the base (not +-1) or the exponent (not 0) has none of the cases below: a smaller
+            # graph (Adam's b1 ** steps)
+            return base._finite_pow(exp)
+        # x**0 for an infinite or NaN x, 1**y for an infinite or NaN y and (-1)**+-inf are 1 (C's pow, as in
+        # torch), where exp2(y * log2|x|) would meet 0 * inf; the rest computes 1**1 there, so its slopes stay finite
+        power_zero = (exp == 0) & ~base.isfinite()
+        unit_base = ((base == 1) & ~exp.isfinite()) | ((base == -1) & exp.isinf())
+        special = power_zero | unit_base
+        finite = special.where(1.0, base)._finite_pow(special.where(1.0, exp))
+        # torch's slopes there: ln(x) in y (inf, or nan for -inf and NaN), y * x**(y-1) in x (+-inf as y is, or nan
+        # for a NaN y); the slope in an infinite y cannot be made from finite values, so it is 0
+        slope_exp = _edge_slope(exp, 1, power_zero & (base > 0)) + _edge_slope(exp, 1, power_zero & ~(base > 0)) * 0
+        exp_direction = (exp > 0).where(1.0, -1.0)
+        slope_base = (
+            _edge_slope(base, exp_direction, unit_base & ~exp.isnan())
+            + _edge_slope(base, 1, unit_base & exp.isnan()) * 0
+        )
+        return special.where(slope_exp + slope_base + 1, finite)
+
+    def _finite_pow(base: Tensor, exp: Tensor) -> Tensor:
+        """base**exp for float tensors, except the non-finite cases `pow` settles first."""
         is_zero, negative = base == 0, base < 0
         exp_is_int = exp.floor() == exp
         exp_is_odd = exp_is_int & ((exp * 0.5).floor() * 2 != exp)
-        undefined = negative & ~exp_is_int
+        # (-inf)**y is |x|**y for a non-integer y too (C's pow, as in torch)
+        undefined = negative & ~exp_is_int & base.isfinite()
         # |x|**y where x is nonzero and the power is real; elsewhere a base of 1 keeps log2 from 0 and negatives
         safe_base = (is_zero | undefined).where(1.0, base.abs())
         magnitude = (exp * safe_base.log2()).exp2()
-        defined = (negative & exp_is_odd).where(-magnitude, magnitude)
+        # the exponent's gradient is x**y * ln(x), nan for any negative base as in torch (|x| gave the value)
+        defined = (negative & exp_is_odd).where(-magnitude, magnitude) + _edge_slope(exp, 1, negative & exp_is_int) * 0
         # a negative base to a non-integer power: nan, and so are both gradients (the log of a negative number), as
         # in torch; the selects keep that nan from the other elements' gradients
         nan_power = (undefined.where(exp, 0.0) * undefined.where(base, -1.0).log2()).exp2()
-        # a zero base: for each kind of exponent an expression worth 0**y at 0 whose slope there is y * 0**(y-1),
-        # torch's gradient (0 for y > 1 or y == 0, 1 for y == 1, inf for 0 < y < 1, -inf for y < 0). Each input is
-        # the base only where its expression is chosen, so an unchosen sqrt(0) or 1/0 adds no 0 * inf to the slope.
+        return is_zero.where(base._pow_at_zero(exp, exp_is_int, exp_is_odd), undefined.where(nan_power, defined))
+
+    def _pow_at_zero(base: Tensor, exp: Tensor, exp_is_int: Tensor, exp_is_odd: Tensor) -> Tensor:
+        """base**exp where the base is +0 or -0: for each kind of exponent an expression worth 0**y at 0 whose slope
+        there is torch's y * 0**(y-1) (0 for y > 1 or y == 0, 1 for y == 1, inf for 0 < y < 1, -inf for y < 0, but
+        +inf at -0 for even y < 0), and whose slope in y is torch's 0**y * ln(0): 0 for y >= 0, -0**y * inf below.
+        Each input is the base only where its expression is chosen, so an unchosen sqrt(0) or 1/0 adds no 0 * inf."""
+        is_zero = base == 0
+        negative_zero = is_zero & (is_zero.where(base, 1.0).reciprocal() < 0)
         at_zero = is_zero.where(base, 0.0)
-        root = (is_zero & (exp > 0) & (exp < 1)).where(base, 1.0).sqrt()
-        inverse = (is_zero & (exp < 0)).where(base, 1.0).reciprocal()
+        # +0 at either zero, with slope 1 (base - base is +0 for -0 too)
+        plus_zero = is_zero.where(base - base.detach(), 0.0)
+        root = (is_zero & (exp > 0) & (exp < 1)).where(plus_zero, 1.0).sqrt()
+        # 1/x for odd y (-inf at -0), and for even y at -0 1/(-x) (+inf, rising as the even power does)
+        negative_power = is_zero & (exp < 0)
+        denominator = exp_is_odd.where(at_zero, (negative_zero & exp_is_int).where(-at_zero, plus_zero))
+        inverse = negative_power.where(denominator, 1.0).reciprocal()
+        inverse = inverse + _edge_slope(exp, (inverse < 0).where(1.0, -1.0), negative_power)
         negative_or_nan = (exp < 0).where(inverse, float("nan"))
         below_one = (exp > 0).where(root, (exp == 0).where(at_zero * 0 + 1, negative_or_nan))
-        zero_power = (exp > 1).where(at_zero * 0, (exp == 1).where(at_zero, below_one))
-        return is_zero.where(zero_power, undefined.where(nan_power, defined))
+        return (exp > 1).where(at_zero * 0, (exp == 1).where(at_zero, below_one))
 
     # ---- hyperbolic, inverse trigonometric and special functions ----------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.device import CORES
-from lazygrad.dtype import dtypes, is_small_int, to_dtype
+from lazygrad.dtype import DType, dtypes, is_small_int, to_dtype
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazygrad.tensor_movement import normalize_axis
@@ -61,25 +61,34 @@ class ReduceMixin:
         return reduced.reshape(tuple(size for i, size in enumerate(self.shape) if i not in axes))
 
     def _accumulated(self: Tensor, dtype) -> tuple[Tensor, Tensor]:
-        """The input of a sum or product in the result's dtype (`dtype`; else int32 for bools and ints narrower than
-        32 bits, where PyTorch takes int64; else the tensor's own), and that input in the dtype to accumulate in
-        (float32 for half and bfloat16)."""
+        """The input of a sum or product in the result's dtype (`dtype`; else int64 for bools and ints, as in
+        PyTorch; else the tensor's own), and that input in the dtype to accumulate in (float32 for half and
+        bfloat16)."""
         if dtype is not None:
             source = self.cast(dtype)
-        elif self.dtype == dtypes.bool or is_small_int(self.dtype):
-            source = self.cast(dtypes.int32)
+        elif self.dtype == dtypes.bool or self.dtype.is_int:
+            source = self.cast(dtypes.int64)
         else:
             source = self
         narrow_float = source.dtype in (dtypes.float16, dtypes.bfloat16)
         return source, source.cast(dtypes.float32) if narrow_float else source
 
     def sum(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
-        """The sum; bools and ints narrower than 32 bits sum as int32, half and bfloat16 accumulate in float32."""
+        """The sum; bools and ints sum as int64 unless `dtype` is given, half and bfloat16 accumulate in float32."""
         source, accumulate = self._accumulated(dtype)
         return accumulate._reduce(Ops.ADD, axis, keepdim, "sum").cast(source.dtype)
 
+    def _unwidened_dtype(self: Tensor) -> DType:
+        """The dtype for lazygrad's own sums that must not widen to int64 (counts, selections of one value, sums
+        that wrap as the input does): the tensor's own, int32 for bools and narrow ints (kernels compute those in
+        32 bits anyway)."""
+        return dtypes.int32 if self.dtype == dtypes.bool or is_small_int(self.dtype) else self.dtype
+
+    def _sum_unwidened(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        return self.sum(axis, keepdim, dtype=self._unwidened_dtype())
+
     def prod(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
-        """The product; bools and narrow ints multiply as int32, `dtype` casts the input first (as in PyTorch)."""
+        """The product; bools and ints multiply as int64, `dtype` casts the input first (as in PyTorch)."""
         source, accumulate = self._accumulated(dtype)
         return accumulate._reduce(Ops.MUL, axis, keepdim, "prod").cast(source.dtype)
 
@@ -144,6 +153,7 @@ class ReduceMixin:
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def _argmax_along(self: Tensor, axis, keepdim: bool, op_name: str) -> Tensor:
+        """The index of the first maximum along `axis`, as int32 (the public argmax widens it to int64)."""
         if axis is None:
             return self.flatten()._argmax_along(0, False, op_name).reshape(() if not keepdim else (1,) * self.ndim)
         axis = normalize_axis(axis, self.ndim, op_name)
@@ -161,10 +171,12 @@ class ReduceMixin:
         return (length - best).cast(dtypes.int32)
 
     def argmax(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-        return self._argmax_along(axis, keepdim, "argmax")
+        """The index of the first maximum along `axis` (of the flattened tensor if None), as int64 like PyTorch."""
+        return self._argmax_along(axis, keepdim, "argmax").cast(dtypes.int64)
 
     def argmin(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-        return self._order_reversed()._argmax_along(axis, keepdim, "argmin")
+        """The index of the first minimum along `axis`, as int64."""
+        return self._order_reversed()._argmax_along(axis, keepdim, "argmin").cast(dtypes.int64)
 
     def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over `axis`, shifted by the maximum so nothing overflows."""
@@ -223,7 +235,7 @@ class ReduceMixin:
             else other.reshape(1, other.shape[0], 1)
         )
         w = w.transpose(-1, -2)
-        product = (x * w).sum(-1)
+        product = (x * w)._sum_unwidened(-1)  # int matmuls keep their dtype, as in PyTorch
         if other.ndim == 1:
             product = product.reshape(product.shape[:-1])
         if self.ndim == 1:

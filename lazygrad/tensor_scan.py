@@ -49,13 +49,13 @@ class ScanMixin:
         return self._back_from_last(reduce(moved._prefixes(fill)), axis)
 
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
-        """Running sums along `axis`."""
-        source = self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+        """Running sums along `axis`; bools and ints sum as int64, as in PyTorch."""
+        source = self.cast(dtypes.int64) if self.dtype == dtypes.bool or self.dtype.is_int else self
         return source._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2))
 
     def cumprod(self: Tensor, axis: int = 0) -> Tensor:
-        """Running products along `axis`."""
-        source = self.cast(dtypes.int32) if self.dtype == dtypes.bool else self
+        """Running products along `axis`; bools and ints multiply as int64, as in PyTorch."""
+        source = self.cast(dtypes.int64) if self.dtype == dtypes.bool or self.dtype.is_int else self
         return source._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2))
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
@@ -68,7 +68,7 @@ class ScanMixin:
         PyTorch. The gradient goes to the element at that index."""
         moved, axis = self._along_last(axis, "cummax")
         if moved.shape[-1] == 0:
-            return self, self.cast(dtypes.int32)
+            return self, self.cast(dtypes.int64)
         lowest = (
             float("-inf")
             if self.dtype.is_float
@@ -86,8 +86,8 @@ class ScanMixin:
         # the latest matching index within the prefix (entries past it hold `lowest`, so are ruled out by i <= j)
         in_prefix = index <= type(self).arange(length, device=self.device)
         indices = (matches & in_prefix).where(index, -1).max(-2)
-        values = (index == indices.unsqueeze(-2)).where(moved.unsqueeze(-1), 0).sum(-2).cast(moved.dtype)
-        return self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int32), axis)
+        values = (index == indices.unsqueeze(-2)).where(moved.unsqueeze(-1), 0)._sum_unwidened(-2).cast(moved.dtype)
+        return self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int64), axis)
 
     # ---- sorting ---------------------------------------------------------------------------------------------------
 
@@ -105,20 +105,20 @@ class ScanMixin:
         length = moved.shape[-1]
         index = type(self).arange(length, device=self.device)
         earlier = index.reshape(1, length) < index.reshape(length, 1)  # [i, j]: j comes before i in the input
-        rank = (before | (same & earlier)).sum(-1)
+        rank = (before | (same & earlier))._sum_unwidened(-1)
         return moved, rank, axis
 
     def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> tuple[Tensor, Tensor]:
         """(values, indices) sorted along `dim`, ascending unless `descending`. Always stable (equal elements keep
-        their order, so it equals PyTorch's stable=True); NaN sorts as the largest value. Indices are int32."""
+        their order, so it equals PyTorch's stable=True); NaN sorts as the largest value. Indices are int64."""
         del stable  # always stable
         moved, rank, axis = self._sort_order(dim, descending, "sort")
         length = moved.shape[-1]
         index = type(self).arange(length, device=self.device)
         # [i, p]: element i goes to position p
         goes_to = rank.unsqueeze(-1) == index
-        indices = goes_to.where(index.reshape(length, 1), 0).sum(-2).cast(dtypes.int32)
-        values = goes_to.where(moved.unsqueeze(-1), 0).sum(-2).cast(moved.dtype)
+        indices = goes_to.where(index.reshape(length, 1), 0)._sum_unwidened(-2).cast(dtypes.int64)
+        values = goes_to.where(moved.unsqueeze(-1), 0)._sum_unwidened(-2).cast(moved.dtype)
         return self._back_from_last(values, axis), self._back_from_last(indices, axis)
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor:

@@ -65,9 +65,14 @@ def test_numpy_arrays_keep_their_dtype_and_numpy_returns_it(dtype):
     np.testing.assert_array_equal(copied.numpy(), (array[::-1] | False) if dtype == dtypes.bool else array[::-1])
 
 
-def test_numpy_float64_becomes_the_default_float_and_lists_take_the_defaults():
-    assert Tensor(np.array([1.5])).dtype == dtypes.float32  # the one exception: ask for dtype=dtypes.float64
-    assert Tensor(np.array([1.5]), dtype=dtypes.float64).dtype == dtypes.float64
+def test_numpy_arrays_keep_their_dtype_and_lists_take_the_defaults():
+    # as torch.tensor does: a float64 array (or NumPy scalar) stays float64, Python floats become float32
+    for data in (np.array([1.5, 1 + 2**-40]), np.float64(1 + 2**-40)):
+        tensor = Tensor(data)
+        assert tensor.dtype == dtypes.float64 and torch.tensor(data).dtype == torch.float64
+        assert tensor.numpy().dtype == np.float64 and (tensor * 2).numpy().tolist() == (data * 2).tolist()
+    assert Tensor([1.5]).dtype == Tensor(1.5).dtype == dtypes.float32
+    assert Tensor(np.array([1.5]), dtype=dtypes.float32).dtype == dtypes.float32
     assert Tensor([1, 2]).dtype == dtypes.int32
     assert Tensor([2**40]).dtype == dtypes.int64
     assert Tensor(np.array([1, 2], np.int64)).dtype == dtypes.int64
@@ -298,13 +303,30 @@ def test_reductions_of_narrow_ints(dtype):
     a = int_values(dtype, 24, seed=6).reshape(4, 6)
     x = Tensor(a)
     total = x.sum(1)
-    assert total.dtype == dtypes.int32  # PyTorch sums in int64; lazygrad's ints sum as int32
+    assert total.dtype == dtypes.int64  # as in PyTorch
     np.testing.assert_array_equal(total.numpy(), a.astype(np.int64).sum(1))
     np.testing.assert_array_equal(x.max(1).numpy(), a.max(1))
     np.testing.assert_array_equal(x.min(0).numpy(), a.min(0))
     assert x.max().dtype == dtype
     np.testing.assert_allclose(x.float().mean().numpy(), a.mean(), rtol=1e-6)
     np.testing.assert_array_equal(x.sum(1, dtype=dtype).numpy(), a.sum(1, dtype=dtype.np))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, *INTS], ids=str)
+def test_sums_and_products_of_ints_are_int64_like_torch(dtype):
+    # PyTorch widens bools and every int to int64 for sum, prod, cumsum and cumprod unless dtype= says otherwise
+    a = (int_values(dtype, 12, seed=2) if dtype != dtypes.bool else np.arange(12) % 3 == 0).reshape(3, 4)
+    small = a if dtype == dtypes.bool else (a % 5).astype(dtype.np)  # products that fit int64
+    if dtype == dtypes.uint64:
+        a = a % (1 << 40)  # torch sums uint64 as int64: keep the values where both agree
+    for name, values in (("sum", a), ("cumsum", a), ("prod", small), ("cumprod", small)):
+        x, reference = Tensor(values), torch.from_numpy(np.ascontiguousarray(values))
+        got, expected = getattr(x, name)(1), getattr(reference, name)(1)
+        assert got.dtype == dtypes.int64 and expected.dtype == torch.int64, (name, got.dtype, expected.dtype)
+        np.testing.assert_array_equal(got.numpy(), expected.numpy(), err_msg=name)
+    x = Tensor(a)
+    assert x.sum(dtype=dtypes.int32).dtype == dtypes.int32 and x.prod(0, dtype=dtypes.int16).dtype == dtypes.int16
+    assert x.sum().dtype == dtypes.int64 and torch.from_numpy(np.ascontiguousarray(a)).sum().dtype == torch.int64
 
 
 # ---- promotion -----------------------------------------------------------------------------------------------------

@@ -273,6 +273,13 @@ def test_a_device_without_int64_or_float64_says_so(monkeypatch):
     )
     with pytest.raises(TypeError, match=rf"^Tensor: {Device.DEFAULT} cannot compute in dtypes.float64 \(no doubles\)"):
         Tensor([1.5], dtype=dtypes.float64)
+    with pytest.raises(TypeError) as error:
+        Tensor(np.array([1.5]))
+    assert str(error.value) == (
+        f"Tensor: a dtypes.float64 NumPy array cannot live on {Device.DEFAULT} (no doubles); convert it first "
+        "(array.astype(np.float32)) or pass dtype=dtypes.float32"
+    )
+    assert Tensor(np.array([1.5]), dtype=dtypes.float32).tolist() == [1.5]
     with pytest.raises(TypeError, match=rf"^cast: {Device.DEFAULT} cannot compute in dtypes.int64"):
         Tensor([1]).cast(dtypes.int64)
     assert (Tensor([1, 2]) + 5).tolist() == [6, 7]  # what fits needs no int64

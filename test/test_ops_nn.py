@@ -184,13 +184,13 @@ def test_max_pool_with_indices(shape, kernel, options, dilation):
         torch.tensor(x), kernel, **options, dilation=dilation, return_indices=True
     )
     assert_tensor(values, expected_values.numpy())
-    assert_tensor(indices, expected_indices.numpy())
+    assert_tensor(indices, expected_indices.numpy(), dtype=dtypes.int64)  # int64 as in PyTorch
 
 
 def test_max_pool_ties_pick_the_first_index():
     x = np.zeros((1, 1, 2, 4), np.float32)
     _, indices = Tensor(x).max_pool2d(2, return_indices=True)
-    assert_tensor(indices, F.max_pool2d(torch.tensor(x), 2, return_indices=True)[1].numpy())
+    assert_tensor(indices, F.max_pool2d(torch.tensor(x), 2, return_indices=True)[1].numpy(), dtype=dtypes.int64)
 
 
 def test_max_unpool2d():

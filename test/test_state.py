@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_ops import assert_tensor
 
-from lazygrad import Tensor, dtypes, nn
+from lazygrad import Device, Tensor, dtypes, nn
 from lazygrad.nn.state import get_state_dict, load_state_dict, torch_load
 
 torch = pytest.importorskip("torch")
@@ -42,11 +42,14 @@ def test_torch_load_dtypes(tmp_path, torch_dtype, dtype):
     assert_tensor(loaded, expected.astype(dtype.np), dtype=dtype)
 
 
-def test_torch_load_bfloat16_becomes_float32(tmp_path):
-    values = torch.tensor([1.5, -2.25, 3e38, 1e-3]).to(torch.bfloat16)
-    torch.save([values], tmp_path / "x.pth")
-    (loaded,) = torch_load(str(tmp_path / "x.pth"))
-    assert_tensor(loaded, values.float().numpy(), dtype=dtypes.float32, rtol=0, atol=0)
+def test_torch_load_keeps_bfloat16(tmp_path):
+    values = torch.tensor([[1.5, -2.25, 3e38], [1e-3, float("inf"), float("nan")]]).to(torch.bfloat16)
+    torch.save({"w": values, "w_t": values.t()}, tmp_path / "x.pth")
+    loaded = torch_load(str(tmp_path / "x.pth"))
+    assert_tensor(loaded["w"], values.float().numpy(), dtype=dtypes.bfloat16, rtol=0, atol=0)
+    assert_tensor(loaded["w_t"], values.t().float().numpy(), dtype=dtypes.bfloat16, rtol=0, atol=0)
+    # it computes as bfloat16, as the torch tensor does
+    assert_tensor(loaded["w"] * 3, (values * 3).float().numpy(), dtype=dtypes.bfloat16, rtol=0, atol=0)
 
 
 def test_torch_load_views_shared_storage_and_containers(tmp_path):
@@ -222,3 +225,12 @@ def test_torch_load_from_bytes_buffer_is_not_a_path(tmp_path):
     torch.save({"x": torch.ones(1)}, buffer)
     (tmp_path / "x.pth").write_bytes(buffer.getvalue())
     assert_tensor(torch_load(str(tmp_path / "x.pth"))["x"], np.ones(1, np.float32))
+
+
+def test_load_state_dict_takes_float64_arrays_where_the_device_has_no_doubles(monkeypatch):
+    # NumPy values go straight into each parameter's dtype: a float64 array never becomes a float64 tensor
+    monkeypatch.setattr(Device[Device.DEFAULT], "unsupported_dtypes", {dtypes.float64: "no doubles"})
+    model = Pair()
+    load_state_dict(model, {name: np.full(t.shape, 0.25) for name, t in get_state_dict(model).items()})
+    assert model.first.weight.dtype == dtypes.float32
+    assert_tensor(model.first.weight, np.full((2, 3), 0.25, np.float32))

@@ -105,8 +105,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     for name, tensor in own.items():
         if name in state_dict:
             value = state_dict[name]
-            if not isinstance(value, Tensor):
-                value = Tensor(np.asarray(value))
+            if not isinstance(value, Tensor):  # straight into the parameter's dtype (a device may lack float64)
+                value = Tensor(np.asarray(value), dtype=tensor.dtype, device=tensor.device)
             tensor.assign(value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)).realize()
 
 
@@ -289,6 +289,14 @@ class _StorageType:
     name: str
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """A tensor read from a checkpoint: its values and the lazygrad dtype they came in (bfloat16's are float32)."""
+
+    values: np.ndarray
+    dtype: DType
+
+
 class _Mapping(dict):
     """A loaded OrderedDict: a dict that also takes the attributes torch pickles with a state dict (`_metadata`)."""
 
@@ -318,10 +326,14 @@ class _TensorOnlyUnpickler(pickle.Unpickler):
         if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType):
             raise pickle.UnpicklingError(f"torch_load: {self.path} refers to an unknown kind of storage {pid!r:.200}")
         _, storage_type, key, _location, count = pid
-        return self.read_storage(str(key), TORCH_STORAGES[storage_type.name], count, storage_type.name)
+        values = self.read_storage(str(key), TORCH_STORAGES[storage_type.name], count, storage_type.name)
+        return _Loaded(
+            values, dtypes.bfloat16 if storage_type.name == "BFloat16Storage" else dtypes.from_numpy(values.dtype)
+        )
 
     def _rebuild_tensor_v2(self, storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
-        return _tensor_from_storage(storage, offset, tuple(size), tuple(stride), self.path)
+        values = _tensor_from_storage(storage.values, offset, tuple(size), tuple(stride), self.path)
+        return _Loaded(values, storage.dtype)
 
     def _rebuild_parameter(self, data, requires_grad=False, hooks=None):
         return data
@@ -351,7 +363,7 @@ def torch_load(path: str, device: str | None = None) -> Any:
     """Read a PyTorch checkpoint written by `torch.save` (the zip format, torch >= 1.6) without torch: the object
     it holds, with every tensor a lazygrad Tensor on `device`. Only tensors and containers are loaded: a pickle that
     names anything else (a class, a function) is refused with an error, since loading it could run code.
-    bfloat16 becomes float32; every other dtype stays what it was."""
+    Every dtype stays what it was."""
     device = Device.canonicalize(device) if device is not None else Device.DEFAULT
     if not zipfile.is_zipfile(path):
         raise ValueError(
@@ -393,13 +405,9 @@ def torch_load(path: str, device: str | None = None) -> Any:
 
 
 def _to_tensors(value: Any, device: str) -> Any:
-    """The loaded structure with each array a Tensor in the closest lazygrad dtype."""
-    if isinstance(value, np.ndarray):
-        try:
-            dtype = dtypes.from_numpy(value.dtype)
-        except (TypeError, ValueError, KeyError):
-            dtype = dtypes.int32  # a NumPy dtype lazygrad lacks
-        return Tensor(value, dtype=dtype, device=device)
+    """The loaded structure with each loaded array a Tensor in its dtype."""
+    if isinstance(value, _Loaded):
+        return Tensor(value.values, dtype=value.dtype, device=device)
     if isinstance(value, dict):
         return {key: _to_tensors(item, device) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
