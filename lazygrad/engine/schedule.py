@@ -113,6 +113,7 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
     im2col), the buffer holds it in the reader's order, so the products over it read rows."""
     reached_by: dict[UOp, set[UOp]] = {}
     computed_by: dict[UOp, set[UOp]] = {}  # elementwise nodes, and the kernels computing them
+    permuted_by: dict[UOp, set[UOp]] = {}  # permuted views of unrealized values read through an expand, and by whom
     unsafe: set[UOp] = set()
     costs: dict[UOp, int] = {}
     for root in roots:
@@ -155,6 +156,10 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
                     # reader walks it where a permute lies between
                     unsafe.add(node.src[0] if _permutes(node.src[0], computed) else computed)
                     continue
+                read = node.src[0]
+                if read not in to_realize and computed not in to_realize and computed.op is not Ops.BUFFER:
+                    if _permutes(read, computed):
+                        permuted_by.setdefault(read, set()).add(root)
             elif node.shape != loops:
                 loops = None
             source_view = (*view, node) if node.op in MOVEMENT else ()
@@ -162,6 +167,9 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     unsafe.update(_shared_costly_work(computed_by, to_realize, costs))
+    # a permuted view that two kernels read through expands (a convolution's windows, read by the forward product and
+    # by the weight's gradient) is written once in their order: both products then read rows
+    unsafe.update(view for view, kernels in permuted_by.items() if len(kernels) > 1)
     return unsafe
 
 
