@@ -470,3 +470,38 @@ def test_ten_thousand_chained_operations_realize():
     for _ in range(5000):
         expected = expected * scale + shift
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-3, atol=1e-4)
+
+
+def test_convolution_windows_feed_both_products_from_one_buffer():
+    # the windows of a ReLU's output are read by the forward product and by the weight's gradient: they are written
+    # once, positions first (an im2col), and both products read rows of it; the values stay torch's
+    torch = pytest.importorskip("torch")
+    x_data, w_data = rand(2, 4, 6, 6).numpy(), rand(8, 4, 3, 3).numpy()
+    x, w = Tensor(x_data, requires_grad=True), Tensor(w_data, requires_grad=True)
+    out = x.relu().conv2d(w, padding=1)
+    (out * out).sum().backward()
+    assert kernels(out, w.grad, x.grad) == 6  # pad, windows, forward, windows' gradient, input's gradient, weight's
+    tx, tw = torch.tensor(x_data, requires_grad=True), torch.tensor(w_data, requires_grad=True)
+    t_out = torch.nn.functional.conv2d(tx.relu(), tw, padding=1)
+    (t_out * t_out).sum().backward()
+    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_pooling_gradient_shared_by_batchnorm_sums_is_computed_once():
+    # a max pool's gradient feeds a batch norm's backward sums and its elementwise part: it gets a buffer (as do the
+    # other costly values those kernels share), instead of every one of them computing it again
+    torch = pytest.importorskip("torch")
+    from lazygrad import nn
+
+    data = rand(16, 16, 32, 32).numpy()
+    x = Tensor(data, requires_grad=True)
+    with Tensor.train():
+        nn.BatchNorm2d(16)(x).relu().max_pool2d().square().sum().backward()
+    assert kernels(x.grad) == 13
+    tx = torch.tensor(data, requires_grad=True)
+    torch.nn.functional.max_pool2d(
+        torch.nn.functional.batch_norm(tx, None, None, training=True).relu(), 2
+    ).square().sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-3, atol=1e-3)
