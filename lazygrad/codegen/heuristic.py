@@ -213,7 +213,9 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
       rows where an input is reused; for a large product two vectors by 8 rows where there are 32 vector registers
       (AVX-512), by 4 rows where there are 16 (AVX2); a last axis shorter than a vector whole, by 4 rows.
 
-    Other products (strided along every loop) get a scalar block: 4 by 4 outputs sharing each load. Reduces one after
+    Where an input is reused along one short output loop only (a batch of 16 rows through a wide layer), that loop
+    is taken whole instead, so the other, larger input is read once. Other products (strided along every loop) get a
+    scalar block: 4 by 4 outputs sharing each load. Reduces one after
     another over different loops (a softmax's) only get their contiguous loops vectorized.
     `blocking` (from BEAM search) overrides the sizes these rules pick.
     """
@@ -229,11 +231,8 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         return
     shape = matrix_shape(plan.sink)  # (None as well for an elementwise kernel whose reduces unroll whole)
     loops = output_loops(plan.sink)
-    whole = (
-        None
-        if blocking
-        else short_reused_loop(plan.sink, loops[:-1] if shape == "contiguous outputs" else loops, target)
-    )
+    rows = loops[:-1] if shape == "contiguous outputs" else loops
+    whole = None if blocking else short_reused_loop(plan.sink, rows, target)
     if shape == "contiguous reduce":
         plan.apply(Opt(OptOp.VECTORIZE, rolled_reduce_loop(reduces[0]).arg[0]))
         if whole is not None:
