@@ -157,6 +157,46 @@ def test_the_register_block_follows_the_target():
     assert heuristic_opts(kernel, Target(vector_width=8, vector_registers=16)) == (Opt(U, 1, 16), Opt(U, 0, 4))
 
 
+def test_a_row_that_vectors_do_not_cover_is_blocked_in_parts():
+    # a weight gradient's 27 taps (3 channels of 3x3) as the last axis of a product: 27 outputs by 4 rows (it got
+    # no block at all before, 66x slower); 147 taps (a 7x7 filter) in parts of 21
+    from lazygrad.codegen.renderer import Target
+
+    for columns, block in ((27, (Opt(U, 1, 27), Opt(U, 0, 4))), (147, (Opt(U, 1, 21), Opt(U, 0, 6)))):
+        a, x = realized(48, 128)
+        b, y = realized(128, columns)
+        opts = heuristic_opts(kernel_of(a @ b), Target(vector_width=16, vector_registers=32))
+        assert opts == block
+        np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_a_stride_2_convolution_vectorizes_along_its_every_other_element():
+    # a 7x7 stride-2 stem: the forward product in vectors of 16 output columns (each loads every other input
+    # element) by 16 output channels sharing them; the weight's gradient vectorizes its reduce over those columns
+    # the same way, by 16 output channels; the 3 input channels stay a loop (a block this large is not unrolled)
+    torch = pytest.importorskip("torch")
+    from lazygrad.codegen.renderer import Target
+
+    target = Target(vector_width=16, vector_registers=32)
+    x, x_data = realized(2, 3, 32, 32)
+    w, w_data = realized(32, 3, 7, 7)
+    g, g_data = realized(2, 32, 16, 16)
+    forward = x.conv2d(w, stride=2, padding=3)
+    opts = heuristic_opts(kernel_of(forward), target)
+    assert opts == (Opt(U, 3, 16), Opt(U, 1, 16))
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(w_data), stride=2, padding=3)
+    np.testing.assert_allclose(run_with(forward, opts), expected.numpy(), rtol=1e-4, atol=1e-4)
+
+    (weight_gradient,) = (forward * g).sum().gradient(w)
+    opts = heuristic_opts(kernel_of(weight_gradient), target)
+    assert opts[:2] == (Opt(V, 6), Opt(U, 0, 16))
+    torch_w = torch.from_numpy(w_data).requires_grad_()
+    torch.nn.functional.conv2d(torch.from_numpy(x_data), torch_w, stride=2, padding=3).backward(
+        torch.from_numpy(g_data)
+    )
+    np.testing.assert_allclose(run_with(weight_gradient, opts), torch_w.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
 def test_a_split_numbers_the_inner_loop_next_and_moves_the_others_up():
     a, _ = realized(8, 12)
     b, _ = realized(12, 16)

@@ -7,8 +7,9 @@ Target, in the order they apply:
   one flat loop indexed by the counter alone (and the compiler can vectorize it);
 - upcast small output loops that choose between loads (a convolution's taps) whole;
 - register blocking for kernels shaped like a matrix product: upcast output loops along which some input is reused,
-  and mark a reduce loop along which every input is contiguous (or fixed) for the compiler to vectorize;
-- unroll small reduce loops into straight-line code.
+  and mark a reduce loop along which every input is contiguous (or fixed, or every other element: a stride-2
+  convolution) for the compiler to vectorize;
+- unroll small reduce loops into straight-line code (unless the block is large and a loop of the reduce stays).
 
 A device with threads gets its own list (`thread_opts`): the same splits and merges, then output loops that a
 reduce does not depend on kept as loops inside a thread, the innermost output loop cut into vector lanes where the
@@ -85,6 +86,13 @@ def contiguous_along(sink: UOp, loop: UOp) -> bool:
     return 1 in along and along <= {0, 1}
 
 
+def interleaved_along(sink: UOp, loop: UOp) -> bool:
+    """Whether every load moves by at most two or stays put along `loop`, and one moves by two: the taps of a
+    convolution with stride 2, which the compiler loads as vectors of every other element (two loads and a shuffle)."""
+    along = {stride(index, loop) for index in memory_indices(sink, Ops.LOAD)}
+    return 2 in along and along <= {0, 1, 2}
+
+
 def reduce_nodes(sink: UOp) -> list[UOp]:
     return [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE]
 
@@ -146,22 +154,31 @@ def rolled_reduce_loop(reduce: UOp) -> UOp | None:
     return next((loop for loop in reversed(reduce.src[1:]) if loop.src[0].arg > UNROLL_LIMIT), None)
 
 
-def matrix_shape(sink: UOp) -> str | None:
+def matrix_shape(sink: UOp, target: Target) -> str | None:
     """Which shape of matrix product a one-reduce kernel is: "contiguous reduce" (x @ wᵀ: every input contiguous
-    or fixed along the innermost reduce loop that stays a loop), "contiguous outputs" (x @ w: along the innermost
-    output loop), "strided" (neither: a convolution over 1x1 images), or None (no register blocking applies)."""
+    or fixed along the innermost reduce loop that stays a loop, and that loop at least a vector long),
+    "contiguous outputs" (x @ w: along the innermost output loop), "interleaved reduce" and "interleaved outputs"
+    (the same where some input moves by two: a convolution with stride 2), "strided" (none of these: a convolution
+    over 1x1 images), or None (no register blocking applies)."""
     reduces = reduce_nodes(sink)
     if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
         return None
     if (loop := rolled_reduce_loop(reduces[0])) is None:
         return None
-    if contiguous_along(sink, loop):
+    long_reduce = loop.src[0].arg >= target.vector_width  # (a 7x7 filter's row is too short for a vector)
+    if long_reduce and contiguous_along(sink, loop):
         return "contiguous reduce"
     loops = output_loops(sink)
-    if loops and contiguous_along(sink, loops[-1]):
-        if all(stride(index, loops[-1]) == 1 for index in memory_indices(sink, Ops.STORE)):
-            return "contiguous outputs"
-    return "strided"
+    stored_in_order = loops and all(stride(index, loops[-1]) == 1 for index in memory_indices(sink, Ops.STORE))
+    contiguous_outputs = stored_in_order and contiguous_along(sink, loops[-1])
+    # a row of outputs shorter than a vector is a vector's part only where no loop gives whole vectors
+    if contiguous_outputs and loops[-1].src[0].arg >= target.vector_width:
+        return "contiguous outputs"
+    if long_reduce and interleaved_along(sink, loop):
+        return "interleaved reduce"
+    if stored_in_order and loops[-1].src[0].arg >= target.vector_width and interleaved_along(sink, loops[-1]):
+        return "interleaved outputs"
+    return "contiguous outputs" if contiguous_outputs else "strided"
 
 
 def upcast_reused(plan: Plan, loops: list[UOp], factor: int, limit: int) -> None:
@@ -211,7 +228,10 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
       compiler, and a 4×4 block of outputs shares each loaded vector;
     - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): one vector of outputs by 4
       rows where an input is reused; for a large product two vectors by 8 rows where there are 32 vector registers
-      (AVX-512), by 4 rows where there are 16 (AVX2); a last axis shorter than a vector whole, by 4 rows.
+      (AVX-512), by 4 rows where there are 16 (AVX2); a last axis that whole vectors do not cover in its largest
+      part of at most two vectors, by as many rows as the wider blocks hold;
+    - an input that moves by two along the loop of either shape (a convolution with stride 2): vectors along that
+      loop, by up to half the vector registers of rows that share them (`block_interleaved`).
 
     Where an input is reused along one short output loop only (a batch of 16 rows through a wide layer), that loop
     is taken whole instead, so the other, larger input is read once. Other products (strided along every loop) get a
@@ -229,7 +249,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
             if contiguous_along(plan.sink, loop):
                 plan.apply(Opt(OptOp.VECTORIZE, loop.arg[0]))
         return
-    shape = matrix_shape(plan.sink)  # (None as well for an elementwise kernel whose reduces unroll whole)
+    shape = matrix_shape(plan.sink, target)  # (None as well for an elementwise kernel whose reduces unroll whole)
     loops = output_loops(plan.sink)
     rows = loops[:-1] if shape == "contiguous outputs" else loops
     whole = None if blocking else short_reused_loop(plan.sink, rows, target)
@@ -242,20 +262,34 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     elif shape == "strided":
         # no vector loads: scalar register blocking, each loaded value used by several outputs
         upcast_reused(plan, loops, 4, limit=2)
+    elif shape in ("interleaved reduce", "interleaved outputs"):
+        # vectors along the loop where an input moves by two, as many rows as share them
+        along = rolled_reduce_loop(reduces[0]) if shape == "interleaved reduce" else loops[-1]
+        interleaved = frozenset(
+            node.src[0].arg[0]
+            for node in kernel_nodes(plan.sink)
+            if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL and stride(node.src[1], along) == 2
+        )
+        if shape == "interleaved reduce":
+            plan.apply(Opt(OptOp.VECTORIZE, along.arg[0]))
+        else:
+            plan.apply(Opt(OptOp.UPCAST, along.arg[0], largest_divisor(along.src[0].arg, target.vector_width)))
+        block_interleaved(plan, interleaved, blocking[1] if blocking else target.vector_registers // 2)
     elif shape == "contiguous outputs":
         inner, vector = loops[-1], target.vector_width
         large = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]]) >= LARGE_PRODUCT
         # a large product keeps half the vector registers accumulating: two vectors across by registers/4 rows
         wide = (2 * vector, target.vector_registers // 4)
         choices = [blocking] if blocking else [wide, (vector, 4)] if large else [(vector, 4)]
-        if not blocking and 1 < inner.src[0].arg < vector:
-            # a row shorter than a vector (attention's over time, a convolution's over a small image): the row
-            # whole, in a block of as many outputs as the wider blocks hold
-            plan.apply(Opt(OptOp.UPCAST, inner.arg[0], inner.src[0].arg))
-            fill_block(
-                plan, [loop.arg[0] for loop in loops[:-1]], vector * target.vector_registers // 4 // inner.src[0].arg
-            )
-            return
+        if not blocking and inner.src[0].arg > 1 and inner.src[0].arg % vector:
+            # a row that whole vectors do not cover (attention's over time, a convolution's over a small image, a
+            # weight gradient's 27 taps): its largest part of at most two vectors, in a block of as many outputs
+            # as the wider blocks hold (the compiler covers the part with vectors and a remainder)
+            part = largest_divisor(inner.src[0].arg, 2 * vector)
+            if part > 1:
+                plan.apply(Opt(OptOp.UPCAST, inner.arg[0], part))
+                fill_block(plan, [loop.arg[0] for loop in loops[:-1]], vector * target.vector_registers // 4 // part)
+                return
         if whole is not None and inner.src[0].arg % vector == 0:
             plan.apply(Opt(OptOp.UPCAST, inner.arg[0], vector))
             plan.apply(Opt(OptOp.UPCAST, whole.arg[0], whole.src[0].arg))
@@ -265,6 +299,18 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
                 upcast_reused(plan, loops[:-1], rows, limit=1)
                 return
+
+
+def block_interleaved(plan: Plan, interleaved: frozenset[int], outputs: int) -> None:
+    """The rows of a block for a product whose vectors load every other element of the inputs `interleaved` (the
+    windows of a convolution with stride 2): such a vector costs two loads and a shuffle, so the innermost output
+    loop along which all of them are reused takes up to `outputs` rows (half the vector registers), each sharing it."""
+    for loop in reversed(output_loops(plan.sink)):
+        if interleaved <= reused_buffers(plan.sink, loop):
+            amount = largest_divisor(loop.src[0].arg, outputs)
+            if amount > 1:
+                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], amount))
+            return
 
 
 def short_reused_loop(sink: UOp, loops: list[UOp], target: Target) -> UOp | None:
@@ -279,9 +325,19 @@ def short_reused_loop(sink: UOp, loops: list[UOp], target: Target) -> UOp | None
     return None
 
 
-def unroll_small_reduces(plan: Plan) -> None:
-    """Unroll every reduce loop of at most UNROLL_LIMIT iterations whole."""
-    small = {loop for node in reduce_nodes(plan.sink) for loop in node.src[1:] if loop.src[0].arg <= UNROLL_LIMIT}
+def unroll_small_reduces(plan: Plan, target: Target) -> None:
+    """Unroll every reduce loop of at most UNROLL_LIMIT iterations whole, unless a loop of the reduce stays and the
+    register block fills half the vector registers already: copies of so large a body only crowd the registers
+    (a 7x7 convolution's 16 by 16 outputs, 3 input channels)."""
+    block = prod(opt.amount for opt in plan.opts if opt.op is OptOp.UPCAST)
+    full = block >= target.vector_width * target.vector_registers // 2
+    small = {
+        loop
+        for node in reduce_nodes(plan.sink)
+        if not (full and any(loop.src[0].arg > UNROLL_LIMIT for loop in node.src[1:]))
+        for loop in node.src[1:]
+        if loop.src[0].arg <= UNROLL_LIMIT
+    }
     for loop in sorted(small, key=lambda loop: loop.arg[0]):
         plan.apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
 
@@ -432,7 +488,7 @@ def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None) 
         return thread_opts(sink, target)
     plan = shaped(sink)
     block_registers(plan, target, blocking)
-    unroll_small_reduces(plan)
+    unroll_small_reduces(plan, target)
     return tuple(plan.opts)
 
 
@@ -442,7 +498,7 @@ def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
     if target.max_threads:
         return []
     plan = shaped(sink)
-    shape = matrix_shape(plan.sink)
+    shape = matrix_shape(plan.sink, target)
     if shape == "contiguous reduce":
         return [(0, rows) for rows in (2, 4, 8)]
     if shape == "contiguous outputs":
