@@ -165,18 +165,23 @@ def matrix_shape(sink: UOp, target: Target) -> str | None:
         return None
     if (loop := rolled_reduce_loop(reduces[0])) is None:
         return None
-    long_reduce = loop.src[0].arg >= target.vector_width  # (a 7x7 filter's row is too short for a vector)
-    if long_reduce and contiguous_along(sink, loop):
-        return "contiguous reduce"
     loops = output_loops(sink)
     stored_in_order = loops and all(stride(index, loops[-1]) == 1 for index in memory_indices(sink, Ops.STORE))
+    # a loop shorter than a vector gives vectors only where no other loop does: a 7x7 filter's rows (its reduce)
+    # yield to its outputs read every other element, and a row of 7 outputs to a reduce read so
+    long_reduce, long_outputs = (
+        loop.src[0].arg >= target.vector_width,
+        stored_in_order and loops[-1].src[0].arg >= target.vector_width,
+    )
+    interleaved_outputs = long_outputs and interleaved_along(sink, loops[-1])
+    if contiguous_along(sink, loop) and (long_reduce or not interleaved_outputs):
+        return "contiguous reduce"
     contiguous_outputs = stored_in_order and contiguous_along(sink, loops[-1])
-    # a row of outputs shorter than a vector is a vector's part only where no loop gives whole vectors
-    if contiguous_outputs and loops[-1].src[0].arg >= target.vector_width:
+    if contiguous_outputs and long_outputs:
         return "contiguous outputs"
     if long_reduce and interleaved_along(sink, loop):
         return "interleaved reduce"
-    if stored_in_order and loops[-1].src[0].arg >= target.vector_width and interleaved_along(sink, loops[-1]):
+    if interleaved_outputs:
         return "interleaved outputs"
     return "contiguous outputs" if contiguous_outputs else "strided"
 
