@@ -231,9 +231,11 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
 
     - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is vectorized by the
       compiler, and a 4×4 block of outputs shares each loaded vector;
-    - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): one vector of outputs by 4
-      rows where an input is reused; for a large product two vectors by 8 rows where there are 32 vector registers
-      (AVX-512), by 4 rows where there are 16 (AVX2); a last axis that whole vectors do not cover in its largest
+    - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): half the vector registers
+      accumulate (fewer leave the multiply-adds waiting on each other), as 4 vectors of outputs by 4 rows where an
+      input is reused with 32 vector registers (AVX-512), 2 by 4 with 16 (AVX2), fewer vectors by more rows where
+      the row's length asks; a large product two vectors by registers/4 rows; a last axis that whole vectors do
+      not cover in its largest
       part of at most two vectors, by as many rows as the wider blocks hold;
     - an input that moves by two along the loop of either shape (a convolution with stride 2): vectors along that
       loop, by up to half the vector registers of rows that share them (`block_interleaved`).
@@ -283,9 +285,13 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     elif shape == "contiguous outputs":
         inner, vector = loops[-1], target.vector_width
         large = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]]) >= LARGE_PRODUCT
-        # a large product keeps half the vector registers accumulating: two vectors across by registers/4 rows
-        wide = (2 * vector, target.vector_registers // 4)
-        choices = [blocking] if blocking else [wide, (vector, 4)] if large else [(vector, 4)]
+        # half the vector registers accumulate, enough independent multiply-adds to hide their latency: a large
+        # product two vectors across by registers/4 rows, others as many vectors across as 4 rows leave (fewer,
+        # by more rows, where the row's length asks)
+        accumulators = target.vector_registers // 2
+        wide = [(2 * vector, target.vector_registers // 4)] if large else []
+        across = [accumulators // 4 >> halving for halving in range(max(accumulators // 4, 1).bit_length())]
+        choices = [blocking] if blocking else wide + [(vector * count, accumulators // count) for count in across]
         if not blocking and inner.src[0].arg > 1 and inner.src[0].arg % vector:
             # a row that whole vectors do not cover (attention's over time, a convolution's over a small image, a
             # weight gradient's 27 taps): its largest part of at most two vectors, in a block of as many outputs
