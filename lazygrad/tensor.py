@@ -37,6 +37,7 @@ from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
 from lazygrad.tensor_index import IndexMixin
+from lazygrad.tensor_layout import LayoutMixin
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
@@ -65,6 +66,7 @@ class Tensor(
     MathMixin,
     ActivationMixin,
     IndexMixin,
+    LayoutMixin,
     MovementMixin,
     ReduceMixin,
     ScanMixin,
