@@ -45,8 +45,13 @@ class ActivationMixin:
     def tanh(self: Tensor) -> Tensor:
         return 2.0 * (2.0 * self).sigmoid() - 1.0
 
-    def gelu(self: Tensor) -> Tensor:
-        """GELU with the tanh approximation."""
+    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+        """GELU: with the tanh approximation by default (tinygrad's gelu), or exact with `approximate="none"`
+        (PyTorch's default: x * Phi(x), through erf)."""
+        if approximate == "none":
+            return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        if approximate != "tanh":
+            raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
         return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
     def quick_gelu(self: Tensor) -> Tensor:

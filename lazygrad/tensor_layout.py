@@ -46,6 +46,39 @@ class LayoutMixin:
         spread = spread.pad(((start, size * size - start - length * (size + 1)),))
         return spread.reshape(size, size)
 
+    def expand_as(self: Tensor, other: Tensor) -> Tensor:
+        """`expand` to other's shape."""
+        return self.expand(other.shape)
+
+    def reshape_as(self: Tensor, other: Tensor) -> Tensor:
+        """`reshape` to other's shape."""
+        return self.reshape(other.shape)
+
+    def view_as(self: Tensor, other: Tensor) -> Tensor:
+        """`reshape` to other's shape (torch.Tensor.view_as)."""
+        return self.reshape(other.shape)
+
+    def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
+        """`length` elements from `start` along `dim` (a negative start counts from the end), as a view."""
+        dim = normalize_axis(dim, self.ndim, "narrow")
+        size = self.shape[dim]
+        begin = start + size if isinstance(start, int) and -size <= start < 0 else start
+        if (
+            not isinstance(begin, int)
+            or not isinstance(length, int)
+            or not (0 <= begin and 0 <= length <= size - begin)
+        ):
+            raise IndexError(
+                f"narrow: start {start} and length {length} do not fit dim {dim} of size {size} in {self.shape}"
+            )
+        return self.shrink(tuple((begin, begin + length) if axis == dim else None for axis in range(self.ndim)))
+
+    def tile(self: Tensor, *dims) -> Tensor:
+        """The tensor repeated `dims` times along its last axes (torch.tile: fewer counts than axes count as 1s
+        in front; more add leading axes)."""
+        counts = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        return self.repeat(*(1,) * (self.ndim - len(counts)), *counts)
+
     def movedim(self: Tensor, source, destination) -> Tensor:
         """Axes `source` (an int or a sequence) moved to positions `destination`, the others keeping their order
         (torch.movedim; a view)."""

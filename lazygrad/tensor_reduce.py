@@ -290,6 +290,14 @@ class ReduceMixin:
     def matmul(self: Tensor, other: Tensor) -> Tensor:
         return self.dot(other)
 
+    def outer(self: Tensor, other: Tensor) -> Tensor:
+        """The outer product of two 1-D tensors: [i, j] = self[i] * other[j] (torch.outer)."""
+        if not hasattr(other, "uop") or self.ndim != 1 or other.ndim != 1:
+            raise ValueError(
+                f"outer: needs two 1-D tensors, got {self.shape} and {getattr(other, 'shape', type(other).__name__)}"
+            )
+        return self.reshape(-1, 1) * other.reshape(1, -1)
+
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """self @ weight + bias, with weight shaped (in, out) as in tinygrad (torch's F.linear takes its transpose);
         a 1-D weight scales elementwise."""

@@ -256,3 +256,121 @@ def test_fold_errors():
         Tensor(data(2, 12, 12)).fold((5, 6), (2, 2))
     with pytest.raises(ValueError, match=r"fold: input must be \(N, C\*kh\*kw, L\)"):
         Tensor(data(12)).fold((5, 6), 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# math and comparisons by PyTorch's names
+
+# small magnitudes, where log(1 + x) and exp(x) - 1 lose x's digits, next to ordinary ones
+SMALL_AND_ORDINARY = np.array([-0.9, -0.4, -1e-3, -3e-6, -1e-9, 0.0, 1e-9, 2e-7, 4e-5, 1e-3, 0.3, 0.6, 2.0, 9.0])
+
+
+@pytest.mark.parametrize("name", ["log1p", "expm1"])
+def test_log1p_expm1_match_torch_at_small_values(name):
+    array = SMALL_AND_ORDINARY.astype(np.float32)
+    # relative tolerance only: at 1e-9 an absolute one would pass log(1 + x) = 0
+    grad_check(lambda x: getattr(x, name)(), array, tolerance={"rtol": 2e-6, "atol": 0})
+    grad_check(lambda x: getattr(x, name)(), data(3, 4), tolerance={"rtol": 2e-6, "atol": 1e-7})
+
+
+def test_log1p_expm1_edges_match_torch():
+    edges = np.array([-1.0, -2.0, np.inf, -np.inf, np.nan, 100.0, -100.0], np.float32)
+    for name in ("log1p", "expm1"):
+        np.testing.assert_allclose(
+            getattr(Tensor(edges), name)().numpy(), getattr(torch.tensor(edges), name)().numpy(), rtol=1e-6
+        )
+
+
+def test_logaddexp_matches_torch():
+    grad_check(lambda x, y: x.logaddexp(y), data(3, 4) * 30, data(3, 4, seed=1) * 30)
+    grad_check(lambda x: x.logaddexp(0.5), data(3, 4), torch_function=lambda x: x.logaddexp(torch.tensor(0.5)))
+    edges = np.array([-np.inf, np.inf, 80.0, -np.inf], np.float32), np.array([-np.inf, np.inf, 89.0, 1.0], np.float32)
+    got = Tensor(edges[0]).logaddexp(Tensor(edges[1])).numpy()
+    np.testing.assert_allclose(got, torch.logaddexp(*map(torch.tensor, edges)).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_approximate_matches_torch(approximate):
+    grad_check(
+        lambda x: x.gelu(approximate=approximate),
+        data(3, 4, low=-4, high=4),
+        torch_function=lambda x: F.gelu(x, approximate=approximate),
+    )
+    with pytest.raises(ValueError, match="gelu: approximate must be 'tanh' or 'none'"):
+        Tensor(data(2)).gelu(approximate="erf")
+
+
+@pytest.mark.parametrize("name", ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"])
+def test_comparisons_by_name_match_torch(name):
+    x, y = data(3, 4, integral=True), data(3, 4, seed=1, integral=True)  # whole numbers: ties occur
+    got = getattr(Tensor(x), name)(Tensor(y))
+    expected = getattr(torch.tensor(x), name)(torch.tensor(y))
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    scalar = getattr(Tensor(x), name)(0.0).numpy()
+    np.testing.assert_array_equal(scalar, getattr(torch.tensor(x), name)(torch.tensor(0.0)).numpy())
+
+
+def test_add_sub_alpha_match_torch():
+    grad_check(lambda x, y: x.add(y, alpha=-1.5), data(3, 4), data(3, 4, seed=1))
+    grad_check(lambda x, y: x.sub(y, alpha=2), data(3, 4), data(4, seed=1))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# PyTorch's small helpers
+
+
+def test_size_dim_and_bytes_match_torch():
+    array = data(2, 3, dtype=np.float16)
+    x, reference = Tensor(array), torch.tensor(array)
+    assert x.size() == tuple(reference.size()) and x.size(-1) == reference.size(-1) == 3
+    assert x.dim() == reference.dim() == 2
+    assert x.element_size() == reference.element_size() == 2 and x.nbytes() == reference.nbytes == 12
+    assert x.is_floating_point() and not Tensor([1, 2]).is_floating_point()
+    with pytest.raises(IndexError, match=r"size: dim 2 is out of range for a tensor of shape \(2, 3\)"):
+        x.size(2)
+
+
+def test_clone_is_a_copy_with_a_gradient():
+    x = Tensor(data(3)).realize()
+    copy = x.clone().realize()
+    x[0] = 100.0
+    np.testing.assert_array_equal(copy.numpy(), data(3))
+    grad_check(lambda t: t.clone() * 3, data(3, 4))
+    leaf = Tensor(data(3)).requires_grad_()
+    assert leaf.requires_grad is True and leaf.requires_grad_(False).requires_grad is False
+
+
+def test_rand_like_and_randn_like():
+    Tensor.manual_seed(3)
+    base = Tensor(data(64, 32, dtype=np.float16))
+    uniform, normal = base.rand_like(), base.randn_like()
+    assert uniform.shape == normal.shape == base.shape and uniform.dtype == normal.dtype == base.dtype
+    values = uniform.numpy().astype(np.float64)
+    assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.03
+    assert abs(normal.numpy().astype(np.float64).std() - 1) < 0.05
+    assert Tensor([1, 2]).rand_like().dtype.is_float  # an int tensor's random values are floats
+
+
+def test_shape_helpers_match_torch():
+    array, other = data(3, 1), data(2, 3, 4)
+    grad_check(lambda x: x.expand_as(torch.empty(3, 5) if isinstance(x, torch.Tensor) else Tensor.empty(3, 5)), array)
+    grad_check(lambda x: x.reshape_as(torch.empty(1, 3) if isinstance(x, torch.Tensor) else Tensor.empty(1, 3)), array)
+    grad_check(lambda x: x.view_as(torch.empty(3) if isinstance(x, torch.Tensor) else Tensor.empty(3)), array)
+    grad_check(lambda x: x.narrow(2, 1, 2), other)
+    grad_check(lambda x: x.narrow(-1, -3, 3), other)
+    grad_check(lambda x: x.tile((2,)), other)
+    grad_check(lambda x: x.tile(2, 1, 1, 2), other)
+    grad_check(lambda x, y: x.outer(y), data(3), data(4, seed=1))
+    assert Tensor(data(2)).type_as(Tensor([1, 2])).dtype == Tensor([1, 2]).dtype
+    with pytest.raises(IndexError, match=r"narrow: start 3 and length 2 do not fit dim 2 of size 4"):
+        Tensor(other).narrow(2, 3, 2)
+    with pytest.raises(ValueError, match="outer: needs two 1-D tensors"):
+        Tensor(other).outer(Tensor(data(3)))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rand_in_a_narrow_float_stays_below_one(dtype):
+    # float32 values in [0, 1) that round to 1 in half or bfloat16 must not be drawn (torch.rand never gives 1)
+    Tensor.manual_seed(0)
+    values = Tensor.rand(4096, dtype=getattr(dtypes, dtype)).numpy().astype(np.float64)
+    assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.03
