@@ -37,6 +37,7 @@ from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
 from lazygrad.tensor_index import IndexMixin
+from lazygrad.tensor_layout import LayoutMixin
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
@@ -65,6 +66,7 @@ class Tensor(
     MathMixin,
     ActivationMixin,
     IndexMixin,
+    LayoutMixin,
     MovementMixin,
     ReduceMixin,
     ScanMixin,
@@ -182,6 +184,30 @@ class Tensor(
 
     def numel(self) -> int:
         return prod(self.shape)
+
+    def size(self, dim: int | None = None) -> tuple[int, ...] | int:
+        """The shape, or the size of axis `dim` (torch.Tensor.size)."""
+        if dim is None:
+            return self.shape
+        if not isinstance(dim, int) or not -max(self.ndim, 1) <= dim < max(self.ndim, 1) or self.ndim == 0:
+            raise IndexError(f"size: dim {dim!r} is out of range for a tensor of shape {self.shape}")
+        return self.shape[dim]
+
+    def dim(self) -> int:
+        """The number of axes (`ndim`; torch.Tensor.dim)."""
+        return self.ndim
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        """Bytes the values take: numel() * element_size()."""
+        return self.numel() * self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a float."""
+        return self.dtype.is_float
 
     def __len__(self) -> int:
         if not self.shape:
@@ -390,6 +416,16 @@ class Tensor(
         """The same values, with no gradient flowing through."""
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
 
+    def clone(self) -> Tensor:
+        """A copy in a buffer of its own (later writes into this tensor do not reach it); gradients flow through,
+        as with torch.clone."""
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), next(_contiguous_ids)))
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set `requires_grad` in place and return this tensor (torch's spelling)."""
+        self.requires_grad = requires_grad
+        return self
+
     def to(self, device: str | DType | None = None, dtype: DType | str | None = None) -> Tensor:
         """A copy on another device (or self when it is already there); as in PyTorch, `.to(dtype)` (a DType, or
         a dtype's name like "uint8") and `.to(device, dtype)` cast too."""
@@ -397,6 +433,10 @@ class Tensor(
             device, dtype = None, device
         result = self if dtype is None else self.cast(dtype)
         return result if device is None else result._to_device(device)
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """This tensor cast to other's dtype."""
+        return self.cast(other.dtype)
 
     def _to_device(self, device: str) -> Tensor:
         device = Device.canonicalize(device)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from lazygrad.tensor_movement import keyword_aliases
+
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
 
@@ -43,8 +45,13 @@ class ActivationMixin:
     def tanh(self: Tensor) -> Tensor:
         return 2.0 * (2.0 * self).sigmoid() - 1.0
 
-    def gelu(self: Tensor) -> Tensor:
-        """GELU with the tanh approximation."""
+    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+        """GELU: with the tanh approximation by default (tinygrad's gelu), or exact with `approximate="none"`
+        (PyTorch's default: x * Phi(x), through erf)."""
+        if approximate == "none":
+            return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        if approximate != "tanh":
+            raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
         return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
     def quick_gelu(self: Tensor) -> Tensor:
@@ -113,10 +120,11 @@ class ActivationMixin:
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         return self.clip(min_val, max_val)
 
+    @keyword_aliases(min="min_", max="max_")
     def clip(self: Tensor, min_=None, max_=None) -> Tensor:
-        """Values limited to [min_, max_] (either may be None)."""
+        """Values limited to [min_, max_] (either may be None; PyTorch's `min=` and `max=` work too)."""
         if min_ is None and max_ is None:
-            raise ValueError("clip: give at least one of min_ and max_")
+            raise ValueError("clip: give at least one of min_ and max_ (or min= and max=)")
         # selects rather than max/min, so a value on a bound passes its whole gradient (as in torch)
         result = self
         if min_ is not None:
@@ -125,5 +133,7 @@ class ActivationMixin:
             result = (result > max_).where(max_, result)
         return result
 
+    @keyword_aliases(min="min_", max="max_")
     def clamp(self: Tensor, min_=None, max_=None) -> Tensor:
+        """`clip` by PyTorch's name: `clamp(min=0, max=1)`."""
         return self.clip(min_, max_)

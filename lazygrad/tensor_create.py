@@ -82,6 +82,18 @@ class CreationMixin:
     def ones_like(self, **kwargs) -> Tensor:
         return self.full_like(1, **kwargs)
 
+    def rand_like(self, dtype=None, **kwargs) -> Tensor:
+        """Uniform random numbers in [0, 1) of this tensor's shape, dtype (a float; else the default float) and
+        device."""
+        dtype = dtype or (self.dtype if self.dtype.is_float else None)
+        return type(self).rand(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
+
+    def randn_like(self, dtype=None, **kwargs) -> Tensor:
+        """Standard normal random numbers of this tensor's shape, dtype (a float; else the default float) and
+        device."""
+        dtype = dtype or (self.dtype if self.dtype.is_float else None)
+        return type(self).randn(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
+
     @classmethod
     def arange(
         cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype=None, device=None, **kwargs
@@ -154,9 +166,12 @@ class CreationMixin:
         """Uniform random numbers in [0, 1)."""
         shape = cls._shape_arg(shape)
         bits = cls._random_bits(prod(shape), device)
-        # the top 24 bits give every float32 in [0, 1) with a step of 2**-24
-        values = (bits >> 8).cast(dtypes.float32) * (2.0**-24)
-        result = values.reshape(shape).cast(to_dtype(dtype) if dtype else dtypes.default_float)
+        dtype = to_dtype(dtype) if dtype else dtypes.default_float
+        # the top 24 bits give every float32 in [0, 1) with a step of 2**-24; a narrower float takes as many bits as
+        # its significand holds (11 for half, 8 for bfloat16), so no value rounds up to 1 when cast
+        width = {dtypes.float16: 11, dtypes.bfloat16: 8}.get(dtype, 24)
+        values = (bits >> (32 - width)).cast(dtypes.float32) * (2.0**-width)
+        result = values.reshape(shape).cast(dtype)
         result.requires_grad = kwargs.get("requires_grad")
         return result
 

@@ -145,14 +145,16 @@ class ElementwiseMixin:
         x, y = self._operand_nodes(other, op_name or op.name.lower(), reverse)
         return self._new(x.alu(op, y))
 
-    def add(self: Tensor, other, reverse: bool = False) -> Tensor:
-        return self._binary(Ops.ADD, other, reverse, "add")
+    def add(self: Tensor, other, reverse: bool = False, *, alpha=1) -> Tensor:
+        """self + other (PyTorch's `alpha` scales other first)."""
+        return self._binary(Ops.ADD, other if alpha == 1 else other * alpha, reverse, "add")
 
     def mul(self: Tensor, other, reverse: bool = False) -> Tensor:
         return self._binary(Ops.MUL, other, reverse, "mul")
 
-    def sub(self: Tensor, other, reverse: bool = False) -> Tensor:
-        x, y = self._operands(other, "sub", reverse)
+    def sub(self: Tensor, other, reverse: bool = False, *, alpha=1) -> Tensor:
+        """self - other (PyTorch's `alpha` scales other first)."""
+        x, y = self._operands(other if alpha == 1 else other * alpha, "sub", reverse)
         return x + (-y)
 
     def neg(self: Tensor) -> Tensor:
@@ -350,6 +352,43 @@ class ElementwiseMixin:
 
     def logical_not(self: Tensor) -> Tensor:
         return self.cast(dtypes.bool) ^ True
+
+    def logical_and(self: Tensor, other) -> Tensor:
+        """Both non-zero, as bools (torch.logical_and)."""
+        return self.cast(dtypes.bool) & (other.cast(dtypes.bool) if hasattr(other, "uop") else bool(other))
+
+    def logical_or(self: Tensor, other) -> Tensor:
+        """Either non-zero, as bools."""
+        return self.cast(dtypes.bool) | (other.cast(dtypes.bool) if hasattr(other, "uop") else bool(other))
+
+    def logical_xor(self: Tensor, other) -> Tensor:
+        """Exactly one non-zero, as bools."""
+        return self.cast(dtypes.bool) ^ (other.cast(dtypes.bool) if hasattr(other, "uop") else bool(other))
+
+    # comparisons by PyTorch's names
+    def eq(self: Tensor, other) -> Tensor:
+        """self == other, elementwise."""
+        return self == other
+
+    def ne(self: Tensor, other) -> Tensor:
+        """self != other, elementwise."""
+        return self != other
+
+    def lt(self: Tensor, other) -> Tensor:
+        """self < other, elementwise."""
+        return self < other
+
+    def le(self: Tensor, other) -> Tensor:
+        """self <= other, elementwise."""
+        return self <= other
+
+    def gt(self: Tensor, other) -> Tensor:
+        """self > other, elementwise."""
+        return self > other
+
+    def ge(self: Tensor, other) -> Tensor:
+        """self >= other, elementwise."""
+        return self >= other
 
     # arithmetic operators
     def __add__(self: Tensor, other):

@@ -1,5 +1,4 @@
-"""Indexing by data and layout ops: gather/scatter, advanced (NumPy-style) indexing and assignment, masks,
-diagonals, roll, repeat_interleave, meshgrid, unfold and einsum.
+"""Indexing by data: gather/scatter, advanced (NumPy-style) indexing and assignment, masks.
 
 Selecting by an index tensor is a comparison with an arange (a one-hot mask) followed by a sum: a reduce, so every
 op here is a composition of primitives and has a gradient for free. Index values are data, so they are realized and
@@ -50,7 +49,7 @@ def _check_range(values: np.ndarray, size: int, op_name: str, axis: int, allow_n
 
 
 class IndexMixin:
-    """Selecting and placing values by index tensors, and layout helpers built on movement ops."""
+    """Selecting and placing values by index tensors."""
 
     __slots__ = ()
 
@@ -130,6 +129,113 @@ class IndexMixin:
         if not hasattr(index, "uop") or index.ndim > 1 or index.dtype.is_float or index.dtype == dtypes.bool:
             raise TypeError(f"index_select: index must be a 0-d or 1-D integer Tensor, got {index!r}")
         return self[(slice(None),) * dim + (index.reshape(-1),)]
+
+    def take(self: Tensor, index) -> Tensor:
+        """The elements of the flattened tensor at `index` (an int Tensor, list or array; negative counts from the
+        end), in index's shape (torch.take)."""
+        if not _is_advanced(index) or (values := self._index_values(index, "take")).dtype == np.bool_:
+            raise TypeError(f"take: index must be an int Tensor, list or array, got {index!r}")
+        _check_range(values, self.numel(), "take", 0, allow_negative=True)
+        return self.flatten()[index]
+
+    def _along_dim_index(self: Tensor, dim: int, index, source, op_name: str) -> tuple[int, Tensor]:
+        """The checked axis and a 1-D int `index` into it, expanded to `source`'s shape (self's, with len(index)
+        at dim) as scatter takes it: the shared part of index_add and index_copy."""
+        dim = normalize_axis(dim, self.ndim, op_name)
+        if not hasattr(index, "uop") or index.ndim > 1 or index.dtype.is_float or index.dtype == dtypes.bool:
+            raise TypeError(f"{op_name}: index must be a 0-d or 1-D integer Tensor, got {index!r}")
+        if not hasattr(source, "uop"):
+            raise TypeError(f"{op_name}: source must be a Tensor, got {type(source).__name__}")
+        index = index.reshape(-1)
+        wanted = tuple(index.shape[0] if axis == dim else size for axis, size in enumerate(self.shape))
+        if source.shape != wanted:
+            raise ValueError(
+                f"{op_name}: source {source.shape} must be the input's shape {self.shape} with dim {dim} the index's "
+                f"length {index.shape[0]}: {wanted}"
+            )
+        _check_range(index.numpy(), self.shape[dim], op_name, dim, allow_negative=False)
+        return dim, index.reshape(tuple(wanted[dim] if axis == dim else 1 for axis in range(self.ndim))).expand(wanted)
+
+    def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, alpha=1) -> Tensor:
+        """A copy of self with alpha * source[..., i, ...] added to self[..., index[i], ...] along `dim`; repeated
+        indices add up (torch.index_add)."""
+        if self.ndim == 0:
+            return self.reshape(1).index_add(dim, index, source.reshape(-1), alpha).reshape(())
+        dim, spread = self._along_dim_index(dim, index, source, "index_add")
+        scaled = source if alpha == 1 else source * alpha
+        return self.scatter_reduce(dim, spread, scaled, "sum", include_self=True)
+
+    def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+        """A copy of self with self[..., index[i], ...] = source[..., i, ...] along `dim` (torch.index_copy; where
+        an index repeats, the last one wins)."""
+        if self.ndim == 0:
+            return self.reshape(1).index_copy(dim, index, source.reshape(-1)).reshape(())
+        dim, spread = self._along_dim_index(dim, index, source, "index_copy")
+        return self.scatter(dim, spread, source)
+
+    def index_fill(self: Tensor, dim: int, index: Tensor, value) -> Tensor:
+        """A copy of self with `value` at positions `index` (1-D ints, negative from the end) along `dim`."""
+        dim = normalize_axis(dim, max(self.ndim, 1), "index_fill")
+        if not hasattr(index, "uop") or index.ndim > 1 or index.dtype.is_float or index.dtype == dtypes.bool:
+            raise TypeError(f"index_fill: index must be a 0-d or 1-D integer Tensor, got {index!r}")
+        size = self.shape[dim] if self.ndim else 1
+        positions = self._index_values(index, "index_fill").reshape(-1)
+        _check_range(positions, size, "index_fill", dim, allow_negative=True)
+        chosen = np.zeros(size, dtype=np.bool_)
+        chosen[positions] = True
+        shape = [1] * self.ndim
+        if self.ndim:
+            shape[dim] = size
+        mask = type(self)(chosen.reshape(shape), device=self.device)
+        return self.masked_fill(mask, value)
+
+    def index_put(self: Tensor, indices, values, accumulate: bool = False) -> Tensor:
+        """A copy of self with self[indices] = values (`accumulate`: added, repeated places adding up), where
+        `indices` is a tuple of index tensors for the leading axes, as torch.index_put."""
+        if not isinstance(indices, (tuple, list)) or not all(_is_advanced(item) for item in indices):
+            raise TypeError("index_put: indices must be a tuple of Tensors (or lists or arrays), one per leading axis")
+        if not indices:
+            raise IndexError("index_put: give at least one index tensor")
+        arrays = []
+        for item in indices:
+            item_values = self._index_values(item, "index_put")
+            arrays.extend(np.nonzero(item_values) if item_values.dtype == np.bool_ else [item_values])
+        if len(arrays) > self.ndim:
+            raise IndexError(f"index_put: {len(arrays)} indices for a tensor with {self.ndim} dimensions {self.shape}")
+        for axis, axis_values in enumerate(arrays):
+            _check_range(axis_values, self.shape[axis], "index_put", axis, allow_negative=True)
+        shape = _broadcast_shapes("index_put", [a.shape for a in arrays])
+        leading, rest = self.shape[: len(arrays)], self.shape[len(arrays) :]
+        wrapped = [np.broadcast_to(a % size if size else a, shape) for a, size in zip(arrays, leading)]
+        flat_positions = np.ravel_multi_index(tuple(wrapped), leading).reshape(-1)
+        if not hasattr(values, "uop"):
+            values = type(self).full((), values, dtype=self.dtype, device=self.device)
+        try:
+            values = values.cast(self.dtype).expand(*shape, *rest)
+        except ValueError:
+            raise ValueError(
+                f"index_put: values {values.shape} do not broadcast to the indexed shape {shape + rest}"
+            ) from None
+        values = values.reshape(-1, *rest)
+        flat = self.reshape(prod(leading), *rest)
+        position_tensor = type(self)(flat_positions.astype(np.int64), device=self.device)
+        put = flat.index_add if accumulate else flat.index_copy
+        return put(0, position_tensor, values).reshape(self.shape)
+
+    def nonzero(self: Tensor, as_tuple: bool = False):
+        """The indices of the non-zero elements, computed on the host (the count depends on the values, so the
+        tensor is realized): an int64 (count, ndim) tensor, or with `as_tuple` one 1-D tensor per axis, as torch."""
+        values = self.numpy()
+        if as_tuple:
+            return tuple(
+                type(self)(axis_values.astype(np.int64), device=self.device)
+                for axis_values in np.nonzero(np.atleast_1d(values))
+            )
+        return type(self)(np.argwhere(values).astype(np.int64), device=self.device)
+
+    def argwhere(self: Tensor) -> Tensor:
+        """`nonzero()`: the (count, ndim) indices of the non-zero elements (torch.argwhere)."""
+        return self.nonzero()
 
     def scatter(self: Tensor, dim: int, index: Tensor, src=None, reduce: str | None = None, value=None) -> Tensor:
         """A copy of self with self[..., index[..., i, ...], ...] = src[..., i, ...] along `dim` (torch.scatter;
@@ -388,192 +494,3 @@ class IndexMixin:
         """The index with Tensors replaced by their values, for NumPy."""
         items = index if isinstance(index, tuple) else (index,)
         return tuple(item.numpy() if hasattr(item, "uop") else item for item in items)
-
-    # ---- layout ----------------------------------------------------------------------------------------------------
-
-    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-        """The diagonal of the dim1 × dim2 planes (above it for offset > 0), as a last axis (a view)."""
-        a, b = normalize_axis(dim1, self.ndim, "diagonal"), normalize_axis(dim2, self.ndim, "diagonal")
-        if a == b:
-            raise ValueError(f"diagonal: dim1 and dim2 name the same axis {a} of {self.shape}")
-        x = self.permute(*(i for i in range(self.ndim) if i not in (a, b)), a, b)
-        rows, cols = x.shape[-2:]
-        count = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
-        start = (offset if offset >= 0 else -offset * cols) if count else 0
-        # element i of the diagonal sits at start + i*(cols+1) in the flattened plane
-        flat = x.reshape(*x.shape[:-2], rows * cols)
-        flat = flat.pad(((0, 0),) * (flat.ndim - 1) + ((0, count * (cols + 1)),))
-        flat = flat.shrink(tuple(None for _ in flat.shape[:-1]) + ((start, start + count * (cols + 1)),))
-        return flat.reshape(*x.shape[:-2], count, cols + 1)[..., 0]
-
-    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
-        """A 1-D tensor as the `diagonal`-th diagonal of a square matrix, or a 2-D tensor's diagonal (torch.diag)."""
-        if self.ndim == 2:
-            return self.diagonal(diagonal)
-        if self.ndim != 1:
-            raise ValueError(f"diag: needs a 1-D or 2-D tensor, got shape {self.shape}; use diagonal() or diag_embed")
-        length, size = self.shape[0], self.shape[0] + abs(diagonal)
-        start = diagonal if diagonal >= 0 else -diagonal * size
-        # the inverse of diagonal(): element i goes to start + i*(size+1) of the flattened matrix
-        spread = self.reshape(length, 1).pad(((0, 0), (0, size))).reshape(length * (size + 1))
-        spread = spread.pad(((start, size * size - start - length * (size + 1)),))
-        return spread.reshape(size, size)
-
-    def roll(self: Tensor, shifts, dims=None) -> Tensor:
-        """Elements shifted by `shifts` along `dims`, wrapping around (torch.roll; no dims: over the flattened
-        tensor)."""
-        if dims is None:
-            return self.flatten().roll(shifts, 0).reshape(self.shape)
-        shifts = tuple(shifts) if isinstance(shifts, (list, tuple)) else (shifts,)
-        dims = (dims,) if isinstance(dims, int) else tuple(dims)
-        if len(shifts) != len(dims):
-            raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims; give one shift per dim")
-        if not all(isinstance(shift, int) and not isinstance(shift, bool) for shift in shifts):
-            raise TypeError(f"roll: shifts must be ints, got {shifts}")
-        result = self
-        for shift, dim in zip(shifts, dims):
-            dim = normalize_axis(dim, self.ndim, "roll")
-            size = self.shape[dim]
-            if size == 0 or shift % size == 0:
-                continue
-            shift %= size
-            tail, head = result.split([size - shift, shift], dim)
-            result = head.cat(tail, dim=dim)
-        return result
-
-    def repeat_interleave(self: Tensor, repeats, dim: int | None = None) -> Tensor:
-        """Each element repeated `repeats` times along `dim` (an int, or one count per element; no dim: over the
-        flattened tensor)."""
-        if dim is None:
-            return self.flatten().repeat_interleave(repeats, 0)
-        dim = normalize_axis(dim, self.ndim, "repeat_interleave")
-        if isinstance(repeats, int):
-            if repeats < 0:
-                raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
-            x = self.unsqueeze(dim + 1)
-            x = x.expand(*x.shape[: dim + 1], repeats, *x.shape[dim + 2 :])
-            return x.flatten(dim, dim + 1)
-        counts = self._index_values(repeats, "repeat_interleave").reshape(-1)
-        if counts.shape != (self.shape[dim],) or (counts < 0).any():
-            raise ValueError(
-                f"repeat_interleave: repeats must be {self.shape[dim]} non-negative counts (one per element of dim "
-                f"{dim} of {self.shape}), got {counts.tolist()}"
-            )
-        return self[(slice(None),) * dim + (np.repeat(np.arange(len(counts)), counts),)]
-
-    @classmethod
-    def meshgrid(cls, *tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        """Coordinate grids of 1-D tensors: "ij" indexing (matrix) or "xy" (the first two axes swapped)."""
-        if indexing not in ("ij", "xy"):
-            raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
-        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-            tensors = tuple(tensors[0])
-        for tensor in tensors:
-            if not hasattr(tensor, "uop"):
-                raise TypeError(f"meshgrid: expects Tensors, got {type(tensor).__name__}")
-            if tensor.ndim > 1:
-                raise ValueError(f"meshgrid: expects 0-d or 1-D tensors, got shape {tensor.shape}")
-        flat = [t.reshape(-1) for t in tensors]
-        shape = tuple(t.shape[0] for t in flat)
-        grids = [
-            t.reshape(*(size if i == n else 1 for i, size in enumerate(shape))).expand(shape)
-            for n, t in enumerate(flat)
-        ]
-        if indexing == "xy" and len(grids) >= 2:
-            grids = [g.transpose(0, 1) for g in grids]
-        return tuple(grids)
-
-    def unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
-        """Every window of `size` elements, `step` apart, along `dimension`: that axis becomes the count of windows
-        and a new last axis holds each window (torch.Tensor.unfold; a view)."""
-        dimension = normalize_axis(dimension, self.ndim, "unfold")
-        if size <= 0 or step <= 0:
-            raise ValueError(f"unfold: size and step must be positive, got size={size}, step={step}")
-        if size > self.shape[dimension]:
-            raise ValueError(f"unfold: size {size} exceeds dimension {dimension} of {self.shape}")
-        windows = self._window(dimension, size, step, 1)
-        return windows.permute(*(a for a in range(windows.ndim) if a != dimension + 1), dimension + 1)
-
-    @classmethod
-    def einsum(cls, formula: str, *operands: Tensor) -> Tensor:
-        """Einstein summation: `"ij,jk->ik"`-style formulas with `...` and repeated letters (torch.einsum)."""
-        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-            operands = tuple(operands[0])
-        for operand in operands:
-            if not hasattr(operand, "uop"):
-                raise TypeError(f"einsum: operands must be Tensors, got {type(operand).__name__}")
-        formula = formula.replace(" ", "")
-        inputs, arrow, output = formula.partition("->")
-        terms = inputs.split(",")
-        if len(terms) != len(operands):
-            raise ValueError(f"einsum: {formula!r} names {len(terms)} operands, but {len(operands)} were given")
-        ellipsis_dims = 0
-        for term, operand in zip(terms, operands):
-            letters = term.replace("...", "")
-            if not letters.isalpha() and letters:
-                raise ValueError(f"einsum: {formula!r}: subscripts must be letters (and ...), got {term!r}")
-            if "..." in term:
-                ellipsis_dims = max(ellipsis_dims, operand.ndim - len(letters))
-            elif len(term) != operand.ndim:
-                raise ValueError(
-                    f"einsum: subscript {term!r} has {len(term)} letters but its operand has shape {operand.shape}"
-                )
-        # "..." becomes upper-case letters (the subscripts themselves use either case; these are reserved here)
-        spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in formula][:ellipsis_dims]
-        if not arrow:
-            counts = {c: inputs.replace("...", "").count(c) for c in inputs.replace("...", "").replace(",", "")}
-            output = "..." + "".join(sorted(c for c, n in counts.items() if n == 1))
-        output = output.replace("...", "".join(spare))
-        sizes: dict[str, int] = {}
-        aligned = []
-        for term, operand in zip(terms, operands):
-            if "..." in term:
-                own = operand.ndim - len(term.replace("...", ""))
-                term = term.replace("...", "".join(spare[ellipsis_dims - own :]))
-            operand = operand._einsum_diagonals(term)
-            term = "".join(dict.fromkeys(term))
-            for letter, size in zip(term, operand.shape):
-                known = sizes.get(letter)
-                if known is None or known == 1:
-                    sizes[letter] = size
-                elif size not in (1, known):
-                    raise ValueError(
-                        f"einsum: {letter!r} has size {known} in one operand and {size} in another "
-                        f"({formula!r} with shapes {[o.shape for o in operands]})"
-                    )
-            aligned.append((term, operand))
-        if len(set(output)) != len(output):
-            raise ValueError(f"einsum: output subscripts of {formula!r} repeat a letter")
-        for letter in output:
-            if letter not in sizes:
-                raise ValueError(f"einsum: output subscript {letter!r} of {formula!r} is in no input")
-        letters = list(output) + sorted(set(sizes) - set(output))
-        product = None
-        for term, operand in aligned:
-            # each operand's axes ordered as `letters`, with size-1 axes for the letters it lacks
-            permuted = operand.permute(*(term.index(c) for c in letters if c in term))
-            shaped = permuted.reshape(*(operand.shape[term.index(c)] if c in term else 1 for c in letters))
-            product = shaped if product is None else product * shaped
-        full = product.expand(*(sizes[c] for c in letters))
-        summed = tuple(range(len(output), len(letters)))
-        return full._sum_unwidened(summed) if summed else full
-
-    def _einsum_diagonals(self: Tensor, term: str) -> Tensor:
-        """For a subscript with a repeated letter ("ii"), the diagonal over those axes, kept at the first one."""
-        x, letters = self, list(term)
-        for letter in dict.fromkeys(term):
-            while letters.count(letter) > 1:
-                first = letters.index(letter)
-                second = letters.index(letter, first + 1)
-                if x.shape[first] != x.shape[second]:
-                    raise ValueError(
-                        f"einsum: {letter!r} repeats in {term!r} over axes of sizes {x.shape[first]} and {x.shape[second]}"
-                    )
-                x = x.diagonal(0, first, second)  # the diagonal becomes the last axis: move it back to `first`
-                del letters[second], letters[first]
-                letters.append(letter)
-                order = list(range(x.ndim))
-                order.insert(first, order.pop())
-                x = x.permute(order)
-                letters.insert(first, letters.pop())
-        return x

@@ -264,6 +264,33 @@ class MathMixin:
         """The inverse hyperbolic tangent: log((1 + x) / (1 - x)) / 2; ±inf at ±1, nan beyond."""
         return ((1 + self) / (1 - self)).log() * 0.5
 
+    def log1p(self: Tensor) -> Tensor:
+        """log(1 + x), accurate for small x where log(1 + x) loses x's digits to the rounding of 1 + x."""
+        source = self._to_float()
+        u = 1 + source
+        # u = 1 + x rounds; log(u) + (x - (u - 1)) / u adds back what the rounding lost (u - 1 is exact). -1 and inf
+        # take log(u) itself (the correction would be 0/0 or inf - inf there)
+        edge = (u == 0) | u.isinf()
+        safe_u, safe_x = edge.where(1.0, u), edge.where(0.0, source)
+        return edge.where(u.log(), safe_u.log() + (safe_x - (safe_u - 1)) / safe_u)
+
+    def expm1(self: Tensor) -> Tensor:
+        """exp(x) - 1, accurate for small x where exp(x) - 1 cancels."""
+        source = self._to_float()
+        small = source.abs() <= 0.5
+        x = small.where(source, 0.0)
+        u = x.exp()
+        # u = exp(x) rounds; x - log(u) is that rounding (relative to u), added back: exp(x) = u * exp(x - log(u))
+        return small.where((u - 1) + u * (x - u.log()), source.exp() - 1)
+
+    def logaddexp(self: Tensor, other) -> Tensor:
+        """log(exp(x) + exp(y)) without overflow: max(x, y) + log1p(exp(-|x - y|)) (torch.logaddexp)."""
+        x, y = self._operands(other, "logaddexp")
+        x, y = x._to_float(), y._to_float()
+        same_infinity = (x == y) & x.isinf()  # x - y would be nan; the answer is that infinity
+        distance = same_infinity.where(0.0, (x - y).abs())
+        return x.maximum(y) + same_infinity.where(0.0, (-distance).exp().log1p())
+
     def erf(self: Tensor) -> Tensor:
         """The error function, from a fit of erfc(a) = t exp(-a^2 + P(t)) with t = 1 / (1 + a/2) for a >= 0 (within
         3e-8 relative of erfc in float64, so about float32's rounding)."""

@@ -3,8 +3,9 @@ a UOp that the consuming kernel turns into index arithmetic."""
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import prod
@@ -33,6 +34,28 @@ def normalize_axis(axis: int, ndim: int, op_name: str) -> int:
             f"{op_name}: axis {axis} is out of range for a tensor with {ndim} dimensions (expected {low}..{high})"
         )
     return axis % max(ndim, 1)
+
+
+def keyword_aliases(**aliases: str) -> Callable:
+    """A decorator letting a method take PyTorch's keyword names beside its own (tinygrad's): with
+    `@keyword_aliases(dim="axis")`, `x.sum(dim=1)` is `x.sum(axis=1)`. Passing both names is a TypeError."""
+
+    def decorate(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def with_aliases(self, *args, **kwargs):
+            for alias, name in aliases.items():
+                if alias in kwargs:
+                    if name in kwargs:
+                        raise TypeError(
+                            f"{method.__name__}: got both {name}= and {alias}= (the same argument: {alias} is "
+                            f"PyTorch's name for {name}); pass one"
+                        )
+                    kwargs[name] = kwargs.pop(alias)
+            return method(self, *args, **kwargs)
+
+        return with_aliases
+
+    return decorate
 
 
 class MovementMixin:
@@ -67,9 +90,10 @@ class MovementMixin:
     def view(self: Tensor, shape, *more) -> Tensor:
         return self.reshape(shape, *more)
 
+    @keyword_aliases(dims="order")
     def permute(self: Tensor, order, *more) -> Tensor:
-        """The axes reordered: output axis i is input axis order[i] (`permute(1, 0)`, `permute((1, 0))` or
-        `permute(order=(1, 0))`)."""
+        """The axes reordered: output axis i is input axis order[i] (`permute(1, 0)`, `permute((1, 0))`,
+        `permute(order=(1, 0))` or PyTorch's `permute(dims=(1, 0))`)."""
         order = tuple(normalize_axis(axis, self.ndim, "permute") for axis in _sizes((order, *more), "permute"))
         if sorted(order) != list(range(self.ndim)):
             raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} axes of a {self.shape} tensor")
@@ -85,9 +109,10 @@ class MovementMixin:
     def T(self: Tensor) -> Tensor:
         return self.transpose() if self.ndim >= 2 else self
 
+    @keyword_aliases(size="shape")
     def expand(self: Tensor, shape, *more) -> Tensor:
         """Size-1 axes repeated to `shape` without copying (-1 keeps a size; new leading axes may be added); the
-        sizes may come as arguments, one tuple or `shape=`."""
+        sizes may come as arguments, one tuple, `shape=` or PyTorch's `size=`."""
         shape = _sizes((shape, *more), "expand")
         if len(shape) < self.ndim:
             raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {shape}")
@@ -172,12 +197,14 @@ class MovementMixin:
             return self
         return self._movement(Ops.SHRINK, arg)
 
-    def flip(self: Tensor, axis) -> Tensor:
-        """The order of elements reversed along `axis` (an int or a tuple)."""
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    @keyword_aliases(dims="axis")
+    def flip(self: Tensor, axis, *more) -> Tensor:
+        """The order of elements reversed along `axis`: `flip(0)`, `flip(0, 1)`, `flip((0, 1))` or PyTorch's
+        `flip(dims=(0, 1))`."""
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) and not more else (axis, *more)
         normalized = [normalize_axis(a, self.ndim, "flip") for a in axes]
         if len(set(normalized)) != len(normalized):
-            raise ValueError(f"flip: axis {axis} repeats an axis")
+            raise ValueError(f"flip: axes {axes} repeat an axis")
         axes = tuple(sorted(normalized))
         axes = tuple(a for a in axes if self.shape[a] > 1)
         return self._movement(Ops.FLIP, axes) if axes else self

@@ -3,6 +3,7 @@ initializers. All are compositions of primitives (convolution and pooling are in
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,8 @@ import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.engine.realize import run_host
+from lazygrad.helpers import prod
+from lazygrad.tensor_conv import _pair
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -119,6 +122,49 @@ class NNMixin:
             cols, device=self.device
         ).reshape(1, cols)
         return keep.where(self, 0)
+
+    def fold(self: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+        """Sliding blocks back into an image, overlaps summed (torch.nn.functional.fold, the inverse of an im2col):
+        (N, C*kh*kw, L) or (C*kh*kw, L) -> (N, C, H, W) or (C, H, W), L being the count of blocks that fit
+        `output_size`. Each kernel tap places its values by a pad; all the taps add up in one kernel."""
+        if self.ndim not in (2, 3):
+            raise ValueError(f"fold: input must be (N, C*kh*kw, L) or (C*kh*kw, L), got shape {self.shape}")
+        columns = self if self.ndim == 3 else self.unsqueeze(0)
+        out_size, kernel = _pair(output_size, 2, "fold: output_size"), _pair(kernel_size, 2, "fold: kernel_size")
+        dilation, padding = _pair(dilation, 2, "fold: dilation"), _pair(padding, 2, "fold: padding")
+        stride = _pair(stride, 2, "fold: stride")
+        if min(kernel + dilation + stride) < 1 or min(padding) < 0:
+            raise ValueError("fold: kernel_size, dilation and stride must be positive and padding non-negative")
+        batch, width, length = columns.shape
+        blocks = [
+            (o + 2 * p - d * (k - 1) - 1) // s + 1 for o, p, d, k, s in zip(out_size, padding, dilation, kernel, stride)
+        ]
+        if width % prod(kernel) or min(blocks) < 1 or prod(blocks) != length:
+            raise ValueError(
+                f"fold: input {self.shape} does not match: dim -2 must be channels × {prod(kernel)} (kernel {kernel}) "
+                f"and dim -1 the {' × '.join(map(str, blocks))} = {prod(blocks)} blocks that fit output_size "
+                f"{out_size} with padding {padding}, dilation {dilation} and stride {stride}"
+            )
+        channels = width // prod(kernel)
+        taps = columns.reshape(batch, channels, *kernel, *blocks)
+        padded = [o + 2 * p for o, p in zip(out_size, padding)]
+        total = None
+        for tap in itertools.product(*(range(k) for k in kernel)):
+            placed = taps[(slice(None), slice(None), *tap)]
+            for axis, (offset, count, step, size) in enumerate(zip(tap, blocks, stride, padded)):
+                # spread the blocks `step` apart, then shift them to this tap's offset inside the padded image
+                axis += 2
+                spread = placed.unsqueeze(axis + 1).pad(
+                    tuple((0, step - 1) if a == axis + 1 else (0, 0) for a in range(5))
+                )
+                spread = spread.flatten(axis, axis + 1)
+                spread = spread.shrink(tuple((0, (count - 1) * step + 1) if a == axis else None for a in range(4)))
+                before = offset * dilation[axis - 2]
+                after = size - before - spread.shape[axis]
+                placed = spread.pad(tuple((before, after) if a == axis else (0, 0) for a in range(4)))
+            total = placed if total is None else total + placed
+        image = total.shrink(((0, batch), (0, channels), *((p, p + o) for p, o in zip(padding, out_size))))
+        return image if self.ndim == 3 else image.squeeze(0)
 
     # ---- losses ----------------------------------------------------------------------------------------------------
 

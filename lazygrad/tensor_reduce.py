@@ -8,7 +8,7 @@ from lazygrad.device import CORES
 from lazygrad.dtype import DType, dtypes, is_small_int, to_dtype
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
-from lazygrad.tensor_movement import normalize_axis
+from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -24,8 +24,21 @@ def _split_parts(outputs: int, length: int) -> int:
     return next((parts for parts in (256, 128, 64, 32, 16) if length % parts == 0), 1)
 
 
+def _refuse_torch_max(keywords: dict, op_name: str) -> None:
+    """max and min keep tinygrad's meaning (values only), so PyTorch's max(dim=...), which returns (values,
+    indices), is refused with the spellings that give each."""
+    if "dim" in keywords:
+        arg = "argmax" if op_name == "max" else "argmin"
+        raise TypeError(
+            f"{op_name}: PyTorch's {op_name}(dim=...) returns (values, indices); here {op_name}(axis) returns the values "
+            f"only: use a{op_name}(dim=...) or {op_name}(axis=...) for the values and {arg}(dim=...) for the indices"
+        )
+    if keywords:
+        raise TypeError(f"{op_name}: unexpected keyword arguments {sorted(keywords)}; it takes axis and keepdim")
+
+
 class ReduceMixin:
-    """Reductions over `axis` (an int, a tuple, or None for all) with `keepdim`."""
+    """Reductions over `axis` (an int, a tuple, or None for all; PyTorch's `dim=` works too) with `keepdim`."""
 
     __slots__ = ()
 
@@ -73,6 +86,7 @@ class ReduceMixin:
         narrow_float = source.dtype in (dtypes.float16, dtypes.bfloat16)
         return source, source.cast(dtypes.float32) if narrow_float else source
 
+    @keyword_aliases(dim="axis")
     def sum(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
         """The sum; bools and ints sum as int64 unless `dtype` is given, half and bfloat16 accumulate in float32."""
         source, accumulate = self._accumulated(dtype)
@@ -87,18 +101,33 @@ class ReduceMixin:
     def _sum_unwidened(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         return self.sum(axis, keepdim, dtype=self._unwidened_dtype())
 
+    @keyword_aliases(dim="axis")
     def prod(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
         """The product; bools and ints multiply as int64, `dtype` casts the input first (as in PyTorch)."""
         source, accumulate = self._accumulated(dtype)
         return accumulate._reduce(Ops.MUL, axis, keepdim, "prod").cast(source.dtype)
 
-    def max(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    def max(self: Tensor, axis=None, keepdim: bool = False, **torch_keywords) -> Tensor:
+        """The largest value over `axis` (tinygrad's max: values only; `amax` takes PyTorch's `dim=`)."""
+        _refuse_torch_max(torch_keywords, "max")
         self._check_nonempty(axis, "max")
         return self._reduce(Ops.MAX, axis, keepdim, "max")
 
-    def min(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    def min(self: Tensor, axis=None, keepdim: bool = False, **torch_keywords) -> Tensor:
+        """The smallest value over `axis` (values only; `amin` takes PyTorch's `dim=`)."""
+        _refuse_torch_max(torch_keywords, "min")
         self._check_nonempty(axis, "min")
         return self._order_reversed()._reduce(Ops.MAX, axis, keepdim, "min")._order_reversed()
+
+    @keyword_aliases(dim="axis")
+    def amax(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        """The largest value over `axis` (or `dim=`), as torch.amax: `max` by PyTorch's name for values only."""
+        return self.max(axis, keepdim)
+
+    @keyword_aliases(dim="axis")
+    def amin(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+        """The smallest value over `axis` (or `dim=`), as torch.amin."""
+        return self.min(axis, keepdim)
 
     def _order_reversed(self: Tensor) -> Tensor:
         """A one-to-one map that reverses the order of values, so min is built from max: -x for floats (exact, NaN
@@ -109,9 +138,11 @@ class ReduceMixin:
         if any(self.shape[a] == 0 for a in self._axes(axis, op_name)):
             raise ValueError(f"{op_name}: cannot reduce over an empty axis of {self.shape} (there is no identity)")
 
+    @keyword_aliases(dim="axis")
     def any(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         return self.bool()._reduce(Ops.MAX, axis, keepdim, "any")
 
+    @keyword_aliases(dim="axis")
     def all(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         return ~((~self.bool())._reduce(Ops.MAX, axis, keepdim, "all"))
 
@@ -121,6 +152,7 @@ class ReduceMixin:
             count *= self.shape[a]
         return count
 
+    @keyword_aliases(dim="axis")
     def mean(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
         """The mean (ints and bools average as floats); `dtype` casts the input first, and must be a float."""
         if dtype is not None and not to_dtype(dtype).is_float:
@@ -130,6 +162,7 @@ class ReduceMixin:
         total = source.sum(axis, keepdim)
         return total * (1 / count) if count else total * float("nan")
 
+    @keyword_aliases(dim="axis")
     def var(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The variance with `correction` subtracted from the count (1: the unbiased estimate, as in torch)."""
         source = self._to_float()
@@ -137,6 +170,7 @@ class ReduceMixin:
         divisor = max(0, self._count(axis) - correction)
         return squared * (1 / divisor) if divisor else squared * float("nan")
 
+    @keyword_aliases(dim="axis")
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The standard deviation: sqrt of `var`."""
         variance = self.var(axis, keepdim, correction)
@@ -144,10 +178,12 @@ class ReduceMixin:
         is_zero = variance == 0
         return is_zero.where(0.0, is_zero.where(1.0, variance).sqrt())
 
+    @keyword_aliases(dim="axis")
     def var_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
         """(var, mean), as torch.var_mean returns them."""
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
+    @keyword_aliases(dim="axis")
     def std_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
         """(std, mean), as torch.std_mean returns them."""
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
@@ -170,14 +206,17 @@ class ReduceMixin:
         best = (is_max.where(countdown, 0)).max(axis, keepdim=keepdim)
         return (length - best).cast(dtypes.int32)
 
+    @keyword_aliases(dim="axis")
     def argmax(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         """The index of the first maximum along `axis` (of the flattened tensor if None), as int64 like PyTorch."""
         return self._argmax_along(axis, keepdim, "argmax").cast(dtypes.int64)
 
+    @keyword_aliases(dim="axis")
     def argmin(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         """The index of the first minimum along `axis`, as int64."""
         return self._order_reversed()._argmax_along(axis, keepdim, "argmin").cast(dtypes.int64)
 
+    @keyword_aliases(dim="axis")
     def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over `axis`, shifted by the maximum so nothing overflows."""
         self._axes(axis, "logsumexp")
@@ -191,6 +230,7 @@ class ReduceMixin:
             else total.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis, "logsumexp")))
         )
 
+    @keyword_aliases(dim="axis")
     def softmax(self: Tensor, axis: int = -1) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows."""
         self._axes(axis, "softmax")
@@ -198,6 +238,7 @@ class ReduceMixin:
         exponent = (source - source.max(axis, keepdim=True)).exp()
         return exponent / exponent.sum(axis, keepdim=True)
 
+    @keyword_aliases(dim="axis")
     def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
         """x - logsumexp(x) along `axis`."""
         self._axes(axis, "log_softmax")
@@ -248,6 +289,14 @@ class ReduceMixin:
 
     def matmul(self: Tensor, other: Tensor) -> Tensor:
         return self.dot(other)
+
+    def outer(self: Tensor, other: Tensor) -> Tensor:
+        """The outer product of two 1-D tensors: [i, j] = self[i] * other[j] (torch.outer)."""
+        if not hasattr(other, "uop") or self.ndim != 1 or other.ndim != 1:
+            raise ValueError(
+                f"outer: needs two 1-D tensors, got {self.shape} and {getattr(other, 'shape', type(other).__name__)}"
+            )
+        return self.reshape(-1, 1) * other.reshape(1, -1)
 
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """self @ weight + bias, with weight shaped (in, out) as in tinygrad (torch's F.linear takes its transpose);

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, integer_range
-from lazygrad.tensor_movement import normalize_axis
+from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -48,21 +48,25 @@ class ScanMixin:
             return self  # no prefixes to reduce
         return self._back_from_last(reduce(moved._prefixes(fill)), axis)
 
+    @keyword_aliases(dim="axis")
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         """Running sums along `axis`; bools and ints sum as int64, as in PyTorch."""
         source = self.cast(dtypes.int64) if self.dtype == dtypes.bool or self.dtype.is_int else self
         return source._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2))
 
+    @keyword_aliases(dim="axis")
     def cumprod(self: Tensor, axis: int = 0) -> Tensor:
         """Running products along `axis`; bools and ints multiply as int64, as in PyTorch."""
         source = self.cast(dtypes.int64) if self.dtype == dtypes.bool or self.dtype.is_int else self
         return source._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2))
 
+    @keyword_aliases(dim="axis")
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along `axis`, with each prefix shifted by its own maximum (no overflow)."""
         source = self._to_float()
         return source._scan(axis, "logcumsumexp", float("-inf"), lambda prefixes: prefixes.logsumexp(-2))
 
+    @keyword_aliases(dim="axis")
     def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """Running maxima along `axis` and the index each came from (the latest one on ties; NaN propagates), as in
         PyTorch. The gradient goes to the element at that index."""

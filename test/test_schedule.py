@@ -505,3 +505,13 @@ def test_pooling_gradient_shared_by_batchnorm_sums_is_computed_once():
         torch.nn.functional.batch_norm(tx, None, None, training=True).relu(), 2
     ).square().sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-3, atol=1e-3)
+
+
+def test_fold_and_pixel_shuffle_are_one_kernel():
+    # fold places each kernel tap by a pad and adds the taps up: all of it one elementwise kernel, as is a shuffle of
+    # a computed value (a view)
+    columns = rand(2, 12, 20)
+    assert kernels(columns.fold((5, 6), 2)) == 1
+    assert kernels((rand(2, 12, 28) * 2).fold((6, 7), 2, padding=1, stride=(1, 2))) == 1
+    assert kernels((rand(2, 8, 3, 2) + 1).pixel_shuffle(2)) == 1
+    assert kernels(rand(3, 4).index_add(1, Tensor([2, 0, 2]), rand(3, 3))) == 1
