@@ -17,14 +17,15 @@ from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops
 from lazygrad.uop.ops import Ops, UOp
 
 
-def toposort_until_reduce(root: UOp) -> list[UOp]:
-    """Nodes reachable from `root` without entering a RANGE_REDUCE's sources, sources first."""
-    order, visited, stack = [], set(), [(root, False)]
+def toposort_until_reduce(root: UOp, done: dict[UOp, UOp] | None = None) -> list[UOp]:
+    """Nodes reachable from `root` without entering a RANGE_REDUCE's sources, sources first; with `done`, also
+    without entering the nodes in it (emitted already, like everything they need)."""
+    order, visited, stack, done = [], set(), [(root, False)], done or {}
     while stack:
         node, sources_done = stack.pop()
         if sources_done:
             order.append(node)
-        elif node not in visited:
+        elif node not in visited and node not in done:
             visited.add(node)
             stack.append((node, True))
             if node.op is not Ops.RANGE_REDUCE:
@@ -55,14 +56,7 @@ class Linearizer:
         self.shared_reads = [node for node in nodes if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL]
         # (asked only of reduces that could share a loop nest with another)
         self.reduces_below = reduces_below(nodes) if len(self.reduces) > 1 else {}
-        self.bodies: dict[UOp, dict[UOp, None]] = {}
-
-    def body(self, reduce: UOp) -> dict[UOp, None]:
-        """The nodes of a reduce's value down to other reduces, in order (kept: each reduce is asked about once
-        per other reduce)."""
-        if reduce not in self.bodies:
-            self.bodies[reduce] = dict.fromkeys(toposort_until_reduce(reduce.src[0]))
-        return self.bodies[reduce]
+        self.tiled = any(node.op is Ops.BARRIER for node in nodes)  # (a tile's copies to place)
 
     def emit_node(self, node: UOp) -> None:
         if node in self.linear:
@@ -78,7 +72,8 @@ class Linearizer:
             self.program.append(linear)
 
     def emit(self, root: UOp) -> None:
-        for node in toposort_until_reduce(root):
+        # (a walk that stops at what is emitted: the copies of an upcast share most of their graph)
+        for node in toposort_until_reduce(root, self.linear):
             self.emit_node(node)
 
     def open_loop(self, loop: UOp) -> None:
@@ -100,10 +95,12 @@ class Linearizer:
                 continue
             if self.used[other.src[0]] - frozenset(loops) <= self.open and not self.reduces_below[other] & set(group):
                 group.append(other)
-        # hoist what does not depend on these loops
+        # hoist what does not depend on these loops (walking only what is not emitted yet: the members of a group,
+        # copies of one reduce, share most of their graph)
+        reduce_loops = frozenset(loops)
         for member in group:
-            for inner in self.body(member):
-                if inner.op is not Ops.RANGE and not (self.used[inner] & frozenset(loops)):
+            for inner in toposort_until_reduce(member.src[0], self.linear):
+                if inner.op is not Ops.RANGE and not (self.used[inner] & reduce_loops):
                     self.emit_node(inner)
         accumulators = []
         for member in group:
@@ -112,7 +109,11 @@ class Linearizer:
             self.accumulators += 1
         self.program.extend(accumulators)
         # a tile's copy into shared memory: in the outermost loop where it can be, before the inner loops open
-        copies = [node for member in group for node in self.body(member) if node.op is Ops.BARRIER]
+        copies = []
+        if self.tiled:
+            copies = [
+                node for member in group for node in toposort_until_reduce(member.src[0]) if node.op is Ops.BARRIER
+            ]
         opened: dict[UOp, int] = {}
         for position, loop in enumerate(loops):
             self.open_loop(loop)
