@@ -287,11 +287,14 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         large = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]]) >= LARGE_PRODUCT
         # half the vector registers accumulate, enough independent multiply-adds to hide their latency: a large
         # product two vectors across by registers/4 rows, others as many vectors across as 4 rows leave (fewer,
-        # by more rows, where the row's length asks)
+        # by more rows, where the row's length asks; at most 8 rows: more rows' values, each broadcast to a vector
+        # of its own, cost more than the multiply-adds they feed)
         accumulators = target.vector_registers // 2
         wide = [(2 * vector, target.vector_registers // 4)] if large else []
         across = [accumulators // 4 >> halving for halving in range(max(accumulators // 4, 1).bit_length())]
-        choices = [blocking] if blocking else wide + [(vector * count, accumulators // count) for count in across]
+        choices = (
+            [blocking] if blocking else wide + [(vector * count, min(accumulators // count, 8)) for count in across]
+        )
         if not blocking and inner.src[0].arg > 1 and inner.src[0].arg % vector:
             # a row that whole vectors do not cover (attention's over time, a convolution's over a small image, a
             # weight gradient's 27 taps): its largest part of at most two vectors, in a block of as many outputs
