@@ -16,9 +16,9 @@ setup(
         "testing": ["pytest", "pytest-xdist", "hypothesis", "ruff", "torch==2.13.0", "safetensors"],
         "opencl": ["pyopencl", "pocl-binary-distribution"],
         # NVRTC and the headers it compiles with; the GPU is driven through the NVIDIA driver's libcuda (ctypes)
-        "cuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
+        "cuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-crt==13.0.*"],
         # CUDA=1 MOCKCUDA=1 without a GPU: the same (and g++ from the system)
-        "mockcuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*"],
+        "mockcuda": ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-crt==13.0.*"],
         # data-parallel training (lazygrad.distributed); mpi4py needs an MPI library, e.g. Debian's openmpi-bin
         "distributed": ["mpi4py"],
         "viz": ["graphviz"],

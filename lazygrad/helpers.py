@@ -59,6 +59,12 @@ CACHELEVEL = ContextVar("CACHELEVEL", 1, "0 turns the disk cache (compiled kerne
 BEAM = ContextVar(
     "BEAM", 0, "N > 0 times up to N register blocks per new kernel and keeps the fastest (cached on disk)"
 )
+ALLOW_TF32 = ContextVar(
+    "ALLOW_TF32",
+    0,
+    "1 lets float32 matrix products run on tensor cores in TF32 (inputs rounded to 10 mantissa bits), as PyTorch's "
+    "allow_tf32; also `with Tensor.allow_tf32():`",
+)
 JIT = ContextVar("JIT", 1, "0 makes TinyJit run the function every call instead of replaying its kernels")
 MOCKCUDA = ContextVar("MOCKCUDA", 0, "1 runs CUDA=1 without a driver: NVRTC compiles every kernel, the CPU runs it")
 CL_PLATFORM = ContextVar("CL_PLATFORM", -1, "index of the OpenCL platform GPU=1 uses (-1: the first that works)")

@@ -31,7 +31,7 @@ from lazygrad.engine.buffers import (
 from lazygrad.engine.realize import realize_lock, run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
-from lazygrad.helpers import DEBUG, GlobalCounters, prod
+from lazygrad.helpers import DEBUG, Context, GlobalCounters, prod
 from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
@@ -155,6 +155,12 @@ class Tensor(
             yield
         finally:
             Tensor.no_grad = previous
+
+    @staticmethod
+    def allow_tf32(mode: bool = True):
+        """`with Tensor.allow_tf32():` lets float32 matrix products run on tensor cores in TF32 (inputs rounded to
+        10 mantissa bits; off by default, as PyTorch's allow_tf32), and restores the setting after."""
+        return Context(ALLOW_TF32=int(mode))
 
     def sequential(self, layers) -> Tensor:
         """Apply each callable of `layers` in turn: `x.sequential([l1, Tensor.relu, l2])`."""

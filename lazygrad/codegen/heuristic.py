@@ -11,7 +11,8 @@ Target, in the order they apply:
   convolution) for the compiler to vectorize;
 - unroll small reduce loops into straight-line code (unless the block is large and a loop of the reduce stays).
 
-A device with threads gets its own list (`thread_opts`): the same splits and merges, then output loops that a
+A device with threads gets its own list (`thread_opts`): the same splits and merges, then, on a device with tensor
+cores, a matrix product whose inputs' type and sizes fit one on them (`tensor_core_product`); else output loops that a
 reduce does not depend on kept as loops inside a thread, the innermost output loop cut into vector lanes where the
 device computes in vectors, and then either a reduce shared by the threads of a block (a full reduction, or few
 long rows: a block per row), or on a GPU (no vectors) a matrix product in tiles (a block of outputs per block of
@@ -19,7 +20,8 @@ threads, a register tile per thread, the inputs staged in shared memory: `tile_p
 output loops spread over the threads of a block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
-CPU, each block size on a device with threads (a matrix product's tiles follow it), and a GPU's list without tiles.
+CPU, each block size on a device with threads (a matrix product's tiles follow it), and a GPU's list without tensor
+cores, and without tiles.
 """
 
 from __future__ import annotations
@@ -370,12 +372,16 @@ def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
     return max(d for d in range(1, min(size, limit) + 1) if size % d == 0 and (not powers_of_two or d & (d - 1) == 0))
 
 
-def thread_opts(sink: UOp, target: Target, block: int | None = None, tiles: bool = True) -> tuple[Opt, ...]:
+def thread_opts(
+    sink: UOp, target: Target, block: int | None = None, tiles: bool = True, tensor_cores: bool = True
+) -> tuple[Opt, ...]:
     """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's; a
-    matrix product in tiles unless `tiles` is False)."""
+    matrix product on tensor cores unless `tensor_cores` is False, else in tiles unless `tiles` is False)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
+    if tensor_cores and target.tensor_cores and tensor_core_product(plan):
+        return tuple(plan.opts)
     reduces, used = reduce_nodes(plan.sink), loops_used(plan.sink)
     # an output loop some reduce does not depend on stays a loop in the thread: the reduce runs once per thread
     for loop in output_loops(plan.sink):
@@ -404,6 +410,15 @@ def thread_opts(sink: UOp, target: Target, block: int | None = None, tiles: bool
         if amount < loop.src[0].arg:
             break
     return tuple(plan.opts)
+
+
+def tensor_core_product(plan: Plan) -> bool:
+    """A matrix product on the target's tensor cores (TC), where its sizes divide the tensor core's tiles and its
+    inputs' type has one (half and bfloat16; float32 only where TF32 is allowed); True if it did."""
+    reduces = reduce_nodes(plan.sink)
+    if len(reduces) != 1 or len(reduces[0].src) != 2:
+        return False
+    return plan.try_apply(Opt(OptOp.TC, reduces[0].src[1].arg[0]))
 
 
 def tile_product(plan: Plan, block: int | None) -> bool:
@@ -529,7 +544,9 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
     if target.max_threads:
         sizes = [1 << bits for bits in range(5, target.max_threads.bit_length())]
         offered = [thread_opts(sink, target)] + [thread_opts(sink, target, size) for size in sizes]
-        offered.append(thread_opts(sink, target, tiles=False))  # (a matrix product without tiles too)
+        # (a matrix product without tensor cores, and without tiles, too)
+        offered.append(thread_opts(sink, target, tensor_cores=False))
+        offered.append(thread_opts(sink, target, tiles=False, tensor_cores=False))
     else:
         offered = [heuristic_opts(sink, target, blocking) for blocking in register_blocks(sink, target)]
     return list(dict.fromkeys(offered))

@@ -39,6 +39,12 @@ unless an action says otherwise:
   barrier, so the next copy overwrites nothing still to be read. Every thread reaches every barrier: loops have
   constant sizes and a program has no branches (a gate guards one load or store). TILE comes after every other
   action, and no GROUP follows it.
+
+On devices with tensor cores (the target's `tensor_cores`):
+
+- TC(axis): run the sum of products over reduce loop `axis` on tensor cores, a warp per block computing a tile of
+  the outputs (codegen/tensor_cores.py). It is the only action on threads in the list, and the last; float32
+  products run so (in TF32) only where the user allows it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.helpers import prod
+from lazygrad.helpers import ALLOW_TF32, prod
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads, split_term, sum_terms
 
@@ -67,6 +73,7 @@ class OptOp(Enum):
     LOOP = auto()
     GROUP = auto()
     TILE = auto()
+    TC = auto()
 
 
 THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP, OptOp.TILE})  # the actions for targets with threads
@@ -478,16 +485,25 @@ def gated(store: UOp, gate: UOp) -> UOp:
 
 def apply_opt(sink: UOp, opt: Opt, target: Target | None = None) -> UOp:
     """`sink` with one action applied; KernelOptError where it does not fit the kernel (or the target)."""
-    return _apply_opt(sink, opt, target)
+    return _apply_opt(sink, opt, target, bool(ALLOW_TF32) and opt.op is OptOp.TC)
 
 
 # the heuristic (or BEAM) applies actions to choose them, and then they are applied again, in order, to the same
-# prepared kernel: the second time is a lookup (kernel graphs are interned, so the key is cheap to hash)
+# prepared kernel: the second time is a lookup (kernel graphs are interned, so the key is cheap to hash); whether TF32
+# is allowed is part of the key of a TC, the one action that depends on it
 @functools.lru_cache(maxsize=256)
-def _apply_opt(sink: UOp, opt: Opt, target: Target | None) -> UOp:
+def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> UOp:
     loop = loops_by_axis(sink).get(opt.axis)
     if loop is None:
         raise KernelOptError(f"{opt}: the kernel has no loop {opt.axis}")
+    if opt.op is OptOp.TC:
+        from lazygrad.codegen.tensor_cores import tensor_core  # (it builds on this module's rewrites)
+
+        if opt.amount:
+            raise KernelOptError(f"{opt}: TC takes no amount (the tensor core's shape gives the tile)")
+        if any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
+            raise KernelOptError(f"{opt}: the kernel's threads share memory already (TC comes last)")
+        return tensor_core(sink, loop, target, allow_tf32)
     size, kind = loop.src[0].arg, loop.arg[1]
     if opt.op is not OptOp.GROUP and any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
         raise KernelOptError(

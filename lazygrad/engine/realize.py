@@ -26,7 +26,7 @@ from lazygrad.device import CORES, Buffer, Device
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
 from lazygrad.engine.search import beam_opts
-from lazygrad.helpers import BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters, prod
+from lazygrad.helpers import ALLOW_TF32, BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters, prod
 from lazygrad.uop.ops import ALU, Ops, UOp
 from lazygrad.uop.pattern import graph_rewrite
 
@@ -47,12 +47,12 @@ class CompiledKernel:
 # the CompiledKernel is garbage: out of the cache and held by nothing else — not a TinyJit's captured launches (nor the
 # device graph built from them), not a launch under way. The releases wait in `_unused` and happen in `remember`, on
 # the thread that runs schedules, never inside whatever code the garbage collector interrupted.
-# (device, kernel AST, NOOPT, BEAM): what chooses its optimization actions is part of the key
-ProgramKey = tuple[str, UOp, bool, int]
+# (device, kernel AST, NOOPT, BEAM, ALLOW_TF32): what chooses its optimization actions is part of the key
+ProgramKey = tuple[str, UOp, bool, int, bool]
 
 
 def program_key(device_name: str, ast: UOp) -> ProgramKey:
-    return (device_name, ast, bool(NOOPT), BEAM.value)
+    return (device_name, ast, bool(NOOPT), BEAM.value, bool(ALLOW_TF32))
 
 
 # compiled kernels, least recently used first, at most PROGRAM_CACHE of them

@@ -27,6 +27,7 @@ INSTALL_HINT = "pip install 'lazygrad[cuda]'"
 TOOLKIT = "/usr/local/cuda"
 SHIM_PATH = os.path.join(os.path.dirname(__file__), "cuda_shim.h")
 SHIM_FLAGS = ("-std=c++17", "-O2", "-march=native", "-fwrapv", "-fopenmp", "-shared", "-fPIC")
+SHIM_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h")  # what cuda_shim.h stands in for
 MOCK_TARGET = "compute_80"  # MOCKCUDA has no GPU: PTX for a fixed architecture checks the source
 
 
@@ -50,10 +51,17 @@ def library_candidates() -> list[str]:
 
 
 def header_directory() -> str | None:
-    """A directory holding cuda_fp16.h: the nvidia-cuda-runtime wheel's or the toolkit's."""
+    """A directory holding cuda_fp16.h: the nvidia-cuda-runtime wheel's or the toolkit's; one that also holds the
+    headers of mma.h (crt/mma.h: the nvidia-cuda-crt wheel, or the toolkit) where there is one, for tensor cores."""
     directories = [path for root in site_directories() for path in sorted(glob.glob(f"{root}/nvidia/*/include"))]
     directories.append(f"{TOOLKIT}/include")
-    return next((path for path in directories if os.path.exists(f"{path}/cuda_fp16.h")), None)
+    found = [path for path in directories if os.path.exists(f"{path}/cuda_fp16.h")]
+    return next((path for path in found if has_matrix_headers(path)), found[0] if found else None)
+
+
+def has_matrix_headers(directory: str) -> bool:
+    """Whether kernels that include mma.h (tensor cores) compile with `directory` on the include path."""
+    return os.path.exists(f"{directory}/mma.h") and os.path.exists(f"{directory}/crt/mma.h")
 
 
 class NVRTC:
@@ -166,6 +174,11 @@ class NVRTCCompiler(Compiler):
         large = min(parsed) >= (12, 1) and architecture >= 70
         return (32764 if large else 4096) // ctypes.sizeof(ctypes.c_void_p)
 
+    def tensor_core_architecture(self) -> int:
+        """The compute capability (major*10 + minor) the code is compiled for, where mma.h's headers are there to
+        compile tensor-core code; else 0."""
+        return int(self.target.split("_")[1]) if has_matrix_headers(self.nvrtc.include_directory) else 0
+
     def compile(self, source: str) -> bytes:
         return self.nvrtc.compile(source, self.target)
 
@@ -191,8 +204,10 @@ class MockCUDACompiler(NVRTCCompiler):
         super().compile(source)
         name = re.search(r"__global__ void (\w+)\(", source).group(1)
         cooperative = "__syncthreads" in source or "__shared__" in source
-        # the shim replaces cuda_fp16.h; the kernel itself is compiled unchanged
-        body = source.replace("#include <cuda_fp16.h>\n", "")
+        # the shim replaces the CUDA headers; the kernel itself is compiled unchanged
+        body = source
+        for header in SHIM_HEADERS:
+            body = body.replace(f"#include <{header}>\n", "")
         launcher = (
             f'extern "C" void lazygrad_launch_{name}(void **params, unsigned int grid, unsigned int block) {{\n'
             f"  lazygrad_shim::launch({name}, params, grid, block, {str(cooperative).lower()});\n"

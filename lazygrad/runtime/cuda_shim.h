@@ -6,7 +6,10 @@
 // - __shared__ is static storage, shared by every thread; blocks run one after another when a kernel uses it;
 // - __syncthreads() is an OpenMP barrier between the threads of a block;
 // - half is _Float16, with CUDA's conversion functions.
-// Warp shuffles, inline PTX, tensor cores and dynamic shared memory are not emulated.
+// - tensor cores (nvcuda::wmma from mma.h): every thread of a warp holds a whole fragment and computes the whole
+//   multiply-accumulate (the exact products summed into the accumulator in float, in order along k), so loads and
+//   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
+// Warp shuffles, inline PTX and dynamic shared memory are not emulated.
 //
 // It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
 // are GCC builtins, and the parameter-position list is built here.
@@ -17,6 +20,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __align__(bytes) __attribute__((aligned(bytes)))
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")
 
@@ -53,6 +57,88 @@ static inline float exp2f(float value) { return __builtin_exp2f(value); }
 static inline float log2f(float value) { return __builtin_log2f(value); }
 static inline float sinf(float value) { return __builtin_sinf(value); }
 static inline float cosf(float value) { return __builtin_cosf(value); }
+
+// bfloat16 is its bits (memory only: kernels compute in float)
+struct __nv_bfloat16 {
+  unsigned short bits;
+};
+
+namespace nvcuda {
+namespace wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+constexpr int warp_size = 32;
+
+template <typename Use, int M, int N, int K, typename Element, typename Layout = void>
+struct fragment {
+  static constexpr int rows = __is_same(Use, matrix_b) ? K : M;
+  static constexpr int columns = __is_same(Use, matrix_a) ? K : N;
+  static constexpr int num_elements = rows * columns;
+  float x[rows * columns];  // the whole matrix, row-major, in every thread
+};
+
+static inline float element_value(half value) { return (float)value; }
+static inline float element_value(float value) { return value; }
+static inline float element_value(__nv_bfloat16 value) { return bit_cast<float>((unsigned int)value.bits << 16); }
+
+// round to TF32's 10 mantissa bits, to nearest with ties away from zero (infinities and NaN stay)
+static inline float __float_to_tf32(float value) {
+  unsigned int bits = bit_cast<unsigned int>(value);
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
+  return bit_cast<float>(bits);
+}
+
+template <typename Use, int M, int N, int K, typename Element, typename Layout, typename Value>
+void fill_fragment(fragment<Use, M, N, K, Element, Layout> &target, Value value) {
+  for (int i = 0; i < target.num_elements; i++) target.x[i] = (float)value;
+}
+
+template <typename Use, int M, int N, int K, typename Element, typename Layout, typename Memory>
+void load_matrix_sync(fragment<Use, M, N, K, Element, Layout> &target, const Memory *memory, unsigned int ldm) {
+  using fragment_type = fragment<Use, M, N, K, Element, Layout>;
+  for (int row = 0; row < fragment_type::rows; row++) {
+    for (int column = 0; column < fragment_type::columns; column++) {
+      unsigned int index = __is_same(Layout, row_major) ? row * ldm + column : column * ldm + row;
+      target.x[row * fragment_type::columns + column] = element_value(memory[index]);
+    }
+  }
+}
+
+template <int M, int N, int K, typename ElementA, typename LayoutA, typename ElementB, typename LayoutB>
+void mma_sync(fragment<accumulator, M, N, K, float> &result, const fragment<matrix_a, M, N, K, ElementA, LayoutA> &a,
+              const fragment<matrix_b, M, N, K, ElementB, LayoutB> &b,
+              const fragment<accumulator, M, N, K, float> &added) {
+  float sums[M * N];
+  for (int row = 0; row < M; row++) {
+    for (int column = 0; column < N; column++) {
+      float sum = added.x[row * N + column];
+      for (int step = 0; step < K; step++) sum += a.x[row * K + step] * b.x[step * N + column];
+      sums[row * N + column] = sum;
+    }
+  }
+  for (int i = 0; i < M * N; i++) result.x[i] = sums[i];
+}
+
+template <int M, int N, int K>
+void store_matrix_sync(float *memory, const fragment<accumulator, M, N, K, float> &source, unsigned int ldm,
+                       layout_t layout) {
+  for (int i = threadIdx.x % warp_size; i < M * N; i += warp_size) {
+    int row = i / N, column = i % N;
+    memory[layout == mem_row_major ? row * ldm + column : column * ldm + row] = source.x[i];
+  }
+}
+
+}  // namespace wmma
+}  // namespace nvcuda
 
 namespace lazygrad_shim {
 

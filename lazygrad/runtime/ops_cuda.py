@@ -339,16 +339,25 @@ class CUDAAllocator(Allocator):
 class CUDADevice(Compiled):
     """A GPU through a driver object (`CUDADriver`, or `MockDriver` for MOCKCUDA=1): its primary context, one
     stream, a caching allocator, and programs loaded from what `compiler` makes. `max_buffers`: the most buffers a
-    kernel may take (see `NVRTCCompiler.max_buffers`; None: no limit)."""
+    kernel may take (see `NVRTCCompiler.max_buffers`; None: no limit); `architecture`: what the tensor-core code
+    is compiled for (see `NVRTCCompiler.tensor_core_architecture`; 0: no tensor cores)."""
 
-    def __init__(self, driver: Any, compiler: Compiler, ordinal: int = 0, max_buffers: int | None = None):
+    def __init__(
+        self,
+        driver: Any,
+        compiler: Compiler,
+        ordinal: int = 0,
+        max_buffers: int | None = None,
+        architecture: int = 0,
+    ):
         self.driver, self.ordinal = driver, ordinal
         self.context = driver.primary_context(driver.device(ordinal))
         self.lock = threading.RLock()  # one launch's arguments, the events and staging buffers; re-entered by GC
         with self.current():
             self.stream = driver.stream_create()
             self.timing_events = (driver.event_create(), driver.event_create())
-        super().__init__("CUDA", CUDAAllocator(self), CUDARenderer(), compiler, self.load_program, max_buffers)
+        renderer = CUDARenderer.for_architecture(architecture)
+        super().__init__("CUDA", CUDAAllocator(self), renderer, compiler, self.load_program, max_buffers)
 
     def current(self) -> CurrentContext:
         return CurrentContext(self)
@@ -391,11 +400,21 @@ def open_device() -> CUDADevice:
         from lazygrad.runtime.cuda_mock import MockDriver
 
         driver, compiler = MockDriver(), MockCUDACompiler()
-        return CUDADevice(driver, compiler, max_buffers=compiler.max_buffers(driver.version()))
+        return CUDADevice(
+            driver,
+            compiler,
+            max_buffers=compiler.max_buffers(driver.version()),
+            architecture=compiler.tensor_core_architecture(),
+        )
     driver = CUDADriver()
     try:
         capability = driver.compute_capability(driver.device(0))
         compiler = NVRTCCompiler(choose_target(load_nvrtc(), capability))
-        return CUDADevice(driver, compiler, max_buffers=compiler.max_buffers(driver.version()))
+        return CUDADevice(
+            driver,
+            compiler,
+            max_buffers=compiler.max_buffers(driver.version()),
+            architecture=compiler.tensor_core_architecture(),
+        )
     except CUDAError as error:  # e.g. the GPU is taken by another process in exclusive mode
         raise DeviceUnavailable(f"CUDA: the GPU cannot be used: {str(error).removeprefix('CUDA: ')}") from None

@@ -11,17 +11,30 @@ import pickle
 
 import numpy as np
 
-from lazygrad.codegen.renderer import Renderer, Target
+from lazygrad.codegen.renderer import Renderer, Target, TensorCore
 from lazygrad.device import Compiled, Compiler, HostAllocator
+from lazygrad.dtype import dtypes
 from lazygrad.uop.alu import cast_value, exec_alu
 from lazygrad.uop.ops import Ops, UOp
+
+WARP = 32  # the threads that hold a tensor core's fragments together
 
 
 class PythonRenderer(Renderer):
     """The "source" is the linear program itself, pickled. Its target has threads, so the PYTHON device runs the
     programs GPUs get (with small blocks, to keep the emulation quick): it is the reference for their codegen."""
 
-    target = Target(vector_width=1, max_threads=64, block_threads=8, shared_memory=1 << 16)
+    target = Target(
+        vector_width=1,
+        max_threads=64,
+        block_threads=8,
+        shared_memory=1 << 16,
+        tensor_cores=(  # CUDA's, emulated
+            TensorCore((16, 16, 16), dtypes.float16),
+            TensorCore((16, 16, 16), dtypes.bfloat16),
+            TensorCore((16, 16, 8), dtypes.float32),
+        ),
+    )
 
     def render(self, name: str, program: list[UOp]) -> str:
         return base64.b64encode(pickle.dumps(program)).decode()
@@ -109,6 +122,13 @@ class PythonProgram:
                 valid = local or len(src) < 3 or value(src[2])
                 values[node] = buffer[value(src[1])].item() if valid else node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
+            elif op is Ops.WMMA:
+                added = value(src[3]) if len(src) > 3 else 0.0  # (none: the product is the whole reduce)
+                values[node] = multiply_accumulate(node.arg, shared[src[0]], shared[src[1]], added)
+            elif op is Ops.STORE and isinstance(value(src[2]), np.ndarray):
+                # a warp's store of its accumulator (row-major): each of its threads stores every 32nd value
+                start, fragment = value(src[1]) + thread % WARP, value(src[2]).reshape(-1)
+                shared[src[0]][start : start + fragment.size : WARP] = fragment[thread % WARP :: WARP]
             elif op is Ops.STORE:
                 buffer = shared[src[0]] if src[0].op is Ops.DEFINE_LOCAL else memory[src[0].arg[0]]
                 if len(src) < 4 or value(src[3]):
@@ -120,6 +140,40 @@ class PythonProgram:
             elif op is not Ops.DEFINE_GLOBAL:
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1
+
+
+def tile_values(memory: np.ndarray, rows: int, columns: int, layout: str) -> np.ndarray:
+    """A tile of a tensor-core input from shared memory as float32 (bfloat16 is held as its bits, float32 is
+    rounded to TF32 as the tensor core reads it), rows × columns."""
+    if memory.dtype == np.uint16:
+        values = (memory.astype(np.uint32) << 16).view(np.float32)
+    elif memory.dtype == np.float32:
+        values = tf32(memory)
+    else:
+        values = memory.astype(np.float32)
+    if layout == "row":
+        return values[: rows * columns].reshape(rows, columns)
+    return values[: rows * columns].reshape(columns, rows).T
+
+
+def tf32(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32's 10 mantissa bits, to nearest with ties away from zero (CUDA's
+    __float_to_tf32); infinities and NaN stay as they are."""
+    bits = values.view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def multiply_accumulate(shape: tuple, memory_a: np.ndarray, memory_b: np.ndarray, accumulator) -> np.ndarray:
+    """A tensor core's d = a·b + c on tiles in shared memory, each thread holding the whole fragment: the exact
+    products summed into c in float32, in order along k (as cuda_shim.h does)."""
+    m, n, k, layout_a, layout_b = shape
+    a, b = tile_values(memory_a, m, k, layout_a), tile_values(memory_b, k, n, layout_b)
+    result = np.full((m, n), accumulator, np.float32) if np.isscalar(accumulator) else accumulator.copy()
+    for step in range(k):
+        result += np.outer(a[:, step], b[step, :])  # (products of 11-bit mantissas are exact in float32)
+    return result
 
 
 def open_device() -> Compiled:

@@ -76,6 +76,10 @@ class Ops(Enum):
     SPECIAL = auto()  # this thread's block or thread index; arg: ("block" | "thread", how many there are)
     DEFINE_LOCAL = auto()  # memory shared by the threads of a block; arg: (number, size)
     BARRIER = auto()  # every thread of the block waits here until all have made the stores in src
+    # a warp's matrix multiply-accumulate on tensor cores (see codegen/tensor_cores.py); src: (shared A, shared B,
+    # the barrier after their copies[, the accumulator added to, once linearized in a reduce]); arg: (m, n, k,
+    # A's layout, B's layout), a layout "row" or "col"
+    WMMA = auto()
 
 
 class LoopKind(Enum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import OUTPUT_KINDS, Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher
 
@@ -19,6 +20,17 @@ def kernel_name(program: list[UOp]) -> str:
 
 
 @dataclass(frozen=True)
+class TensorCore:
+    """A matrix multiply-accumulate the `threads` of a warp make together: an (m × k) matrix of `input` values
+    times a (k × n) one, added to an (m × n) accumulator of `accumulator` values."""
+
+    dims: tuple[int, int, int]  # (m, n, k)
+    input: DType
+    accumulator: DType = dtypes.float32
+    threads: int = 32
+
+
+@dataclass(frozen=True)
 class Target:
     """What the optimization heuristics know of the device a renderer writes for."""
 
@@ -30,6 +42,7 @@ class Target:
     max_threads: int = 0
     block_threads: int = 0
     shared_memory: int = 0
+    tensor_cores: tuple[TensorCore, ...] = ()  # the warp-level matrix operations the device has (codegen's TC)
 
 
 class Renderer(ABC):

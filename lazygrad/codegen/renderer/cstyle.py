@@ -30,10 +30,11 @@ gate. OpenCL on CPU drivers also computes a loop in vector types (see opencl.py)
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
-from lazygrad.codegen.renderer import Renderer, Target
+from lazygrad.codegen.renderer import Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
@@ -394,8 +395,21 @@ class CStyleRenderer(Renderer):
         return f"{{b}} == 0 ? 0 : {plain}" if may_be_zero else None
 
 
+WMMA = "nvcuda::wmma::"
+# a tensor core's input type: its name in shared memory, as a fragment's element, and how its memory is read (bfloat16
+# values are stored as their bits)
+MATRIX_TYPES = {
+    dtypes.float16: ("half", "half", "{}"),
+    dtypes.bfloat16: ("unsigned short", "__nv_bfloat16", "(const __nv_bfloat16*){}"),
+    dtypes.float32: ("float", WMMA + "precision::tf32", "{}"),
+}
+
+
 class CUDARenderer(CStyleRenderer):
-    """CUDA C. Half is `half` from cuda_fp16.h in memory; values are computed in float and rounded to half."""
+    """CUDA C. Half is `half` from cuda_fp16.h in memory; values are computed in float and rounded to half.
+    Tensor cores (WMMA) through `nvcuda::wmma` from mma.h: a fragment accumulator is a DEFINE_ACC whose update is a
+    WMMA, declared as an accumulator fragment and updated in place by mma_sync; the tiles and the accumulator's
+    store go through shared memory of the matrix types, 32-byte aligned as load/store_matrix_sync require."""
 
     kernel_prefix = 'extern "C" __global__ '
     restrict = "__restrict__"
@@ -423,6 +437,100 @@ class CUDARenderer(CStyleRenderer):
         ("float64", "int64"): "__double_as_longlong",
         ("int64", "float64"): "__longlong_as_double",
     }
+
+    # tensor cores: the minimum compute capability (major*10 + minor) of each input type's
+    tensor_core_architectures = {dtypes.float16: 70, dtypes.bfloat16: 80, dtypes.float32: 80}
+    tensor_cores = (
+        TensorCore((16, 16, 16), dtypes.float16),
+        TensorCore((16, 16, 16), dtypes.bfloat16),
+        TensorCore((16, 16, 8), dtypes.float32),  # TF32
+    )
+
+    @classmethod
+    def for_architecture(cls, architecture: int) -> CUDARenderer:
+        """A renderer for code compiled for compute capability `architecture` (major*10 + minor; 0: without
+        mma.h, so without tensor cores): its target has the tensor cores that architecture has."""
+        cores = tuple(c for c in cls.tensor_cores if architecture >= cls.tensor_core_architectures[c.input])
+        return cls(replace(cls.target, tensor_cores=cores))
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        # the fragment accumulators (updated by a WMMA), their reads, and the shared memory of matrix types
+        self.fragments = {
+            node.src[0]: node.src[1] for node in program if node.op is Ops.STORE and node.src[1].op is Ops.WMMA
+        }
+        self.fragment_values = {node for node in program if node.op is Ops.LOAD and node.src[0] in self.fragments}
+        # (a product that is the whole reduce, one WMMA, adds into an accumulator of its own)
+        self.fragment_values |= {node for node in program if node.op is Ops.WMMA and len(node.src) == 3}
+        matrix_memory = [source for node in program if node.op is Ops.WMMA for source in node.src[:2]]
+        stores = [node for node in program if node.op is Ops.STORE and len(node.src) > 2]
+        matrix_memory += [node.src[0] for node in stores if node.src[2] in self.fragment_values]
+        self.matrix_memory = set(matrix_memory)
+        source = super().render(name, program)
+        if not self.fragments:
+            return source
+        bfloat16 = any(node.dtype == dtypes.bfloat16 for node in self.matrix_memory)
+        return "#include <mma.h>\n" + ("#include <cuda_bf16.h>\n" if bfloat16 else "") + source
+
+    def render_node(self, position: int, node: UOp) -> None:
+        op, src = node.op, node.src
+        if op is Ops.DEFINE_ACC and node in self.fragments:
+            m, n, k = self.fragments[node].arg[:3]
+            self.names[node] = f"acc{node.arg[1]}"
+            self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> acc{node.arg[1]};")
+            self.emit(f"{WMMA}fill_fragment(acc{node.arg[1]}, {self.render_const(node.arg[0], node.dtype)});")
+        elif node in self.fragment_values and op is Ops.LOAD:
+            self.names[node] = self.names[src[0]]
+        elif op is Ops.STORE and src[0] in self.fragments:  # (the WMMA updated the accumulator in place)
+            pass
+        elif op is Ops.WMMA:
+            self.render_wmma(position, node)
+        elif op is Ops.STORE and len(src) > 2 and src[2] in self.fragment_values:
+            n = self.fragments[src[2].src[0]].arg[1]
+            target = f"{self.names[src[0]]} + {self.value(src[1])}"
+            self.emit(f"{WMMA}store_matrix_sync({target}, {self.names[src[2]]}, {n}, {WMMA}mem_row_major);")
+        else:
+            super().render_node(position, node)
+
+    def render_wmma(self, position: int, node: UOp) -> None:
+        """d = a·b + c on the warp's tensor cores: the tiles loaded from shared memory into fragments (TF32 ones
+        rounded as the tensor core expects), then the multiply-accumulate into the accumulator c, in place (a new
+        one, zero, where the WMMA has none: a reduce of one step)."""
+        m, n, k, layout_a, layout_b = node.arg
+        if len(node.src) > 3:
+            accumulator = self.names[node.src[3]]
+        else:
+            accumulator = f"product{position}"
+            self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> {accumulator};")
+            self.emit(f"{WMMA}fill_fragment({accumulator}, 0.0f);")
+        for use, source, layout, ldm in (("a", node.src[0], layout_a, k), ("b", node.src[1], layout_b, n)):
+            _, element, address = MATRIX_TYPES[source.dtype]
+            if layout == "col":
+                ldm = m if use == "a" else k
+            fragment, kind = f"{use}{position}", "matrix_a" if use == "a" else "matrix_b"
+            self.emit(f"{WMMA}fragment<{WMMA}{kind}, {m}, {n}, {k}, {element}, {WMMA}{layout}_major> {fragment};")
+            self.emit(f"{WMMA}load_matrix_sync({fragment}, {address.format(self.names[source])}, {ldm});")
+            if source.dtype == dtypes.float32:
+                self.emit(f"for (int i = 0; i < {fragment}.num_elements; i++) {{")
+                self.emit(f"  {fragment}.x[i] = {WMMA}__float_to_tf32({fragment}.x[i]);")
+                self.emit("}")
+        self.emit(f"{WMMA}mma_sync({accumulator}, a{position}, b{position}, {accumulator});")
+        self.names[node] = accumulator
+
+    def render_shared(self, node: UOp) -> None:
+        if node not in self.matrix_memory:
+            super().render_shared(node)
+            return
+        element = MATRIX_TYPES[node.dtype][0] if node.dtype in MATRIX_TYPES else self.memory_types[node.dtype]
+        self.names[node] = f"shared{node.arg[0]}"
+        self.lines.insert(0, f"  __shared__ __align__(32) {element} shared{node.arg[0]}[{node.arg[1]}];")
+
+    def render_store(self, node: UOp) -> None:
+        buffer, value = node.src[0], node.src[2]
+        if buffer in self.matrix_memory and value.dtype == dtypes.float16:  # (a half tile holds halves)
+            index = self.value(node.src[1])
+            self.emit(self.half_store.format(buffer=self.names[buffer], index=index, value=self.value(value)))
+            return
+        super().render_store(node)
 
     def render_bitcast(self, value: str, from_dtype: DType, to_dtype: DType) -> str:
         if from_dtype.is_int and to_dtype.is_int:

@@ -1,0 +1,204 @@
+"""Tensor cores (the TC action): matrix products of half, bfloat16 and (where allowed) TF32 inputs on the warp-level
+matrix operations of CUDA, emulated by the mock CUDA shim and by the PYTHON device, checked against NumPy; the
+refusals; what the heuristic picks. Real tensor cores are checked only where a GPU is (CUDA=1 without MOCKCUDA)."""
+
+import numpy as np
+import pytest
+from test_opt import kernel_of, run_with
+
+from lazygrad import Device, Tensor, dtypes
+from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts
+from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opts, loops_by_axis
+from lazygrad.codegen.renderer import Target
+from lazygrad.codegen.renderer.cstyle import CUDARenderer
+from lazygrad.device import DeviceUnavailable
+from lazygrad.engine.realize import render_kernel
+from lazygrad.runtime.ops_python import tf32
+from lazygrad.uop.ops import LoopKind, Ops
+
+TC, L = OptOp.TC, OptOp.LOCAL
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(params=["PYTHON", "CUDA"])
+def device(request) -> str:
+    try:
+        Device[request.param]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    return request.param
+
+
+def reduce_axis(kernel) -> int:
+    (loop,) = [loop for loop in loops_by_axis(kernel).values() if loop.arg[1] is LoopKind.REDUCE]
+    return loop.arg[0]
+
+
+def operands(device: str, shapes, dtype) -> tuple[Tensor, Tensor, np.ndarray, np.ndarray]:
+    """Two realized tensors of `dtype` and their exact values as float64."""
+    tensors = [Tensor(rng.standard_normal(shape).astype(np.float32), device=device).cast(dtype) for shape in shapes]
+    tensors = [tensor.realize() for tensor in tensors]
+    return (*tensors, *(tensor.cast(dtypes.float32).numpy().astype(np.float64) for tensor in tensors))
+
+
+PRODUCTS = {
+    "x @ w": (((32, 48), (48, 16)), lambda x, y: x @ y, lambda a, b: a @ b),
+    "x @ w.T": (((16, 32), (48, 32)), lambda x, y: x @ y.T, lambda a, b: a @ b.T),
+    "batched": (((2, 16, 32), (2, 32, 32)), lambda x, y: x @ y, lambda a, b: a @ b),
+    "x.T @ w": (((32, 16), (32, 16)), lambda x, y: x.T @ y, lambda a, b: a.T @ b),
+}
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+@pytest.mark.parametrize("dtype, tolerance", [(dtypes.float16, 2e-3), (dtypes.bfloat16, 1e-2)], ids=["half", "bf16"])
+def test_products_on_tensor_cores(device, product, dtype, tolerance):
+    """The exact products summed in float32, then rounded to the inputs' type once: within that rounding (and
+    float32's) of the exact result."""
+    shapes, compute, expect = PRODUCTS[product]
+    x, y, a, b = operands(device, shapes, dtype)
+    result = compute(x, y)
+    opts = (Opt(TC, reduce_axis(kernel_of(result))),)
+    values = run_with(result.cast(dtypes.float32), opts)  # (the rounding to `dtype` and back: one epilogue)
+    expected = expect(a, b)
+    np.testing.assert_allclose(values.astype(np.float64), expected, rtol=tolerance, atol=tolerance * 4)
+
+
+def test_the_heuristic_runs_half_products_on_tensor_cores_with_their_epilogue(device):
+    """A product with a bias and a relu fused after it is still one kernel; its epilogue reads the accumulator."""
+    x, y, a, b = operands(device, ((32, 64), (64, 32)), dtypes.float16)
+    bias_data = rng.standard_normal(32).astype(np.float16)
+    bias = Tensor(bias_data, device=device).realize()
+    result = ((x @ y) + bias).relu()
+    assert len(result.schedule()) == 1
+    kernel = kernel_of(result)
+    assert heuristic_opts(kernel, Device[device].renderer.target) == (Opt(TC, reduce_axis(kernel)),)
+    expected = np.maximum(a @ b + bias_data.astype(np.float64), 0)
+    np.testing.assert_allclose(result.numpy().astype(np.float64), expected, rtol=2e-3, atol=8e-3)
+
+
+def test_tf32_only_where_allowed(device):
+    """float32 products stay float32 unless TF32 is allowed; then their inputs are rounded to TF32 (10 mantissa
+    bits) and the exact products summed in float32."""
+    x_data, w_data = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32)
+    x, w = Tensor(x_data, device=device).realize(), Tensor(w_data, device=device).realize()
+    target = Device[device].renderer.target
+    axis = reduce_axis(kernel_of(x @ w))
+    assert Opt(TC, axis) not in heuristic_opts(kernel_of(x @ w), target)
+    assert not any(Opt(TC, axis) in opts for opts in candidate_opts(kernel_of(x @ w), target))
+    with pytest.raises(KernelOptError, match="in TF32 only where allowed"):
+        apply_opts(kernel_of(x @ w), (Opt(TC, axis),), target)
+    exact = x_data.astype(np.float64) @ w_data
+    np.testing.assert_allclose((x @ w).numpy(), exact, rtol=1e-5, atol=1e-5)
+    with Tensor.allow_tf32():
+        assert heuristic_opts(kernel_of(x @ w), target) == (Opt(TC, axis),)
+        rounded = tf32(x_data).astype(np.float64) @ tf32(w_data)
+        values = (x @ w + 0).numpy()  # (another kernel: the one above stays in the program cache as it was)
+        tf32_values = run_with(x @ w, (Opt(TC, axis),))
+    np.testing.assert_allclose(tf32_values, rounded, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values, rounded, rtol=1e-5, atol=1e-5)
+    assert np.abs(tf32_values - exact).max() > 1e-4  # (the rounding shows: this is no float32 product)
+
+
+def test_the_rounding_to_tf32():
+    values = np.array([1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 1 + 2**-12, np.inf, np.nan], np.float32)
+    rounded = tf32(values)
+    np.testing.assert_array_equal(rounded[:4], [1 + 2**-10, 1 + 2 * 2**-10, -(1 + 2**-10), 1.0])  # ties away
+    assert np.isinf(rounded[4]) and np.isnan(rounded[5])
+
+
+def test_the_cuda_source_holds_the_warp_matrix_operations():
+    """On CUDA the product's source includes mma.h and spells fragments, their loads, the multiply-accumulate and
+    the store (of bfloat16 tiles through __nv_bfloat16, of TF32 ones converted by __float_to_tf32)."""
+    try:
+        cuda = Device["CUDA"]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    for dtype, element in [(dtypes.float16, "half"), (dtypes.bfloat16, "__nv_bfloat16"), (dtypes.float32, "tf32")]:
+        x, y, _, _ = operands("CUDA", ((16, 32), (32, 16)), dtype)
+        (item,) = (x @ y).schedule()
+        kernel = kernel_of(x @ y)
+        opts = (Opt(TC, reduce_axis(kernel)),)
+        with Tensor.allow_tf32():
+            source = render_kernel(cuda, item.ast, apply_opts(kernel, opts, cuda.renderer.target), opts).source
+        assert source.startswith("#include <mma.h>")
+        for call in ("fill_fragment", "load_matrix_sync", "mma_sync", "store_matrix_sync", "__align__(32)", element):
+            assert call in source, (dtype, call)
+        assert ("__float_to_tf32" in source) == (dtype == dtypes.float32)
+
+
+def test_python_and_mock_cuda_agree_exactly():
+    """The PYTHON device and the CUDA shim emulate the tensor core the same way: equal bits."""
+    try:
+        Device["CUDA"]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    data = [rng.standard_normal(shape).astype(np.float32) for shape in ((2, 32, 48), (2, 48, 32))]
+    results = []
+    for device in ("PYTHON", "CUDA"):
+        x, y = (Tensor(value, device=device).half().realize() for value in data)
+        results.append(run_with(x @ y, (Opt(TC, reduce_axis(kernel_of(x @ y))),)))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize(
+    "shapes, dtype, opts, message",
+    [
+        (((24, 32), (32, 16)), dtypes.float16, (Opt(TC, 2),), "takes 16 rows at a time; loop 0 has 24"),
+        (((16, 32), (32, 8)), dtypes.float16, (Opt(TC, 2),), "takes 16 columns at a time; loop 1 has 8"),
+        (((16, 40), (40, 16)), dtypes.float16, (Opt(TC, 2),), "takes 16 reduce at a time; loop 2 has 40"),
+        (((16, 16), (16, 16)), dtypes.int32, (Opt(TC, 2),), "no tensor core multiplies int32 into int32"),
+        (((16, 16), (16, 16)), dtypes.float64, (Opt(TC, 2),), "no tensor core multiplies float64 into float64"),
+        (((16, 16), (16, 16)), dtypes.float16, (Opt(TC, 1),), "loop 1 is a global loop, not a reduce loop"),
+        (((16, 16), (16, 16)), dtypes.float16, (Opt(TC, 2, 16),), "TC takes no amount"),
+        (((16, 16), (16, 16)), dtypes.float16, (Opt(L, 1, 8), Opt(TC, 3)), "TC comes before any thread action"),
+        (((16, 16), (16, 16)), dtypes.float16, (Opt(TC, 2), Opt(TC, 2)), "share memory already"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_what_does_not_fit_tensor_cores_is_refused(shapes, dtype, opts, message):
+    x, y, _, _ = operands("PYTHON", shapes, dtype)
+    with pytest.raises(KernelOptError, match=message):
+        apply_opts(kernel_of(x @ y), opts, Device["PYTHON"].renderer.target)
+
+
+def test_kernels_that_are_no_matrix_product_are_refused():
+    x, y, _, _ = operands("PYTHON", ((16, 16), (16, 16)), dtypes.float16)
+    target = Device["PYTHON"].renderer.target
+    with pytest.raises(KernelOptError, match="not a sum of products"):
+        apply_opts(kernel_of(x.float().sum(axis=1)), (Opt(TC, 1),), target)
+    with pytest.raises(KernelOptError, match="not a matrix product"):
+        apply_opts(kernel_of((x * y).float().sum(axis=1)), (Opt(TC, 1),), target)
+
+
+def test_targets_without_tensor_cores_refuse_them():
+    x, y, _, _ = operands("PYTHON", ((16, 16), (16, 16)), dtypes.bfloat16)
+    kernel = kernel_of(x @ y)
+    for target in (None, Target(), Target(vector_width=8, max_threads=256, block_threads=64)):
+        with pytest.raises(KernelOptError, match="the device has no tensor cores"):
+            apply_opts(kernel, (Opt(TC, 2),), target)
+        assert Opt(TC, 2) not in heuristic_opts(kernel, target or Target())
+    # tensor cores by compute capability: half from 7.0, bfloat16 and TF32 from 8.0, none without mma.h (0)
+    volta = CUDARenderer.for_architecture(75).target
+    assert [core.input for core in volta.tensor_cores] == [dtypes.float16]
+    with pytest.raises(KernelOptError, match="no tensor core multiplies bfloat16 into float32"):
+        apply_opts(kernel, (Opt(TC, 2),), volta)
+    assert CUDARenderer.for_architecture(0).target.tensor_cores == ()
+    assert len(CUDARenderer.for_architecture(90).target.tensor_cores) == 3
+
+
+def test_tc_round_trips_through_json_and_shapes_the_kernel():
+    assert Opt.from_json(Opt(TC, 2).to_json()) == Opt(TC, 2) and str(Opt(TC, 2)) == "TC(2)"
+    x, y, _, _ = operands("PYTHON", ((32, 32), (32, 48)), dtypes.float16)
+    kernel = apply_opts(kernel_of(x @ y), (Opt(TC, 2),), Device["PYTHON"].renderer.target)
+    loops = {loop.arg[0]: (loop.src[0].arg, loop.arg[1]) for loop in loops_by_axis(kernel).values()}
+    # tiles of 16 × 16 outputs by blocks, the reduce 16 at a time, a warp of 2 × 16 threads
+    assert loops == {
+        0: (2, LoopKind.GLOBAL),
+        1: (3, LoopKind.GLOBAL),
+        2: (2, LoopKind.REDUCE),
+        3: (2, LoopKind.LOCAL),
+        4: (16, LoopKind.LOCAL),
+    }
+    nodes = kernel.toposort
+    assert sum(node.op is Ops.WMMA for node in nodes) == 1
+    assert sorted(node.arg[1] for node in nodes if node.op is Ops.DEFINE_LOCAL) == [256, 256, 256]
