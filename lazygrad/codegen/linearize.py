@@ -17,14 +17,15 @@ from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops
 from lazygrad.uop.ops import Ops, UOp
 
 
-def toposort_until_reduce(root: UOp) -> list[UOp]:
-    """Nodes reachable from `root` without entering a RANGE_REDUCE's sources, sources first."""
-    order, visited, stack = [], set(), [(root, False)]
+def toposort_until_reduce(roots: tuple[UOp, ...] | list[UOp], skip: dict[UOp, UOp]) -> list[UOp]:
+    """Nodes reachable from `roots` without entering a RANGE_REDUCE's sources, sources first, each once; a node in
+    `skip` is left out with everything below it."""
+    order, visited, stack = [], set(), [(root, False) for root in reversed(roots)]
     while stack:
         node, sources_done = stack.pop()
         if sources_done:
             order.append(node)
-        elif node not in visited:
+        elif node not in visited and node not in skip:
             visited.add(node)
             stack.append((node, True))
             if node.op is not Ops.RANGE_REDUCE:
@@ -55,14 +56,6 @@ class Linearizer:
         self.shared_reads = [node for node in nodes if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL]
         # (asked only of reduces that could share a loop nest with another)
         self.reduces_below = reduces_below(nodes) if len(self.reduces) > 1 else {}
-        self.bodies: dict[UOp, dict[UOp, None]] = {}
-
-    def body(self, reduce: UOp) -> dict[UOp, None]:
-        """The nodes of a reduce's value down to other reduces, in order (kept: each reduce is asked about once
-        per other reduce)."""
-        if reduce not in self.bodies:
-            self.bodies[reduce] = dict.fromkeys(toposort_until_reduce(reduce.src[0]))
-        return self.bodies[reduce]
 
     def emit_node(self, node: UOp) -> None:
         if node in self.linear:
@@ -78,7 +71,8 @@ class Linearizer:
             self.program.append(linear)
 
     def emit(self, root: UOp) -> None:
-        for node in toposort_until_reduce(root):
+        # what is emitted already was emitted with its sources: its part of the graph is not walked again
+        for node in toposort_until_reduce((root,), self.linear):
             self.emit_node(node)
 
     def open_loop(self, loop: UOp) -> None:
@@ -94,17 +88,18 @@ class Linearizer:
         """Emit `node` and every other reduce over the same loops that can run beside it (the copies an upcast
         makes): one loop nest, one accumulator each, so their loads and updates can share registers."""
         loops = node.src[1:]
-        group = [node]
+        group, members, loop_set = [node], {node}, frozenset(loops)
         for other in self.reduces:
-            if other in group or other.src[1:] != loops or other in self.linear:
+            if other in members or other.src[1:] != loops or other in self.linear:
                 continue
-            if self.used[other.src[0]] - frozenset(loops) <= self.open and not self.reduces_below[other] & set(group):
+            if self.used[other.src[0]] - loop_set <= self.open and not self.reduces_below[other] & members:
                 group.append(other)
-        # hoist what does not depend on these loops
-        for member in group:
-            for inner in self.body(member):
-                if inner.op is not Ops.RANGE and not (self.used[inner] & frozenset(loops)):
-                    self.emit_node(inner)
+                members.add(other)
+        # hoist what does not depend on these loops (one walk for the group: the copies share most of their nodes)
+        body = toposort_until_reduce([member.src[0] for member in group], self.linear)
+        for inner in body:
+            if inner.op is not Ops.RANGE and not (self.used[inner] & loop_set):
+                self.emit_node(inner)
         accumulators = []
         for member in group:
             identity = UOp.const(member.dtype, reduce_identity(member.arg, member.dtype)).arg
@@ -112,7 +107,7 @@ class Linearizer:
             self.accumulators += 1
         self.program.extend(accumulators)
         # a tile's copy into shared memory: in the outermost loop where it can be, before the inner loops open
-        copies = [node for member in group for node in self.body(member) if node.op is Ops.BARRIER]
+        copies = [node for node in body if node.op is Ops.BARRIER]
         opened: dict[UOp, int] = {}
         for position, loop in enumerate(loops):
             self.open_loop(loop)
