@@ -165,7 +165,12 @@ class GeneratedKernel:
     launch: tuple[int, int]  # (blocks, threads per block); on a CPU, the iterations it may split across cores
 
 
-BATCH_SIZE = 8  # kernels compiled together, where the device's language can join sources
+# Kernels compiled together, where the device's language can join sources: each compiler call has a fixed cost, but
+# the optimizer's time grows with the source, so a batch ends at BATCH_SIZE kernels or once its sources reach
+# BATCH_SOURCE characters. A large kernel (a register-blocked product: ~100k characters of IR, 0.1-0.3 s) is then
+# compiled on its own, on one core while the other compiles the rest or generates the next kernels.
+BATCH_SIZE = 8
+BATCH_SOURCE = 16_000
 
 
 def build_kernels(device_name: str, asts: list[UOp]) -> None:
@@ -176,6 +181,7 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
     device = Device[device_name]
     batch_size = BATCH_SIZE if device.renderer.can_join else 1
     batch: list[tuple[Future, GeneratedKernel]] = []
+    batch_source = 0
     for number, ast in enumerate(asts):
         try:
             with collector_paused():
@@ -187,12 +193,19 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
         future: Future = Future()
         _building[program_key(device_name, ast)] = future
         batch.append((future, kernel))
-        if len(batch) == batch_size or number == len(asts) - 1:
+        batch_source += len(kernel.source)
+        last = number == len(asts) - 1
+        if len(batch) == batch_size or batch_source >= BATCH_SOURCE or last:
             if BEAM:  # BEAM times kernels as it generates them: no compiles beside it to skew the timings
                 _compile_batch(device, batch)
             else:
-                compile_pool().submit(_compile_batch, device, batch)
-            batch = []
+                # with nothing left to generate, the last kernels are shared by every core
+                parts = min(CORES, len(batch)) if last else 1
+                for part in range(parts):
+                    compile_pool().submit(
+                        _compile_batch, device, batch[part * len(batch) // parts : (part + 1) * len(batch) // parts]
+                    )
+            batch, batch_source = [], 0
 
 
 @contextlib.contextmanager
