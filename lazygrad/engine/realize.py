@@ -130,10 +130,12 @@ def measure_work(program: list[UOp]) -> tuple[int, int, int]:
     return ops, memory, max(trips_total, trips)
 
 
-def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
-    """The compiled kernel for `ast` on a device, built once while it is in memory (and compiled once per machine)."""
+def get_kernel(device_name: str, ast: UOp, key: ProgramKey | None = None) -> CompiledKernel:
+    """The compiled kernel for `ast` on a device, built once while it is in memory (and compiled once per machine).
+    `key` is `program_key(device_name, ast)`, where the caller has it already."""
     # ASTs are interned, so an equal kernel is the same object: a dictionary lookup, no hashing of the graph
-    key = program_key(device_name, ast)
+    if key is None:
+        key = program_key(device_name, ast)
     kernel = _programs.get(key)
     if kernel is not None:
         _programs.move_to_end(key)
@@ -358,14 +360,15 @@ def run_host(function: Callable[..., None], buffers: list[UOp], device: str) -> 
         capture.launches.append(Launch(None, buffers, device, function))
 
 
-def run_item(item: ScheduleItem) -> None:
+def run_item(item: ScheduleItem, key: ProgramKey | None = None) -> None:
+    """Run one item of a schedule (`key`: its kernel's program key, where the caller has it already)."""
     if item.kind == "copy":
         run_host(copy_buffers, item.buffers, item.device)
         return
     buffers = [buffer_of(node) for node in item.buffers]
     if buffers[0].size == 0:
         return
-    kernel = get_kernel(item.device, item.ast)
+    kernel = get_kernel(item.device, item.ast, key)
     if capture.launches is not None:
         capture.launches.append(Launch(kernel, item.buffers, item.device))
     launch_kernel(kernel, buffers, item.device)
@@ -393,8 +396,8 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
     """Run every item in order, after starting to build every kernel not built yet (so a cold schedule generates
     code for the next kernels while the compiler works on the first)."""
     new: dict[str, dict[UOp, None]] = {}  # per device, in schedule order, without repeats
-    for item in schedule:
-        key = program_key(item.device, item.ast)
+    keys = [program_key(item.device, item.ast) for item in schedule]
+    for item, key in zip(schedule, keys):
         if (
             item.kind == "kernel"
             and key not in _programs
@@ -405,5 +408,5 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
             new.setdefault(item.device, {})[item.ast] = None
     for device_name, asts in new.items():
         build_kernels(device_name, list(asts))
-    for item in schedule:
-        run_item(item)
+    for item, key in zip(schedule, keys):
+        run_item(item, key)
