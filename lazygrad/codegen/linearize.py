@@ -7,8 +7,7 @@ them. Before a reduce's loops open, every part of its body that does not depend 
 is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
 contains it. A copy of the reduce's inputs into shared memory (a tile, up to its barrier) is emitted in the outermost
 of the reduce's loops where it can be, and an iteration of a loop that waited at a barrier ends at another, so that
-the next iteration's copy does not overwrite values still to be read. A reduce of tensor-core products (WMMA) is
-one accumulator (the warp's fragment) that each WMMA adds into.
+the next iteration's copy does not overwrite values still to be read.
 """
 
 from __future__ import annotations
@@ -18,15 +17,15 @@ from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops
 from lazygrad.uop.ops import Ops, UOp
 
 
-def toposort_until_reduce(root: UOp, done: dict[UOp, UOp] | None = None) -> list[UOp]:
-    """Nodes reachable from `root` without entering a RANGE_REDUCE's sources, sources first; with `done`, also
-    without entering the nodes in it (emitted already, like everything they need)."""
-    order, visited, stack, done = [], set(), [(root, False)], done or {}
+def toposort_until_reduce(roots: tuple[UOp, ...] | list[UOp], skip: dict[UOp, UOp]) -> list[UOp]:
+    """Nodes reachable from `roots` without entering a RANGE_REDUCE's sources, sources first, each once; a node in
+    `skip` is left out with everything below it."""
+    order, visited, stack = [], set(), [(root, False) for root in reversed(roots)]
     while stack:
         node, sources_done = stack.pop()
         if sources_done:
             order.append(node)
-        elif node not in visited and node not in done:
+        elif node not in visited and node not in skip:
             visited.add(node)
             stack.append((node, True))
             if node.op is not Ops.RANGE_REDUCE:
@@ -57,7 +56,6 @@ class Linearizer:
         self.shared_reads = [node for node in nodes if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL]
         # (asked only of reduces that could share a loop nest with another)
         self.reduces_below = reduces_below(nodes) if len(self.reduces) > 1 else {}
-        self.tiled = any(node.op is Ops.BARRIER for node in nodes)  # (a tile's copies to place)
 
     def emit_node(self, node: UOp) -> None:
         if node in self.linear:
@@ -73,8 +71,8 @@ class Linearizer:
             self.program.append(linear)
 
     def emit(self, root: UOp) -> None:
-        # (a walk that stops at what is emitted: the copies of an upcast share most of their graph)
-        for node in toposort_until_reduce(root, self.linear):
+        # what is emitted already was emitted with its sources: its part of the graph is not walked again
+        for node in toposort_until_reduce((root,), self.linear):
             self.emit_node(node)
 
     def open_loop(self, loop: UOp) -> None:
@@ -90,19 +88,18 @@ class Linearizer:
         """Emit `node` and every other reduce over the same loops that can run beside it (the copies an upcast
         makes): one loop nest, one accumulator each, so their loads and updates can share registers."""
         loops = node.src[1:]
-        group = [node]
+        group, members, loop_set = [node], {node}, frozenset(loops)
         for other in self.reduces:
-            if other in group or other.src[1:] != loops or other in self.linear:
+            if other in members or other.src[1:] != loops or other in self.linear:
                 continue
-            if self.used[other.src[0]] - frozenset(loops) <= self.open and not self.reduces_below[other] & set(group):
+            if self.used[other.src[0]] - loop_set <= self.open and not self.reduces_below[other] & members:
                 group.append(other)
-        # hoist what does not depend on these loops (walking only what is not emitted yet: the members of a group,
-        # copies of one reduce, share most of their graph)
-        reduce_loops = frozenset(loops)
-        for member in group:
-            for inner in toposort_until_reduce(member.src[0], self.linear):
-                if inner.op is not Ops.RANGE and not (self.used[inner] & reduce_loops):
-                    self.emit_node(inner)
+                members.add(other)
+        # hoist what does not depend on these loops (one walk for the group: the copies share most of their nodes)
+        body = toposort_until_reduce([member.src[0] for member in group], self.linear)
+        for inner in body:
+            if inner.op is not Ops.RANGE and not (self.used[inner] & loop_set):
+                self.emit_node(inner)
         accumulators = []
         for member in group:
             identity = UOp.const(member.dtype, reduce_identity(member.arg, member.dtype)).arg
@@ -110,11 +107,7 @@ class Linearizer:
             self.accumulators += 1
         self.program.extend(accumulators)
         # a tile's copy into shared memory: in the outermost loop where it can be, before the inner loops open
-        copies = []
-        if self.tiled:
-            copies = [
-                node for member in group for node in toposort_until_reduce(member.src[0]) if node.op is Ops.BARRIER
-            ]
+        copies = [node for node in body if node.op is Ops.BARRIER]
         opened: dict[UOp, int] = {}
         for position, loop in enumerate(loops):
             self.open_loop(loop)
@@ -123,19 +116,10 @@ class Linearizer:
                 if barrier not in self.linear and not (self.used[barrier] & inside):
                     self.emit(barrier)
         for member in group:
-            if member.src[0].op is Ops.WMMA:  # (its sources: it is emitted below, adding into the accumulator)
-                for source in member.src[0].src:
-                    self.emit(source)
-            else:
-                self.emit(member.src[0])
+            self.emit(member.src[0])
         for member, accumulator in zip(group, accumulators):
             current = UOp(Ops.LOAD, member.dtype, (accumulator, *loops))
-            value = member.src[0]
-            if value.op is Ops.WMMA:  # a warp's multiply-accumulate: d = a·b + c, c the accumulator
-                sources = (*(self.linear[source] for source in value.src), current)
-                updated = UOp(Ops.WMMA, value.dtype, sources, value.arg)
-            else:
-                updated = current.alu(member.arg, self.linear[value])
+            updated = current.alu(member.arg, self.linear[member.src[0]])
             self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
         for loop in reversed(loops):
             if any(node.op is Ops.BARRIER for node in self.program[opened[loop] :]):

@@ -130,10 +130,12 @@ def measure_work(program: list[UOp]) -> tuple[int, int, int]:
     return ops, memory, max(trips_total, trips)
 
 
-def get_kernel(device_name: str, ast: UOp) -> CompiledKernel:
-    """The compiled kernel for `ast` on a device, built once while it is in memory (and compiled once per machine)."""
+def get_kernel(device_name: str, ast: UOp, key: ProgramKey | None = None) -> CompiledKernel:
+    """The compiled kernel for `ast` on a device, built once while it is in memory (and compiled once per machine).
+    `key` is `program_key(device_name, ast)`, where the caller has it already."""
     # ASTs are interned, so an equal kernel is the same object: a dictionary lookup, no hashing of the graph
-    key = program_key(device_name, ast)
+    if key is None:
+        key = program_key(device_name, ast)
     kernel = _programs.get(key)
     if kernel is not None:
         _programs.move_to_end(key)
@@ -165,7 +167,12 @@ class GeneratedKernel:
     launch: tuple[int, int]  # (blocks, threads per block); on a CPU, the iterations it may split across cores
 
 
-BATCH_SIZE = 8  # kernels compiled together, where the device's language can join sources
+# Kernels compiled together, where the device's language can join sources: each compiler call has a fixed cost, but
+# the optimizer's time grows with the source, so a batch ends at BATCH_SIZE kernels or once its sources reach
+# BATCH_SOURCE characters. A large kernel (a register-blocked product: ~100k characters of IR, 0.1-0.3 s) is then
+# compiled on its own, on one core while the other compiles the rest or generates the next kernels.
+BATCH_SIZE = 8
+BATCH_SOURCE = 16_000
 
 
 def build_kernels(device_name: str, asts: list[UOp]) -> None:
@@ -176,6 +183,7 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
     device = Device[device_name]
     batch_size = BATCH_SIZE if device.renderer.can_join else 1
     batch: list[tuple[Future, GeneratedKernel]] = []
+    batch_source = 0
     for number, ast in enumerate(asts):
         try:
             with collector_paused():
@@ -187,12 +195,19 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
         future: Future = Future()
         _building[program_key(device_name, ast)] = future
         batch.append((future, kernel))
-        if len(batch) == batch_size or number == len(asts) - 1:
+        batch_source += len(kernel.source)
+        last = number == len(asts) - 1
+        if len(batch) == batch_size or batch_source >= BATCH_SOURCE or last:
             if BEAM:  # BEAM times kernels as it generates them: no compiles beside it to skew the timings
                 _compile_batch(device, batch)
             else:
-                compile_pool().submit(_compile_batch, device, batch)
-            batch = []
+                # with nothing left to generate, the last kernels are shared by every core
+                parts = min(CORES, len(batch)) if last else 1
+                for part in range(parts):
+                    compile_pool().submit(
+                        _compile_batch, device, batch[part * len(batch) // parts : (part + 1) * len(batch) // parts]
+                    )
+            batch, batch_source = [], 0
 
 
 @contextlib.contextmanager
@@ -345,14 +360,15 @@ def run_host(function: Callable[..., None], buffers: list[UOp], device: str) -> 
         capture.launches.append(Launch(None, buffers, device, function))
 
 
-def run_item(item: ScheduleItem) -> None:
+def run_item(item: ScheduleItem, key: ProgramKey | None = None) -> None:
+    """Run one item of a schedule (`key`: its kernel's program key, where the caller has it already)."""
     if item.kind == "copy":
         run_host(copy_buffers, item.buffers, item.device)
         return
     buffers = [buffer_of(node) for node in item.buffers]
     if buffers[0].size == 0:
         return
-    kernel = get_kernel(item.device, item.ast)
+    kernel = get_kernel(item.device, item.ast, key)
     if capture.launches is not None:
         capture.launches.append(Launch(kernel, item.buffers, item.device))
     launch_kernel(kernel, buffers, item.device)
@@ -380,8 +396,8 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
     """Run every item in order, after starting to build every kernel not built yet (so a cold schedule generates
     code for the next kernels while the compiler works on the first)."""
     new: dict[str, dict[UOp, None]] = {}  # per device, in schedule order, without repeats
-    for item in schedule:
-        key = program_key(item.device, item.ast)
+    keys = [program_key(item.device, item.ast) for item in schedule]
+    for item, key in zip(schedule, keys):
         if (
             item.kind == "kernel"
             and key not in _programs
@@ -392,5 +408,5 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
             new.setdefault(item.device, {})[item.ast] = None
     for device_name, asts in new.items():
         build_kernels(device_name, list(asts))
-    for item in schedule:
-        run_item(item)
+    for item, key in zip(schedule, keys):
+        run_item(item, key)

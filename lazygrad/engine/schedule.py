@@ -436,13 +436,15 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
     while stack:
         node, sources_done = stack.pop()
         if not sources_done:
-            if node not in visited:
-                visited.add(node)
+            if node in visited:
+                continue
+            visited.add(node)
+            if node.src:  # (a leaf is done at once: small graphs are mostly leaves)
                 stack.append((node, True))
                 for source in reversed(node.src):
                     if source not in visited:
                         stack.append((source, False))
-            continue
+                continue
         op, arg = node.op, node.arg
         if op is Ops.BUFFER:
             buffers.append(node)
@@ -455,7 +457,8 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
                 arg = None
             elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
                 arg = _const_key(arg)
-            entries.append((op, node.dtype, arg, tuple([position[source] for source in node.src])))
+            sources = tuple([position[source] for source in node.src]) if node.src else ()
+            entries.append((op, node.dtype, arg, sources))
         position[node] = len(order)
         order.append(node)
     entries.append(tuple([position[output] for output in outputs]))

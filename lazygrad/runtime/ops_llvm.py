@@ -3,8 +3,10 @@ through ctypes."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
+import threading
 
 from lazygrad.codegen.renderer.llvmir import LLVMRenderer
 from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram, LoadedBinaries
@@ -42,18 +44,56 @@ class LLVMCompiler(Compiler):
         self.machine = target_machine()
         settings = ",".join(f"{name}={value}" for name, value in sorted(PIPELINE.items()))
         self.cache_name = f"llvm-{self.machine.triple}-{hash_of(self.machine)}-O3-{settings}"
+        self.local = threading.local()  # each compiling thread's own LLVM context and target machine
 
     def compile(self, source: str) -> bytes:
         import llvmlite.binding as llvm
+        from llvmlite.binding import ffi
 
-        module = llvm.parse_assembly(source)
-        module.verify()
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        for name, value in PIPELINE.items():
-            setattr(tuning, name, value)
-        builder = llvm.create_pass_builder(self.machine, tuning)
-        builder.getModulePassManager().run(module, builder)
-        return self.machine.emit_object(module)
+        local = self.local
+        if not hasattr(local, "context"):
+            local.context, local.machine = llvm.create_context(), new_target_machine()
+        module = parse(source, local.context)
+        try:
+            module.verify()
+            tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+            for name, value in PIPELINE.items():
+                setattr(tuning, name, value)
+            builder = llvm.create_pass_builder(local.machine, tuning)
+            unlocked(ffi.lib.LLVMPY_RunNewModulePassManager)(builder.getModulePassManager(), module, builder)
+            with ffi.OutputString() as error:
+                buffer = unlocked(ffi.lib.LLVMPY_TargetMachineEmitToMemory)(local.machine, module, 1, error)
+                if not buffer:
+                    raise RuntimeError(str(error))
+            try:
+                return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer))
+            finally:
+                ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+        finally:
+            module.close()
+
+
+def unlocked(function):
+    """An llvmlite entry point called without llvmlite's lock. llvmlite makes every call into LLVM under one
+    process-wide lock, so compiler threads would take turns; parsing, optimizing and emitting code (the time of a
+    compile) touch only the calling thread's own context, module and target machine, which LLVM allows on several
+    threads at once. Where llvmlite wraps its functions differently, the call keeps the lock (and stays correct)."""
+    return getattr(function, "_cfn", function)
+
+
+def parse(source: str, context):
+    """An LLVM module parsed from IR text into `context` (llvmlite's parse_assembly, without its lock)."""
+    from llvmlite.binding import ffi
+    from llvmlite.binding.module import ModuleRef
+
+    with ffi.OutputString() as error:
+        module = ModuleRef(
+            unlocked(ffi.lib.LLVMPY_ParseAssembly)(context, ctypes.c_char_p(source.encode()), error), context
+        )
+        if error:
+            module.close()
+            raise RuntimeError(f"LLVM IR parsing error\n{error}")
+    return module
 
 
 def hash_of(machine) -> str:
