@@ -7,7 +7,8 @@ them. Before a reduce's loops open, every part of its body that does not depend 
 is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
 contains it. A copy of the reduce's inputs into shared memory (a tile, up to its barrier) is emitted in the outermost
 of the reduce's loops where it can be, and an iteration of a loop that waited at a barrier ends at another, so that
-the next iteration's copy does not overwrite values still to be read.
+the next iteration's copy does not overwrite values still to be read. A reduce of tensor-core products (WMMA) is
+one accumulator (the warp's fragment) that each WMMA adds into.
 """
 
 from __future__ import annotations
@@ -116,10 +117,19 @@ class Linearizer:
                 if barrier not in self.linear and not (self.used[barrier] & inside):
                     self.emit(barrier)
         for member in group:
-            self.emit(member.src[0])
+            if member.src[0].op is Ops.WMMA:  # (its sources: it is emitted below, adding into the accumulator)
+                for source in member.src[0].src:
+                    self.emit(source)
+            else:
+                self.emit(member.src[0])
         for member, accumulator in zip(group, accumulators):
             current = UOp(Ops.LOAD, member.dtype, (accumulator, *loops))
-            updated = current.alu(member.arg, self.linear[member.src[0]])
+            value = member.src[0]
+            if value.op is Ops.WMMA:  # a warp's multiply-accumulate: d = a·b + c, c the accumulator
+                sources = (*(self.linear[source] for source in value.src), current)
+                updated = UOp(Ops.WMMA, value.dtype, sources, value.arg)
+            else:
+                updated = current.alu(member.arg, self.linear[value])
             self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
         for loop in reversed(loops):
             if any(node.op is Ops.BARRIER for node in self.program[opened[loop] :]):
