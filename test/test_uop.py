@@ -257,10 +257,10 @@ def test_matrix_products_are_register_blocked():
         return sum(node.op is Ops.DEFINE_ACC for node in program_of(tensor))
 
     a, b = Tensor(np.ones((32, 64), np.float32)), Tensor(np.ones((64, 32), np.float32))
-    # x @ w: half the vector registers accumulate, here a block of 32 outputs along the row (contiguous in w) by 8
-    # rows (4 vectors by 4 rows where the row is 64 long)
-    assert accumulators(a @ b) == 256
-    assert accumulators(Tensor(np.ones((32, 64), np.float32)) @ Tensor(np.ones((64, 64), np.float32))) == 256
+    # x @ w: 8 vector accumulators, a block of 32 outputs along the row (contiguous in w) by 4 rows; 16 by 8 where
+    # the row is 16 long
+    assert accumulators(a @ b) == 128
+    assert accumulators(Tensor(np.ones((32, 64), np.float32)) @ Tensor(np.ones((64, 16), np.float32))) == 128
     # a large product: 32 outputs along the row times 8 rows
     big = Tensor(np.ones((1024, 1024), np.float32))
     assert accumulators(big @ big) == 256

@@ -51,6 +51,9 @@ from lazygrad.uop.symbolic import split_term, sum_terms
 ROW_GROUP_OUTPUTS, ROW_GROUP_LENGTH = 1 << 14, 1024
 UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
 LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
+# independent multiply-add chains that keep an x86-64 core's FMA units busy: their latency (4 cycles) times their
+# number (2)
+FMA_CHAINS = 8
 # a matrix product on a GPU: each thread's register tile (at most this many outputs along each of two loops) and
 # the reduce iterations staged in shared memory at a time (at most)
 TILE_REGISTERS, TILE_DEPTH = 4, 16
@@ -233,11 +236,10 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
 
     - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is vectorized by the
       compiler, and a 4×4 block of outputs shares each loaded vector;
-    - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): half the vector registers
-      accumulate (fewer leave the multiply-adds waiting on each other), as 4 vectors of outputs by 4 rows where an
-      input is reused with 32 vector registers (AVX-512), 2 by 4 with 16 (AVX2), fewer vectors by more rows where
-      the row's length asks; a large product two vectors by registers/4 rows; a last axis that whole vectors do
-      not cover in its largest
+    - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): FMA_CHAINS accumulators
+      (fewer leave the multiply-adds waiting on each other), as 2 vectors of outputs by 4 rows where an input is
+      reused, fewer vectors by more rows where the row's length asks; a large product two vectors by registers/4
+      rows; a last axis that whole vectors do not cover in its largest
       part of at most two vectors, by as many rows as the wider blocks hold;
     - an input that moves by two along the loop of either shape (a convolution with stride 2): vectors along that
       loop, by up to half the vector registers of rows that share them (`block_interleaved`).
@@ -287,11 +289,12 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     elif shape == "contiguous outputs":
         inner, vector = loops[-1], target.vector_width
         large = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]]) >= LARGE_PRODUCT
-        # half the vector registers accumulate, enough independent multiply-adds to hide their latency: a large
-        # product two vectors across by registers/4 rows, others as many vectors across as 4 rows leave (fewer,
-        # by more rows, where the row's length asks; at most 8 rows: more rows' values, each broadcast to a vector
-        # of its own, cost more than the multiply-adds they feed)
-        accumulators = target.vector_registers // 2
+        # enough accumulators that their multiply-adds do not wait on each other (FMA_CHAINS, within half the
+        # vector registers): a large product two vectors across by registers/4 rows, others as many vectors across
+        # as 4 rows leave (fewer, by more rows, where the row's length asks; at most 8 rows: more rows' values,
+        # each broadcast to a vector of its own, cost more than the multiply-adds they feed). More accumulators
+        # ran no faster and doubled the IR LLVM compiles.
+        accumulators = min(target.vector_registers // 2, FMA_CHAINS)
         wide = [(2 * vector, target.vector_registers // 4)] if large else []
         across = [accumulators // 4 >> halving for halving in range(max(accumulators // 4, 1).bit_length())]
         choices = (
