@@ -179,6 +179,8 @@ def merge(sink: UOp, outer: UOp) -> UOp:
         raise KernelOptError(f"loop {outer.arg[0]} has no loop inside it of its kind to merge with")
     inner = group[position + 1]
     inner_size = inner.src[0].arg
+    if reads_apart(sink, outer, inner):
+        raise KernelOptError(f"merging loops {outer.arg[0]} and {inner.arg[0]} would add divisions")
     merged = new_loop(outer, outer.src[0].arg * inner_size)
     reduce_ranges = {}
     for node in kernel_nodes(sink):
@@ -188,6 +190,24 @@ def merge(sink: UOp, outer: UOp) -> UOp:
     if count_divmod(candidate) > count_divmod(sink):
         raise KernelOptError(f"merging loops {outer.arg[0]} and {inner.arg[0]} would add divisions")
     return candidate
+
+
+def reads_apart(sink: UOp, outer: UOp, inner: UOp) -> bool:
+    """Whether some memory index reads the two loops other than as `outer * size + inner` (times a stride), where
+    both enter every index linearly and no division or modulo sees them: merged, such an index would need the
+    division and modulo of the merged loop back. A cheap test before trying the merge (False: try it)."""
+    used = loops_used(sink)
+    if any(node.op in (Ops.IDIV, Ops.MOD) and not {outer, inner}.isdisjoint(used[node]) for node in kernel_nodes(sink)):
+        return False
+    size = inner.src[0].arg
+    for node in kernel_nodes(sink):
+        if node.op in (Ops.LOAD, Ops.STORE) and node.src[0].op is Ops.DEFINE_GLOBAL:
+            outer_stride, inner_stride = stride(node.src[1], outer), stride(node.src[1], inner)
+            if outer_stride is None or inner_stride is None:
+                return False
+            if outer_stride != size * inner_stride:
+                return True
+    return False
 
 
 def copies_along(sink: UOp, loop: UOp, positions: list[UOp]) -> list[dict[UOp, UOp]]:
