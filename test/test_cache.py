@@ -16,10 +16,9 @@ import subprocess
 import sys
 
 import pytest
+from support import available
 
-from lazygrad import Device
 from lazygrad.codegen.opt import Opt
-from lazygrad.device import DeviceUnavailable
 from lazygrad.diskcache import DiskCache, entry_name, pack, unpack
 from lazygrad.helpers import DEVICE_ENV_VARS, Context, getenv
 
@@ -120,14 +119,6 @@ def without_file_permission_override() -> tuple:
         pytest.skip("running as root, and setpriv (util-linux) is not there to drop CAP_DAC_OVERRIDE")
     capabilities = "-dac_override,-dac_read_search,-fowner"
     return ("setpriv", f"--inh-caps={capabilities}", f"--bounding-set={capabilities}")
-
-
-def available(name: str) -> str:
-    try:
-        Device[name]
-    except (DeviceUnavailable, ImportError) as error:
-        pytest.skip(str(error))
-    return name
 
 
 @pytest.fixture(params=["LLVM", "CPU", "GPU"])

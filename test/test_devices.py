@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from support import available
 
 from lazygrad import Device, Tensor, dtypes
 from lazygrad.codegen.heuristic import heuristic_opts
@@ -34,11 +35,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(params=BACKENDS)
 def device(request) -> str:
     """A backend's name, or a skip saying why it cannot run here."""
-    try:
-        Device[request.param]
-    except DeviceUnavailable as error:
-        pytest.skip(str(error))
-    return request.param
+    return available(request.param)
 
 
 def numbers(*shape, seed=0, low=-2.0, high=2.0) -> np.ndarray:

@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 import pytest
+from support import available
 
 from lazygrad import Device, Tensor, dtypes
-from lazygrad.device import DeviceUnavailable
 from lazygrad.engine import kernel_work
 from lazygrad.engine import schedule as scheduler
 
@@ -24,11 +24,7 @@ def torch():
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     """A device's name, or a skip saying why it cannot run here."""
-    try:
-        Device[request.param]
-    except DeviceUnavailable as error:
-        pytest.skip(str(error))
-    return request.param
+    return available(request.param)
 
 
 # ---- kernels with many inputs -------------------------------------------------------------------------------------

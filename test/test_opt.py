@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from support import available
 
 from lazygrad import Device, Tensor
 from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts, thread_opts
@@ -232,13 +233,7 @@ L, P, G, T = OptOp.LOCAL, OptOp.LOOP, OptOp.GROUP, OptOp.TILE
 
 @pytest.fixture(params=["PYTHON", "GPU", "CUDA"])
 def threaded(request) -> str:
-    from lazygrad.device import DeviceUnavailable
-
-    try:
-        Device[request.param]
-    except DeviceUnavailable as error:
-        pytest.skip(str(error))
-    return request.param
+    return available(request.param)
 
 
 @pytest.mark.parametrize(

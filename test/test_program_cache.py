@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from support import available
 
 from lazygrad import Device, Tensor
 from lazygrad.device import DeviceUnavailable
@@ -29,11 +30,7 @@ DATA = np.arange(16, dtype=np.float32) - 5
 
 @pytest.fixture
 def device() -> str:
-    try:
-        Device[Device.DEFAULT]
-    except (DeviceUnavailable, ImportError) as error:
-        pytest.skip(str(error))
-    return Device.DEFAULT
+    return available(Device.DEFAULT)
 
 
 def code_freed(program) -> bool:

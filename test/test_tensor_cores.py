@@ -4,6 +4,7 @@ refusals; what the heuristic picks. Real tensor cores are checked only where a G
 
 import numpy as np
 import pytest
+from support import available
 from test_opt import kernel_of, run_with
 
 from lazygrad import Device, Tensor, dtypes
@@ -22,11 +23,7 @@ rng = np.random.default_rng(0)
 
 @pytest.fixture(params=["PYTHON", "CUDA"])
 def device(request) -> str:
-    try:
-        Device[request.param]
-    except DeviceUnavailable as error:
-        pytest.skip(str(error))
-    return request.param
+    return available(request.param)
 
 
 def reduce_axis(kernel) -> int:
