@@ -1,4 +1,4 @@
-"""Benchmark lazygrad against NumPy, PyTorch (CPU) and tinygrad on core workloads and training targets.
+"""Benchmark lazygrad against NumPy, PyTorch and tinygrad on core workloads and training targets.
 
 Every number in the table is measured in the same run, so read the ratios, not the absolute
 times: the machines this project runs on are shared and noisy.
@@ -7,6 +7,11 @@ The rows:
 
 - expression rows (elementwise chain, sums, matmul, softmax): one expression, written once for every library
   and checked against NumPy.
+- ``matmul 4096^3 fp32`` and ``fp16`` (256^3 with ``--quick``), and ``fp32 tf32`` with ``--tf32`` (lazygrad's
+  ``Tensor.allow_tf32()``, torch's ``allow_tf32``): large square products, checked against NumPy's float32
+  product but not timed in NumPy; their rates go below the table in TFLOP/s. On CUDA lazygrad runs the fp16
+  product on tensor cores by itself. On a CPU device (LLVM, CPU, PYTHON) they are skipped, being slow there,
+  unless ``--cpu-matmul`` asks for them.
 - ``10,000 chained elementwise ops``: ``x = x * 0.999 + 0.001`` 5,000 times; its ``lg cold`` is the first
   realize with the disk compile cache off (``CACHELEVEL=0`` for lazygrad's calls of this row), so it covers
   scheduling, code generation and compiling a graph that long.
@@ -27,6 +32,11 @@ The rows:
   the loss with NumPy's for the same (seeded) first weights.
 - ``dispatch``: ``(t + 1).realize()`` on a realized 1-element tensor, many times in a loop (``t + 1`` in torch);
   its times and kernels are per operation, and its times in microseconds are printed below the table.
+
+Where lazygrad's device is an NVIDIA GPU (``CUDA=1`` with its driver, or ``GPU=1`` through NVIDIA's OpenCL) and
+torch has CUDA, torch runs every row on that GPU (``cuda``), its inputs moved there once, untimed, and each timed
+call ended by ``torch.cuda.synchronize()``; otherwise torch runs on the CPU. The setup line and the torch column's
+header say which, and why.
 
 Per row the table shows:
 
@@ -49,8 +59,11 @@ Each lazygrad result is checked against NumPy once; a mismatch is printed loudly
 exit with status 1. Below the table, every row's target and whether this run met it: elementwise <= 0.5x
 torch's time, 10,000 chained ops' first realize <= 1 s, sums <= 1.2x, matmul >= 0.8x torch's GFLOP/s, softmax <= 1.5x,
 MLP step <= 1.2x and <= 26 kernels, conv2d <= 1.5x, transformer step <= 1.2x, ResNet18 step <= 1.5x and its first
-step <= 10 s, cold MLP step <= 0.7 s, dispatch <= 25 us per operation (the CPU targets the project set itself).
-``--json`` writes them too.
+step <= 10 s, cold MLP step <= 0.7 s, dispatch <= 25 us per operation (the CPU targets the project set itself;
+the large matmuls, where run on a CPU, >= 0.8x torch's GFLOP/s). On CUDA and GPU devices the targets are issue
+13's for an H100 instead: elementwise <= 1.2x torch's time, sums and softmax <= 2x, conv2d <= 2x, MLP step <= 0.5 ms
+(and <= 26 kernels), matmul 4096^3 fp32 >= 20 TFLOP/s and, on CUDA, fp16 >= 200 TFLOP/s; the other rows have no GPU
+target. ``--json`` writes them too.
 
 Usage::
 
@@ -58,6 +71,7 @@ Usage::
     python extra/bench.py --quick    # small sizes, few repeats
     python extra/bench.py --json results.json
     python extra/bench.py --only resnet  # the rows whose name contains "resnet"
+    CUDA=1 python extra/bench.py --tf32  # on an NVIDIA GPU, beside torch on the same GPU, with a TF32 row
 """
 
 from __future__ import annotations
@@ -88,8 +102,9 @@ import models
 
 import lazygrad
 import lazygrad.nn.state
-from lazygrad import Tensor
-from lazygrad.helpers import Context, GlobalCounters
+from lazygrad import Device, Tensor
+from lazygrad.device import DeviceUnavailable
+from lazygrad.helpers import MOCKCUDA, Context, GlobalCounters
 
 try:
     import torch
@@ -111,6 +126,10 @@ MLP_BATCH = 256
 MLP_LEARNING_RATE = 0.01
 CONV_PADDING = 1  # with 3x3 filters: output as large as the input
 COLD_CHILD_TIMEOUT_S = 300
+GPU_DEVICES = ("CUDA", "GPU")  # lazygrad's devices with thread blocks: the rows and targets for GPUs apply
+# where torch runs its side of every row: "cuda" when lazygrad's device is an NVIDIA GPU and torch has CUDA, so that
+# both run on the same GPU; set by main (and by a cold-step process from its arguments)
+TORCH_DEVICE = "cpu"
 COLD_CHILD_IMPORTS = {"lazygrad": "lazygrad, lazygrad.nn.optim, lazygrad.nn.state", "torch": "torch"}
 COLD_CHILD_SCRIPT = """\
 import sys, time
@@ -119,7 +138,7 @@ start = time.perf_counter()
 import {modules}
 imported = time.perf_counter()
 import {bench}
-{bench}.cold_step_child({library!r}, imported - start, {seed})
+{bench}.cold_step_child({library!r}, imported - start, {seed}, {torch_device!r})
 """
 
 
@@ -133,10 +152,14 @@ class Case:
     numpy_fn: Callable[..., np.ndarray]
     torch_fn: Callable[..., Any] | None = None  # defaults to tensor_fn
     flops: float | None = None  # floating-point operations per call, for GFLOP/s
+    rate_unit: str = "GFLOP/s"  # or "TFLOP/s": how the rates are printed below the table
     rtol: float = 1e-3
     atol: float = 1e-4  # scaled by the largest magnitude of the expected result
     goals: tuple[Goal, ...] = ()
     disk_cache: bool = True  # False: lazygrad runs with CACHELEVEL=0, so its cold call compiles every kernel
+    time_numpy: bool = True  # False: NumPy only checks lazygrad's answer (its call would take seconds)
+    tf32: bool = False  # float32 products may run in TF32: lazygrad's Tensor.allow_tf32(), torch's allow_tf32
+    slow_on_cpu: bool = False  # skipped on lazygrad's CPU devices unless --cpu-matmul asks for it
 
     def run(self, repeats: int, seed: int) -> CaseResult:
         """Measure every available library on this case."""
@@ -168,6 +191,7 @@ class CaseResult:
     max_abs_error: float | None = None
     ratio_lazygrad_over_torch: float | None = None
     gflops: dict[str, float] = field(default_factory=dict)
+    rate_unit: str = "GFLOP/s"  # how ``gflops`` is printed below the table ("TFLOP/s": divided by 1000)
     details: dict[str, float] = field(default_factory=dict)  # numbers only some rows have, printed below the table
 
 
@@ -219,6 +243,17 @@ def cold_seconds(result: CaseResult) -> float | None:
     return None if result.lazygrad.cold_ms is None else result.lazygrad.cold_ms / 1e3
 
 
+def lazygrad_tflops(result: CaseResult) -> float | None:
+    """lazygrad's TFLOP/s."""
+    rate = result.gflops.get("lazygrad")
+    return None if rate is None else rate / 1e3
+
+
+def warm_milliseconds(result: CaseResult) -> float | None:
+    """lazygrad's warm median, in milliseconds."""
+    return result.lazygrad.warm_ms
+
+
 def warm_microseconds(result: CaseResult) -> float | None:
     """lazygrad's warm median, in microseconds."""
     return None if result.lazygrad.warm_ms is None else result.lazygrad.warm_ms * 1e3
@@ -259,7 +294,8 @@ class StepCase:
         measure_lazygrad(result, lambda: run_lazygrad_workload(self, arrays, repeats, result))
         if torch is not None:
             result.torch = measure(
-                f"torch {self.name}", lambda: time_workload(self.torch_workload(arrays), repeats, self.ops_per_call)
+                f"torch {self.name}",
+                lambda: time_workload(self.torch_workload(arrays), repeats, self.ops_per_call, synchronize_torch),
             )
         if tinygrad is not None:
             result.tinygrad = measure(
@@ -398,8 +434,9 @@ def torch_mlp_workload(arrays: list[np.ndarray]) -> Workload:
     for fan_in, fan_out in pairwise(MLP_SIZES):
         modules += [torch.nn.Linear(fan_in, fan_out), torch.nn.ReLU()]
     model = torch.nn.Sequential(*modules[:-1])
+    model.to(TORCH_DEVICE)
     optimizer = torch.optim.SGD(model.parameters(), lr=MLP_LEARNING_RATE)
-    x, y = torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
+    x, y = torch.from_numpy(images).to(TORCH_DEVICE), torch.from_numpy(labels.astype(np.int64)).to(TORCH_DEVICE)
 
     def call(_):
         optimizer.zero_grad()
@@ -466,14 +503,16 @@ def torch_conv_workload(arrays: list[np.ndarray]) -> Workload:
         return [x.grad, weight.grad, bias.grad]
 
     def prepare():
-        return [torch.from_numpy(array).requires_grad_() for array in arrays]
+        return [torch.from_numpy(array).to(TORCH_DEVICE).requires_grad_() for array in arrays]
 
     return Workload(call, prepare)
 
 
-def state_for_torch(model: Any, requires_grad: bool = False) -> dict[str, Any]:
-    """A lazygrad model's state dict as torch tensors (leaf tensors that want gradients, when asked)."""
-    state = {name: torch.tensor(tensor.numpy()) for name, tensor in lazygrad.nn.state.get_state_dict(model).items()}
+def state_for_torch(model: Any, requires_grad: bool = False, device: str = "cpu") -> dict[str, Any]:
+    """A lazygrad model's state dict as torch tensors on ``device`` (leaf tensors that want gradients, when
+    asked)."""
+    state = lazygrad.nn.state.get_state_dict(model)
+    state = {name: torch.tensor(tensor.numpy(), device=device) for name, tensor in state.items()}
     return {name: tensor.requires_grad_(requires_grad and tensor.is_floating_point()) for name, tensor in state.items()}
 
 
@@ -537,14 +576,14 @@ def torch_model_workload(arrays: list[np.ndarray], model_name: str) -> Workload:
     inputs, labels = arrays
     Tensor.manual_seed(0)
     lazy_model = models.Transformer(lazygrad) if model_name == "transformer" else models.ResNet18(lazygrad)
-    state = state_for_torch(lazy_model, requires_grad=True)
+    state = state_for_torch(lazy_model, requires_grad=True, device=TORCH_DEVICE)
     buffers = {name: tensor.detach() for name, tensor in state.items() if "running" in name}
     parameters = [tensor for name, tensor in state.items() if "running" not in name and tensor.is_floating_point()]
     if model_name == "transformer":
         optimizer = torch.optim.Adam(parameters, lr=1e-3)
     else:
         optimizer = torch.optim.SGD(parameters, lr=0.01, momentum=0.9)
-    x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
+    x, y = torch.from_numpy(inputs).to(TORCH_DEVICE), torch.from_numpy(labels).to(TORCH_DEVICE)
 
     def call(_):
         optimizer.zero_grad()
@@ -576,7 +615,7 @@ def lazy_dispatch_workload(library: Any, arrays: list[np.ndarray], ops: int) -> 
 
 def torch_dispatch_workload(arrays: list[np.ndarray], ops: int) -> Workload:
     """``ops`` times ``t + 1`` on a 1-element torch tensor."""
-    t = torch.from_numpy(arrays[0])
+    t = torch.from_numpy(arrays[0]).to(TORCH_DEVICE)
 
     def call(_):
         for _ in range(ops - 1):
@@ -586,11 +625,14 @@ def torch_dispatch_workload(arrays: list[np.ndarray], ops: int) -> Workload:
     return Workload(call)
 
 
-def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
-    """The benchmark rows, at full or ``--quick`` sizes."""
+def make_cases(quick: bool, device: str, tf32: bool = False) -> list[Case | StepCase | ColdCase]:
+    """The benchmark rows, at full or ``--quick`` sizes, with the targets for lazygrad's ``device`` (a GPU's where
+    it has thread blocks, else the CPU's); ``tf32`` adds a row of float32 products in TF32."""
+    gpu = device in GPU_DEVICES
     vector_size = 1 << 20 if quick else 1 << 24
     square = 1024 if quick else 4096
     matmul_size = 256 if quick else 1024
+    large_matmul_size = 256 if quick else 4096  # (mock CUDA emulates a 512^3 product for seconds a call)
     softmax_shape = (1024, 256) if quick else (4096, 1024)
     conv_batch = 8 if quick else 32
     dispatch_ops = 500 if quick else 2000
@@ -606,8 +648,46 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
     def matmul_inputs(rng):
         return [rng.standard_normal((matmul_size, matmul_size), dtype=np.float32) for _ in range(2)]
 
-    def time_goal(limit):
-        return (Goal("lazygrad/torch time", time_ratio, limit),)
+    def time_goal(cpu_limit, gpu_limit=None):
+        """lazygrad's time over torch's, at most the CPU's limit or the GPU's; no goal where there is no limit."""
+        limit = gpu_limit if gpu else cpu_limit
+        return () if limit is None else (Goal("lazygrad/torch time", time_ratio, limit),)
+
+    def on_cpu(*goals):
+        """Goals set for the CPU devices alone (issue 13's GPU targets have none for their row)."""
+        return () if gpu else goals
+
+    def rate_goal(tflops):
+        """At least ``tflops`` TFLOP/s on a GPU (none where ``tflops`` is None), at least 0.8x torch's on a CPU."""
+        if not gpu:
+            return (Goal("lazygrad/torch GFLOP/s", gflops_ratio, 0.8, at_least=True),)
+        return () if tflops is None else (Goal("lazygrad TFLOP/s", lazygrad_tflops, tflops, "TFLOP/s", True),)
+
+    def large_matmul(kind, dtype, goals, tf32=False):
+        """A square product of ``large_matmul_size``; NumPy's float32 product of the same values checks it."""
+        size = large_matmul_size
+        return Case(
+            f"matmul {size}^3 {kind}",
+            lambda rng: [rng.standard_normal((size, size), dtype=np.float32).astype(dtype) for _ in range(2)],
+            lambda a, b: a @ b,
+            lambda a, b: a.astype(np.float32) @ b.astype(np.float32),
+            flops=2.0 * size**3,
+            rate_unit="TFLOP/s",
+            # float16 results and TF32 inputs keep ~11 bits: within 1e-3 of the largest output
+            atol=1e-4 if dtype == np.float32 and not tf32 else 1e-3,
+            goals=goals,
+            time_numpy=False,
+            tf32=tf32,
+            slow_on_cpu=True,
+        )
+
+    large_matmuls = [
+        large_matmul("fp32", np.float32, rate_goal(20)),
+        # tensor cores: lazygrad's CUDA device runs half products on them by itself
+        large_matmul("fp16", np.float16, rate_goal(200 if device == "CUDA" else None)),
+    ]
+    if tf32:
+        large_matmuls.append(large_matmul("fp32 tf32", np.float32, (), tf32=True))
 
     million = vector_size / (1 << 20)
     return [
@@ -616,24 +696,24 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
             normal(vector_size),
             elementwise_chain,
             elementwise_chain_numpy,
-            goals=time_goal(0.5),
+            goals=time_goal(0.5, 1.2),
         ),
         Case(
             f"10,000 chained elementwise ops {long_chain_size >> 10}K (cold: no disk cache)",
             lambda rng: [rng.standard_normal(long_chain_size, dtype=np.float32)],
             long_chain,
             long_chain_numpy,
-            goals=(Goal("first realize", cold_seconds, 1.0, unit="s"),),
+            goals=on_cpu(Goal("first realize", cold_seconds, 1.0, unit="s")),
             disk_cache=False,
         ),
-        Case(f"sum {million:g}M", uniform(vector_size), lambda a: a.sum(), lambda a: a.sum(), goals=time_goal(1.2)),
+        Case(f"sum {million:g}M", uniform(vector_size), lambda a: a.sum(), lambda a: a.sum(), goals=time_goal(1.2, 2)),
         Case(
             f"sum axis=1 {square}x{square}",
             uniform(square, square),
             lambda a: a.sum(axis=1),
             lambda a: a.sum(axis=1),
             torch_fn=lambda a: a.sum(dim=1),
-            goals=time_goal(1.2),
+            goals=time_goal(1.2, 2),
         ),
         Case(
             f"matmul {matmul_size}^3",
@@ -641,29 +721,34 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
             lambda a, b: a @ b,
             lambda a, b: a @ b,
             flops=2.0 * matmul_size**3,
-            goals=(Goal("lazygrad/torch GFLOP/s", gflops_ratio, 0.8, at_least=True),),
+            goals=rate_goal(None),
         ),
+        *large_matmuls,
         Case(
             f"softmax {softmax_shape[0]}x{softmax_shape[1]} axis=-1",
             lambda rng: [rng.standard_normal(softmax_shape, dtype=np.float32)],
             lambda x: x.softmax(-1),
             softmax_numpy,
             torch_fn=lambda x: torch.softmax(x, -1),
-            goals=time_goal(1.5),
+            goals=time_goal(1.5, 2),
         ),
         StepCase(
             f"mlp step jit {'-'.join(map(str, MLP_SIZES))} b{MLP_BATCH}",
             mlp_inputs,
             lazy_mlp_workload,
             torch_mlp_workload,
-            goals=time_goal(1.2) + (Goal("kernels per step", kernels_per_call, 26, unit=""),),
+            goals=(
+                *time_goal(1.2),
+                *(() if not gpu else (Goal("lazygrad time", warm_milliseconds, 0.5, unit="ms"),)),
+                Goal("kernels per step", kernels_per_call, 26, unit=""),
+            ),
         ),
         StepCase(
             f"conv2d fwd+bwd {conv_batch}x3x32x32 3->16 3x3 pad={CONV_PADDING}",
             partial(conv_inputs, batch=conv_batch),
             lazy_conv_workload,
             torch_conv_workload,
-            goals=time_goal(1.5),
+            goals=time_goal(1.5, 2),
         ),
         StepCase(
             "transformer step jit (2 blocks, width 128, b64 t6, Adam)",
@@ -677,11 +762,11 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
             resnet_inputs,
             partial(lazy_model_workload, model_name="resnet18"),
             partial(torch_model_workload, model_name="resnet18"),
-            goals=time_goal(1.5) + (Goal("first step", cold_seconds, 10.0, unit="s"),),
+            goals=time_goal(1.5) + on_cpu(Goal("first step", cold_seconds, 10.0, unit="s")),
         ),
         ColdCase(
             "mlp step cold (new process, CACHELEVEL=0)",
-            goals=(Goal("build + first step", cold_seconds, 0.7, unit="s"),),
+            goals=on_cpu(Goal("build + first step", cold_seconds, 0.7, unit="s")),
         ),
         StepCase(
             "dispatch (t+1).realize(), per op",
@@ -689,19 +774,14 @@ def make_cases(quick: bool) -> list[Case | StepCase | ColdCase]:
             partial(lazy_dispatch_workload, ops=dispatch_ops),
             partial(torch_dispatch_workload, ops=dispatch_ops),
             ops_per_call=dispatch_ops,
-            goals=(Goal("time per op", warm_microseconds, 25.0, unit="us"),),
+            goals=on_cpu(Goal("time per op", warm_microseconds, 25.0, unit="us")),
         ),
     ]
 
 
 def synchronize_lazygrad() -> None:
     """Wait for queued lazygrad work where the device runs asynchronously (no-op otherwise)."""
-    try:
-        from lazygrad import Device
-
-        device = Device[Device.DEFAULT]
-    except (ImportError, KeyError, AttributeError, TypeError):
-        return
+    device = Device[Device.DEFAULT]
     if hasattr(device, "synchronize"):
         device.synchronize()
 
@@ -743,7 +823,9 @@ def run_lazygrad(case: Case, arrays: list[np.ndarray], repeats: int, result: Cas
     """Time lazygrad on one case, count its kernels and check its answer against NumPy."""
 
     def call(inputs):
-        output = case.tensor_fn(*inputs).realize()
+        # the kernels are chosen (TF32 allowed or not) when the result is realized
+        with Tensor.allow_tf32() if case.tf32 else contextlib.nullcontext():
+            output = case.tensor_fn(*inputs).realize()
         synchronize_lazygrad()
         return output
 
@@ -795,14 +877,20 @@ def check_outputs(
 def time_workload(
     workload: Workload, repeats: int, ops_per_call: int, synchronize: Callable[[], None] = lambda: None
 ) -> Timing:
-    """Time a workload as ``time_calls`` does. With several operations per call the times are per operation, and
-    the cold time, which would spread one compile over the whole call, is left out."""
+    """Time a workload as ``time_calls`` does, each call from the moment the device has finished its preparation
+    to the moment it has finished the call (``synchronize``). With several operations per call the times are per
+    operation, and the cold time, which would spread one compile over the whole call, is left out."""
 
     def call(prepared):
         workload.call(prepared)
         synchronize()
 
-    timing = time_calls(call, repeats, workload.prepare)
+    def prepare():
+        prepared = workload.prepare()
+        synchronize()
+        return prepared
+
+    timing = time_calls(call, repeats, prepare)
     if ops_per_call == 1:
         return timing
     return Timing(warm_ms=timing.warm_ms / ops_per_call, warm_min_ms=timing.warm_min_ms / ops_per_call)
@@ -837,6 +925,7 @@ def run_cold_child(library: str, seed: int) -> dict[str, Any]:
         bench=here.stem,
         library=library,
         seed=seed,
+        torch_device=TORCH_DEVICE,
     )
     completed = subprocess.run(
         [sys.executable, "-c", script],
@@ -850,9 +939,12 @@ def run_cold_child(library: str, seed: int) -> dict[str, Any]:
     return json.loads(completed.stdout.splitlines()[-1])
 
 
-def cold_step_child(library: str, import_seconds: float, seed: int) -> None:
-    """The new process of ``ColdCase``: time building the MLP and its first training step, then print a JSON
-    report as the last line (lazygrad's also gives its kernels, compiles and the loss beside NumPy's)."""
+def cold_step_child(library: str, import_seconds: float, seed: int, torch_device: str) -> None:
+    """The new process of ``ColdCase``: time building the MLP and its first training step (torch's on
+    ``torch_device``, as in the parent), then print a JSON report as the last line (lazygrad's also gives its
+    kernels, compiles and the loss beside NumPy's)."""
+    global TORCH_DEVICE
+    TORCH_DEVICE = torch_device
     arrays = mlp_inputs(np.random.default_rng(seed))
     GlobalCounters.reset()
     start = time.perf_counter()
@@ -885,12 +977,35 @@ def run_torch_cold(seed: int, result: CaseResult) -> Timing:
     return Timing(cold_ms=report["build_and_step_s"] * 1e3)
 
 
+def synchronize_torch() -> None:
+    """Wait for torch's queued GPU work (CUDA runs asynchronously); nothing to wait for on the CPU."""
+    if TORCH_DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def torch_tf32():
+    """torch's float32 matrix products in TF32 on CUDA, as lazygrad's ``Tensor.allow_tf32()``; restored after."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
 def run_torch(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
-    """Time PyTorch (CPU) on one case."""
-    inputs = [torch.from_numpy(array) for array in arrays]
+    """Time PyTorch on one case, on ``TORCH_DEVICE``: the inputs are moved there once, untimed, and each timed call
+    starts after earlier GPU work is done and ends when its own is."""
+    inputs = [torch.from_numpy(array).to(TORCH_DEVICE) for array in arrays]
     function = case.torch_fn or case.tensor_fn
-    with torch.no_grad():
-        return time_calls(lambda _: function(*inputs), repeats)
+
+    def call(_):
+        function(*inputs)
+        synchronize_torch()
+
+    with torch.no_grad(), torch_tf32() if case.tf32 else contextlib.nullcontext():
+        return time_calls(call, repeats, synchronize_torch)
 
 
 def run_tinygrad(case: Case, arrays: list[np.ndarray], repeats: int) -> Timing:
@@ -931,14 +1046,16 @@ def run_case(case: Case, repeats: int, seed: int) -> CaseResult:
     result = CaseResult(case.name)
 
     measure_lazygrad(result, lambda: run_lazygrad(case, arrays, repeats, result))
-    result.numpy = measure(f"numpy {case.name}", lambda: time_calls(lambda _: case.numpy_fn(*arrays), repeats))
+    if case.time_numpy:
+        result.numpy = measure(f"numpy {case.name}", lambda: time_calls(lambda _: case.numpy_fn(*arrays), repeats))
     if torch is not None:
         result.torch = measure(f"torch {case.name}", lambda: run_torch(case, arrays, repeats))
-    if tinygrad is not None:
+    if tinygrad is not None and not case.tf32:  # (tinygrad's switch for TF32 is not lazygrad's)
         result.tinygrad = measure(f"tinygrad {case.name}", lambda: run_tinygrad(case, arrays, repeats))
 
     set_ratio(result)
     if case.flops:
+        result.rate_unit = case.rate_unit
         for library in ("lazygrad", "numpy", "torch", "tinygrad"):
             timing = getattr(result, library)
             if timing is not None and timing.warm_ms:
@@ -965,7 +1082,7 @@ def format_table(results: list[CaseResult]) -> str:
     """The results as an aligned text table (times in ms)."""
     header = ["case", "lazygrad", "lg cold", "kernels", "compiles", "numpy"]
     if torch is not None:
-        header.append("torch")
+        header.append(f"torch {TORCH_DEVICE}")
     if tinygrad is not None:
         header += ["tinygrad", "tg cold"]
     header += ["lg/torch", "check"]
@@ -995,8 +1112,9 @@ def format_targets(targets: list[Target]) -> str:
     """Every row's targets, its value in this run and whether it met them, as an aligned table."""
     rows = [["case", "target", "value", "goal", "met"]]
     for target in targets:
-        value = "-" if target.value is None else f"{target.value:.3g}{target.unit}"
-        goal = f"{target.comparison} {target.limit:g}{target.unit}"
+        unit = f" {target.unit}" if len(target.unit) > 2 else target.unit  # (x, s, ms, us stick to their number)
+        value = "-" if target.value is None else f"{target.value:.3g}{unit}"
+        goal = f"{target.comparison} {target.limit:g}{unit}"
         rows.append([target.case, target.what, value, goal, {True: "yes", False: "NO", None: "-"}[target.met]])
     return align(rows, left_columns=2)
 
@@ -1017,17 +1135,36 @@ def align(rows: list[list[str]], left_columns: int = 1) -> str:
     return "\n".join(lines)
 
 
-def describe_setup() -> str:
-    """One line naming the device and library versions."""
-    try:
-        from lazygrad import Device
+def choose_torch_device(device: str) -> tuple[str, str]:
+    """Where torch runs beside lazygrad's ``device``, and why: on the same GPU where lazygrad's device is an NVIDIA
+    GPU (CUDA with its driver, or NVIDIA's OpenCL) and torch has CUDA, else on the CPU."""
+    if device not in GPU_DEVICES:
+        return "cpu", f"as lazygrad's {device}"
+    if device == "CUDA" and MOCKCUDA:
+        return "cpu", "lazygrad's CUDA is the mock (MOCKCUDA=1), which runs kernels on the CPU"
+    if device == "GPU":
+        try:
+            vendor = Device["GPU"].device.vendor
+        except DeviceUnavailable as error:
+            return "cpu", f"lazygrad's GPU device is unavailable: {error}"
+        if "NVIDIA" not in vendor.upper():
+            return "cpu", f"lazygrad's OpenCL device is {vendor}'s, no NVIDIA GPU"
+    if torch is None or not torch.cuda.is_available():
+        return "cpu", "this torch has no CUDA"
+    return "cuda", torch.cuda.get_device_name()
 
-        device = Device.DEFAULT
-    except (ImportError, AttributeError):
-        device = "?"
+
+def describe_setup(torch_reason: str) -> str:
+    """One line naming the devices (``torch_reason``: why torch runs on ``TORCH_DEVICE``) and library versions."""
+    try:
+        description = getattr(Device[Device.DEFAULT], "description", None)
+    except DeviceUnavailable as error:
+        description = f"unavailable: {error}"
+    device = Device.DEFAULT + (f" ({description})" if description else "")
     parts = [f"lazygrad device {device}", f"numpy {np.__version__}"]
     if torch is not None:
-        parts.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+        threads = f", {torch.get_num_threads()} threads" if TORCH_DEVICE == "cpu" else ""
+        parts.append(f"torch {torch.__version__} on {TORCH_DEVICE} ({torch_reason}{threads})")
     else:
         parts.append("torch not installed")
     parts.append("tinygrad installed" if tinygrad is not None else "tinygrad not installed")
@@ -1044,15 +1181,29 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, help="warm calls per case (default 20, or 10 with --quick)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
     parser.add_argument("--only", metavar="TEXT", help="run only the rows whose name contains TEXT")
+    parser.add_argument(
+        "--tf32", action="store_true", help="add a row of float32 products in TF32 (lazygrad's and torch's switch)"
+    )
+    parser.add_argument(
+        "--cpu-matmul", action="store_true", help="run the large matmul rows on a CPU device too (slow there)"
+    )
     args = parser.parse_args()
     repeats = args.repeats or (10 if args.quick else 20)
 
-    print(describe_setup())
+    global TORCH_DEVICE
+    device = Device.DEFAULT
+    TORCH_DEVICE, torch_reason = choose_torch_device(device)
+    print(describe_setup(torch_reason))
     print(f"times in ms: median of {repeats} calls after warm-up; 'lg cold' = first call, including compile\n")
+    cases = [case for case in make_cases(args.quick, device, args.tf32) if not args.only or args.only in case.name]
+    skipped = []
+    if device not in GPU_DEVICES and not args.cpu_matmul:
+        skipped = [case.name for case in cases if getattr(case, "slow_on_cpu", False)]
+        cases = [case for case in cases if case.name not in skipped]
+    if skipped:
+        print(f"skipped: {', '.join(skipped)} (slow on the CPU device {device}; --cpu-matmul runs them)")
     results, targets = [], []
-    for case in make_cases(args.quick):
-        if args.only and args.only not in case.name:
-            continue
+    for case in cases:
         print(f"running {case.name} ...", file=sys.stderr, flush=True)
         result = case.run(repeats, args.seed)
         results.append(result)
@@ -1064,8 +1215,9 @@ def main() -> int:
         print(f"* median > {NOISY_RATIO:g}x the fastest call: the machine was busy; see warm_min_ms in --json or rerun")
     for result in results:
         if result.gflops:
-            rates = ", ".join(f"{library} {rate:.1f}" for library, rate in result.gflops.items())
-            print(f"{result.name} GFLOP/s: {rates}")
+            scale = 1e3 if result.rate_unit == "TFLOP/s" else 1.0
+            rates = ", ".join(f"{library} {rate / scale:.3g}" for library, rate in result.gflops.items())
+            print(f"{result.name} {result.rate_unit}: {rates}")
         if result.details:
             print(f"{result.name}: " + ", ".join(f"{key} {value:.3g}" for key, value in result.details.items()))
     print(f"\ntargets ({sum(target.met is True for target in targets)} of {len(targets)} met):")
@@ -1077,7 +1229,8 @@ def main() -> int:
     if failed:
         print(f"\n!!! {len(failed)} case(s) failed or mismatched NumPy: {', '.join(failed)}")
     if args.json:
-        report = {"setup": describe_setup(), "quick": args.quick, "repeats": repeats}
+        report = {"setup": describe_setup(torch_reason), "quick": args.quick, "repeats": repeats}
+        report |= {"torch_device": TORCH_DEVICE, "skipped": skipped}
         report["cases"] = [asdict(result) for result in results]
         report["targets"] = [asdict(target) for target in targets]
         Path(args.json).write_text(json.dumps(report, indent=2))

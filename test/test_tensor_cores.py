@@ -199,3 +199,16 @@ def test_tc_round_trips_through_json_and_shapes_the_kernel():
     nodes = kernel.toposort
     assert sum(node.op is Ops.WMMA for node in nodes) == 1
     assert sorted(node.arg[1] for node in nodes if node.op is Ops.DEFINE_LOCAL) == [256, 256, 256]
+
+
+def test_the_counted_flops_of_a_tensor_core_product(device):
+    """DEBUG=2's GFLOP/s counts a warp's WMMA once for the warp (2·m·n·k), not once for each of its threads: the
+    kernel's ops are the product's 2·M·N·K and its epilogue's few per output."""
+    (m, k), (_, n) = shapes = ((32, 64), (64, 48))
+    x, y, _, _ = operands(device, shapes, dtypes.float16)
+    (item,) = (x @ y).schedule()
+    kernel = kernel_of(x @ y)
+    opts = (Opt(TC, reduce_axis(kernel)),)
+    runtime = Device[device]
+    ops = render_kernel(runtime, item.ast, apply_opts(kernel, opts, runtime.renderer.target), opts).ops
+    assert 2 * m * n * k <= ops <= 2 * m * n * k + 4 * m * n

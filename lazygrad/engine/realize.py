@@ -20,7 +20,7 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.narrow_dtypes import lower_narrow_dtypes
 from lazygrad.codegen.opt import Opt, apply_opts, prepare
-from lazygrad.codegen.renderer import kernel_name
+from lazygrad.codegen.renderer import WARP, kernel_name
 from lazygrad.codegen.threads import launch_size, map_threads
 from lazygrad.device import CORES, Buffer, Device
 from lazygrad.engine.buffers import buffer_of
@@ -124,6 +124,10 @@ def measure_work(program: list[UOp]) -> tuple[int, int, int]:
         elif node.op is Ops.ENDRANGE:
             trips_total += trips
             trips = stack.pop()
+        elif node.op is Ops.WMMA:
+            # a warp's m·n·k multiply-adds, which every one of its threads executes in the program: once per warp
+            m, n, k = node.arg[:3]
+            ops += trips * 2 * m * n * k // WARP
         elif node.op in ALU and (node.dtype.is_float or (node.src and node.src[-1].dtype.is_float)):
             ops += trips
     memory = sum(node.arg[1] * node.dtype.itemsize for node in program if node.op is Ops.DEFINE_GLOBAL)

@@ -11,13 +11,11 @@ import pickle
 
 import numpy as np
 
-from lazygrad.codegen.renderer import Renderer, Target, TensorCore
+from lazygrad.codegen.renderer import WARP, Renderer, Target, TensorCore
 from lazygrad.device import Compiled, Compiler, HostAllocator
 from lazygrad.dtype import dtypes
 from lazygrad.uop.alu import cast_value, exec_alu
 from lazygrad.uop.ops import Ops, UOp
-
-WARP = 32  # the threads that hold a tensor core's fragments together
 
 
 class PythonRenderer(Renderer):

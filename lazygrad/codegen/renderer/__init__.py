@@ -19,6 +19,9 @@ def kernel_name(program: list[UOp]) -> str:
     return "_".join([prefix] + [str(size) for size in sizes]) if sizes else prefix + "_1"
 
 
+WARP = 32  # the threads that hold a tensor core's fragments and make its operation together
+
+
 @dataclass(frozen=True)
 class TensorCore:
     """A matrix multiply-accumulate the `threads` of a warp make together: an (m × k) matrix of `input` values
@@ -27,7 +30,7 @@ class TensorCore:
     dims: tuple[int, int, int]  # (m, n, k)
     input: DType
     accumulator: DType = dtypes.float32
-    threads: int = 32
+    threads: int = WARP
 
 
 @dataclass(frozen=True)
