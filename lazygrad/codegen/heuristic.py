@@ -161,10 +161,10 @@ def rolled_reduce_loop(reduce: UOp) -> UOp | None:
 
 def matrix_shape(sink: UOp, target: Target) -> str | None:
     """Which shape of matrix product a one-reduce kernel is: "contiguous reduce" (x @ wᵀ: every input contiguous
-    or fixed along the innermost reduce loop that stays a loop, and that loop at least a vector long),
-    "contiguous outputs" (x @ w: along the innermost output loop), "interleaved reduce" and "interleaved outputs"
-    (the same where some input moves by two: a convolution with stride 2), "strided" (none of these: a convolution
-    over 1x1 images), or None (no register blocking applies)."""
+    or fixed along the innermost reduce loop that stays a loop), "contiguous outputs" (x @ w: along the innermost
+    output loop), "interleaved reduce" and "interleaved outputs" (the same where some input moves by two: a
+    convolution with stride 2), "strided" (none of these: a convolution over 1x1 images), or None (no register
+    blocking applies). A loop shorter than a vector counts only where no loop of a vector or more does."""
     reduces = reduce_nodes(sink)
     if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
         return None
@@ -239,8 +239,8 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): FMA_CHAINS accumulators
       (fewer leave the multiply-adds waiting on each other), as 2 vectors of outputs by 4 rows where an input is
       reused, fewer vectors by more rows where the row's length asks; a large product two vectors by registers/4
-      rows; a last axis that whole vectors do not cover in its largest
-      part of at most two vectors, by as many rows as the wider blocks hold;
+      rows; a last axis that whole vectors do not cover in its largest part of at most two vectors, by as many
+      rows as the wider blocks hold;
     - an input that moves by two along the loop of either shape (a convolution with stride 2): vectors along that
       loop, by up to half the vector registers of rows that share them (`block_interleaved`).
 
