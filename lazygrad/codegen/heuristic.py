@@ -191,13 +191,14 @@ def matrix_shape(sink: UOp, target: Target) -> str | None:
     return "contiguous outputs" if contiguous_outputs else "strided"
 
 
-def upcast_reused(plan: Plan, loops: list[UOp], factor: int, limit: int) -> None:
-    """Upcast up to `limit` of `loops` (innermost first) along which some input is reused (stride 0)."""
+def upcast_reused(plan: Plan, loops: list[UOp], factors: tuple[int, ...]) -> None:
+    """Upcast `loops` along which some input is reused (stride 0), innermost first, by `factors` in turn (a loop
+    the next factor does not divide is passed over)."""
+    factors = list(factors)
     for loop in reversed(loops):
-        if limit and loop.src[0].arg % factor == 0:
+        if factors and loop.src[0].arg % factors[0] == 0:
             if any(stride(index, loop) == 0 for index in memory_indices(plan.sink, Ops.LOAD)):
-                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], factor))
-                limit -= 1
+                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], factors.pop(0)))
 
 
 def reused_buffers(sink: UOp, loop: UOp) -> frozenset[int]:
@@ -235,7 +236,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     """Register blocking for a kernel with one reduce, in the two shapes of a matrix product:
 
     - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is vectorized by the
-      compiler, and a 4×4 block of outputs shares each loaded vector;
+      compiler, and a block of outputs (4×4 with 32 vector registers, 2×4 with 16) shares each loaded vector;
     - inputs contiguous along the output's last axis (x @ w, sums over a leading axis): FMA_CHAINS accumulators
       (fewer leave the multiply-adds waiting on each other), as 2 vectors of outputs by 4 rows where an input is
       reused, fewer vectors by more rows where the row's length asks; a large product two vectors by registers/4
@@ -269,10 +270,12 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         if whole is not None:
             plan.apply(Opt(OptOp.UPCAST, whole.arg[0], whole.src[0].arg))
             return
-        upcast_reused(plan, loops, blocking[1] if blocking else 4, limit=2)
+        # a vector accumulator per output: half the registers of them (4 by 4 with 32 registers, 2 by 4 with 16)
+        inner = max(1, min(4, target.vector_registers // 8))
+        upcast_reused(plan, loops, (blocking[1],) * 2 if blocking else (inner, 4) if inner > 1 else (4,))
     elif shape == "strided":
         # no vector loads: scalar register blocking, each loaded value used by several outputs
-        upcast_reused(plan, loops, 4, limit=2)
+        upcast_reused(plan, loops, (4, 4))
     elif shape in ("interleaved reduce", "interleaved outputs"):
         # vectors along the loop where an input moves by two, as many rows as share them
         along = rolled_reduce_loop(reduces[0]) if shape == "interleaved reduce" else loops[-1]
@@ -316,7 +319,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
         for width, rows in choices:
             if inner.src[0].arg % width == 0:
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
-                upcast_reused(plan, loops[:-1], rows, limit=1)
+                upcast_reused(plan, loops[:-1], (rows,))
                 return
 
 
