@@ -126,7 +126,7 @@ class Tensor(
         # A node knows the live tensors holding it (by id, as weak references: Tensor's == is elementwise, so no sets
         # of tensors), so realization and autograd visit only the tensors they concern. The map lives with the node's
         # cached facts: it dies with the node, with no weak dictionary to keep up.
-        previous = getattr(self, "_uop", None)
+        previous = getattr(self, "_uop", None)  # (unset while __init__ runs)
         if previous is not None and (holders := previous.__dict__.get("tensors")) is not None:
             holders.pop(id(self), None)
         self._uop = node
@@ -236,7 +236,8 @@ class Tensor(
     def _new(self, uop: UOp) -> Tensor:
         """A tensor for the result of an op on this one (built directly: the hottest path of graph building)."""
         tensor = object.__new__(Tensor)
-        tensor.device, tensor.grad, tensor._history = self.device, None, None
+        # (_uop set first: the setter's look-up of an unset slot would raise and catch an AttributeError)
+        tensor.device, tensor.grad, tensor._history, tensor._uop = self.device, None, None, None
         if Tensor.no_grad:
             tensor._requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
         else:
