@@ -343,10 +343,16 @@ class Tensor(
 
     @staticmethod
     def _realize_all(tensors: tuple[Tensor, ...]) -> None:
-        pending = [t for t in tensors if not is_buffer_view(t.uop)]
-        if not pending:
+        # (plain loops: on Python 3.11 a comprehension costs a frame, and one tensor is the common case)
+        outputs = []
+        for tensor in tensors:
+            if not is_buffer_view(tensor._uop):
+                if not outputs:
+                    device = tensor.device  # (the first pending tensor's)
+                outputs.append(tensor._uop)
+        if not outputs:
             return
-        schedule, becomes, remember = create_schedule([t.uop for t in pending], pending[0].device)
+        schedule, becomes, remember = create_schedule(outputs, device)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
@@ -361,7 +367,7 @@ class Tensor(
             if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
                 tensor._history = remember_history(view, node)
             tensor.uop = view
-        if DEBUG >= 1:
+        if DEBUG.value >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 
     def assign(self, value: Tensor | Any) -> Tensor:

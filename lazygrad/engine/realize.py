@@ -373,7 +373,13 @@ def run_item(item: ScheduleItem, key: ProgramKey | None = None) -> None:
     buffers = [buffer_of(node) for node in item.buffers]
     if buffers[0].size == 0:
         return
-    kernel = get_kernel(item.device, item.ast, key)
+    # (get_kernel's common case inlined: a repeated small graph's launch is mostly such overhead)
+    kernel = _programs.get(key) if key is not None else None
+    if kernel is not None:
+        _programs.move_to_end(key)
+        GlobalCounters.compile_cache_hits += 1
+    else:
+        kernel = get_kernel(item.device, item.ast, key)
     if capture.launches is not None:
         capture.launches.append(Launch(kernel, item.buffers, item.device))
     launch_kernel(kernel, buffers, item.device)

@@ -461,10 +461,11 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
                 arg = None
             elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
                 arg = _const_key(arg)
-            entries.append((op, node.dtype, arg, tuple([position[source] for source in node.src])))
+            # (map over the dict's own method: a comprehension costs a frame of its own)
+            entries.append((op, node.dtype, arg, tuple(map(position.__getitem__, node.src))))
         position[node] = len(order)
         order.append(node)
-    entries.append(tuple([position[output] for output in outputs]))
+    entries.append(tuple(map(position.__getitem__, outputs)))
     return order, tuple(entries), buffers, as_is
 
 
@@ -499,7 +500,11 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         plan = _plans[key] = _make_plan(UOp(Ops.SINK, src=tuple(kernel_outputs)), nodes, inputs, device)
         if len(_plans) > PLAN_CACHE_SIZE:
             del _plans[next(iter(_plans))]
-    buffers = inputs + [new_buffer(*spec) for spec in plan.new_buffers] if plan.new_buffers else inputs
+    buffers = inputs
+    if plan.new_buffers:
+        buffers = inputs.copy()
+        for spec in plan.new_buffers:
+            buffers.append(new_buffer(*spec))
     for slot in plan.overwritten:
         forget_buffer(buffers[slot])  # nodes computed into it earlier no longer read their value there
     schedule = [
