@@ -350,6 +350,8 @@ class HostProgram(ABC):
         self.function: Callable | None = ctypes.CFUNCTYPE(None, *self.SIGNATURE)(address)
         self.outer = launch[0]
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
+        # the last call's buffer addresses, their array, and its address (see __call__)
+        self.arguments: tuple[list[int], array.array, int] | None = None
 
     @abstractmethod
     def address_of(self, loaded: Any, name: str) -> int:
@@ -367,17 +369,24 @@ class HostProgram(ABC):
             self.binaries.release(digest)
 
     def __call__(self, *buffers: HostMemory) -> None:
-        if self.function is None:
+        function = self.function
+        if function is None:
             raise RuntimeError(f"kernel {self.name} was released and cannot run anymore")
-        # (an array.array is the quickest array of addresses to build; it lives until every part has run)
-        addresses = array.array(ADDRESS_TYPECODE, [buffer.address for buffer in buffers])
-        pointer = addresses.buffer_info()[0]
+        # The array of addresses is built once and used again while the buffers stay where they were (a repeated
+        # small step gets its memory back from the pool). An array.array is the quickest to build; the local
+        # `arguments` keeps it alive until every part has run, even if another call replaces it meanwhile.
+        addresses = [buffer.address for buffer in buffers]
+        arguments = self.arguments
+        if arguments is None or arguments[0] != addresses:
+            packed = array.array(ADDRESS_TYPECODE, addresses)
+            arguments = self.arguments = (addresses, packed, packed.buffer_info()[0])
+        pointer = arguments[2]
         if self.parts == 1:
-            self.function(pointer, 0, self.outer)
+            function(pointer, 0, self.outer)
             return
         bounds = [self.outer * part // self.parts for part in range(self.parts + 1)]
-        others = [thread_pool().submit(self.function, pointer, bounds[i], bounds[i + 1]) for i in range(1, self.parts)]
-        self.function(pointer, bounds[0], bounds[1])
+        others = [thread_pool().submit(function, pointer, bounds[i], bounds[i + 1]) for i in range(1, self.parts)]
+        function(pointer, bounds[0], bounds[1])
         for other in others:
             other.result()
 

@@ -126,7 +126,7 @@ class Tensor(
         # A node knows the live tensors holding it (by id, as weak references: Tensor's == is elementwise, so no sets
         # of tensors), so realization and autograd visit only the tensors they concern. The map lives with the node's
         # cached facts: it dies with the node, with no weak dictionary to keep up.
-        previous = getattr(self, "_uop", None)
+        previous = getattr(self, "_uop", None)  # (unset while __init__ runs)
         if previous is not None and (holders := previous.__dict__.get("tensors")) is not None:
             holders.pop(id(self), None)
         self._uop = node
@@ -236,7 +236,8 @@ class Tensor(
     def _new(self, uop: UOp) -> Tensor:
         """A tensor for the result of an op on this one (built directly: the hottest path of graph building)."""
         tensor = object.__new__(Tensor)
-        tensor.device, tensor.grad, tensor._history = self.device, None, None
+        # (_uop set first: the setter's look-up of an unset slot would raise and catch an AttributeError)
+        tensor.device, tensor.grad, tensor._history, tensor._uop = self.device, None, None, None
         if Tensor.no_grad:
             tensor._requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
         else:
@@ -342,10 +343,16 @@ class Tensor(
 
     @staticmethod
     def _realize_all(tensors: tuple[Tensor, ...]) -> None:
-        pending = [t for t in tensors if not is_buffer_view(t.uop)]
-        if not pending:
+        # (plain loops: on Python 3.11 a comprehension costs a frame, and one tensor is the common case)
+        outputs = []
+        for tensor in tensors:
+            if not is_buffer_view(tensor._uop):
+                if not outputs:
+                    device = tensor.device  # (the first pending tensor's)
+                outputs.append(tensor._uop)
+        if not outputs:
             return
-        schedule, becomes, remember = create_schedule([t.uop for t in pending], pending[0].device)
+        schedule, becomes, remember = create_schedule(outputs, device)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
@@ -360,7 +367,7 @@ class Tensor(
             if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
                 tensor._history = remember_history(view, node)
             tensor.uop = view
-        if DEBUG >= 1:
+        if DEBUG.value >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 
     def assign(self, value: Tensor | Any) -> Tensor:

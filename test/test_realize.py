@@ -277,3 +277,20 @@ def test_a_kernel_that_fails_to_generate_leaves_no_kernel_waiting(monkeypatch):
     # both kernels are built afresh: the first was forgotten with the failure, not left pending
     np.testing.assert_allclose(results[0].numpy(), np.arange(5) * 3.25)
     np.testing.assert_allclose(results[1].numpy(), 10 + 7.5)
+
+
+def test_a_program_reused_on_other_buffers_reads_them():
+    # a program keeps the array of its last call's buffer addresses: a call on other buffers must not reuse it
+    sources = [Tensor([float(n), float(n) + 1]).realize() for n in (1, 10, 100, 1000)]
+    kernels = GlobalCounters.kernel_count
+    results = [(source + 1).realize() for source in sources]  # all kept: each in a buffer of its own
+    assert GlobalCounters.kernel_count - kernels == 4
+    assert [r.tolist() for r in results] == [[2.0, 3.0], [11.0, 12.0], [101.0, 102.0], [1001.0, 1002.0]]
+
+
+def test_repeated_small_graphs_each_run_with_their_own_constant():
+    # leaves keep their part of the schedule's structure key: constants that compare equal in Python stay apart
+    t = Tensor([1.0]).realize()
+    for _ in range(3):
+        assert (t * 0.0 + 1).reciprocal().item() == 1.0 and (t * -0.0).reciprocal().item() == float("-inf")
+        assert (t + 1).item() == 2.0 and (t + True).item() == 2.0 and (t + 2).item() == 3.0

@@ -52,7 +52,12 @@ ProgramKey = tuple[str, UOp, bool, int, bool]
 
 
 def program_key(device_name: str, ast: UOp) -> ProgramKey:
-    return (device_name, ast, bool(NOOPT), BEAM.value, bool(ALLOW_TF32))
+    return (device_name, ast, *program_settings())
+
+
+def program_settings() -> tuple[bool, int, bool]:
+    """The part of every program key that the settings decide (read once per schedule: a schedule runs under one)."""
+    return bool(NOOPT.value), BEAM.value, bool(ALLOW_TF32.value)
 
 
 # compiled kernels, least recently used first, at most PROGRAM_CACHE of them
@@ -372,7 +377,13 @@ def run_item(item: ScheduleItem, key: ProgramKey | None = None) -> None:
     buffers = [buffer_of(node) for node in item.buffers]
     if buffers[0].size == 0:
         return
-    kernel = get_kernel(item.device, item.ast, key)
+    # (get_kernel's common case inlined: a repeated small graph's launch is mostly such overhead)
+    kernel = _programs.get(key) if key is not None else None
+    if kernel is not None:
+        _programs.move_to_end(key)
+        GlobalCounters.compile_cache_hits += 1
+    else:
+        kernel = get_kernel(item.device, item.ast, key)
     if capture.launches is not None:
         capture.launches.append(Launch(kernel, item.buffers, item.device))
     launch_kernel(kernel, buffers, item.device)
@@ -388,7 +399,7 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
     GlobalCounters.global_ops += kernel.ops
     GlobalCounters.global_mem += kernel.memory
     GlobalCounters.time_sum_s += elapsed
-    if DEBUG >= 2:
+    if DEBUG.value >= 2:
         print(
             f"*** {Device[device_name].name:6s} {GlobalCounters.kernel_count:4d} {kernel.name:28s} global {kernel.global_size:<10d} "
             f"{elapsed * 1e3:9.3f} ms {kernel.ops / elapsed / 1e9 if elapsed else 0:8.2f} GFLOP/s "
@@ -400,7 +411,8 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
     """Run every item in order, after starting to build every kernel not built yet (so a cold schedule generates
     code for the next kernels while the compiler works on the first)."""
     new: dict[str, dict[UOp, None]] = {}  # per device, in schedule order, without repeats
-    keys = [program_key(item.device, item.ast) for item in schedule]
+    settings = program_settings()
+    keys = [(item.device, item.ast, *settings) for item in schedule]
     for item, key in zip(schedule, keys):
         if (
             item.kind == "kernel"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -426,43 +427,55 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
     positions; the buffers in order; and whether kernels see the graph as it is (no node in it was realized
     earlier, and no DETACH is to be dropped: see `_prepare`)."""
     order: list[UOp] = []
-    position: dict[UOp, int] = {}
-    visited: set[UOp] = set()
-    buffers: list[UOp] = []
+    position: dict[UOp, int] = {}  # (also the visited set: a node popped again was finished before, as the graph
+    buffers: list[UOp] = []  # has no cycles and its own sources lie above it on the stack)
     entries: list[Any] = [device]
     as_is = True
-    get_realized = realized.get
+    # `realized.get` inlined: the weak map is slow to ask, and this walk runs on every realize
+    get_realized, weak = realized.data.get, weakref.ref
     stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(outputs)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, sources_done = stack.pop()
+        node, sources_done = pop()
         if not sources_done:
-            if node in visited:
+            if node in position:
                 continue
-            visited.add(node)
             if node.src:  # (a leaf is done at once: small graphs are mostly leaves)
-                stack.append((node, True))
+                push((node, True))
                 for source in reversed(node.src):
-                    if source not in visited:
-                        stack.append((source, False))
+                    if source not in position:
+                        push((source, False))
                 continue
-        op, arg = node.op, node.arg
-        if op is Ops.BUFFER:
-            buffers.append(node)
-            entries.append((node.dtype, *arg[1:]))
+            # a leaf's entry depends on it alone: kept with its cached facts (buffers and constants outlive graphs)
+            entry = node.__dict__.get("structure_entry")
+            if entry is None:
+                entry = node.__dict__["structure_entry"] = _leaf_entry(node)
+            if node.op is Ops.BUFFER:
+                buffers.append(node)
+            entries.append(entry)
         else:
-            # (constants are never computed, so never looked up: the weak map is slow to ask)
-            if as_is and op is not Ops.CONST and (op is Ops.DETACH or get_realized(node) is not None):
+            op, arg = node.op, node.arg
+            if as_is and (op is Ops.DETACH or get_realized(weak(node)) is not None):
                 as_is = False
             if op in _UNIQUE_ARGS:
                 arg = None
             elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
                 arg = _const_key(arg)
-            sources = tuple([position[source] for source in node.src]) if node.src else ()
-            entries.append((op, node.dtype, arg, sources))
+            # (map over the dict's own method: a comprehension costs a frame of its own)
+            entries.append((op, node.dtype, arg, tuple(map(position.__getitem__, node.src))))
         position[node] = len(order)
         order.append(node)
-    entries.append(tuple([position[output] for output in outputs]))
+    entries.append(tuple(map(position.__getitem__, outputs)))
     return order, tuple(entries), buffers, as_is
+
+
+def _leaf_entry(node: UOp) -> tuple:
+    """A leaf's part of a structure key: a buffer's dtype, size and device (not its id); any other leaf's op, dtype
+    and argument. A leaf has no buffer below it to be computed from, so it is never realized (see `_reusable`):
+    `_structure` does not look it up."""
+    if node.op is Ops.BUFFER:
+        return (node.dtype, *node.arg[1:])
+    return (node.op, node.dtype, _const_key(node.arg), ())
 
 
 _UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
@@ -487,7 +500,11 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         plan = _plans[key] = _make_plan(UOp(Ops.SINK, src=tuple(kernel_outputs)), nodes, inputs, device)
         if len(_plans) > PLAN_CACHE_SIZE:
             del _plans[next(iter(_plans))]
-    buffers = inputs + [new_buffer(*spec) for spec in plan.new_buffers] if plan.new_buffers else inputs
+    buffers = inputs
+    if plan.new_buffers:
+        buffers = inputs.copy()
+        for spec in plan.new_buffers:
+            buffers.append(new_buffer(*spec))
     for slot in plan.overwritten:
         forget_buffer(buffers[slot])  # nodes computed into it earlier no longer read their value there
     schedule = [
@@ -509,7 +526,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
         becomes |= views
     else:
         becomes = views
-    if DEBUG >= 1:
+    if DEBUG.value >= 1:
         print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
     return schedule, becomes, remember
 

@@ -154,12 +154,20 @@ def toposort(roots: list[UOp]) -> list[UOp]:
 
 _MISSING = object()  # a cached fact not computed yet (None is a fact: the shape of a kernel node)
 
+
+class _InternRef(weakref.ref):
+    """A weak reference to an interned node that carries its key. (weakref.KeyedRef does the same, but through a
+    Python __new__ and __init__ on every node made: here both are weakref's own, and the key is set after.)"""
+
+    __slots__ = ("key",)
+
+
 # structural key -> weak reference to the one node with it (a plain dict of weak references: a WeakValueDictionary
 # does the same with more Python per call, and node creation is the hottest path of graph building)
-_interned: dict[tuple, weakref.KeyedRef] = {}
+_interned: dict[tuple, _InternRef] = {}
 
 
-def _forget(reference: weakref.KeyedRef) -> None:
+def _forget(reference: _InternRef) -> None:
     """Drop a dead node's entry (unless a new node with the same key took the place already)."""
     if _interned.get(reference.key) is reference:
         del _interned[reference.key]
@@ -184,7 +192,8 @@ class UOp:
         _set_dtype(node, dtype)
         _set_src(node, src)
         _set_arg(node, arg)
-        _interned[key] = weakref.KeyedRef(node, _forget, key)
+        reference = _interned[key] = _InternRef(node, _forget)
+        reference.key = key
         return node
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -213,6 +222,9 @@ class UOp:
         building a long graph node by node stays linear."""
         if name in self.__dict__:
             return self.__dict__[name]
+        if all(name in source.__dict__ for source in self.src):  # the common case: a node built on known ones
+            fact = self.__dict__[name] = compute(self)
+            return fact
         order: list[UOp] = []
         stack: list[tuple[UOp, bool]] = [(self, False)]
         visited: set[UOp] = set()
