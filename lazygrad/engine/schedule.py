@@ -114,7 +114,8 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
     im2col), the buffer holds it in the reader's order, so the products over it read rows."""
     reached_by: dict[UOp, set[UOp]] = {}
     computed_by: dict[UOp, set[UOp]] = {}  # elementwise nodes, and the kernels computing them
-    permuted_by: dict[UOp, set[UOp]] = {}  # permuted views of unrealized values read through an expand, and by whom
+    # permuted views of unrealized values read through an expand: by which kernels, each with the reduce reading it
+    permuted_by: dict[UOp, dict[UOp, UOp | None]] = {}
     unsafe: set[UOp] = set()
     costs: dict[UOp, int] = {}
     for root in roots:
@@ -122,16 +123,16 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
         views: dict[UOp, set[tuple[UOp, ...]]] = {}
         seen: set[tuple] = set()
         # (node, what a reduce there would be, the movement ops above it, the shape of the loops around it, whether
-        # it is inside a random value computed in this kernel)
+        # it is inside a random value computed in this kernel, the reduce it is inside)
         in_random = root in random_leaves
         if root.op is Ops.REDUCE:
             loops = root.src[0].shape if _reduces_suffix(root) else None
-            stack = [(source, NESTED, (), loops, in_random) for source in root.src]
+            stack = [(source, NESTED, (), loops, in_random, root) for source in root.src]
         else:
-            stack = [(root, FREE, (), root.shape, in_random)]
+            stack = [(root, FREE, (), root.shape, in_random, None)]
         while stack:
             state = stack.pop()
-            node, where, view, loops, in_random = state
+            node, where, view, loops, in_random, inside = state
             if state in seen or (node in to_realize and node is not root):
                 continue
             seen.add(state)
@@ -146,7 +147,7 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
                     unsafe.add(node)
             in_random = in_random or node in random_leaves
             if node.op is Ops.REDUCE:
-                where, loops = NESTED, node.src[0].shape if _reduces_suffix(node) else None
+                where, loops, inside = NESTED, node.src[0].shape if _reduces_suffix(node) else None, node
             elif _broadcasts_suffix(node, loops) and where is not REPEATED:
                 where, loops = FREE, node.src[0].shape
             elif _expands(node):
@@ -160,17 +161,22 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
                 read = node.src[0]
                 if read not in to_realize and computed not in to_realize and computed.op is not Ops.BUFFER:
                     if _permutes(read, computed):
-                        permuted_by.setdefault(read, set()).add(root)
+                        permuted_by.setdefault(read, {})[root] = inside
             elif node.shape != loops:
                 loops = None
             source_view = (*view, node) if node.op in MOVEMENT else ()
-            stack.extend((source, where, source_view, loops, in_random) for source in node.src)
+            stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     unsafe.update(_shared_costly_work(computed_by, to_realize, costs))
     # a permuted view that two kernels read through expands (a convolution's windows, read by the forward product and
-    # by the weight's gradient) is written once in their order: both products then read rows
-    unsafe.update(view for view, kernels in permuted_by.items() if len(kernels) > 1)
+    # by the weight's gradient) is written once in their order: both products then read rows. Not where a product
+    # reduces short rows of it (3 channels of 3x3 taps): those it reads directly, faster than a copy
+    unsafe.update(
+        view
+        for view, kernels in permuted_by.items()
+        if len(kernels) > 1 and all(_row_reduced(reduce) >= WINDOW_ROW for reduce in kernels.values())
+    )
     return unsafe
 
 
@@ -207,6 +213,19 @@ def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], 
 # the cost of computing a value, in simple ALU operations: what a transcendental or a division costs; the cost per
 # value from which elementwise work read through an expand is computed once into a buffer instead; and how many
 # operations the repeats must add up to, to be worth a kernel launch and a pass over memory
+# the values a product must reduce along its rows (its last axis and the others it reduces) for the windows it reads
+# to be worth a buffer of their own
+WINDOW_ROW = 64
+
+
+def _row_reduced(reduce: UOp | None) -> float:
+    """How many values `reduce` combines into each output where it reduces its last axis (a product over rows: a
+    convolution's forward pass over channels and taps); infinite where it does not (a weight's gradient)."""
+    if reduce is None or len(reduce.src[0].shape) - 1 not in reduce.arg[1]:
+        return float("inf")
+    return prod(reduce.src[0].shape[axis] for axis in reduce.arg[1])
+
+
 SLOW_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.IDIV, Ops.MOD}
 SLOW_OP_COST, COSTLY, REPEATED_WORK = 4, 12, 1 << 18
 # the operations that several kernels computing one value must repeat, in all, to be worth its buffer: more than an
