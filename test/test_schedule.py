@@ -5,6 +5,7 @@ import pytest
 
 from lazygrad import Device, GlobalCounters, Tensor
 from lazygrad.engine.kernel_work import KERNEL_WORK_LIMIT
+from lazygrad.uop.ops import Ops
 
 
 def kernels(*tensors: Tensor) -> int:
@@ -208,6 +209,34 @@ def test_costly_work_read_through_an_expand_is_computed_once():
     assert kernels(normed @ w1, normed @ w2) == 3
     assert kernels((x @ w1 + b).relu() @ w2) == 2
     assert kernels(rand(8, 32, 32).softmax(-1) @ rand(8, 32, 64)) == 2
+
+
+def test_relu_gradient_mask_of_a_large_product_is_computed_once_with_its_product():
+    # at an MLP's sizes a ReLU's forward output and its gradient mask (an add, two compares and a select per value)
+    # are read by products that would repeat them once per output column: each gets a buffer, and the gradient's
+    # product that the mask multiplies is computed in the mask's kernel (not a buffer of its own)
+    x, w1, b1, w2, w3 = rand(256, 784), rand(784, 512), rand(512), rand(512, 512), rand(512, 10)
+    for parameter in (w1, b1, w2, w3):
+        parameter.requires_grad_()
+    ((x @ w1 + b1).relu() @ w2).relu().matmul(w3).sum().backward()
+    schedule = w1.grad.schedule(b1.grad, w2.grad, w3.grad)
+    # the two forward products, the first ReLU's output, the two masks each with its product, the four gradients
+    assert len(schedule) == 9
+    masked_products = [
+        item
+        for item in schedule
+        if item.ast.src[0].src[-1].op is Ops.WHERE and any(n.op is Ops.REDUCE for n in item.ast.toposort)
+    ]
+    assert len(masked_products) == 2
+    if Device.DEFAULT == "PYTHON":
+        return  # (its values: the emulator would take minutes)
+    xn, w1n, b1n, w2n, w3n = (t.numpy() for t in (x, w1, b1, w2, w3))
+    h1 = xn @ w1n + b1n
+    h2 = np.maximum(h1, 0) @ w2n
+    grad_h2 = (np.ones((256, 10), np.float32) @ w3n.T) * (h2 > 0)
+    grad_h1 = (grad_h2 @ w2n.T) * (h1 > 0)
+    np.testing.assert_allclose(w1.grad.numpy(), xn.T @ grad_h1, rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(b1.grad.numpy(), grad_h1.sum(0), rtol=1e-3, atol=1e-2)
 
 
 def test_mlp_training_step():

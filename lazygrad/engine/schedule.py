@@ -117,6 +117,7 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
     # permuted views of unrealized values read through an expand: by which kernels, each with the reduce reading it
     permuted_by: dict[UOp, dict[UOp, UOp | None]] = {}
     unsafe: set[UOp] = set()
+    operands: set[UOp] = set()  # costly values read through an expand
     costs: dict[UOp, int] = {}
     for root in roots:
         # the movement ops each reduce is read through (since the last other op), per kernel
@@ -153,10 +154,12 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
             elif _expands(node):
                 where, loops = REPEATED, None
                 computed = _below_movement(node)
-                if computed not in to_realize and _repeats_costly_work(node, computed, to_realize, costs):
+                if computed not in to_realize and _repeats_costly_work(
+                    node, computed, to_realize, costs, inside is not None
+                ):
                     # a kernel of its own (what it reads is decided there, not here), written in the order this
                     # reader walks it where a permute lies between
-                    unsafe.add(node.src[0] if _permutes(node.src[0], computed) else computed)
+                    operands.add(node.src[0] if _permutes(node.src[0], computed) else computed)
                     continue
                 read = node.src[0]
                 if read not in to_realize and computed not in to_realize and computed.op is not Ops.BUFFER:
@@ -167,6 +170,10 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
             source_view = (*view, node) if node.op in MOVEMENT else ()
             stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
+    if operands:
+        # these first: a reduce they read may be unsafe only where they would recompute it (a ReLU's gradient mask
+        # over a product, also summed for the bias's gradient), and once they are buffers it fuses into theirs
+        return operands
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     unsafe.update(_shared_costly_work(computed_by, to_realize, costs))
     # a permuted view that two kernels read through expands (a convolution's windows, read by the forward product and
@@ -228,18 +235,26 @@ def _row_reduced(reduce: UOp | None) -> float:
 
 SLOW_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.IDIV, Ops.MOD}
 SLOW_OP_COST, COSTLY, REPEATED_WORK = 4, 12, 1 << 18
+# an operand of a product (a value read through an expand inside a reduce) is computed once into a buffer from a
+# lower cost, where it is repeated a lot: each repeat is in the product's innermost loop, beside a multiply-add (a
+# ReLU's gradient mask, cost 8, fused into an MLP's weight gradient made it take twice as long). Where less is
+# repeated (a transformer's 32-wide feed-forward, a batch norm's scale) the extra kernels cost as much as they save
+PRODUCT_OPERAND_COSTLY, PRODUCT_REPEATED_WORK = 6, 1 << 26
 # the operations that several kernels computing one value must repeat, in all, to be worth its buffer: more than an
 # expand's, since a kernel's extra loop costs little where the value stays in cache, while each buffer adds a launch
 SHARED_WORK = 1 << 21
 
 
-def _repeats_costly_work(expand: UOp, computed: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
-    """Whether the elementwise value `computed`, read through `expand`, is costly and repeated enough to be
-    computed once into a buffer."""
-    if not _costly(computed, to_realize, costs):
-        return False
-    repeats = prod(expand.shape) - prod(expand.src[0].shape)
-    return costs[computed] * repeats >= REPEATED_WORK
+def _repeats_costly_work(
+    expand: UOp, computed: UOp, to_realize: set[UOp], costs: dict[UOp, int], in_product: bool
+) -> bool:
+    """Whether the elementwise value `computed`, read through `expand` (inside a reduce where `in_product`), is
+    costly and repeated enough to be computed once into a buffer."""
+    cost = _cost(computed, to_realize, costs)
+    work = cost * (prod(expand.shape) - prod(expand.src[0].shape))
+    if cost >= COSTLY and work >= REPEATED_WORK:
+        return True
+    return in_product and cost >= PRODUCT_OPERAND_COSTLY and work >= PRODUCT_REPEATED_WORK
 
 
 def _permutes(view: UOp, base: UOp) -> bool:
@@ -261,11 +276,16 @@ def _below_movement(node: UOp) -> UOp:
 
 
 def _costly(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
-    """Whether computing elementwise `node` in a kernel costs COSTLY or more: its ALU operations (a slow one counts
-    SLOW_OP_COST), each input read counting one, down to buffers, reduces (which are realized where an expand
+    """Whether computing elementwise `node` in a kernel costs COSTLY or more."""
+    return _cost(node, to_realize, costs) >= COSTLY
+
+
+def _cost(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> int:
+    """What computing elementwise `node` in a kernel costs, counted up to COSTLY: its ALU operations (a slow one
+    counts SLOW_OP_COST), each input read counting one, down to buffers, reduces (which are realized where an expand
     repeats them) and nodes that get their own."""
     if node.op in (Ops.BUFFER, Ops.CONST, Ops.REDUCE) or node in to_realize:
-        return False
+        return 0
     if node not in costs:
         total, seen, stack = 0, set(), [node]
         while stack and total < COSTLY:
@@ -279,7 +299,7 @@ def _costly(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
                 total += SLOW_OP_COST if current.op in SLOW_OPS else current.op not in MOVEMENT
                 stack.extend(current.src)
         costs[node] = total
-    return costs[node] >= COSTLY
+    return costs[node]
 
 
 def kernel_roots(
