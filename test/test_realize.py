@@ -209,7 +209,7 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
     from lazygrad.codegen.heuristic import candidate_opts
     from lazygrad.codegen.lower import lower_kernel
     from lazygrad.codegen.opt import Opt, prepare
-    from lazygrad.engine import search
+    from lazygrad.engine import realize, search
     from lazygrad.helpers import BEAM
 
     monkeypatch.setattr(search, "disk_cache", diskcache.DiskCache(str(tmp_path)))
@@ -221,7 +221,7 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
     np.testing.assert_allclose(product.numpy(), a @ b, rtol=1e-4, atol=1e-4)
     assert len(list((tmp_path / "beam").iterdir())) == 1
     device = Device[item.device]
-    kept = search.disk_cache.get("beam", f"{device.name} {item.ast.key.hex()}")
+    kept = search.disk_cache.get("beam", search.beam_key(device, item.ast))
     choice = tuple(Opt.from_json(value) for value in json.loads(kept))
     kernel, target = prepare(lower_kernel(item.ast)), device.renderer.target
     assert choice in candidate_opts(kernel, target)[:3]
@@ -231,6 +231,17 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
         raise AssertionError("timed again")
 
     assert search.beam_opts(device, item.ast, kernel, no_timing) == choice
+
+    # on another CPU model (another compiler identity) the kept choice is not taken: the search times again
+    monkeypatch.setattr(device.compiler, "cache_name", device.compiler.cache_name + "-another-cpu")
+    timed = []
+
+    def build_and_count(opts):
+        timed.append(opts)
+        return realize.build_candidate(device, item.ast, kernel, opts)
+
+    assert search.beam_opts(device, item.ast, kernel, build_and_count) in candidate_opts(kernel, target)[:3]
+    assert len(timed) == 3
 
 
 def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkeypatch):
@@ -249,7 +260,7 @@ def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkey
     doubled = Tensor(data, device="PYTHON") * 2
     (item,) = doubled.schedule()
     np.testing.assert_array_equal(doubled.numpy(), data * 2)
-    kept = search.disk_cache.get("beam", f"PYTHON {item.ast.key.hex()}")
+    kept = search.disk_cache.get("beam", search.beam_key(Device["PYTHON"], item.ast))
     choice = tuple(Opt.from_json(value) for value in json.loads(kept))
     offered = candidate_opts(prepare(lower_kernel(item.ast)), Device["PYTHON"].renderer.target)
     assert choice in offered[:3] and len(offered) == 3  # blocks of 8 (the default), 32 and 64 threads

@@ -3,9 +3,9 @@
 With `BEAM=N`, every new kernel with choices to make (a matrix product, a reduce with reused inputs; on a device
 with threads, every kernel with outputs to spread) has up to N candidate action lists — the default list with each
 register block, or block size, the heuristic offers — compiled and run on scratch buffers of its sizes; the
-fastest is used. The choice is kept in the disk cache by the kernel's content
-hash and the device, so a later process skips the search; a kept list that is not one of the kernel's candidates
-is ignored, and the search runs again.
+fastest is used. The choice is kept in the disk cache by the kernel's content hash, the device and the CPU or
+GPU model it was timed on (`beam_key`), so a later process on that machine skips the search; a kept list that is not
+one of the kernel's candidates is ignored, and the search runs again.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def beam_opts(
     candidates = offered[: max(BEAM.value, 0)]
     if len(candidates) < 2:
         return heuristic_opts(prepared, target)
-    key = f"{device.name} {ast.key.hex()}"
+    key = beam_key(device, ast)
     kept = disk_cache.get("beam", key)
     if kept is not None:
         choice = decode_opts(kept)
@@ -54,6 +54,13 @@ def beam_opts(
         print(f"BEAM: {listed} -> [{' '.join(map(str, best))}]")
     disk_cache.put("beam", key, json.dumps([opt.to_json() for opt in best]).encode())
     return best
+
+
+def beam_key(device: Any, ast: UOp) -> str:
+    """The disk cache's key of a kernel's BEAM choice: per device and per CPU or GPU model, since the compiler's
+    identity names the code it generates for (the host CPU and its features, or LAZYGRAD_CPU's; the GPU's
+    architecture), so a choice timed on one machine is not taken on another."""
+    return f"{device.name} {device.compiler.cache_name} {ast.key.hex()}"
 
 
 def decode_opts(kept: bytes) -> Opts | None:
