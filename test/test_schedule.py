@@ -228,8 +228,8 @@ def test_relu_gradient_mask_of_a_large_product_is_computed_once_with_its_product
         if item.ast.src[0].src[-1].op is Ops.WHERE and any(n.op is Ops.REDUCE for n in item.ast.toposort)
     ]
     assert len(masked_products) == 2
-    if Device.DEFAULT == "PYTHON":
-        return  # (its values: the emulator would take minutes)
+    if Device.DEFAULT not in ("LLVM", "CPU"):
+        return  # (its values on the host devices: the PYTHON emulator and the CUDA shim would take minutes)
     xn, w1n, b1n, w2n, w3n = (t.numpy() for t in (x, w1, b1, w2, w3))
     h1 = xn @ w1n + b1n
     h2 = np.maximum(h1, 0) @ w2n

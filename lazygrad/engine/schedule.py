@@ -110,8 +110,10 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
 
     Elementwise work below an expand is computed once per element of the expand: cheap work (a bias and a ReLU)
     stays fused, costly work (a layer norm's output read by the products after it, a softmax's read by attention's
-    second product) becomes a buffer, computed once. Where the reader sees it permuted (a convolution's windows, an
-    im2col), the buffer holds it in the reader's order, so the products over it read rows."""
+    second product) becomes a buffer, computed once, and so does fairly cheap work that a product repeats a lot (an
+    MLP's ReLU output and gradient mask, read once per output column of a 512-wide product). Where the reader sees it
+    permuted (a convolution's windows, an im2col), the buffer holds it in the reader's order, so the products over it
+    read rows. These values are decided first: a reduce below one is judged again once it is a buffer."""
     reached_by: dict[UOp, set[UOp]] = {}
     computed_by: dict[UOp, set[UOp]] = {}  # elementwise nodes, and the kernels computing them
     # permuted views of unrealized values read through an expand: by which kernels, each with the reduce reading it
