@@ -172,10 +172,11 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
             source_view = (*view, node) if node.op in MOVEMENT else ()
             stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
-    if operands:
-        # these first: a reduce they read may be unsafe only where they would recompute it (a ReLU's gradient mask
-        # over a product, also summed for the bias's gradient), and once they are buffers it fuses into theirs
-        return operands
+    if operands - to_realize:
+        # new ones first: a reduce they read may be unsafe only where they would recompute it (a ReLU's gradient
+        # mask over a product, also summed for the bias's gradient), and once they are buffers it fuses into theirs
+        return operands - to_realize
+    unsafe |= operands
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     unsafe.update(_shared_costly_work(computed_by, to_realize, costs))
     # a permuted view that two kernels read through expands (a convolution's windows, read by the forward product and
