@@ -172,10 +172,10 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
             source_view = (*view, node) if node.op in MOVEMENT else ()
             stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
         unsafe.update(node for node, ways in views.items() if len(ways) > 1)
-    if operands - to_realize:
+    if new_operands := operands - to_realize:
         # new ones first: a reduce they read may be unsafe only where they would recompute it (a ReLU's gradient
         # mask over a product, also summed for the bias's gradient), and once they are buffers it fuses into theirs
-        return operands - to_realize
+        return new_operands
     unsafe |= operands
     unsafe.update(node for node, roots_reaching in reached_by.items() if len(roots_reaching) > 1)
     unsafe.update(_shared_costly_work(computed_by, to_realize, costs))
@@ -198,7 +198,7 @@ def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], 
         node
         for node, kernels in computed_by.items()
         if len(kernels) > 1
-        and _costly(node, to_realize, costs)
+        and _cost(node, to_realize, costs) >= COSTLY
         and costs[node] * prod(node.shape) * (len(kernels) - 1) >= SHARED_WORK
     }
     inner: set[UOp] = set()
@@ -276,11 +276,6 @@ def _below_movement(node: UOp) -> UOp:
     while node.op in MOVEMENT:
         node = node.src[0]
     return node
-
-
-def _costly(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> bool:
-    """Whether computing elementwise `node` in a kernel costs COSTLY or more."""
-    return _cost(node, to_realize, costs) >= COSTLY
 
 
 def _cost(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> int:
