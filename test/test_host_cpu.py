@@ -32,7 +32,23 @@ def run(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_code_for_an_avx2_cpu_computes_the_same_values(device, tmp_path):
     result = run(PRODUCT, LAZYGRAD_CPU="haswell", LAZYGRAD_CACHE=str(tmp_path), **{device: "1"})
     assert result.returncode == 0, result.stderr
-    assert "haswell (LAZYGRAD_CPU; 8 floats a vector, 16 registers)" in result.stdout
+    # (its weights are copied onto the stack, as much as this machine's L2 cache allows)
+    assert "haswell (LAZYGRAD_CPU; 8 floats a vector, 16 registers; this machine's L2 cache" in result.stdout
+
+
+def test_the_stack_copies_take_half_of_this_machines_l2_cache(monkeypatch):
+    from lazygrad.runtime import host_cpu
+
+    assert host_cpu.l2_cache_bytes() >= 64 * 1024
+    assert named_cpu("haswell").target.pack_bytes == host_cpu.l2_cache_bytes() // 2
+    # where sysfs does not say, the smallest L2 in use
+    host_cpu.l2_cache_bytes.cache_clear()
+    monkeypatch.setattr(host_cpu.os, "listdir", lambda folder: (_ for _ in ()).throw(OSError("no sysfs")))
+    try:
+        assert host_cpu.l2_cache_bytes() == host_cpu.DEFAULT_L2_BYTES
+    finally:
+        monkeypatch.undo()
+        host_cpu.l2_cache_bytes.cache_clear()
 
 
 def test_cpu_names_and_their_vectors():

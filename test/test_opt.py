@@ -458,3 +458,118 @@ def test_tiles_of_a_convolution_and_of_a_padded_input(threaded):
     expected = np.pad(a_data, ((0, 0), (2, 2))) @ b_data
     for opts in [(Opt(L, 0, 4), Opt(L, 2, 4), Opt(U, 0, 2), Opt(T, 4, 4)), (Opt(L, 0, 4), Opt(L, 2, 8), Opt(T, 4, 6))]:
         np.testing.assert_allclose(run_with(a.pad(((0, 0), (2, 2))) @ b, opts), expected, rtol=1e-4, atol=1e-4)
+
+
+# ---- copies onto the stack (PACK): the host devices -----------------------------------------------------------------
+
+K = OptOp.PACK
+
+
+@pytest.fixture(params=["LLVM", "CPU"])
+def host(request) -> str:
+    return available(request.param)
+
+
+def on(device: str, *arrays: np.ndarray) -> list[Tensor]:
+    return [Tensor(array, device=device).realize() for array in arrays]
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        (Opt(K, 0),),  # the weights copied once per output column, read by every row
+        (Opt(K, 1),),  # the rows copied once per row, read by every column
+        (Opt(U, 1, 8), Opt(U, 0, 4), Opt(K, 0)),  # the register block's 8 columns side by side in the copy
+        (Opt(U, 1, 16), Opt(U, 0, 2), Opt(R, 2, 3), Opt(K, 0)),
+        (Opt(S, 2, 4), Opt(U, 1, 4), Opt(K, 0)),  # a reduce over two loops
+    ],
+    ids=str,
+)
+def test_pack_keeps_the_product(host, opts):
+    x, y = rng.standard_normal((24, 12)).astype(np.float32), rng.standard_normal((12, 32)).astype(np.float32)
+    a, b = on(host, x, y)
+    np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_pack_of_batched_padded_and_float64_products(host):
+    from lazygrad import dtypes
+
+    x, y, z = (rng.standard_normal(shape).astype(np.float32) for shape in ((3, 8, 12), (12, 16), (3, 12, 16)))
+    a, b, c = on(host, x, y, z)
+    # weights shared by the batch: copied once per column block, before the batch's loop or inside it
+    for opts in [(Opt(K, 1),), (Opt(K, 0),), (Opt(U, 2, 8), Opt(U, 1, 4), Opt(K, 1))]:
+        np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_with(a @ c, (Opt(K, 1),)), x @ z, rtol=1e-5, atol=1e-5)  # a copy per batch
+    # a padded input stays a gated load in the copy (zero outside)
+    expected = x[0] @ np.pad(y, ((0, 0), (2, 2)))
+    np.testing.assert_allclose(run_with(a[0] @ b.pad(((0, 0), (2, 2))), (Opt(K, 0),)), expected, rtol=1e-5, atol=1e-5)
+    # a reduce over two loops (a weight gradient's batch and time): both copied
+    g = rng.standard_normal((3, 8, 5)).astype(np.float32)
+    (d,) = on(host, g)
+    gradient = (a[:, :, :, None] * d[:, :, None, :]).sum((0, 1))
+    np.testing.assert_allclose(run_with(gradient, (Opt(K, 0),)), np.einsum("btk,btj->kj", x, g), rtol=1e-5, atol=1e-5)
+    u, v = on(host, x[0].astype(np.float64), y.astype(np.float64))
+    assert u.dtype == dtypes.float64
+    np.testing.assert_allclose(run_with(u @ v, (Opt(U, 1, 4), Opt(K, 0))), x[0].astype(np.float64) @ y, rtol=1e-12)
+
+
+def test_the_copy_runs_between_the_output_loops():
+    from lazygrad.codegen.linearize import linearize
+
+    a, _ = realized(16, 12)
+    b, _ = realized(12, 32)
+    kernel = apply_opts(kernel_of(a @ b), (Opt(U, 1, 8), Opt(K, 0)), Device["LLVM"].renderer.target)
+    kinds = [node.arg[1] for node in linearize(kernel) if node.op is Ops.RANGE]
+    # the column blocks, the copy of their weights (over the reduce), the rows, the reduce
+    assert kinds == [LoopKind.GLOBAL, LoopKind.PACK, LoopKind.GLOBAL, LoopKind.REDUCE]
+    assert [loop.src[0].arg for loop in output_loops_of(kernel)] == [4, 16]
+
+
+def output_loops_of(kernel):
+    from lazygrad.codegen.opt import output_loops
+
+    return output_loops(kernel)
+
+
+def test_a_pack_that_does_not_fit_is_an_error():
+    from lazygrad.codegen.renderer import Target
+
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 16)
+    cpu = Target(pack_bytes=1 << 16)
+    with pytest.raises(KernelOptError, match="no stack buffers"):
+        apply_opts(kernel_of(a @ b), (Opt(K, 0),), Device["PYTHON"].renderer.target)
+    with pytest.raises(KernelOptError, match="is a reduce loop, not an output loop"):
+        apply_opts(kernel_of(a @ b), (Opt(K, 2),), cpu)
+    with pytest.raises(KernelOptError, match="has no reduce"):
+        apply_opts(kernel_of(a + 1), (Opt(K, 0),), cpu)
+    with pytest.raises(KernelOptError, match="no input of the reduce reads the same memory all along loop 0"):
+        apply_opts(kernel_of((a * a).sum(1)), (Opt(K, 0),), cpu)
+    with pytest.raises(KernelOptError, match="would take 768 bytes of the stack, over 512"):
+        apply_opts(kernel_of(a @ b), (Opt(U, 1, 16), Opt(K, 0)), Target(pack_bytes=512))  # 16 columns of 12
+    with pytest.raises(KernelOptError, match="takes no amount"):
+        apply_opts(kernel_of(a @ b), (Opt(K, 0, 2),), cpu)
+    with pytest.raises(KernelOptError, match="copies inputs onto the stack"):
+        apply_opts(kernel_of(a @ b), (Opt(K, 0), Opt(U, 0, 2)), cpu)
+
+
+def test_the_heuristic_packs_the_weights_of_large_products_on_cpus():
+    from lazygrad.codegen.renderer import Target
+
+    avx2 = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+    a, _ = realized(512, 512)
+    assert heuristic_opts(kernel_of(a @ a), avx2) == (Opt(U, 1, 16), Opt(U, 0, 4), Opt(K, 0))
+    assert heuristic_opts(kernel_of(a @ a), Target(vector_width=8, vector_registers=16)) == (
+        Opt(U, 1, 16),
+        Opt(U, 0, 4),
+    )
+    # x @ wᵀ reads both inputs in order already; 16 rows are one block, read the weights once
+    assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(a @ a.T), avx2)}
+    b, _ = realized(16, 512)
+    assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(b @ a), avx2)}
+    # weights too large for the stack are read in place (16 columns of 8192: 512 KiB)
+    c, _ = realized(64, 8192)
+    w, _ = realized(8192, 64)
+    assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(c @ w), avx2)}
+    # and BEAM times lists with and without the copy
+    assert {OptOp.PACK in {opt.op for opt in opts} for opts in candidate_opts(kernel_of(a @ a), avx2)} == {True, False}

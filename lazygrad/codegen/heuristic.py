@@ -57,6 +57,7 @@ FMA_CHAINS = 8
 # a matrix product on a GPU: each thread's register tile (at most this many outputs along each of two loops) and
 # the reduce iterations staged in shared memory at a time (at most)
 TILE_REGISTERS, TILE_DEPTH = 4, 16
+PACK_REUSE = 8  # a copy of an input onto the stack pays for itself once the loops inside read it this many times
 
 # a register block: (outputs along the innermost output loop, outputs along each other reused loop); 0 across
 # means the reduce loop is the one vectorized
@@ -364,9 +365,9 @@ def unroll_small_reduces(plan: Plan, target: Target) -> None:
         plan.apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
 
 
-def shaped(sink: UOp) -> Plan:
-    """The plan after the loop changes that come before register blocking."""
-    plan = Plan(sink)
+def shaped(sink: UOp, target: Target | None = None) -> Plan:
+    """The plan (for `target`) after the loop changes that come before register blocking."""
+    plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
     upcast_selecting_loops(plan)
@@ -516,14 +517,33 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     return amount >= 2 and plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
 
 
-def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None) -> tuple[Opt, ...]:
+def pack_shared_input(plan: Plan, target: Target, shape: str | None) -> None:
+    """Copy the input that the rows of a matrix product share (the weights of x @ w) onto the stack, where the
+    reduce reads it with a stride (rows of memory apart, which fall into few cache sets: a power-of-two width keeps
+    only 8 of them in L1) and at least PACK_REUSE iterations of a loop read the copy again. `shape` is the kernel's
+    `matrix_shape` before its register block."""
+    reduces = reduce_nodes(plan.sink)
+    if not target.pack_bytes or shape != "contiguous outputs":
+        return
+    along, loads = rolled_reduce_loop(reduces[0]), memory_indices(plan.sink, Ops.LOAD)
+    for loop in reversed(output_loops(plan.sink)[:-1]):
+        reused = [index for index in loads if stride(index, loop) == 0]
+        strided = [index for index in reused if (stride(index, along) or 0) > len(reused)]
+        if loop.src[0].arg >= PACK_REUSE and strided:
+            plan.try_apply(Opt(OptOp.PACK, loop.arg[0]))
+            return
+
+
+def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, pack: bool = True) -> tuple[Opt, ...]:
     """The default actions for the prepared kernel `sink` on `target` (with the register block `blocking` where
-    one applies and is given)."""
+    one applies and is given; copying a shared input onto the stack unless `pack` is False)."""
     if target.max_threads:
         return thread_opts(sink, target)
-    plan = shaped(sink)
+    plan = shaped(sink, target)
+    shape = matrix_shape(plan.sink, target) if pack else None
     block_registers(plan, target, blocking)
     unroll_small_reduces(plan, target)
+    pack_shared_input(plan, target, shape)
     return tuple(plan.opts)
 
 
@@ -554,5 +574,6 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
         offered.append(thread_opts(sink, target, tensor_cores=False))
         offered.append(thread_opts(sink, target, tiles=False, tensor_cores=False))
     else:
-        offered = [heuristic_opts(sink, target, blocking) for blocking in register_blocks(sink, target)]
+        blocks = register_blocks(sink, target)
+        offered = [heuristic_opts(sink, target, blocking, pack) for pack in (True, False) for blocking in blocks]
     return list(dict.fromkeys(offered))

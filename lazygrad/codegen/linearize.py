@@ -7,15 +7,16 @@ them. Before a reduce's loops open, every part of its body that does not depend 
 is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
 contains it. A copy of the reduce's inputs into shared memory (a tile, up to its barrier) is emitted in the outermost
 of the reduce's loops where it can be, and an iteration of a loop that waited at a barrier ends at another, so that
-the next iteration's copy does not overwrite values still to be read. A reduce of tensor-core products (WMMA) is
-one accumulator (the warp's fragment) that each WMMA adds into.
+the next iteration's copy does not overwrite values still to be read. A copy of inputs onto the stack (a PACK: its
+stores inside loops of their own, up to its barrier) runs where the output loops it needs are open, before the next
+one opens. A reduce of tensor-core products (WMMA) is one accumulator (the warp's fragment) that each WMMA adds into.
 """
 
 from __future__ import annotations
 
 from lazygrad.codegen.lower import reduce_identity
 from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 
 def toposort_until_reduce(roots: tuple[UOp, ...] | list[UOp], skip: dict[UOp, UOp]) -> list[UOp]:
@@ -55,6 +56,11 @@ class Linearizer:
         self.reduces = [node for node in nodes if node.op is Ops.RANGE_REDUCE]
         # what a group of threads computed together, read back from their shared memory
         self.shared_reads = [node for node in nodes if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL]
+        # copies onto the stack, each with the loops that make it
+        self.packs: dict[UOp, list[UOp]] = {}
+        for node in nodes:
+            if node.op is Ops.BARRIER and (loops := [r for r in self.used[node] if r.arg[1] is LoopKind.PACK]):
+                self.packs[node] = sorted(loops, key=lambda loop: loop.arg[0])
         # (asked only of reduces that could share a loop nest with another)
         self.reduces_below = reduces_below(nodes) if len(self.reduces) > 1 else {}
 
@@ -141,12 +147,29 @@ class Linearizer:
             self.linear[member] = UOp(Ops.LOAD, member.dtype, (accumulator,))
             self.program.append(self.linear[member])
 
+    def emit_pack(self, barrier: UOp) -> None:
+        """A copy onto the stack: what does not depend on its loops first, then the loops around its stores."""
+        loops = self.packs[barrier]
+        for node in toposort_until_reduce(barrier.src, self.linear):
+            if node.op is not Ops.RANGE and not self.used[node].intersection(loops):
+                self.emit_node(node)
+        for loop in loops:
+            self.open_loop(loop)
+        for store in barrier.src:
+            self.emit(store)
+        for loop in reversed(loops):
+            self.close_loop(loop)
+        self.emit_node(barrier)
+
     def run(self) -> list[UOp]:
         self.program.extend(self.sink.arg)
         for node in self.program:
             self.linear[node] = node
         outputs = output_loops(self.sink)
         for loop in outputs:
+            for barrier, loops in self.packs.items():  # (the loops inside need the copies)
+                if barrier not in self.linear and self.used[barrier] - set(loops) <= self.open:
+                    self.emit_pack(barrier)
             # a reduce that needs only the loops open so far runs here, once per their index (a softmax's max and
             # sum, once per row; a full reduction's result, once), not inside the loops still to open
             for node in self.reduces:

@@ -40,6 +40,15 @@ unless an action says otherwise:
   constant sizes and a program has no branches (a gate guards one load or store). TILE comes after every other
   action, and no GROUP follows it.
 
+On a CPU (a target with `pack_bytes`):
+
+- PACK(axis): output loop `axis` becomes the innermost output loop, and each input of the reduce that reads the same
+  memory all along it and moves along the reduce is first copied into a buffer on the stack, once per iteration of
+  the output loops outside it: every element the reduce will read, for all of its iterations (each upcast copy a
+  column of its own, side by side), so that the loops inside read it in order, from a cache, instead of from
+  strided memory whose rows fall into the same cache sets (the weights of `x @ w`, a column block at a time).
+  It comes after the register blocking it reads.
+
 On devices with tensor cores (the target's `tensor_cores`):
 
 - TC(axis): run the sum of products over reduce loop `axis` on tensor cores, a warp per block computing a tile of
@@ -73,6 +82,7 @@ class OptOp(Enum):
     LOOP = auto()
     GROUP = auto()
     TILE = auto()
+    PACK = auto()
     TC = auto()
 
 
@@ -311,7 +321,8 @@ def local_index(loops: list[UOp]) -> UOp:
 def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     """The loops each node's value depends on: a reduce's value not on its own loops, and a read of memory the
     threads share only on its index (every thread that waited at the barrier before it reads the same) and the
-    loops the barrier is inside, besides the block's and threads' (a tile's copy is made once per iteration)."""
+    loops the barrier is inside, besides the threads' (a tile's copy is made once per iteration) and the loops that
+    make a copy (a PACK's)."""
     used: dict[UOp, frozenset[UOp]] = {}
     for node in kernel_nodes(sink):
         if node.op is Ops.RANGE:
@@ -319,7 +330,7 @@ def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
         elif node.op is Ops.RANGE_REDUCE:
             used[node] = used[node.src[0]] - frozenset(node.src[1:])
         elif node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL:
-            waited = (loop for loop in used[node.src[2]] if loop.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL))
+            waited = (loop for loop in used[node.src[2]] if loop.arg[1] not in (LoopKind.LOCAL, LoopKind.PACK))
             used[node] = used[node.src[1]].union(waited)
         else:
             used[node] = frozenset().union(*(used[source] for source in node.src))
@@ -489,6 +500,82 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
     return replace_ranges(sink, tiled, {})
 
 
+PACKED_DTYPES = (dtypes.float32, dtypes.float64)  # the inputs PACK copies (their values need no conversion)
+
+
+def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
+    """Make output loop `loop` the innermost output loop, and read the inputs of the reduce that do not depend on it
+    (and move along the reduce) from copies on the stack: for each output loop outside it, a loop nest over the
+    reduce's loops copies what the reduce will read into a buffer per input, one column per load of that input (its
+    upcast copies), in the order they sit in memory. The linearizer makes the copy just before `loop` opens."""
+    name = f"PACK({loop.arg[0]})"
+    if target is None or not target.pack_bytes:
+        raise KernelOptError(f"{name}: the device has no stack buffers to copy inputs into (a CPU's)")
+    if loop.arg[1] is not LoopKind.GLOBAL:
+        raise KernelOptError(f"{name}: loop {loop.arg[0]} is a {loop.arg[1].name.lower()} loop, not an output loop")
+    reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE]
+    if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
+        raise KernelOptError(f"{name}: the kernel has no reduce, or reduces over different loops")
+    if any(node.op in (Ops.RANGE_REDUCE, Ops.BARRIER) for r in reduces for node in r.src[0].toposort):
+        raise KernelOptError(f"{name}: a reduce holds another reduce, or inputs copied already")
+    ranges, used = reduces[0].src[1:], loops_used(sink)
+    loads = [
+        node
+        for node in dict.fromkeys(node for r in reduces for node in r.src[0].toposort)
+        if node.op is Ops.LOAD
+        and node.src[0].op is Ops.DEFINE_GLOBAL
+        and node.dtype in PACKED_DTYPES
+        and loop not in used[node]
+        and not used[node].isdisjoint(ranges)
+    ]
+    if not loads:
+        raise KernelOptError(f"{name}: no input of the reduce reads the same memory all along loop {loop.arg[0]}")
+    staged = [r for r in ranges if any(r in used[load] for load in loads)]
+    length = prod(r.src[0].arg for r in staged)
+    size = length * sum(load.dtype.itemsize for load in loads)
+    if size > target.pack_bytes:
+        raise KernelOptError(f"{name}: the copies would take {size} bytes of the stack, over {target.pack_bytes}")
+    # the loop order: `loop` moves innermost, the output loops keep their numbers between them
+    outputs = output_loops(sink)
+    order = [other for other in outputs if other is not loop] + [loop]
+    renumbered = {old: UOp(Ops.RANGE, old.dtype, old.src, (new.arg[0], old.arg[1])) for old, new in zip(order, outputs)}
+    top = max(loops_by_axis(sink))
+    copying = {r: UOp(Ops.RANGE, r.dtype, r.src, (top + 1 + n, LoopKind.PACK)) for n, r in enumerate(staged)}
+    by_input: dict[UOp, list[UOp]] = {}
+    for load in loads:
+        by_input.setdefault(load.src[0], []).append(load)
+    stores, reads = [], {}
+    taken = sum(node.op is Ops.DEFINE_LOCAL for node in kernel_nodes(sink))
+    for number, (buffer, columns) in enumerate(by_input.items(), start=taken):
+        columns.sort(key=lambda load: constant_term(load.src[1]))  # neighbours in memory, neighbours in the copy
+        local = UOp(Ops.DEFINE_LOCAL, buffer.dtype, (), (number, length * len(columns)))
+        for column, load in enumerate(columns):
+            where = flat_index(staged, len(columns)) + column
+            copied = replace_ranges(load, copying, {})
+            stores.append(UOp(Ops.STORE, src=(local, simplify(replace_ranges(where, copying, {})), copied)))
+            reads[load] = (local, simplify(where))
+    barrier = UOp(Ops.BARRIER, src=tuple(stores))
+    replacements = {load: UOp(Ops.LOAD, load.dtype, (*reads[load], barrier)) for load in loads}
+    packed = {
+        r: r.replace(src=(replace_ranges(r.src[0], replacements, {}, simplified=False), *ranges)) for r in reduces
+    }
+    sink = replace_ranges(sink, packed, {})
+    return replace_ranges(sink, renumbered, {})
+
+
+def flat_index(loops: list[UOp], columns: int) -> UOp:
+    """The position in a copy of `columns` columns of the element at `loops` (outermost first)."""
+    index, stride_ = UOp.const(loops[0].dtype, 0), columns
+    for loop in reversed(loops):
+        index = index + loop * stride_
+        stride_ *= loop.src[0].arg
+    return index
+
+
+def constant_term(index: UOp) -> int:
+    return sum(factor for base, factor in map(split_term, sum_terms(index)) if base is None)
+
+
 def staged(sink: UOp) -> bool:
     """Whether the kernel copies inputs into shared memory inside a reduce loop (a tile)."""
     used = loops_used(sink)
@@ -527,7 +614,8 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
     size, kind = loop.src[0].arg, loop.arg[1]
     if opt.op is not OptOp.GROUP and any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
         raise KernelOptError(
-            f"{opt}: the kernel's threads share memory already (GROUP and TILE come after every other action)"
+            f"{opt}: the kernel's threads share memory already, or it copies inputs onto the stack (GROUP, TILE and "
+            "PACK come after every other action)"
         )
     if opt.op is OptOp.MERGE:
         return merge(sink, loop)
@@ -539,6 +627,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
         if kind is not LoopKind.REDUCE:
             raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
         return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
+    if opt.op is OptOp.PACK:
+        if opt.amount:
+            raise KernelOptError(f"{opt}: PACK takes no amount (the copies hold the whole reduce)")
+        return pack(sink, loop, target)
     if opt.amount < 2 or size % opt.amount:
         raise KernelOptError(f"{opt}: the amount must be at least 2 and divide the loop's {size} iterations")
     if opt.op is OptOp.SPLIT:

@@ -1,7 +1,8 @@
 """The CPU the host devices (LLVM, CPU) generate code for, read once: the host's own, or the one `LAZYGRAD_CPU`
 names (an LLVM/GCC CPU name such as `haswell`, `znver3` or `skylake-avx512`), so the code and the optimization
-choices of another x86-64 machine can be built, tested and timed here. The kernel optimizer reads its vector width
-and register count through the renderer's Target."""
+choices of another x86-64 machine can be built, tested and timed here. The kernel optimizer reads its vector width,
+register count and the stack it may copy inputs into through the renderer's Target. Cache sizes are always this
+machine's own (the code runs here, whatever CPU it is generated for)."""
 
 from __future__ import annotations
 
@@ -74,11 +75,36 @@ class HostCPU:
 
     @property
     def target(self) -> Target:
-        return Target(vector_width=self.vector_width, vector_registers=self.vector_registers)
+        # a copy of an input (PACK) takes half of a core's L2 cache: the rows it meets there need the other half
+        return Target(
+            vector_width=self.vector_width, vector_registers=self.vector_registers, pack_bytes=l2_cache_bytes() // 2
+        )
 
     def describe(self) -> str:
         source = "this machine's" if self.native else "LAZYGRAD_CPU"
-        return f"{self.name} ({source}; {self.vector_width} floats a vector, {self.vector_registers} registers)"
+        return (
+            f"{self.name} ({source}; {self.vector_width} floats a vector, {self.vector_registers} registers; "
+            f"this machine's L2 cache {l2_cache_bytes() // 1024} KiB a core)"
+        )
+
+
+DEFAULT_L2_BYTES = 256 * 1024  # where the OS does not say: the smallest L2 of an x86-64 core in use
+
+
+@functools.cache
+def l2_cache_bytes() -> int:
+    """The L2 cache of one core of this machine, from Linux's sysfs (DEFAULT_L2_BYTES where it is not there)."""
+    folder = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(folder)):
+            with open(f"{folder}/{index}/level") as level, open(f"{folder}/{index}/size") as size:
+                if level.read().strip() == "2":
+                    text = size.read().strip().upper()
+                    scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1:], 1)
+                    return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2_BYTES
 
 
 def named_cpu(name: str) -> HostCPU:

@@ -74,7 +74,7 @@ class Ops(Enum):
     ENDRANGE = auto()  # src: (range,)
     # threads (see codegen/threads.py)
     SPECIAL = auto()  # this thread's block or thread index; arg: ("block" | "thread", how many there are)
-    DEFINE_LOCAL = auto()  # memory shared by the threads of a block; arg: (number, size)
+    DEFINE_LOCAL = auto()  # memory shared by the threads of a block (on a CPU: on the stack); arg: (number, size)
     BARRIER = auto()  # every thread of the block waits here until all have made the stores in src
     # a warp's matrix multiply-accumulate on tensor cores (see codegen/tensor_cores.py); src: (shared A, shared B,
     # the barrier after their copies[, the accumulator added to, once linearized in a reduce]); arg: (m, n, k,
@@ -92,6 +92,9 @@ class LoopKind(Enum):
     VECTOR_REDUCE = auto()  # a reduce loop along which the inputs are contiguous, for the compiler to vectorize
     LOCAL = auto()  # an output loop whose iterations are the threads of a block (on devices with threads)
     LOOP = auto()  # an output loop that stays a loop inside each thread (devices with threads map the others)
+    PACK = (
+        auto()
+    )  # a loop that copies an input into a buffer on the stack (codegen's PACK), before the loops reading it
 
 
 OUTPUT_KINDS = frozenset({LoopKind.GLOBAL, LoopKind.LOCAL, LoopKind.LOOP})  # loops over the outputs, not a reduce

@@ -46,6 +46,9 @@ class Target:
     block_threads: int = 0
     shared_memory: int = 0
     tensor_cores: tuple[TensorCore, ...] = ()  # the warp-level matrix operations the device has (codegen's TC)
+    # a CPU: the bytes of the stack buffers a kernel may copy an input into (codegen's PACK; 0: none), about half
+    # of a core's L2 cache, where the copy stays while the loops inside read it again and again
+    pack_bytes: int = 0
 
 
 class Renderer(ABC):

@@ -197,6 +197,10 @@ class LLVMRenderer(Renderer):
                 ]
                 block = f"{label}_exit"
                 open_loops.pop()
+            elif op is Ops.DEFINE_LOCAL:  # a copy of an input on the stack (codegen's PACK)
+                allocas.append(f"  {out} = alloca [{node.arg[1]} x {MEMORY_TYPES[dtype]}], align 64")
+            elif op is Ops.BARRIER:  # (one thread: the copy is done once its stores are)
+                continue
             elif op is Ops.DEFINE_ACC:
                 allocas.append(f"  {out} = alloca {LLVM_TYPES[dtype]}")
                 lines.append(f"  store {LLVM_TYPES[dtype]} {render_const(node.arg[0], dtype)}, ptr {out}")
@@ -204,6 +208,8 @@ class LLVMRenderer(Renderer):
                 lines.append(f"  {out} = load {LLVM_TYPES[dtype]}, ptr {names[src[0]]}")
             elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
                 lines.append(f"  store {LLVM_TYPES[src[1].dtype]} {value(src[1])}, ptr {names[src[0]]}")
+            elif op is Ops.LOAD and src[0].op is Ops.DEFINE_LOCAL:  # (its third source is the copy it waits for)
+                lines += self.render_load(out, node.replace(src=src[:2]), value, names[src[0]])
             elif op is Ops.LOAD and len(src) == 3 and open_loops and open_loops[-1] in vectorized:
                 lines += self.render_branched_load(out, node, value, block)
                 block = f"{out[1:]}_join"
@@ -314,15 +320,17 @@ class LLVMRenderer(Renderer):
         return [f"  {out} = {'fadd' if node.op is Ops.ADD else 'fmul'} {t} {value(current)}, {value(update)}"]
 
     @staticmethod
-    def render_load(out: str, node: UOp, value) -> list[str]:
+    def render_load(out: str, node: UOp, value, address: str | None = None) -> list[str]:
+        """A load from a buffer (or the stack buffer at `address`)."""
         buffer, index = node.src[0], node.src[1]
+        address = address or f"%data{buffer.arg[0]}"
         memory_type, register_type = MEMORY_TYPES[node.dtype], LLVM_TYPES[node.dtype]
         lines, index_text = [], value(index)
         if len(node.src) == 3:  # a gated load reads element 0 when invalid, then selects zero
             lines.append(f"  {out}_index = select i1 {value(node.src[2])}, i64 {index_text}, i64 0")
             index_text = f"{out}_index"
         loaded = out if len(node.src) == 2 and node.dtype != dtypes.bool else f"{out}_raw"
-        lines.append(f"  {out}_ptr = getelementptr inbounds {memory_type}, ptr %data{buffer.arg[0]}, i64 {index_text}")
+        lines.append(f"  {out}_ptr = getelementptr inbounds {memory_type}, ptr {address}, i64 {index_text}")
         lines.append(f"  {loaded} = load {memory_type}, ptr {out}_ptr")
         if node.dtype == dtypes.bool:
             target = out if len(node.src) == 2 else f"{out}_bool"
