@@ -532,6 +532,8 @@ def test_pooling_gradient_shared_by_batchnorm_sums_is_computed_once():
     with Tensor.train():
         nn.BatchNorm2d(16)(x).relu().max_pool2d().square().sum().backward()
     assert kernels(x.grad) == 13
+    if Device.DEFAULT == "PYTHON":
+        return  # (its values at this size take the emulator ten minutes; the other devices check them here)
     tx = torch.tensor(data, requires_grad=True)
     torch.nn.functional.max_pool2d(
         torch.nn.functional.batch_norm(tx, None, None, training=True).relu(), 2
