@@ -401,9 +401,10 @@ def test_long_reduce_into_one_value_is_split_across_cores():
     x = Tensor(values, requires_grad=True)
     assert kernels(x.sum()) == 2 and kernels(x.max()) == 2
     np.testing.assert_allclose(x.sum().numpy(), values.astype(np.float64).sum(), rtol=1e-6)
-    assert x.max().numpy() == values.max()
-    (x * x).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 * values, rtol=1e-6)
+    if Device.DEFAULT != "PYTHON":  # (the emulator takes a minute for each of these at this size)
+        assert x.max().numpy() == values.max()
+        (x * x).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), 2 * values, rtol=1e-6)
     # short reduces, and reduces into many values, stay one kernel
     assert kernels(rand(1000).sum()) == 1 and kernels(rand(512, 1024).sum(1)) == 1
 

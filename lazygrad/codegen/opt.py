@@ -516,12 +516,11 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE]
     if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
         raise KernelOptError(f"{name}: the kernel has no reduce, or reduces over different loops")
-    if any(node.op in (Ops.RANGE_REDUCE, Ops.BARRIER) for r in reduces for node in r.src[0].toposort):
-        raise KernelOptError(f"{name}: a reduce holds another reduce, or inputs copied already")
     ranges, used = reduces[0].src[1:], loops_used(sink)
+    # (a load that moves along the reduce's loops is in its body: every reduce runs over the same loops)
     loads = [
         node
-        for node in dict.fromkeys(node for r in reduces for node in r.src[0].toposort)
+        for node in kernel_nodes(sink)
         if node.op is Ops.LOAD
         and node.src[0].op is Ops.DEFINE_GLOBAL
         and node.dtype in PACKED_DTYPES
@@ -538,9 +537,11 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     # the loop order: `loop` moves innermost, the output loops keep their numbers between them
     outputs = output_loops(sink)
     order = [other for other in outputs if other is not loop] + [loop]
-    renumbered = {old: UOp(Ops.RANGE, old.dtype, old.src, (new.arg[0], old.arg[1])) for old, new in zip(order, outputs)}
+    moved: dict[UOp, UOp] = {
+        old: UOp(Ops.RANGE, old.dtype, old.src, (new.arg[0], old.arg[1])) for old, new in zip(order, outputs)
+    }
     top = max(loops_by_axis(sink))
-    copying = {r: UOp(Ops.RANGE, r.dtype, r.src, (top + 1 + n, LoopKind.PACK)) for n, r in enumerate(staged)}
+    copying = moved | {r: UOp(Ops.RANGE, r.dtype, r.src, (top + 1 + n, LoopKind.PACK)) for n, r in enumerate(staged)}
     by_input: dict[UOp, list[UOp]] = {}
     for load in loads:
         by_input.setdefault(load.src[0], []).append(load)
@@ -555,20 +556,18 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
             stores.append(UOp(Ops.STORE, src=(local, simplify(replace_ranges(where, copying, {})), copied)))
             reads[load] = (local, simplify(where))
     barrier = UOp(Ops.BARRIER, src=tuple(stores))
-    replacements = {load: UOp(Ops.LOAD, load.dtype, (*reads[load], barrier)) for load in loads}
-    packed = {
-        r: r.replace(src=(replace_ranges(r.src[0], replacements, {}, simplified=False), *ranges)) for r in reduces
-    }
-    sink = replace_ranges(sink, packed, {})
-    return replace_ranges(sink, renumbered, {})
+    # one pass: the loads read the copies (whose loops are renumbered already), the other loops are renumbered (a
+    # simplified kernel stays so: its sums only change the order of their terms)
+    replacements = moved | {load: UOp(Ops.LOAD, load.dtype, (*reads[load], barrier)) for load in loads}
+    return replace_ranges(sink, replacements, {}, simplified=False)
 
 
 def flat_index(loops: list[UOp], columns: int) -> UOp:
     """The position in a copy of `columns` columns of the element at `loops` (outermost first)."""
-    index, stride_ = UOp.const(loops[0].dtype, 0), columns
+    index, step = UOp.const(loops[0].dtype, 0), columns
     for loop in reversed(loops):
-        index = index + loop * stride_
-        stride_ *= loop.src[0].arg
+        index = index + loop * step
+        step *= loop.src[0].arg
     return index
 
 
