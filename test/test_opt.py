@@ -573,3 +573,49 @@ def test_the_heuristic_packs_the_weights_of_large_products_on_cpus():
     assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(c @ w), avx2)}
     # and BEAM times lists with and without the copy
     assert {OptOp.PACK in {opt.op for opt in opts} for opts in candidate_opts(kernel_of(a @ a), avx2)} == {True, False}
+
+
+# ---- values kept on the stack (STASH): the host devices -------------------------------------------------------------
+
+H = OptOp.STASH
+
+
+@pytest.mark.parametrize("opts", [(Opt(H, 3),), (Opt(V, 2), Opt(V, 3), Opt(H, 3)), (Opt(H, 2),)], ids=str)
+def test_stash_keeps_a_softmax(host, opts):
+    # the sum's exponentials kept for the outputs (or, pointless but right, the max's inputs)
+    x = rng.standard_normal((16, 40)).astype(np.float32)
+    (a,) = on(host, x)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(run_with(a.softmax(-1), opts), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_the_heuristic_stashes_costly_values_on_cpus():
+    from lazygrad.codegen.renderer import Target
+
+    avx2 = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+    a, x = realized(16, 40)
+    assert heuristic_opts(kernel_of(a.softmax(-1)), avx2) == (Opt(V, 2), Opt(V, 3), Opt(H, 3))
+    assert OptOp.STASH not in {opt.op for opt in heuristic_opts(kernel_of(a.softmax(-1)), Target())}
+    # a log-softmax's outputs do not compute the exponentials again
+    assert OptOp.STASH not in {opt.op for opt in heuristic_opts(kernel_of(a.log_softmax(-1)), avx2)}
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(a.softmax(-1).numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_a_stash_that_does_not_fit_is_an_error():
+    from lazygrad.codegen.renderer import Target
+
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 16)
+    cpu = Target(pack_bytes=1 << 16)
+    softmax = kernel_of(a.softmax(-1))
+    with pytest.raises(KernelOptError, match="no stack buffers"):
+        apply_opts(softmax, (Opt(H, 3),), Device["PYTHON"].renderer.target)
+    with pytest.raises(KernelOptError, match="is a global loop, not a reduce loop"):
+        apply_opts(softmax, (Opt(H, 1),), cpu)
+    with pytest.raises(KernelOptError, match="no output computes the reduce's values again along a loop of 12"):
+        apply_opts(kernel_of(a @ b), (Opt(H, 2),), cpu)
+    with pytest.raises(KernelOptError, match="one reduce over loop 1 alone"):
+        apply_opts(kernel_of(a.sum()), (Opt(H, 1),), cpu)
+    with pytest.raises(KernelOptError, match="would take 48 bytes of the stack"):
+        apply_opts(softmax, (Opt(H, 3),), Target(pack_bytes=32))

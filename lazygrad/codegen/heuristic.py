@@ -43,7 +43,7 @@ from lazygrad.codegen.opt import (
 )
 from lazygrad.codegen.renderer import Target
 from lazygrad.helpers import prod
-from lazygrad.uop.ops import LoopKind, Ops, UOp
+from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import split_term, sum_terms
 
 # a device with threads gives each row a block when a kernel reduces into at most this many outputs along rows at
@@ -58,6 +58,8 @@ FMA_CHAINS = 8
 # the reduce iterations staged in shared memory at a time (at most)
 TILE_REGISTERS, TILE_DEPTH = 4, 16
 PACK_REUSE = 8  # a copy of an input onto the stack pays for itself once the loops inside read it this many times
+STASH_COST = 8  # operations per value that keeping it on the stack saves computing again (an exp2 is about 30)
+TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS})
 
 # a register block: (outputs along the innermost output loop, outputs along each other reused loop); 0 across
 # means the reduce loop is the one vectorized
@@ -534,6 +536,24 @@ def pack_shared_input(plan: Plan, target: Target, shape: str | None) -> None:
             return
 
 
+def stash_costly_values(plan: Plan, target: Target) -> None:
+    """Keep on the stack the values of a reduce that the outputs compute again, where each costs at least
+    STASH_COST operations, an exp2, log2, sin or cos counting as a polynomial's (a softmax's exponentials: its
+    outputs then only scale them)."""
+    if not target.pack_bytes:
+        return
+    used = loops_used(plan.sink)
+    for reduce in reduce_nodes(plan.sink):
+        loop, *others = reduce.src[1:]
+        work = sum(
+            (STASH_COST if node.op in TRANSCENDENTAL else 1)
+            for node in reduce.src[0].toposort
+            if node.op in ALU and loop in used[node]
+        )
+        if not others and work >= STASH_COST and plan.try_apply(Opt(OptOp.STASH, loop.arg[0])):
+            return
+
+
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, pack: bool = True) -> tuple[Opt, ...]:
     """The default actions for the prepared kernel `sink` on `target` (with the register block `blocking` where
     one applies and is given; copying a shared input onto the stack unless `pack` is False)."""
@@ -544,6 +564,7 @@ def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, 
     block_registers(plan, target, blocking)
     unroll_small_reduces(plan, target)
     pack_shared_input(plan, target, shape)
+    stash_costly_values(plan, target)
     return tuple(plan.opts)
 
 

@@ -48,6 +48,9 @@ On a CPU (a target with `pack_bytes`):
   column of its own, side by side), so that the loops inside read it in order, from a cache, instead of from
   strided memory whose rows fall into the same cache sets (the weights of `x @ w`, a column block at a time).
   It comes after the register blocking it reads.
+- STASH(axis): the value a reduce over loop `axis` (alone) takes at each iteration, which the outputs compute again
+  along an output loop of the same size (a softmax's exponentials), is kept in a buffer on the stack as the reduce
+  runs, and the outputs read it back once the reduce is done instead of computing it again.
 
 On devices with tensor cores (the target's `tensor_cores`):
 
@@ -83,6 +86,7 @@ class OptOp(Enum):
     GROUP = auto()
     TILE = auto()
     PACK = auto()
+    STASH = auto()
     TC = auto()
 
 
@@ -500,7 +504,7 @@ def tile(sink: UOp, loop: UOp, amount: int, target: Target) -> UOp:
     return replace_ranges(sink, tiled, {})
 
 
-PACKED_DTYPES = (dtypes.float32, dtypes.float64)  # the inputs PACK copies (their values need no conversion)
+PACKED_DTYPES = (dtypes.float32, dtypes.float64)  # what PACK and STASH keep on the stack (no conversion needed)
 
 
 def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
@@ -560,6 +564,43 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     # simplified kernel stays so: its sums only change the order of their terms)
     replacements = moved | {load: UOp(Ops.LOAD, load.dtype, (*reads[load], barrier)) for load in loads}
     return replace_ranges(sink, replacements, {}, simplified=False)
+
+
+def stash(sink: UOp, loop: UOp, target: Target | None) -> UOp:
+    """Keep the values the reduce over `loop` takes in a buffer on the stack, for the outputs that compute them again
+    along an output loop of the same size: the reduce reads each value back from the buffer right after storing it
+    (the compiler forwards it), and the outputs read the buffer behind a barrier on the reduce's result."""
+    name = f"STASH({loop.arg[0]})"
+    if target is None or not target.pack_bytes:
+        raise KernelOptError(f"{name}: the device has no stack buffers to keep values in (a CPU's)")
+    if loop.arg[1] not in (LoopKind.REDUCE, LoopKind.VECTOR_REDUCE):
+        raise KernelOptError(f"{name}: loop {loop.arg[0]} is a {loop.arg[1].name.lower()} loop, not a reduce loop")
+    reduces = reduces_over(sink, loop)
+    if len(reduces) != 1 or reduces[0].src[1:] != (loop,):
+        raise KernelOptError(f"{name}: it takes one reduce over loop {loop.arg[0]} alone")
+    (reduce,), size = reduces, loop.src[0].arg
+    if reduce.dtype not in PACKED_DTYPES:
+        raise KernelOptError(f"{name}: it keeps float32 and float64 values, not {reduce.dtype}")
+    nodes = set(kernel_nodes(sink))
+    found = next(
+        (
+            (output, value)
+            for output in output_loops(sink)
+            if output.src[0].arg == size and (value := replace_ranges(reduce.src[0], {loop: output}, {})) in nodes
+        ),
+        None,
+    )
+    if found is None:
+        raise KernelOptError(f"{name}: no output computes the reduce's values again along a loop of {size}")
+    if size * reduce.dtype.itemsize > target.pack_bytes:
+        raise KernelOptError(f"{name}: the values would take {size * reduce.dtype.itemsize} bytes of the stack")
+    output, again = found
+    number = sum(node.op is Ops.DEFINE_LOCAL for node in nodes)
+    kept = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
+    stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(kept, loop, reduce.src[0])),))
+    kept_reduce = reduce.replace(src=(UOp(Ops.LOAD, reduce.dtype, (kept, loop, stored)), loop))
+    read = UOp(Ops.LOAD, reduce.dtype, (kept, output, UOp(Ops.BARRIER, src=(kept_reduce,))))
+    return replace_ranges(sink, {reduce: kept_reduce, again: read}, {}, simplified=False)
 
 
 def flat_index(loops: list[UOp], columns: int) -> UOp:
@@ -626,6 +667,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
         if kind is not LoopKind.REDUCE:
             raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
         return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
+    if opt.op is OptOp.STASH:
+        if opt.amount:
+            raise KernelOptError(f"{opt}: STASH takes no amount (the buffer holds the whole reduce)")
+        return stash(sink, loop, target)
     if opt.op is OptOp.PACK:
         if opt.amount:
             raise KernelOptError(f"{opt}: PACK takes no amount (the copies hold the whole reduce)")
