@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -68,7 +69,7 @@ def run(cache, device: str, program: str = PROGRAM, prefix: tuple = (), cwd=None
     environment = {key: value for key, value in os.environ.items() if key not in removed}
     pythonpath = [ROOT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     environment.update(
-        PYTHONPATH=os.pathsep.join(pythonpath), LAZYGRAD_CACHE=str(cache), DEBUG="1", **{device: "1"}, **env
+        {"PYTHONPATH": os.pathsep.join(pythonpath), "LAZYGRAD_CACHE": str(cache), "DEBUG": "1", device: "1"} | env
     )
 
     def no_file_writes():  # a full disk: writing any byte of a file fails (Python ignores SIGXFSZ)
@@ -91,12 +92,12 @@ def compiles(result) -> int:
     return int(result.stdout.strip().splitlines()[-1].split()[-1])
 
 
-def entries(cache) -> list[str]:
-    """The paths of the compiled binaries' entries."""
+def entries(cache, binaries_only: bool = True) -> list[str]:
+    """The paths of the compiled binaries' entries (and the generated kernels', unless `binaries_only`)."""
     return sorted(
         os.path.join(cache, table, name)
         for table in os.listdir(cache)
-        if table != "beam"
+        if table != "beam" and not (binaries_only and table == "kernels")
         for name in os.listdir(os.path.join(cache, table))
     )
 
@@ -168,6 +169,21 @@ def test_a_new_cache_is_private_and_a_second_run_compiles_nothing(device, tmp_pa
     assert compiles(run(cache, device)) == 0
 
 
+def test_a_second_run_generates_no_kernels_and_debug_3_generates_them_again(device, tmp_path):
+    cache = tmp_path / "cache"
+    run(cache, device)
+    assert len(os.listdir(cache / "kernels")) >= 3  # one generated kernel kept per kernel AST
+    no_generating = (
+        "import lazygrad.engine.realize as realize\n"
+        "def refuse(device, ast): raise AssertionError('generated again')\n"
+        "realize.generate_kernel = refuse\n"
+    )
+    assert compiles(run(cache, device, no_generating + PROGRAM)) == 0
+    # DEBUG=3 shows how each kernel is optimized: it generates them (the same sources: nothing to compile)
+    shown = run(cache, device, PROGRAM, DEBUG="3")
+    assert re.search(r"^[ER]_\w+: ", shown.stdout, re.MULTILINE) and compiles(shown) == 0
+
+
 def test_truncated_entries_are_removed_and_built_again(filled, device):
     cache, count = filled
     for path in entries(cache):
@@ -221,7 +237,7 @@ def test_an_unwritable_cache_warns_once_and_kernels_still_run(host_filled, host_
         shutil.rmtree(cache)
         os.mkdir(cache, 0o500)
     else:
-        for path in entries(cache):
+        for path in entries(cache, binaries_only=False):
             os.unlink(path)
         for table in os.listdir(cache):
             os.chmod(os.path.join(cache, table), 0o500)
@@ -237,7 +253,7 @@ def test_a_full_disk_warns_once_and_leaves_no_partial_files(tmp_path):
     # only LLVM: the other devices' compilers write files themselves, and would fail on a full disk as well
     cache = tmp_path / "cache"
     run(cache, "LLVM", CACHELEVEL="1")
-    for path in entries(cache):
+    for path in entries(cache, binaries_only=False):
         os.unlink(path)
     result = run(cache, "LLVM", limit_file_size=True)
     assert compiles(result) >= 3 and result.stderr.count(WARNING) == 1 and "cannot write" in result.stderr
@@ -272,6 +288,7 @@ def test_a_beam_choice_the_kernel_does_not_offer_is_ignored(host_device, tmp_pat
     path = cache / "beam" / name
     for kept in [b"[-1, 4]", b"not json", b'[["UPCAST", 1, 3]]']:
         path.write_bytes(pack(name, kept))  # a well-formed entry with a bad value
+        shutil.rmtree(cache / "kernels")  # (the kernel BEAM chose for, kept as generated: its choice is not read)
         result = run(cache, host_device, BEAM_PROGRAM, BEAM="2")
         assert f"BEAM: ignoring the kept choice {kept.decode()}" in result.stdout
         # searched again: the entry holds a list of actions (which one is fastest may differ from run to run)

@@ -305,3 +305,25 @@ def test_repeated_small_graphs_each_run_with_their_own_constant():
     for _ in range(3):
         assert (t * 0.0 + 1).reciprocal().item() == 1.0 and (t * -0.0).reciprocal().item() == float("-inf")
         assert (t + 1).item() == 2.0 and (t + True).item() == 2.0 and (t + 2).item() == 3.0
+
+
+def test_a_kept_kernel_whose_name_another_kernel_has_is_generated_again(tmp_path, monkeypatch):
+    # kernels share one symbol table per device: a kernel kept by another process under a name that a different
+    # kernel of this process has already must not be loaded under it
+    from lazygrad import diskcache
+    from lazygrad.engine import realize
+
+    monkeypatch.setattr(realize, "disk_cache", diskcache.DiskCache(str(tmp_path)))
+    a = Tensor(np.arange(7, dtype=np.float32)).realize()
+    device = Device[Device.DEFAULT]
+    (other,) = (a * 2.625).schedule()
+    taken = realize.generate_kernel(device, other.ast).name
+    result = a * 3.125 + 1.75
+    (item,) = result.schedule()
+    impostor = realize.GeneratedKernel(taken, "not this kernel's source", 1, 1, 1, (1, 1))
+    realize.keep_kernel(device, item.ast, impostor)
+    assert realize.kept_kernel(device, item.ast) is None
+    np.testing.assert_allclose(result.numpy(), np.arange(7) * 3.125 + 1.75)
+    # what was generated instead is kept, under the kernel's own name, and found again
+    kept = realize.kept_kernel(device, item.ast)
+    assert kept is not None and kept.name != taken and kept.name in kept.source
