@@ -9,7 +9,10 @@ Target, in the order they apply:
 - register blocking for kernels shaped like a matrix product: upcast output loops along which some input is reused,
   and mark a reduce loop along which every input is contiguous (or fixed, or every other element: a stride-2
   convolution) for the compiler to vectorize;
-- unroll small reduce loops into straight-line code (unless the block is large and a loop of the reduce stays).
+- unroll small reduce loops into straight-line code (unless the block is large and a loop of the reduce stays);
+- on a CPU, copy the weights of a product `x @ w` onto the stack where the reduce reads them rows of memory apart
+  (`pack_shared_input`), and keep a reduce's costly values there where the outputs compute them again (a softmax's
+  exponentials: `stash_costly_values`).
 
 A device with threads gets its own list (`thread_opts`): the same splits and merges, then, on a device with tensor
 cores, a matrix product whose inputs' type and sizes fit one on them (`tensor_core_product`); else output loops that a
@@ -20,7 +23,7 @@ threads, a register tile per thread, the inputs staged in shared memory: `tile_p
 output loops spread over the threads of a block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
-CPU, each block size on a device with threads (a matrix product's tiles follow it), and a GPU's list without tensor
+CPU (with and without the copy of the weights), each block size on a device with threads (a matrix product's tiles follow it), and a GPU's list without tensor
 cores, and without tiles.
 """
 
@@ -524,14 +527,14 @@ def pack_shared_input(plan: Plan, target: Target, shape: str | None) -> None:
     reduce reads it with a stride (rows of memory apart, which fall into few cache sets: a power-of-two width keeps
     only 8 of them in L1) and at least PACK_REUSE iterations of a loop read the copy again. `shape` is the kernel's
     `matrix_shape` before its register block."""
-    reduces = reduce_nodes(plan.sink)
     if not target.pack_bytes or shape != "contiguous outputs":
         return
-    along, loads = rolled_reduce_loop(reduces[0]), memory_indices(plan.sink, Ops.LOAD)
+    along, loads = rolled_reduce_loop(reduce_nodes(plan.sink)[0]), memory_indices(plan.sink, Ops.LOAD)
     for loop in reversed(output_loops(plan.sink)[:-1]):
         reused = [index for index in loads if stride(index, loop) == 0]
-        strided = [index for index in reused if (stride(index, along) or 0) > len(reused)]
-        if loop.src[0].arg >= PACK_REUSE and strided:
+        # (in a copy the reused loads sit side by side: one step of the reduce moves past all of them)
+        apart = [index for index in reused if (stride(index, along) or 0) > len(reused)]
+        if loop.src[0].arg >= PACK_REUSE and apart:
             plan.try_apply(Opt(OptOp.PACK, loop.arg[0]))
             return
 

@@ -365,12 +365,12 @@ def code_version() -> str:
     """The hash of lazygrad's Python sources, read once."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     digest = hashlib.sha256()
-    for folder, subfolders, files in sorted(os.walk(root)):
-        subfolders.sort()
+    for folder, _, files in sorted(os.walk(root)):
         for file in sorted(files):
             if file.endswith((".py", ".h")):
-                with open(os.path.join(folder, file), "rb") as source:
-                    digest.update(file.encode() + b"\0" + source.read())
+                path = os.path.join(folder, file)
+                with open(path, "rb") as source:
+                    digest.update(os.path.relpath(path, root).encode() + b"\0" + source.read())
     return digest.hexdigest()
 
 
@@ -386,10 +386,12 @@ def kept_kernel(device: Any, ast: UOp) -> GeneratedKernel | None:
     kept = disk_cache.get(KERNEL_TABLE, kernel_key(device, ast))
     if kept is None:
         return None
-    fields = json.loads(kept)
-    if not claim_name(device.name, ast, fields["name"]):
+    try:
+        fields = json.loads(kept)
+        kernel = GeneratedKernel(**fields | {"launch": tuple(fields["launch"])})
+    except (ValueError, TypeError, KeyError):  # (not what this code keeps: generated again, and kept anew)
         return None
-    return GeneratedKernel(**fields | {"launch": tuple(fields["launch"])})
+    return kernel if claim_name(device.name, ast, kernel.name) else None
 
 
 def keep_kernel(device: Any, ast: UOp, kernel: GeneratedKernel) -> None:

@@ -197,9 +197,9 @@ class LLVMRenderer(Renderer):
                 ]
                 block = f"{label}_exit"
                 open_loops.pop()
-            elif op is Ops.DEFINE_LOCAL:  # a copy of an input on the stack (codegen's PACK)
+            elif op is Ops.DEFINE_LOCAL:  # a buffer on the stack (codegen's PACK and STASH)
                 allocas.append(f"  {out} = alloca [{node.arg[1]} x {MEMORY_TYPES[dtype]}], align 64")
-            elif op is Ops.BARRIER:  # (one thread: the copy is done once its stores are)
+            elif op is Ops.BARRIER:  # (one thread: what it waits for is done once it is emitted)
                 continue
             elif op is Ops.DEFINE_ACC:
                 allocas.append(f"  {out} = alloca {LLVM_TYPES[dtype]}")
