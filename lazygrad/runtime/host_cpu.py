@@ -75,10 +75,10 @@ class HostCPU:
 
     @property
     def target(self) -> Target:
-        # a copy of an input (PACK) takes half of a core's L2 cache: the rows it meets there need the other half
-        return Target(
-            vector_width=self.vector_width, vector_registers=self.vector_registers, pack_bytes=l2_cache_bytes() // 2
-        )
+        # a copy of an input (PACK) takes half of a core's L2 cache (the rows it meets there need the other half), and
+        # at most STACK_COPY_LIMIT: it lives on the stack of whichever thread runs the kernel
+        pack_bytes = min(l2_cache_bytes() // 2, STACK_COPY_LIMIT)
+        return Target(vector_width=self.vector_width, vector_registers=self.vector_registers, pack_bytes=pack_bytes)
 
     def describe(self) -> str:
         source = "this machine's" if self.native else "LAZYGRAD_CPU"
@@ -89,6 +89,7 @@ class HostCPU:
 
 
 DEFAULT_L2_BYTES = 256 * 1024  # where the OS does not say: the smallest L2 of an x86-64 core in use
+STACK_COPY_LIMIT = 256 * 1024  # (a thread's stack is 8 MiB on Linux, but 512 KiB on some other systems)
 
 
 @functools.cache
