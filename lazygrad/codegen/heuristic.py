@@ -238,7 +238,7 @@ def fill_block(plan: Plan, axes: list[int], outputs: int) -> None:
             outputs //= factor
 
 
-def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> None:
+def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape: str | None) -> None:
     """Register blocking for a kernel with one reduce, in the two shapes of a matrix product:
 
     - inputs contiguous along the reduce (x @ wᵀ, sums over the last axis): the reduce loop is vectorized by the
@@ -255,7 +255,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
     is taken whole instead, so the other, larger input is read once. Other products (strided along every loop) get a
     scalar block: 4 by 4 outputs sharing each load. Reduces one after
     another over different loops (a softmax's) only get their contiguous loops vectorized.
-    `blocking` (from BEAM search) overrides the sizes these rules pick.
+    `blocking` (from BEAM search) overrides the sizes these rules pick; `shape` is the kernel's `matrix_shape`.
     """
     reduces = reduce_nodes(plan.sink)
     if not reduces:
@@ -267,8 +267,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None) -> No
             if contiguous_along(plan.sink, loop):
                 plan.apply(Opt(OptOp.VECTORIZE, loop.arg[0]))
         return
-    shape = matrix_shape(plan.sink, target)  # (None as well for an elementwise kernel whose reduces unroll whole)
-    loops = output_loops(plan.sink)
+    loops = output_loops(plan.sink)  # (`shape` is None as well for an elementwise kernel whose reduces unroll whole)
     rows = loops[:-1] if shape == "contiguous outputs" else loops
     whole = None if blocking else short_reused_loop(plan.sink, rows, target)
     if shape == "contiguous reduce":
@@ -563,10 +562,11 @@ def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, 
     if target.max_threads:
         return thread_opts(sink, target)
     plan = shaped(sink, target)
-    shape = matrix_shape(plan.sink, target) if pack else None
-    block_registers(plan, target, blocking)
+    shape = matrix_shape(plan.sink, target)
+    block_registers(plan, target, blocking, shape)
     unroll_small_reduces(plan, target)
-    pack_shared_input(plan, target, shape)
+    if pack:
+        pack_shared_input(plan, target, shape)
     stash_costly_values(plan, target)
     return tuple(plan.opts)
 

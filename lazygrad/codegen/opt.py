@@ -554,11 +554,14 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     for number, (buffer, columns) in enumerate(by_input.items(), start=taken):
         columns.sort(key=lambda load: constant_term(load.src[1]))  # neighbours in memory, neighbours in the copy
         local = UOp(Ops.DEFINE_LOCAL, buffer.dtype, (), (number, length * len(columns)))
+        read_row, copy_row = (
+            flat_index(staged, len(columns)),
+            flat_index([copying[r] for r in staged], len(columns)),
+        )
         for column, load in enumerate(columns):
-            where = flat_index(staged, len(columns)) + column
             copied = replace_ranges(load, copying, {})
-            stores.append(UOp(Ops.STORE, src=(local, simplify(replace_ranges(where, copying, {})), copied)))
-            reads[load] = (local, simplify(where))
+            stores.append(UOp(Ops.STORE, src=(local, simplify(copy_row + column), copied)))
+            reads[load] = (local, simplify(read_row + column))
     barrier = UOp(Ops.BARRIER, src=tuple(stores))
     # one pass: the loads read the copies (whose loops are renumbered already), the other loops are renumbered (a
     # simplified kernel stays so: its sums only change the order of their terms)

@@ -29,7 +29,7 @@ from lazygrad.device import CORES, Buffer, Device
 from lazygrad.diskcache import disk_cache
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import ScheduleItem
-from lazygrad.engine.search import beam_opts
+from lazygrad.engine.search import beam_key, beam_opts
 from lazygrad.helpers import ALLOW_TF32, BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters, prod
 from lazygrad.uop.ops import ALU, Ops, UOp
 from lazygrad.uop.pattern import graph_rewrite
@@ -375,7 +375,8 @@ def code_version() -> str:
 
 
 def kernel_key(device: Any, ast: UOp) -> str:
-    return f"{device.name} {device.compiler.cache_name} {code_version()} {program_settings()} {ast.key.hex()}"
+    """A BEAM choice's key (the kernel, the device and its CPU or GPU model), with the code and the settings."""
+    return f"{beam_key(device, ast)} {code_version()} {program_settings()}"
 
 
 def kept_kernel(device: Any, ast: UOp) -> GeneratedKernel | None:
