@@ -96,8 +96,8 @@ SNIPPETS = {
     "fresh_conv_layers": """
         import numpy as np, torch
         from lazygrad import Tensor, nn
-        c1, c2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.Conv2d(8, 8, 3, padding=1, bias=False)
-        x = Tensor(np.random.default_rng(0).standard_normal((2, 8, 8, 8)).astype(np.float32)).realize()
+        c1, c2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        x = Tensor(np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)).realize()
         y = c2(c1(x).relu()).numpy()
         w1, w2 = torch.tensor(c1.weight.numpy()), torch.tensor(c2.weight.numpy())
         expected = torch.conv2d(torch.conv2d(torch.tensor(x.numpy()), w1, padding=1).relu(), w2, padding=1)

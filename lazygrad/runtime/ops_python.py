@@ -1,7 +1,14 @@
-"""The PYTHON device: executes the linear program itself, one UOp at a time, on Python scalars.
+"""The PYTHON device: executes the linear program itself, one UOp at a time.
 
 It runs exactly what every renderer sees, so it is the reference for codegen: when a compiled device disagrees
-with PYTHON, the renderer (or compiler) is wrong. It is slow; use it on small tensors.
+with PYTHON, the renderer (or compiler) is wrong.
+
+Every thread of a launch runs the same UOps in the same order (a linear program has no branches; its loops have
+constant bounds; masks are values), so the threads run together, in lockstep: each value is a NumPy array with an
+element per thread, computed with the semantics of uop/alu.py. Where threads share memory, lockstep would hide a
+missing barrier (every thread's store lands before any thread's next load), so each access is checked instead: a
+thread reading what another thread of its block wrote since the last barrier, or writing what another read since
+then, is an error. Programs of tensor-core fragments (WMMA) run one thread at a time, on Python scalars.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import numpy as np
 from lazygrad.codegen.renderer import WARP, Renderer, Target, TensorCore
 from lazygrad.device import Compiled, Compiler, HostAllocator
 from lazygrad.dtype import dtypes
-from lazygrad.uop.alu import cast_value, exec_alu
+from lazygrad.uop.alu import cast_array, cast_value, exec_alu, exec_alu_array
 from lazygrad.uop.ops import Ops, UOp
 
 
@@ -60,6 +67,8 @@ class PythonProgram:
         self.position = {node: i for i, node in enumerate(self.program)}
         self.loop_end = {node.src[0]: i for i, node in enumerate(self.program) if node.op is Ops.ENDRANGE}
         self.synchronizes = any(node.op is Ops.BARRIER for node in self.program)
+        # (a block's threads are told apart by a bit each in the shared-memory checks)
+        self.lockstep = launch[1] <= 64 and not any(node.op is Ops.WMMA for node in self.program)
 
     def release(self) -> None:
         """Nothing to free: the program is Python objects, collected with this one."""
@@ -72,6 +81,11 @@ class PythonProgram:
             if node.op is Ops.DEFINE_GLOBAL
         }
         blocks, threads = self.launch
+        if self.lockstep:
+            chunk = max(1, LOCKSTEP_THREADS // threads)  # blocks run together
+            for first in range(0, blocks, chunk):
+                self.run_lockstep(memory, range(first, min(blocks, first + chunk)), threads)
+            return
         for block in range(blocks):
             shared: dict[UOp, np.ndarray] = {}
             running = [self.run(memory, shared, block, thread) for thread in range(threads)]
@@ -80,6 +94,70 @@ class PythonProgram:
                 if waiting and len(waiting) != len(running):
                     raise RuntimeError(f"{self.name}: some threads of a block reached a barrier the others passed by")
                 running = waiting
+
+    def run_lockstep(self, memory: dict[int, np.ndarray], blocks: range, threads: int) -> None:
+        """Every thread of `blocks` runs the program at once: a value is an array over those threads (or one NumPy
+        scalar, where every thread has the same)."""
+        lanes = np.arange(len(blocks) * threads)
+        block_row, thread_of = lanes // threads, lanes % threads
+        bit = np.left_shift(np.uint64(1), thread_of.astype(np.uint64))
+        values: dict[UOp, object] = {}
+        counts: dict[UOp, int] = {}
+        accumulators: dict[UOp, object] = {}
+        shared: dict[UOp, SharedMemory] = {}
+
+        def value(node: UOp):
+            return node.dtype.np.type(node.arg) if node.op is Ops.CONST else values[node]
+
+        counter, program = 0, self.program
+        with np.errstate(all="ignore"):
+            while counter < len(program):
+                node = program[counter]
+                op, src = node.op, node.src
+                if op is Ops.RANGE:
+                    counts[node], values[node] = 0, node.dtype.np.type(0)
+                    if src[0].arg <= 0:
+                        counter = self.loop_end[node]
+                elif op is Ops.ENDRANGE:
+                    loop = src[0]
+                    counts[loop] += 1
+                    values[loop] = loop.dtype.np.type(counts[loop])
+                    if counts[loop] < loop.src[0].arg:
+                        counter = self.position[loop]
+                elif op is Ops.SPECIAL:
+                    lane = blocks.start + block_row if node.arg[0] == "block" else thread_of
+                    values[node] = lane.astype(node.dtype.np)
+                elif op is Ops.DEFINE_LOCAL:
+                    shared[node] = SharedMemory(len(blocks), node.arg[1], node.dtype.np)
+                elif op is Ops.BARRIER:
+                    for block_memory in shared.values():
+                        block_memory.synchronize()
+                elif op is Ops.DEFINE_ACC:
+                    accumulators[node] = node.dtype.np.type(node.arg[0])
+                elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
+                    values[node] = accumulators[src[0]]
+                elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
+                    accumulators[src[0]] = value(src[1])
+                elif op is Ops.LOAD and src[0].op is Ops.DEFINE_LOCAL:
+                    values[node] = shared[src[0]].load(self.name, block_row, value(src[1]), bit)
+                elif op is Ops.STORE and src[0].op is Ops.DEFINE_LOCAL:
+                    gate = value(src[3]) if len(src) > 3 else True
+                    shared[src[0]].store(self.name, block_row, value(src[1]), value(src[2]), gate, bit)
+                elif op is Ops.LOAD:
+                    values[node] = gather(memory[src[0].arg[0]], value(src[1]), value(src[2]) if len(src) > 2 else None)
+                    if values[node].dtype != node.dtype.np:
+                        values[node] = cast_array(values[node], node.dtype)
+                elif op is Ops.STORE:
+                    gate = value(src[3]) if len(src) > 3 else True
+                    index, stored, gate = np.broadcast_arrays(value(src[1]), value(src[2]), gate, lanes)[:3]
+                    memory[src[0].arg[0]][index[gate]] = stored[gate]
+                elif op is Ops.CAST:
+                    values[node] = cast_array(value(src[0]), node.dtype)
+                elif op is Ops.BITCAST:
+                    values[node] = np.asarray(value(src[0]), src[0].dtype.np).view(node.dtype.np)
+                elif op is not Ops.DEFINE_GLOBAL:
+                    values[node] = exec_alu_array(op, node.dtype, [value(s) for s in src])
+                counter += 1
 
     def run(self, memory: dict[int, np.ndarray], shared: dict[UOp, np.ndarray], block: int, thread: int):
         """One thread's run of the program, yielding True at each barrier."""
@@ -138,6 +216,54 @@ class PythonProgram:
             elif op is not Ops.DEFINE_GLOBAL:
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1
+
+
+LOCKSTEP_THREADS = 1 << 15  # threads run together, at most (each value an array over them)
+
+
+def gather(buffer: np.ndarray, index, valid) -> np.ndarray:
+    """Each thread's element of `buffer` at its `index`, or 0 where its `valid` is false (its index unread)."""
+    if valid is None:
+        return np.asarray(buffer[index])
+    index, valid = np.broadcast_arrays(index, valid)
+    if not valid.any():  # (a buffer of no elements is only ever read masked)
+        return np.zeros(index.shape, buffer.dtype)
+    return np.where(valid, buffer[np.where(valid, index, 0)], buffer.dtype.type(0))
+
+
+class SharedMemory:
+    """The memory each block of a lockstep run shares, and which of its threads wrote and read each element since
+    the last barrier (a bit per thread), to find the accesses a missing barrier leaves unordered."""
+
+    def __init__(self, blocks: int, size: int, dtype: np.dtype):
+        self.values = np.zeros((blocks, size), dtype)
+        self.writers = np.zeros((blocks, size), np.uint64)
+        self.readers = np.zeros((blocks, size), np.uint64)
+
+    def synchronize(self) -> None:
+        self.writers[:] = 0
+        self.readers[:] = 0
+
+    def load(self, name: str, rows: np.ndarray, index, bit: np.ndarray) -> np.ndarray:
+        rows, index, bit = np.broadcast_arrays(rows, index, bit)
+        if np.any(self.writers[rows, index] & ~bit):
+            raise RuntimeError(
+                f"{name}: a thread reads shared memory that another thread of its block wrote since the last "
+                "barrier: a barrier is missing between the store and this load"
+            )
+        np.bitwise_or.at(self.readers, (rows, index), bit)
+        return self.values[rows, index]
+
+    def store(self, name: str, rows: np.ndarray, index, stored, gate, bit: np.ndarray) -> None:
+        rows, index, stored, gate, bit = np.broadcast_arrays(rows, index, stored, gate, bit)
+        rows, index, stored, bit = rows[gate], index[gate], stored[gate], bit[gate]
+        if np.any(self.readers[rows, index] & ~bit):
+            raise RuntimeError(
+                f"{name}: a thread writes shared memory that another thread of its block read since the last "
+                "barrier: a barrier is missing between that load and this store"
+            )
+        np.bitwise_or.at(self.writers, (rows, index), bit)
+        self.values[rows, index] = stored
 
 
 def tile_values(memory: np.ndarray, rows: int, columns: int, layout: str) -> np.ndarray:

@@ -179,3 +179,114 @@ def shift_in_range(node: UOp) -> bool:
     """Whether a SHL or SHR's amount is known to lie in [0, bit width), where every language shifts the same way."""
     amount = node.src[1]
     return 0 <= amount.vmin and amount.vmax < node.dtype.bits
+
+
+# ---- the same semantics on NumPy arrays: the PYTHON device runs every thread of a launch at once ----------------
+
+_ARRAY_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
+    Ops.NEG: np.negative,
+    Ops.ADD: np.add,
+    Ops.MUL: np.multiply,
+    Ops.MAX: np.maximum,
+    Ops.AND: np.bitwise_and,
+    Ops.OR: np.bitwise_or,
+    Ops.XOR: np.bitwise_xor,
+}
+_ARRAY_TRANSCENDENTAL: dict[Ops, Callable[..., Any]] = {
+    Ops.EXP2: np.exp2,
+    Ops.LOG2: np.log2,
+    Ops.SIN: np.sin,
+    Ops.COS: np.cos,
+    Ops.SQRT: np.sqrt,
+}
+_BOOL_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
+    Ops.ADD: np.logical_or,
+    Ops.MAX: np.logical_or,
+    Ops.OR: np.logical_or,
+    Ops.MUL: np.logical_and,
+    Ops.AND: np.logical_and,
+    Ops.XOR: np.logical_xor,
+}
+
+
+def exec_alu_array(op: Ops, dtype: DType, operands: list[Any]) -> Any:
+    """`exec_alu` on NumPy arrays or scalars (of the operands' dtypes), element by element: the same value for every
+    element as `exec_alu` gives for it, as a NumPy value of `dtype`."""
+    out = dtype.np
+    with np.errstate(all="ignore"):
+        if op is Ops.CMPLT:
+            return np.less(*operands)
+        if op is Ops.CMPNE:
+            return np.not_equal(*operands)
+        if op is Ops.WHERE:
+            return np.where(*operands).astype(out, copy=False)
+        if dtype == dtypes.bool:
+            if op is Ops.NEG:  # (as `exec_alu`: -True is true)
+                return np.asarray(operands[0], np.bool_)
+            return _BOOL_FUNCTIONS[op](*operands)
+        if dtype.is_float:
+            if op in _ARRAY_TRANSCENDENTAL:  # computed in float64 and rounded, as on Python floats
+                return _ARRAY_TRANSCENDENTAL[op](np.asarray(operands[0], np.float64)).astype(out)
+            if op is Ops.RECIP:
+                return np.divide(out.type(1), operands[0], dtype=out)
+            if op is Ops.MAX:
+                a, b = operands
+                return np.where(np.isnan(a) | (a > b), a, b).astype(out, copy=False)
+            return np.asarray(_ARRAY_FUNCTIONS[op](*operands, dtype=out))
+        values = [np.asarray(operand, out) for operand in operands]
+        if op is Ops.RECIP:
+            return np.zeros_like(values[0])
+        if op in (Ops.IDIV, Ops.MOD):
+            return _truncating_division_array(op, *values)
+        if op in (Ops.SHL, Ops.SHR):
+            return _shift_array(op, dtype, *values)
+        return _ARRAY_FUNCTIONS[op](*values, dtype=out)
+
+
+def _truncating_division_array(op: Ops, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IDIV or MOD as `_truncating_div`/`_truncating_mod` do them: toward zero, 0 for a zero divisor, and the most
+    negative value divided by -1 wrapping to itself (remainder 0)."""
+    zero = b == 0
+    unsafe = zero | ((a == np.iinfo(a.dtype).min) & (b == -1)) if a.dtype.kind == "i" else zero
+    divisor = np.where(unsafe, np.ones_like(b), b)
+    quotient = a // divisor  # (floored; `unsafe` divides by 1)
+    remainder = a - quotient * divisor
+    if a.dtype.kind == "i":  # a floored quotient of operands of opposite signs is one below the truncated one
+        rounded = (remainder != 0) & ((a < 0) != (divisor < 0))
+        quotient = np.where(rounded, quotient + 1, quotient)
+        remainder = np.where(rounded, remainder - divisor, remainder)
+    result = quotient if op is Ops.IDIV else remainder
+    return np.where(zero, np.zeros_like(result), result)
+
+
+def _shift_array(op: Ops, dtype: DType, value: np.ndarray, amount: np.ndarray) -> np.ndarray:
+    """SHL or SHR as `exec_alu` does them: an amount outside [0, bit width) shifts every bit out."""
+    in_range = (amount >= 0) & (amount < dtype.bits)
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    steps = np.where(in_range, amount, 0).astype(unsigned)
+    if op is Ops.SHL:  # (shifted as unsigned bits: the bits shifted out are dropped)
+        shifted = np.left_shift(value.view(unsigned), steps).view(dtype.np)
+        return np.where(in_range, shifted, np.zeros_like(shifted))
+    shifted = np.right_shift(value, steps.astype(dtype.np))  # (arithmetic for signed values)
+    return np.where(in_range, shifted, np.where(value < 0, -1, 0).astype(dtype.np))
+
+
+def _float_to_int64_array(values: np.ndarray) -> np.ndarray:
+    """`_float_to_int64` element by element."""
+    truncated = np.trunc(values)
+    fits = np.isfinite(values) & (truncated >= -(2.0**63)) & (truncated < 2.0**63)
+    return np.where(fits, np.where(fits, truncated, 0).astype(np.int64), np.int64(INT64_MIN))
+
+
+def cast_array(values: Any, dtype: DType) -> Any:
+    """`cast_value` on a NumPy array or scalar, element by element."""
+    values = np.asarray(values)
+    with np.errstate(all="ignore"):
+        if dtype.is_int and values.dtype.kind == "f":
+            wide = values.astype(np.float64)
+            if dtype == dtypes.uint64:
+                low = _float_to_int64_array(wide).view(np.uint64)
+                high = _float_to_int64_array(wide - 2.0**63).view(np.uint64) + np.uint64(1 << 63)
+                return np.where(wide < 2.0**63, low, high)
+            return _float_to_int64_array(wide).astype(dtype.np)
+        return values.astype(dtype.np)

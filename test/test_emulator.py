@@ -1,0 +1,69 @@
+"""The PYTHON device runs every thread of a launch in lockstep, and checks each access to the memory a block's
+threads share: a missing barrier, which lockstep would hide, is an error naming the kernel."""
+
+import base64
+import pickle
+
+import numpy as np
+import pytest
+
+from lazygrad.dtype import dtypes
+from lazygrad.runtime.ops_python import PythonProgram
+from lazygrad.uop.ops import Ops, UOp, toposort
+
+BLOCKS, THREADS = 3, 4
+
+
+def run(program: list[UOp]) -> np.ndarray:
+    """Run a linear program on BLOCKS blocks of THREADS threads, both ways: in lockstep, and one thread at a time
+    from barrier to barrier (as the device runs tensor-core programs); each thread's output, from the lockstep run."""
+    outputs = []
+    for lockstep in (True, False):
+        binary = base64.b64encode(pickle.dumps(program))
+        kernel = PythonProgram("shifted", binary, (BLOCKS, THREADS))
+        kernel.lockstep = lockstep
+        out = np.zeros(BLOCKS * THREADS, np.float32)
+        kernel(out)
+        outputs.append(out)
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    return outputs[0]
+
+
+def shift_through_shared_memory(barrier_after_store: bool, store_again: bool) -> list[UOp]:
+    """Each thread stores its number in shared memory and reads its neighbour's; optionally without the barrier
+    between, and optionally storing over its own element again after the read (with no barrier before)."""
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
+    block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
+    thread = UOp(Ops.SPECIAL, dtypes.index, (), ("thread", THREADS))
+    shared = UOp(Ops.DEFINE_LOCAL, dtypes.float32, (), (0, THREADS))
+    mine = UOp(Ops.CAST, dtypes.float32, (thread,))
+    value = mine + UOp(Ops.CAST, dtypes.float32, (block,)) * 10.0
+    stored = UOp(Ops.STORE, src=(shared, thread, value))
+    barrier = UOp(Ops.BARRIER, src=(stored,))
+    neighbour = (thread + 1).alu(Ops.MOD, UOp.const(dtypes.index, THREADS))
+    read = UOp(Ops.LOAD, dtypes.float32, (shared, neighbour, barrier) if barrier_after_store else (shared, neighbour))
+    again = [UOp(Ops.STORE, src=(shared, thread, read))] if store_again else []
+    result = UOp(Ops.STORE, src=(out, block * THREADS + thread, read))
+    # in order: the stores (and barrier), then the read, then what follows; constants are no UOps of the program
+    program = toposort([stored, *([barrier] if barrier_after_store else []), read, *again, result])
+    program = [node for node in program if node.op is not Ops.CONST]
+    return program
+
+
+def test_threads_exchange_values_through_shared_memory_after_a_barrier():
+    expected = [10.0 * block + (thread + 1) % THREADS for block in range(BLOCKS) for thread in range(THREADS)]
+    np.testing.assert_array_equal(run(shift_through_shared_memory(True, False)), expected)
+
+
+def test_a_read_of_another_threads_store_without_a_barrier_is_an_error():
+    program = shift_through_shared_memory(False, False)
+    kernel = PythonProgram("shifted", base64.b64encode(pickle.dumps(program)), (BLOCKS, THREADS))
+    with pytest.raises(RuntimeError, match="shifted: a thread reads shared memory that another thread .* wrote"):
+        kernel(np.zeros(BLOCKS * THREADS, np.float32))
+
+
+def test_a_store_over_what_another_thread_read_without_a_barrier_is_an_error():
+    program = shift_through_shared_memory(True, True)
+    kernel = PythonProgram("shifted", base64.b64encode(pickle.dumps(program)), (BLOCKS, THREADS))
+    with pytest.raises(RuntimeError, match="shifted: a thread writes shared memory that another thread .* read"):
+        kernel(np.zeros(BLOCKS * THREADS, np.float32))
