@@ -9,7 +9,7 @@ import numpy as np
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, scalar_dtype, to_dtype
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import Ops, UOp, _const_key
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Scalar, Tensor
@@ -22,6 +22,22 @@ def broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
     if len(node.shape) < len(shape):
         node = UOp(Ops.RESHAPE, node.dtype, (node,), (1,) * (len(shape) - len(node.shape)) + node.shape)
     return node if node.shape == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
+
+
+_broadcast_consts: dict[tuple, UOp] = {}
+BROADCAST_CONSTS_KEPT = 1024
+
+
+def _broadcast_const(dtype: DType, value: Scalar, shape: tuple[int, ...]) -> UOp:
+    """The constant `value` of `dtype` broadcast to `shape`: its three nodes kept, as a scalar operand of a tensor
+    of one shape (a learning rate, `x * 0.999 + 0.001`) is built again on every op."""
+    key = (dtype, _const_key(value), shape)
+    node = _broadcast_consts.get(key)
+    if node is None:
+        if len(_broadcast_consts) >= BROADCAST_CONSTS_KEPT:
+            _broadcast_consts.clear()
+        node = _broadcast_consts[key] = broadcast_node(UOp.const(dtype, value), shape)
+    return node
 
 
 def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -116,7 +132,9 @@ class ElementwiseMixin:
             dtype = scalar_dtype(op_name, other, node.dtype)
             if dtype == dtypes.int64 and node.dtype != dtypes.int64:
                 check_device_has(dtype, self.device, op_name)
-            other_node = UOp.const(dtype, other)
+            x = node if node.dtype == dtype else UOp(Ops.CAST, dtype, (node,))
+            y = _broadcast_const(dtype, other, node.shape)
+            return (y, x) if reverse else (x, y)
         else:
             raise TypeError(
                 f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number"

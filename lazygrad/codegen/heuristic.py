@@ -547,13 +547,24 @@ def stash_costly_values(plan: Plan, target: Target) -> None:
     used = loops_used(plan.sink)
     for reduce in reduce_nodes(plan.sink):
         loop, *others = reduce.src[1:]
-        work = sum(
-            (STASH_COST if node.op in TRANSCENDENTAL else 1)
-            for node in reduce.src[0].toposort
-            if node.op in ALU and loop in used[node]
-        )
-        if not others and work >= STASH_COST and plan.try_apply(Opt(OptOp.STASH, loop.arg[0])):
-            return
+        if not others and _work_along(reduce.src[0], loop, used) >= STASH_COST:
+            if plan.try_apply(Opt(OptOp.STASH, loop.arg[0])):
+                return
+
+
+def _work_along(value: UOp, loop: UOp, used: dict[UOp, set[UOp]]) -> int:
+    """The operations of `value` done once per iteration of `loop`, a transcendental counting STASH_COST. The walk
+    stops at nodes outside the loop: none of their sources is in it either."""
+    work, seen, stack = 0, set(), [value]
+    while stack:
+        node = stack.pop()
+        if node in seen or loop not in used[node]:
+            continue
+        seen.add(node)
+        if node.op in ALU:
+            work += STASH_COST if node.op in TRANSCENDENTAL else 1
+        stack.extend(node.src)
+    return work
 
 
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, pack: bool = True) -> tuple[Opt, ...]:

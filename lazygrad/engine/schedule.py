@@ -320,13 +320,15 @@ def kernel_roots(
         to_realize |= {node.src[1] for node in assigns if _reads_target_elsewhere(node, targets)}
     # a copy moves memory as it is, so its source must sit in a buffer
     to_realize |= {node.src[0] for node in nodes if node.op is Ops.COPY and not is_buffer_view(node.src[0])}
+    # a very long chain becomes several kernels, each of a size a compiler handles in linear time. Cut once, first:
+    # realizing more nodes below only makes kernels smaller, so the passes after it keep every kernel under the limit
+    to_realize |= long_chain_cuts(nodes, to_realize)
     while True:
         roots = [node for node in nodes if node in to_realize]
         random_leaves = _random_leaves(nodes, to_realize)
         unsafe = _unsafe_reduces(roots, to_realize, random_leaves)
         if not unsafe:
-            # a very long chain becomes several kernels, each of a size a compiler handles in linear time
-            more = _too_wide(roots, to_realize, max_buffers, nodes) or long_chain_cuts(nodes, to_realize)
+            more = _too_wide(roots, to_realize, max_buffers, nodes)
             if not more:
                 return roots
             to_realize |= more
