@@ -148,12 +148,15 @@ def test_constants_realized_on_one_device_stay_there():
     assert on_python.uop.base.arg[2] == "PYTHON" and result.uop.base.arg[2] == "LLVM"
 
 
-def test_kernels_of_one_schedule_compiled_together_keep_apart():
-    # a schedule's new kernels are compiled in batches (one module on LLVM): kernels that would share a name get
-    # numbered, and each launch runs its own code
-    a = Tensor(np.arange(8, dtype=np.float32)).realize()
+@pytest.mark.parametrize("device", ["LLVM", "CPU"])
+def test_kernels_of_one_schedule_compiled_together_keep_apart(device):
+    # a schedule's new kernels are compiled in batches (one LLVM module, one C translation unit): kernels that would
+    # share a name get numbered, and each launch runs its own code
+    a = Tensor(np.arange(8, dtype=np.float32), device=device).realize()
     results = [a + 1.5, a * 2.5, a - 3.5, (a * a).sum(), a.max(), a + 4.5, a * 5.5, a - 6.5, a / 7.5, a + 8.5]
+    GlobalCounters.reset()
     Tensor.realize_all(*results)
+    assert GlobalCounters.kernel_count == len(results) and GlobalCounters.compile_count < len(results)
     x = np.arange(8, dtype=np.float32)
     expected = [x + 1.5, x * 2.5, x - 3.5, (x * x).sum(), x.max(), x + 4.5, x * 5.5, x - 6.5, x / 7.5, x + 8.5]
     for result, value in zip(results, expected):

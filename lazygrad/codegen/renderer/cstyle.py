@@ -94,6 +94,7 @@ class CStyleRenderer(Renderer):
     rewrites = transcendental_rules
     preamble = "#include <math.h>\n"
     half_preamble = ""
+    can_join = True  # several kernels compile as one translation unit: one run of the compiler (see `join`)
     register_types = {
         dtypes.bool: "_Bool",
         dtypes.int8: "signed char",
@@ -180,6 +181,10 @@ class CStyleRenderer(Renderer):
         # the body keeps restrict parameters (so loops vectorize without overlap checks) behind the entry point
         entry = self.render_entry(name, [(node, node in written) for node in parameters])
         return f"{header}static void {name}_body({', '.join(signature)}) {{\n{body}\n}}\n{entry}"
+
+    def join(self, sources: list[str]) -> str:
+        """One translation unit: the preamble once, then each kernel's functions (every kernel's names differ)."""
+        return self.preamble + "".join(source.removeprefix(self.preamble) for source in sources)
 
     def render_entry(self, name: str, parameters: list[tuple[UOp, bool]]) -> str:
         """The function the runtime calls, `void name(void **buffers, int64 start, int64 end)`: it passes the
@@ -412,6 +417,7 @@ class CUDARenderer(CStyleRenderer):
     store go through shared memory of the matrix types, 32-byte aligned as load/store_matrix_sync require."""
 
     kernel_prefix = 'extern "C" __global__ '
+    can_join = False  # (its runtime builds a program per kernel)
     restrict = "__restrict__"
     split_outer_loop = False
     buffer_array = False
