@@ -1,6 +1,7 @@
 // cuda_shim.h: just enough of CUDA to run lazygrad's CUDA C kernels on the CPU (CUDA=1 MOCKCUDA=1).
 //
-// The kernel source is compiled unchanged as C++ (g++ -std=c++17 -fopenmp) after this header:
+// The kernel source is compiled unchanged as C++ (g++ -std=c++17, and -fopenmp where its threads synchronize) after
+// this header:
 // - __global__/__device__ mean nothing; a kernel is an ordinary function;
 // - blockIdx/threadIdx/blockDim/gridDim are per-thread (thread_local) variables set before each call;
 // - __shared__ is static storage, shared by every thread; blocks run one after another when a kernel uses it;
@@ -14,7 +15,9 @@
 // It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
 // are GCC builtins, and the parameter-position list is built here.
 #pragma once
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #define __global__
 #define __device__
@@ -157,7 +160,7 @@ void call(void (*kernel)(Parameters...), void **params, positions<Positions...>)
 
 // Runs grid x block threads of a kernel. A kernel that synchronizes (`cooperative`) runs block after block, each
 // block's threads as one OpenMP team so that __syncthreads() can wait for all of them; any other kernel runs its
-// threads as a plain parallel loop.
+// threads as a plain loop (compiled without OpenMP, which costs half of a small kernel's compile time: one core).
 template <typename... Parameters>
 void launch(void (*kernel)(Parameters...), void **params, unsigned int grid, unsigned int block, bool cooperative) {
   auto run_thread = [&](unsigned int block_index, unsigned int thread_index) {
@@ -168,6 +171,10 @@ void launch(void (*kernel)(Parameters...), void **params, unsigned int grid, uns
     call(kernel, params, positions_for<sizeof...(Parameters)>{});
   };
   if (cooperative) {
+#ifndef _OPENMP
+    __builtin_printf("cuda_shim: a kernel whose threads synchronize must be compiled with -fopenmp\n");
+    __builtin_abort();
+#else
     omp_set_dynamic(0);
     for (unsigned int block_index = 0; block_index < grid; block_index++) {
 #pragma omp parallel num_threads(block)
@@ -179,9 +186,9 @@ void launch(void (*kernel)(Parameters...), void **params, unsigned int grid, uns
         run_thread(block_index, (unsigned int)omp_get_thread_num());
       }
     }
+#endif
   } else {
     long long threads = (long long)grid * block;
-#pragma omp parallel for schedule(static)
     for (long long thread = 0; thread < threads; thread++) {
       run_thread((unsigned int)(thread / block), (unsigned int)(thread % block));
     }
