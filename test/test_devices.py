@@ -222,6 +222,21 @@ def test_opencl_group_reductions_run_on_pocl(dtype, values):
     np.testing.assert_allclose(output.numpy().astype(np.float64), np.float64(expected), rtol=1e-3)
 
 
+def test_an_opencl_program_compiled_in_this_process_is_built_once(monkeypatch):
+    """The program the compiler built from source is the one the device runs: built again from its binary, PoCL
+    would generate its machine code a second time, taking as long again."""
+    device = Device[available("GPU")]
+    builds = []
+    build = device.cl.Program.build
+    monkeypatch.setattr(
+        device.cl.Program, "build", lambda program, *args: builds.append(program) or build(program, *args)
+    )
+    x = numbers(37, seed=5)
+    # (constants of no other test: this kernel is compiled here, not found in a cache)
+    np.testing.assert_allclose((Tensor(x, device="GPU") * 3.2519 + 1.0173).numpy(), x * 3.2519 + 1.0173, rtol=1e-6)
+    assert len(builds) == 1
+
+
 def test_tinyjit_replays_through_the_device_graph(device, monkeypatch, capsys):
     """GPU (prebuilt OpenCL argument lists) and CUDA (a CUDA graph) replay a captured step without a launch per
     kernel from the engine; CPU replays kernel by kernel. Values stay right as the inputs' buffers change."""

@@ -12,6 +12,8 @@ kernel's launch size, (work-groups, work-items per group), comes with its progra
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.helpers import CL_DEVICE, CL_PLATFORM, DEBUG
 
 INSTALL_HINT = "pip install 'lazygrad[opencl]'"
+BUILT_KEPT = 64  # programs a compiler keeps built for the device to load (see CLCompiler.built)
 
 
 def device_target(device: Any) -> Target:
@@ -126,6 +129,10 @@ class CLCompiler(Compiler):
         self.cl, self.context, self.device = cl, context, device
         identity = f"{device.platform.name} {device.platform.version} {device.name} {device.driver_version}"
         self.cache_name = f"opencl-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+        # programs built here, by their binary's hash, until the device loads them: building a program again from
+        # its binary costs as much again on PoCL (it generates the machine code anew)
+        self.built: OrderedDict[bytes, Any] = OrderedDict()
+        self.lock = threading.Lock()
 
     def compile(self, source: str) -> bytes:
         program = self.cl.Program(self.context, source)
@@ -133,7 +140,17 @@ class CLCompiler(Compiler):
             program.build()
         except self.cl.Error as error:
             raise RuntimeError(f"GPU: OpenCL failed to build\n{source}\n{error}") from error
-        return program.get_info(self.cl.program_info.BINARIES)[0]
+        binary = program.get_info(self.cl.program_info.BINARIES)[0]
+        with self.lock:
+            self.built[hashlib.sha256(binary).digest()] = program
+            if len(self.built) > BUILT_KEPT:  # (compiled and never loaded: a failed launch, a BEAM candidate)
+                self.built.popitem(last=False)
+        return binary
+
+    def take_built(self, binary: bytes) -> Any | None:
+        """The program this compiler built into `binary`, if it is still kept (once: the device holds it now)."""
+        with self.lock:
+            return self.built.pop(hashlib.sha256(binary).digest(), None)
 
 
 class CLDevice(Compiled):
@@ -164,7 +181,8 @@ class CLDevice(Compiled):
                 self.unsupported_dtypes[dtype] = "the OpenCL device's embedded profile lacks cles_khr_int64"
 
     def build_binary(self, binary: bytes) -> Any:
-        return self.cl.Program(self.context, [self.device], [binary]).build()
+        built = self.compiler.take_built(binary)
+        return built if built is not None else self.cl.Program(self.context, [self.device], [binary]).build()
 
     def load_program(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0) -> CLProgram:
         """The runner for kernel `name` in `binary`; a binary is built into a program once while kernels use it."""
