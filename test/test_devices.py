@@ -588,3 +588,53 @@ def test_gradient_flows_back_across_a_copy():
     (x.to("LLVM") * 3).sum().backward()
     assert x.grad.device == "PYTHON"
     np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
+
+
+# ---- C: a register block's accumulators as vectors ---------------------------------------------------------------
+
+AVX2 = Target(vector_width=8, vector_registers=16)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((64, 96, 128), np.float32),
+        ((36, 50, 40), np.float32),
+        ((24, 40, 32), np.float64),
+        ((256, 784, 512), np.float32),
+    ],
+)
+def test_c_products_keep_register_blocks_in_vector_accumulators(shape, dtype):
+    """gcc 12 leaves a register block of scalar accumulators scalar: the C renderer declares them as vectors of
+    GCC's vector extensions (each lane updated exactly as its scalar was), and the values stay NumPy's."""
+    rows, depth, columns = shape
+    x = np.random.default_rng(1).uniform(-1, 1, (rows, depth)).astype(dtype)
+    w = np.random.default_rng(2).uniform(-1, 1, (depth, columns)).astype(dtype)
+    source, _ = render_optimized(CStyleRenderer(AVX2), Tensor(x) @ Tensor(w))
+    lanes = 8 if dtype == np.float32 else 4
+    assert "__attribute__((vector_size(32)))" in source and f"lg_{'float' if lanes == 8 else 'double'}{lanes}" in source
+    assert "__builtin_memcpy(&vread" in source
+    result = (Tensor(x, device=available("CPU")) @ Tensor(w, device="CPU")).numpy()
+    np.testing.assert_allclose(result, x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_c_sums_down_columns_add_whole_vectors():
+    """A sum over the rows of a matrix (the bias gradient of a layer): each vector accumulator adds a row's vector of
+    columns, with no product."""
+    x = numbers(300, 64, seed=3)
+    source, _ = render_optimized(CStyleRenderer(AVX2), Tensor(x).sum(0))
+    assert "vector_size(32)" in source and " * " not in "".join(
+        line for line in source.splitlines() if "+= vread" in line
+    )
+    np.testing.assert_allclose(Tensor(x, device=available("CPU")).sum(0).numpy(), x.sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_c_renders_scalar_accumulators_where_no_vector_fits():
+    """A product whose loops no register block divides (prime sizes) keeps scalar accumulators, as does every kernel
+    for a target of one lane, and the GPU dialects."""
+    x, w = numbers(37, 50, seed=4), numbers(50, 41, seed=5)
+    for renderer in (CStyleRenderer(AVX2), CStyleRenderer(Target(vector_width=1)), CUDARenderer()):
+        assert "vector_size" not in render_optimized(renderer, Tensor(x) @ Tensor(w))[0]
+    np.testing.assert_allclose(
+        (Tensor(x, device=available("CPU")) @ Tensor(w, device="CPU")).numpy(), x @ w, 1e-4, 1e-4
+    )

@@ -317,12 +317,12 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], part))
                 fill_block(plan, [loop.arg[0] for loop in loops[:-1]], vector * target.vector_registers // 4 // part)
                 return
-        if whole is not None and inner.src[0].arg % vector == 0:
+        if whole is not None and vector > 1 and inner.src[0].arg % vector == 0:
             plan.apply(Opt(OptOp.UPCAST, inner.arg[0], vector))
             plan.apply(Opt(OptOp.UPCAST, whole.arg[0], whole.src[0].arg))
             return
         for width, rows in choices:
-            if inner.src[0].arg % width == 0:
+            if width > 1 and inner.src[0].arg % width == 0:  # (a target of scalars: no vectors across)
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
                 upcast_reused(plan, loops[:-1], (rows,))
                 return

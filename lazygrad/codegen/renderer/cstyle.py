@@ -36,6 +36,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import transcendental_rules
+from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
@@ -95,6 +96,9 @@ class CStyleRenderer(Renderer):
     preamble = "#include <math.h>\n"
     half_preamble = ""
     can_join = True  # several kernels compile as one translation unit: one run of the compiler (see `join`)
+    # a register block's accumulators as vectors of GCC's vector extensions (see codegen/vectorize.py), which gcc
+    # does not find by itself
+    vector_accumulators = True
     register_types = {
         dtypes.bool: "_Bool",
         dtypes.int8: "signed char",
@@ -164,6 +168,7 @@ class CStyleRenderer(Renderer):
         self.split_loop = outer_loop if self.split_outer_loop else None
         self.vector_loop, self.varying, self.strides = None, set(), {}
         self.choose_vector_loop(program)
+        self.choose_accumulator_vectors(program)
         # the op that combines two partial results of each accumulator: the update stored into it
         self.combine_ops = {node.src[0]: node.src[1].op for node in program if node.op is Ops.STORE}
         written = {node.src[0] for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL}
@@ -175,6 +180,7 @@ class CStyleRenderer(Renderer):
             index = self.register_types[dtypes.index]
             signature += [f"{index} start", f"{index} end"]
         header = self.preamble + (self.render_half_preamble() if self.uses_half else "")
+        header += "".join(sorted({self.accumulator_vector_typedef(vector) for vector in self.accumulator_vectors}))
         body = "\n".join(self.lines)
         if not self.buffer_array:
             return f"{header}{self.kernel_prefix}void {name}({', '.join(signature)}) {{\n{body}\n}}\n"
@@ -231,6 +237,10 @@ class CStyleRenderer(Renderer):
             self.render_vector_node(position, node)
         elif op is Ops.RANGE:
             self.render_range(position, node)
+        elif node in self.lane_of or (op is Ops.LOAD and src and src[0] in self.lane_of):
+            self.render_vector_accumulator(position, node)
+        elif node in self.in_vectors:
+            pass  # (its update runs as its vector's)
         elif op is Ops.DEFINE_ACC:
             self.declare(node, f"acc{node.arg[1]}", self.render_const(node.arg[0], node.dtype))
         elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
@@ -280,6 +290,58 @@ class CStyleRenderer(Renderer):
         element = self.register_types[dtypes.int32 if node.dtype == dtypes.bool else node.dtype]
         self.names[node] = f"shared{node.arg[0]}"
         self.lines.insert(0, f"  {self.shared_prefix}{element} shared{node.arg[0]}[{node.arg[1]}];")
+
+    # ---- accumulators in vectors (C: GCC's vector extensions) ---------------------------------------------------
+
+    def choose_accumulator_vectors(self, program: list[UOp]) -> None:
+        """Set `accumulator_vectors`, `lane_of` (accumulator -> (its vector's number, its lane)) and `in_vectors`
+        (the scalar updates the vectors stand in for: each accumulator's read in the loop, its add and its store)."""
+        width = self.target.vector_width if self.vector_accumulators else 1
+        self.accumulator_vectors = accumulator_vectors(program, width) if width > 1 else []
+        self.lane_of = {
+            accumulator: (number, lane)
+            for number, vector in enumerate(self.accumulator_vectors)
+            for lane, accumulator in enumerate(vector.accumulators)
+        }
+        self.in_vectors: set[UOp] = set()
+        for node in program:
+            if node.op is Ops.STORE and node.src[0] in self.lane_of:
+                self.in_vectors.update((node, node.src[1], node.src[1].src[0]))
+        self.vector_reads: dict[UOp, str] = {}  # the first load of a vector -> the vector's name
+
+    def accumulator_vector_type(self, vector: AccumulatorVector) -> str:
+        dtype = vector.accumulators[0].dtype
+        return f"lg_{self.register_types[dtype]}{len(vector.accumulators)}"
+
+    def accumulator_vector_typedef(self, vector: AccumulatorVector) -> str:
+        """The vector type's declaration (C allows the same typedef again: kernels compiled together each have it)."""
+        element, size = self.register_types[vector.accumulators[0].dtype], vector.accumulators[0].dtype.itemsize
+        vector_size = f"__attribute__((vector_size({size * len(vector.accumulators)})))"
+        return f"typedef {element} {self.accumulator_vector_type(vector)} {vector_size};\n"
+
+    def render_vector_accumulator(self, position: int, node: UOp) -> None:
+        """An accumulator of a vector: lane 0 declares the vector, lane 0's read in the loop updates it (every value
+        it adds is computed by then: the linearizer emits a block's values before its updates), and the read after
+        the loop takes the lane out."""
+        accumulator = node if node.op is Ops.DEFINE_ACC else node.src[0]
+        number, lane = self.lane_of[accumulator]
+        vector, name = self.accumulator_vectors[number], f"vacc{number}"
+        if node.op is Ops.DEFINE_ACC:
+            if lane == 0:
+                start = ", ".join(self.render_const(a.arg[0], a.dtype) for a in vector.accumulators)
+                self.emit(f"{self.accumulator_vector_type(vector)} {name} = {{{start}}};")
+        elif len(node.src) == 1:
+            self.declare(node, f"v{position}", f"{name}[{lane}]")
+        elif lane == 0:
+            first = vector.loads[0]
+            read = self.vector_reads.get(first)
+            if read is None:
+                read = self.vector_reads[first] = f"vread{position}"
+                address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
+                self.emit(f"{self.accumulator_vector_type(vector)} {read};")
+                self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
+            product = read if vector.common is None else f"{read} * {self.value(vector.common)}"
+            self.emit(f"{name} += {product};")
 
     # ---- vectors (only languages with vector types render them) -------------------------------------------------
 
@@ -418,6 +480,7 @@ class CUDARenderer(CStyleRenderer):
 
     kernel_prefix = 'extern "C" __global__ '
     can_join = False  # (its runtime builds a program per kernel)
+    vector_accumulators = False
     restrict = "__restrict__"
     split_outer_loop = False
     buffer_array = False

@@ -76,6 +76,7 @@ class OpenCLRenderer(CStyleRenderer):
 
     kernel_prefix = "__kernel "
     can_join = False  # (its runtime builds a program per kernel)
+    vector_accumulators = False
     buffer_prefix = "__global "
     split_outer_loop = False
     buffer_array = False
