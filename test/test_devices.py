@@ -629,6 +629,18 @@ def test_c_sums_down_columns_add_whole_vectors():
     np.testing.assert_allclose(Tensor(x, device=available("CPU")).sum(0).numpy(), x.sum(0), rtol=1e-5, atol=1e-4)
 
 
+def test_llvm_keeps_register_blocks_in_vector_accumulators():
+    """The LLVM renderer declares the same vectors: one vector load and one fused multiply-add a row of the block
+    per iteration (as the scalar fma of each lane), not scalars left for LLVM's SLP pass to pack."""
+    from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+
+    x, w = numbers(64, 96, seed=6), numbers(96, 128, seed=7)
+    (program,) = optimized_programs(Tensor(x) @ Tensor(w), AVX2)
+    source = LLVMRenderer(AVX2).render(kernel_name(program), program)
+    assert "alloca <8 x float>" in source and "@llvm.fma.v8f32" in source and "call float @llvm.fma.f32" not in source
+    np.testing.assert_allclose((Tensor(x, device="LLVM") @ Tensor(w, device="LLVM")).numpy(), x @ w, 1e-4, 1e-4)
+
+
 def test_c_renders_scalar_accumulators_where_no_vector_fits():
     """A product whose loops no register block divides (prime sizes) keeps scalar accumulators, as does every kernel
     for a target of one lane, and the GPU dialects."""

@@ -15,20 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import ALU, Ops, UOp
 
 VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
 
 
 @dataclass(frozen=True)
 class AccumulatorVector:
-    """`width` accumulators (DEFINE_ACC, in lane order) updated as one vector: each iteration adds `loads` (in lane
-    order, consecutive elements of one buffer; the first's index is where the vector is read) times `common` (None:
-    the loads themselves)."""
+    """`width` accumulators (DEFINE_ACC, in lane order) updated as one vector: each iteration of `loops` adds `loads`
+    (in lane order, consecutive elements of one buffer; the first's index is where the vector is read) times `common`
+    (None: the loads themselves)."""
 
     accumulators: tuple[UOp, ...]
     loads: tuple[UOp, ...]
     common: UOp | None
+    loops: tuple[UOp, ...]
 
 
 def _offset(index: UOp) -> tuple[UOp | None, int]:
@@ -75,7 +76,7 @@ def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVecto
             candidates.setdefault((current.src[1:], load.src[0], common, rest), {}).setdefault(offset, (node, load))
     lanes_of = {dtypes.float32: width, dtypes.float64: width // 2}
     vectors, taken = [], set()
-    for (_, _, common, _), lanes in candidates.items():
+    for (loops, _, common, _), lanes in candidates.items():
         offsets = sorted(lanes)
         position = 0
         while position < len(offsets):
@@ -84,9 +85,36 @@ def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVecto
             run = [first + lane for lane in range(size)]
             members = [lanes.get(offset) for offset in run]
             if size > 1 and all(member is not None and member[0] not in taken for member in members):
-                vectors.append(AccumulatorVector(tuple(m[0] for m in members), tuple(m[1] for m in members), common))
+                accumulators, loads = tuple(m[0] for m in members), tuple(m[1] for m in members)
+                vectors.append(AccumulatorVector(accumulators, loads, common, loops))
                 taken.update(m[0] for m in members)
                 position += size
             else:
                 position += 1
     return vectors
+
+
+# values of a program with no effect of their own: a renderer may leave one out where nothing it renders reads it
+PURE = {Ops.LOAD, Ops.CAST, Ops.BITCAST} | set(ALU)
+
+
+def replaced_by_vectors(program: list[UOp], vectors: list[AccumulatorVector]) -> set[UOp]:
+    """The nodes of `program` the vectors stand in for: each accumulator's scalar update (its read in the loop, its
+    add and its store), and the values only those read (the lanes' products and loads, and their indices)."""
+    accumulators = {accumulator for vector in vectors for accumulator in vector.accumulators}
+    replaced: set[UOp] = set()
+    for node in program:
+        if node.op is Ops.STORE and node.src[0] in accumulators:
+            replaced.update((node, node.src[1], node.src[1].src[0]))
+    # what the vector updates read: the first lane's index, and the common value
+    needed = {vector.loads[0].src[1] for vector in vectors} | {v.common for v in vectors if v.common is not None}
+    users: dict[UOp, list[UOp]] = {}
+    for node in program:
+        for source in node.src:
+            users.setdefault(source, []).append(node)
+    for node in reversed(program):  # (users before the values they read)
+        if node in replaced or node in needed or node.op not in PURE or node.src[0].op is Ops.DEFINE_ACC:
+            continue
+        if all(user in replaced for user in users.get(node, ())):
+            replaced.add(node)
+    return replaced

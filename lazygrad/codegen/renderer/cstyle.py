@@ -36,7 +36,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import transcendental_rules
-from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors
+from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors, replaced_by_vectors
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
@@ -240,7 +240,7 @@ class CStyleRenderer(Renderer):
         elif node in self.lane_of or (op is Ops.LOAD and src and src[0] in self.lane_of):
             self.render_vector_accumulator(position, node)
         elif node in self.in_vectors:
-            pass  # (its update runs as its vector's)
+            pass  # (its vector's update stands in for it)
         elif op is Ops.DEFINE_ACC:
             self.declare(node, f"acc{node.arg[1]}", self.render_const(node.arg[0], node.dtype))
         elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
@@ -295,7 +295,7 @@ class CStyleRenderer(Renderer):
 
     def choose_accumulator_vectors(self, program: list[UOp]) -> None:
         """Set `accumulator_vectors`, `lane_of` (accumulator -> (its vector's number, its lane)) and `in_vectors`
-        (the scalar updates the vectors stand in for: each accumulator's read in the loop, its add and its store)."""
+        (the scalar updates the vectors stand in for, and the values only those read)."""
         width = self.target.vector_width if self.vector_accumulators else 1
         self.accumulator_vectors = accumulator_vectors(program, width) if width > 1 else []
         self.lane_of = {
@@ -303,10 +303,7 @@ class CStyleRenderer(Renderer):
             for number, vector in enumerate(self.accumulator_vectors)
             for lane, accumulator in enumerate(vector.accumulators)
         }
-        self.in_vectors: set[UOp] = set()
-        for node in program:
-            if node.op is Ops.STORE and node.src[0] in self.lane_of:
-                self.in_vectors.update((node, node.src[1], node.src[1].src[0]))
+        self.in_vectors = replaced_by_vectors(program, self.accumulator_vectors)
         self.vector_reads: dict[UOp, str] = {}  # the first load of a vector -> the vector's name
 
     def accumulator_vector_type(self, vector: AccumulatorVector) -> str:

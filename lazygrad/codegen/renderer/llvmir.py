@@ -14,6 +14,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
+from lazygrad.codegen.vectorize import accumulator_vectors, replaced_by_vectors
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, shift_in_range
 from lazygrad.uop.ops import LoopKind, Ops, UOp
@@ -162,11 +163,38 @@ class LLVMRenderer(Renderer):
 
         parallel = next((n for n in program if n.op is Ops.RANGE and n.arg[1] is LoopKind.GLOBAL), None)
         vectorized = vectorized_loops(program)
+        # a register block's accumulators as vectors (outside loops left to the loop vectorizer): LLVM then has a
+        # vector per row of the block to keep in a register, not scalars for its SLP pass to pack, and far less IR
+        vectors = [
+            vector
+            for vector in accumulator_vectors(program, self.target.vector_width)
+            if not vectorized.intersection(vector.loops)
+        ]
+        lane_of = {a: (number, lane) for number, v in enumerate(vectors) for lane, a in enumerate(v.accumulators)}
+        replaced, vector_reads = replaced_by_vectors(program, vectors), {}
         block, open_loops = "entry", []  # the basic block the next line goes into; the loops around it
         for position, node in enumerate(program):
             out = f"%v{position}"
             names[node] = out
             op, dtype, src = node.op, node.dtype, node.src
+            if node in lane_of or (op is Ops.LOAD and src and src[0] in lane_of):
+                accumulator = node if op is Ops.DEFINE_ACC else src[0]
+                number, lane = lane_of[accumulator]
+                lines += self.render_vector_accumulator(
+                    out,
+                    node,
+                    vectors[number],
+                    f"%vacc{number}",
+                    lane,
+                    value,
+                    names,
+                    vector_reads,
+                    allocas,
+                    declarations,
+                )
+                continue
+            if node in replaced:
+                continue  # (its vector's update stands in for it)
             if op is Ops.DEFINE_GLOBAL:
                 names[node] = f"%data{node.arg[0]}"
             elif op is Ops.RANGE:
@@ -318,6 +346,45 @@ class LLVMRenderer(Renderer):
             declarations.add(f"declare {t} @llvm.maximum.{tn}({t}, {t})")
             return [f"  {out} = call {t} @llvm.maximum.{tn}({t} {value(current)}, {t} {value(update)})"]
         return [f"  {out} = {'fadd' if node.op is Ops.ADD else 'fmul'} {t} {value(current)}, {value(update)}"]
+
+    @staticmethod
+    def render_vector_accumulator(
+        out: str, node: UOp, vector, name: str, lane: int, value, names, reads, allocas, declarations
+    ) -> list[str]:
+        """An accumulator of a vector: lane 0 declares the vector and its read in the loop updates it (every value
+        it adds is computed by then: the linearizer emits a block's values before its updates) with one vector load
+        and one fused multiply-add per lane, as the scalar updates did; the read after the loop takes its lane out."""
+        dtype = node.dtype
+        t, lanes = LLVM_TYPES[dtype], len(vector.accumulators)
+        vt = f"<{lanes} x {t}>"
+        if node.op is Ops.DEFINE_ACC:
+            if lane:
+                return []
+            allocas.append(f"  {name} = alloca {vt}, align 64")
+            start = ", ".join(f"{t} {render_const(a.arg[0], dtype)}" for a in vector.accumulators)
+            return [f"  store {vt} <{start}>, ptr {name}"]
+        if len(node.src) == 1:
+            return [f"  {out}_all = load {vt}, ptr {name}", f"  {out} = extractelement {vt} {out}_all, i64 {lane}"]
+        if lane:
+            return []
+        lines, first = [], vector.loads[0]
+        read = reads.get(first)
+        if read is None:
+            read = reads[first] = f"{out}_read"
+            lines.append(
+                f"  {read}_ptr = getelementptr inbounds {t}, ptr {names[first.src[0]]}, i64 {value(first.src[1])}"
+            )
+            lines.append(f"  {read} = load {vt}, ptr {read}_ptr, align {dtype.itemsize}")
+        lines.append(f"  {out}_sum = load {vt}, ptr {name}")
+        if vector.common is None:
+            lines.append(f"  {out}_new = fadd {vt} {out}_sum, {read}")
+        else:
+            tn = f"v{lanes}{INTRINSIC_NAMES[t]}"
+            declarations.add(f"declare {vt} @llvm.fma.{tn}({vt}, {vt}, {vt})")
+            lines.append(f"  {out}_one = insertelement {vt} poison, {t} {value(vector.common)}, i64 0")
+            lines.append(f"  {out}_all = shufflevector {vt} {out}_one, {vt} poison, <{lanes} x i32> zeroinitializer")
+            lines.append(f"  {out}_new = call {vt} @llvm.fma.{tn}({vt} {read}, {vt} {out}_all, {vt} {out}_sum)")
+        return [*lines, f"  store {vt} {out}_new, ptr {name}"]
 
     @staticmethod
     def render_load(out: str, node: UOp, value, address: str | None = None) -> list[str]:
