@@ -6,6 +6,7 @@ import weakref
 
 import numpy as np
 import pytest
+from support import available
 
 from lazygrad import Device, GlobalCounters, Tensor
 from lazygrad.engine import buffers
@@ -152,7 +153,7 @@ def test_constants_realized_on_one_device_stay_there():
 def test_kernels_of_one_schedule_compiled_together_keep_apart(device):
     # a schedule's new kernels are compiled in batches (one LLVM module, one C translation unit): kernels that would
     # share a name get numbered, and each launch runs its own code
-    a = Tensor(np.arange(8, dtype=np.float32), device=device).realize()
+    a = Tensor(np.arange(8, dtype=np.float32), device=available(device)).realize()
     results = [a + 1.5, a * 2.5, a - 3.5, (a * a).sum(), a.max(), a + 4.5, a * 5.5, a - 6.5, a / 7.5, a + 8.5]
     GlobalCounters.reset()
     Tensor.realize_all(*results)
