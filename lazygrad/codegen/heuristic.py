@@ -23,8 +23,8 @@ threads, a register tile per thread, the inputs staged in shared memory: `tile_p
 output loops spread over the threads of a block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
-CPU (with and without the copy of the weights), each block size on a device with threads (a matrix product's tiles follow it), and a GPU's list without tensor
-cores, and without tiles.
+CPU (with and without the copy of the weights), each block size on a device with threads (a matrix product's tiles
+follow it), and a GPU's list without tensor cores, and without tiles.
 """
 
 from __future__ import annotations

@@ -74,16 +74,16 @@ def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVecto
         for load, common in roles:
             rest, offset = _offset(load.src[1])
             candidates.setdefault((current.src[1:], load.src[0], common, rest), {}).setdefault(offset, (node, load))
-    lanes_of = {dtypes.float32: width, dtypes.float64: width // 2}
+    lanes = {dtypes.float32: width, dtypes.float64: width // 2}
     vectors, taken = [], set()
-    for (loops, _, common, _), lanes in candidates.items():
-        offsets = sorted(lanes)
+    for (loops, _, common, _), by_offset in candidates.items():
+        offsets = sorted(by_offset)
         position = 0
         while position < len(offsets):
             first = offsets[position]
-            size = lanes_of[lanes[first][0].dtype]
+            size = lanes[by_offset[first][0].dtype]
             run = [first + lane for lane in range(size)]
-            members = [lanes.get(offset) for offset in run]
+            members = [by_offset.get(offset) for offset in run]
             if size > 1 and all(member is not None and member[0] not in taken for member in members):
                 accumulators, loads = tuple(m[0] for m in members), tuple(m[1] for m in members)
                 vectors.append(AccumulatorVector(accumulators, loads, common, loops))
@@ -94,6 +94,11 @@ def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVecto
     return vectors
 
 
+def lanes_of(vectors: list[AccumulatorVector]) -> dict[UOp, tuple[int, int]]:
+    """Each accumulator of `vectors`: (its vector's position in the list, its lane)."""
+    return {a: (number, lane) for number, vector in enumerate(vectors) for lane, a in enumerate(vector.accumulators)}
+
+
 # values of a program with no effect of their own: a renderer may leave one out where nothing it renders reads it
 PURE = {Ops.LOAD, Ops.CAST, Ops.BITCAST} | set(ALU)
 
@@ -101,6 +106,8 @@ PURE = {Ops.LOAD, Ops.CAST, Ops.BITCAST} | set(ALU)
 def replaced_by_vectors(program: list[UOp], vectors: list[AccumulatorVector]) -> set[UOp]:
     """The nodes of `program` the vectors stand in for: each accumulator's scalar update (its read in the loop, its
     add and its store), and the values only those read (the lanes' products and loads, and their indices)."""
+    if not vectors:
+        return set()
     accumulators = {accumulator for vector in vectors for accumulator in vector.accumulators}
     replaced: set[UOp] = set()
     for node in program:

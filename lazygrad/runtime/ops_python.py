@@ -66,7 +66,6 @@ class PythonProgram:
         self.program: list[UOp] = pickle.loads(base64.b64decode(binary))
         self.position = {node: i for i, node in enumerate(self.program)}
         self.loop_end = {node.src[0]: i for i, node in enumerate(self.program) if node.op is Ops.ENDRANGE}
-        self.synchronizes = any(node.op is Ops.BARRIER for node in self.program)
         # (a block's threads are told apart by a bit each in the shared-memory checks)
         self.lockstep = launch[1] <= 64 and not any(node.op is Ops.WMMA for node in self.program)
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import transcendental_rules
-from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors, replaced_by_vectors
+from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors, lanes_of, replaced_by_vectors
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
@@ -239,7 +239,7 @@ class CStyleRenderer(Renderer):
             self.render_range(position, node)
         elif node in self.lane_of or (op is Ops.LOAD and src and src[0] in self.lane_of):
             self.render_vector_accumulator(position, node)
-        elif node in self.in_vectors:
+        elif node in self.replaced:
             pass  # (its vector's update stands in for it)
         elif op is Ops.DEFINE_ACC:
             self.declare(node, f"acc{node.arg[1]}", self.render_const(node.arg[0], node.dtype))
@@ -294,16 +294,12 @@ class CStyleRenderer(Renderer):
     # ---- accumulators in vectors (C: GCC's vector extensions) ---------------------------------------------------
 
     def choose_accumulator_vectors(self, program: list[UOp]) -> None:
-        """Set `accumulator_vectors`, `lane_of` (accumulator -> (its vector's number, its lane)) and `in_vectors`
+        """Set `accumulator_vectors`, `lane_of` (accumulator -> (its vector's number, its lane)) and `replaced`
         (the scalar updates the vectors stand in for, and the values only those read)."""
         width = self.target.vector_width if self.vector_accumulators else 1
         self.accumulator_vectors = accumulator_vectors(program, width) if width > 1 else []
-        self.lane_of = {
-            accumulator: (number, lane)
-            for number, vector in enumerate(self.accumulator_vectors)
-            for lane, accumulator in enumerate(vector.accumulators)
-        }
-        self.in_vectors = replaced_by_vectors(program, self.accumulator_vectors)
+        self.lane_of = lanes_of(self.accumulator_vectors)
+        self.replaced = replaced_by_vectors(program, self.accumulator_vectors)
         self.vector_reads: dict[UOp, str] = {}  # the first load of a vector -> the vector's name
 
     def accumulator_vector_type(self, vector: AccumulatorVector) -> str:

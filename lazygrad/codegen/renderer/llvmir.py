@@ -14,7 +14,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
-from lazygrad.codegen.vectorize import accumulator_vectors, replaced_by_vectors
+from lazygrad.codegen.vectorize import accumulator_vectors, lanes_of, replaced_by_vectors
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, shift_in_range
 from lazygrad.uop.ops import LoopKind, Ops, UOp
@@ -170,7 +170,7 @@ class LLVMRenderer(Renderer):
             for vector in accumulator_vectors(program, self.target.vector_width)
             if not vectorized.intersection(vector.loops)
         ]
-        lane_of = {a: (number, lane) for number, v in enumerate(vectors) for lane, a in enumerate(v.accumulators)}
+        lane_of = lanes_of(vectors)
         replaced, vector_reads = replaced_by_vectors(program, vectors), {}
         block, open_loops = "entry", []  # the basic block the next line goes into; the loops around it
         for position, node in enumerate(program):
