@@ -255,10 +255,12 @@ def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkey
     from lazygrad.codegen.heuristic import candidate_opts
     from lazygrad.codegen.lower import lower_kernel
     from lazygrad.codegen.opt import Opt, OptOp, prepare
-    from lazygrad.engine import search
+    from lazygrad.engine import realize, search
     from lazygrad.helpers import BEAM
 
+    # an empty disk cache: a kernel kept by an earlier run would be taken without a search
     monkeypatch.setattr(search, "disk_cache", diskcache.DiskCache(str(tmp_path)))
+    monkeypatch.setattr(realize, "disk_cache", search.disk_cache)
     monkeypatch.setattr(BEAM, "value", 3)
     data = np.random.default_rng(1).standard_normal((4, 64), dtype=np.float32)
     doubled = Tensor(data, device="PYTHON") * 2

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor, dtypes
+from lazygrad.helpers import MOCKCUDA
 from lazygrad.nn.state import safe_load, safe_save
 
 ARRAYS = {
@@ -91,8 +92,11 @@ def test_loading_reads_each_tensor_straight_into_its_buffer(tmp_path):
     finally:
         tracemalloc.stop()
     # host memory holds the buffers themselves and little else (reading the file whole, or copying each tensor, would
-    # double it); a device with memory of its own stages one tensor at a time, so the largest is the least seen
-    assert max(array.nbytes for array in arrays.values()) <= peak < offset * 1.25
+    # double it); a device with memory of its own stages one tensor at a time, so the largest is the least seen —
+    # except a real GPU's, whose memory and pinned staging buffers the driver allocates, out of tracemalloc's sight
+    assert peak < offset * 1.25
+    if Device.DEFAULT != "CUDA" or MOCKCUDA:
+        assert max(array.nbytes for array in arrays.values()) <= peak
     for name, array in arrays.items():
         np.testing.assert_array_equal(loaded[name].numpy(), array)
 

@@ -14,6 +14,7 @@ from lazygrad.codegen.renderer import Target
 from lazygrad.codegen.renderer.cstyle import CUDARenderer
 from lazygrad.device import DeviceUnavailable
 from lazygrad.engine.realize import render_kernel
+from lazygrad.helpers import MOCKCUDA
 from lazygrad.runtime.ops_python import tf32
 from lazygrad.uop.ops import LoopKind, Ops
 
@@ -125,6 +126,8 @@ def test_the_cuda_source_holds_the_warp_matrix_operations():
 
 def test_python_and_mock_cuda_agree_exactly():
     """The PYTHON device and the CUDA shim emulate the tensor core the same way: equal bits."""
+    if not MOCKCUDA:
+        pytest.skip("a real GPU's tensor cores add in their own order; the other tests check them against NumPy")
     try:
         Device["CUDA"]
     except DeviceUnavailable as error:

@@ -14,7 +14,9 @@ Semantics follow the LLVM renderer and the PYTHON device:
   value by -1 (giving that value back) is guarded, all decided from the operands' ranges, so index math stays plain;
 - MAX on floats propagates NaN; CMPNE on floats is unordered-not-equal (true when either side is NaN);
 - a cast to bool is `!= 0`; bools are stored as one byte;
-- a cast from float to a 32-bit integer goes through a 64-bit integer, so out-of-range values wrap like PYTHON's;
+- a cast from float to a 32- or 64-bit integer is defined out of range too, as PYTHON's: a value int64 cannot hold
+  becomes int64's most negative value (C leaves it undefined; NVIDIA's GPUs saturate), and a 32-bit integer is
+  taken from the 64-bit one, so it wraps;
 - float constants are written as exact hexadecimal literals, inf and nan included;
 - half values are held in `float` registers and rounded to half after every operation, so every language computes
   what PYTHON computes, including on devices without half arithmetic (PoCL has no cl_khr_fp16). Memory holds
@@ -390,10 +392,14 @@ class CStyleRenderer(Renderer):
             return f"{value} != 0"
         if to_dtype == dtypes.float16:
             return self.half_round.format(a=f"(float){value}")
-        if from_dtype.is_float and to_dtype.is_int and to_dtype.bits == 32:
-            # through 64 bits, so values outside the 32-bit range wrap instead of being undefined
+        if from_dtype.is_float and to_dtype.is_int and to_dtype.bits >= 32:
+            # C leaves a float that the integer cannot hold undefined (x86 gives int64's most negative value, NVIDIA's
+            # GPUs saturate): such values, NaN and infinities become int64's most negative value everywhere, and a
+            # 32-bit result is taken from the 64-bit one, so values outside its range wrap
             wide = self.register_types[dtypes.int64]
-            return f"({self.register_types[to_dtype]})({wide}){value}"
+            inside = f"({value}) >= -9223372036854775808.0f && ({value}) < 9223372036854775808.0f"
+            whole = f"({inside} ? ({wide})({value}) : ({wide})(-9223372036854775807L - 1))"
+            return whole if to_dtype.bits == 64 else f"({self.register_types[to_dtype]}){whole}"
         return f"({self.register_types[to_dtype]}){value}"
 
     def render_bitcast(self, value: str, from_dtype: DType, to_dtype: DType) -> str:
