@@ -583,6 +583,37 @@ def test_mock_tinyjit_graph_replays_with_the_right_values(mock, monkeypatch):
             assert launches["graphs"] == before["graphs"] + 1 and launches["kernels"] == before["kernels"]
 
 
+def test_mock_tinyjit_graph_runs_the_kernels_after_a_host_step(mock, monkeypatch):
+    """A label check reads the labels on the host; the step's kernels after it still replay as one graph."""
+    launches = {"kernels": 0, "graphs": 0}
+    kernel_launch, graph_launch = mock.driver.launch, mock.driver.graph_launch
+    monkeypatch.setattr(
+        mock.driver, "launch", lambda *a: launches.update(kernels=launches["kernels"] + 1) or kernel_launch(*a)
+    )
+    monkeypatch.setattr(
+        mock.driver, "graph_launch", lambda *a: launches.update(graphs=launches["graphs"] + 1) or graph_launch(*a)
+    )
+    weights = numbers(6, 3, seed=22)
+    weight = Tensor(weights, device="CUDA").realize()
+
+    @TinyJit
+    def step(x, y):
+        return (x @ weight).sparse_categorical_crossentropy(y).realize()
+
+    for call in range(4):
+        data, labels = numbers(4, 6, seed=60 + call), np.array([0, 2, 1, call % 3], np.int32)
+        before = dict(launches)
+        loss = step(Tensor(data, device="CUDA"), Tensor(labels, device="CUDA"))
+        logits = data @ weights
+        log_softmax = logits - logits.max(1, keepdims=True)
+        log_softmax -= np.log(np.exp(log_softmax).sum(1, keepdims=True))
+        np.testing.assert_allclose(loss.numpy(), -log_softmax[np.arange(4), labels].mean(), rtol=1e-5)
+        if call >= 2:
+            assert launches == {"kernels": before["kernels"], "graphs": before["graphs"] + 1}
+    with pytest.raises(ValueError, match="label 3 at index"):  # the replay still checks each call's labels
+        step(Tensor(numbers(4, 6, seed=70), device="CUDA"), Tensor(np.array([0, 3, 1, 1], np.int32), device="CUDA"))
+
+
 def test_mock_release_unloads_the_library(mock):
     x = Tensor(numbers(8, seed=21), device="CUDA").realize()
     np.testing.assert_allclose((x * 7).numpy(), numbers(8, seed=21) * 7, rtol=1e-6)

@@ -44,12 +44,12 @@ class TinyJit:
         self.outputs: Any = None
         self.bound: list[list] = []
         self.random_sources: list = []
-        self.graph: Any = None  # the device's graph of the step, False where there is none; made at the first replay
+        self.plan: list[tuple[int, int, Any]] | None = None  # how a replay runs the launches, made at the first one
         functools.update_wrapper(self, function)
 
     def reset(self) -> None:
         """Forget the capture; the next calls warm up and capture again."""
-        self.calls, self.signature, self.launches, self.input_slots, self.outputs, self.bound, self.graph = (
+        self.calls, self.signature, self.launches, self.input_slots, self.outputs, self.bound, self.plan = (
             0,
             None,
             [],
@@ -133,7 +133,7 @@ class TinyJit:
             if is_random_source(node) and node.arg[0] > first_new_buffer
         }
         self.random_sources = sorted(sources, key=lambda node: node.arg[0])
-        self.outputs, self.graph = result, None
+        self.outputs, self.plan = result, None
         return result
 
     def _replay(self, tensors: list):
@@ -148,16 +148,17 @@ class TinyJit:
         buffers = [list(launch_buffers) for launch_buffers in self.bound]
         for launch_number, position, input_number in self.input_slots:
             buffers[launch_number][position] = buffer_of(tensors[input_number].uop.base)
-        if self.graph is None:  # the device's own replay of the whole step, where it has one (CUDA graphs)
-            self.graph = device_graph(self.launches, buffers)
-        if self.graph:
-            launch_graph(self.graph, self.launches, buffers)
-        else:
-            for launch, launch_buffers in zip(self.launches, buffers):
-                if launch.host is not None:
-                    launch.host(*launch_buffers)
-                elif launch_buffers[0].size:
-                    realize.launch_kernel(launch.kernel, launch_buffers, launch.device)
+        if self.plan is None:  # runs of kernels as their device's graphs, where it has them (CUDA graphs)
+            self.plan = replay_plan(self.launches, buffers)
+        for first, end, graph in self.plan:
+            if graph is not None:
+                launch_graph(graph, self.launches[first:end], buffers[first:end])
+                continue
+            launch, launch_buffers = self.launches[first], buffers[first]
+            if launch.host is not None:
+                launch.host(*launch_buffers)
+            elif launch_buffers[0].size:
+                realize.launch_kernel(launch.kernel, launch_buffers, launch.device)
 
         def fresh(value):
             if isinstance(value, Tensor):
@@ -169,19 +170,30 @@ class TinyJit:
         return fresh(self.outputs)
 
 
-def device_graph(launches: list[realize.Launch], buffers: list[list[Buffer]]) -> Any:
-    """The step's kernels as one graph of their device (`graph(programs)`, e.g. a CUDA graph), or False where the
-    device offers none, or the step copies or uses several devices."""
-    device_names = {launch.device for launch in launches}
-    if len(device_names) != 1 or any(launch.kernel is None for launch in launches):
-        return False
-    device = Device[device_names.pop()]
-    programs = [launch.kernel.program for launch, bound in zip(launches, buffers) if bound[0].size]
-    return device.graph(programs) if programs and hasattr(device, "graph") else False
+def replay_plan(launches: list[realize.Launch], buffers: list[list[Buffer]]) -> list[tuple[int, int, Any]]:
+    """How a replay runs the launches: (first, end, graph) for each run of two or more kernels on one device that
+    has graphs (`graph(programs)`, e.g. a CUDA graph: one launch for the run), (number, number + 1, None) for each
+    launch left (a host step such as a label check, a copy, a kernel on a device without graphs)."""
+    plan: list[tuple[int, int, Any]] = []
+    first = 0
+    while first < len(launches):
+        end = first
+        device = launches[first].device
+        graphs = launches[first].kernel is not None and hasattr(Device[device], "graph")
+        while graphs and end < len(launches) and launches[end].kernel is not None and launches[end].device == device:
+            end += 1
+        programs = [launch.kernel.program for launch, bound in zip(launches[first:end], buffers[first:end]) if bound[0].size]
+        if len(programs) >= 2:
+            plan.append((first, end, Device[device].graph(programs)))
+        else:
+            end = first + 1
+            plan.append((first, end, None))
+        first = end
+    return plan
 
 
 def launch_graph(graph: Any, launches: list[realize.Launch], buffers: list[list[Buffer]]) -> None:
-    """Replay a step with one launch of its graph, counting its kernels (DEBUG=2 prints one line for the graph)."""
+    """Replay a run of kernels with one launch of their graph, counting them (DEBUG=2 prints one line for it)."""
     kernels = [(launch.kernel, bound) for launch, bound in zip(launches, buffers) if bound[0].size]
     start = time.perf_counter()
     measured = graph([[buffer.handle for buffer in bound] for _, bound in kernels])
