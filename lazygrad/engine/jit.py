@@ -182,7 +182,9 @@ def replay_plan(launches: list[realize.Launch], buffers: list[list[Buffer]]) -> 
         graphs = launches[first].kernel is not None and hasattr(Device[device], "graph")
         while graphs and end < len(launches) and launches[end].kernel is not None and launches[end].device == device:
             end += 1
-        programs = [launch.kernel.program for launch, bound in zip(launches[first:end], buffers[first:end]) if bound[0].size]
+        programs = [
+            launch.kernel.program for launch, bound in zip(launches[first:end], buffers[first:end]) if bound[0].size
+        ]
         if len(programs) >= 2:
             plan.append((first, end, Device[device].graph(programs)))
         else:
