@@ -171,9 +171,9 @@ class TinyJit:
 
 
 def replay_plan(launches: list[realize.Launch], buffers: list[list[Buffer]]) -> list[tuple[int, int, Any]]:
-    """How a replay runs the launches: (first, end, graph) for each run of two or more kernels on one device that
-    has graphs (`graph(programs)`, e.g. a CUDA graph: one launch for the run), (number, number + 1, None) for each
-    launch left (a host step such as a label check, a copy, a kernel on a device without graphs)."""
+    """How a replay runs the launches: (first, end, graph) for each run of kernels on one device that has graphs
+    (`graph(programs)`, e.g. a CUDA graph: one launch for the run), (number, number + 1, None) for each launch left
+    (a host step such as a label check or a copy, a kernel on a device without graphs)."""
     plan: list[tuple[int, int, Any]] = []
     first = 0
     while first < len(launches):
@@ -185,7 +185,7 @@ def replay_plan(launches: list[realize.Launch], buffers: list[list[Buffer]]) -> 
         programs = [
             launch.kernel.program for launch, bound in zip(launches[first:end], buffers[first:end]) if bound[0].size
         ]
-        if len(programs) >= 2:
+        if programs:
             plan.append((first, end, Device[device].graph(programs)))
         else:
             end = first + 1
