@@ -298,6 +298,10 @@ def test_thread_actions_that_do_not_fit_are_errors(opt, message):
     # a barrier inside a loop would need another to keep the next iteration from overwriting the partials
     with pytest.raises(KernelOptError, match="the reduce also runs inside loop 0"):
         apply_opts(kernel, (Opt(P, 0), Opt(G, 2, 6)), python)
+    # a second GROUP over threads of its own would repeat the first one's combine in each of them, racing
+    total = kernel_of(realized(3, 4, 8)[0].sum())
+    with pytest.raises(KernelOptError, match="a later one must share its threads"):
+        apply_opts(total, (Opt(G, 2, 8), Opt(G, 1, 4)), python)
 
 
 def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
@@ -337,6 +341,24 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
         Opt(G, 4, 256),
     )
     assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(G, 1, 256),)
+
+
+def test_every_kernel_of_a_convolutions_backward_keeps_the_threads_busy():
+    """Each kernel of a convolution's forward and backward on a device with threads runs a thread per output, or
+    more: the input's gradient (a short reduce broadcast over many outputs) spreads its outputs over threads rather
+    than looping over them in a few, and the weights' gradient (few outputs, a long reduce) takes a block per output
+    whose threads share the reduce."""
+    from lazygrad.engine.realize import generate_kernel
+
+    x = Tensor(rng.standard_normal((4, 3, 16, 16), dtype=np.float32), device="PYTHON", requires_grad=True).realize()
+    weight = Tensor(rng.standard_normal((8, 3, 3, 3), dtype=np.float32), device="PYTHON", requires_grad=True)
+    loss = x.conv2d(weight.realize(), padding=1).sum()
+    loss.backward()
+    for item in loss.schedule(x.grad, weight.grad):
+        if item.kind == "kernel":
+            kernel = generate_kernel(Device["PYTHON"], item.ast)
+            grid, block = kernel.launch
+            assert grid * block >= min(item.buffers[0].arg[1], 64), (kernel.name, kernel.launch)
 
 
 # ---- tiles: a matrix product's inputs staged in shared memory ------------------------------------------------------

@@ -394,9 +394,12 @@ def thread_opts(
     if tensor_cores and target.tensor_cores and tensor_core_product(plan):
         return tuple(plan.opts)
     reduces, used = reduce_nodes(plan.sink), loops_used(plan.sink)
-    # an output loop some reduce does not depend on stays a loop in the thread: the reduce runs once per thread
+    # an output loop some reduce does not depend on stays a loop in the thread, so the reduce runs once per thread,
+    # where the reduce is at least as long as the loop (else the loop's iterations are better spread over threads,
+    # each repeating a short reduce: a gradient broadcast over a large output)
     for loop in output_loops(plan.sink):
-        if any(loop not in used[reduce] for reduce in reduces):
+        repeated = sum(prod(r.src[0].arg for r in reduce.src[1:]) for reduce in reduces if loop not in used[reduce])
+        if repeated and loop.src[0].arg <= repeated:
             plan.apply(Opt(OptOp.LOOP, loop.arg[0]))
     outputs = loops_of_kind(plan.sink, LoopKind.GLOBAL)
     if target.vector_width > 1 and outputs:  # vector lanes along the innermost output loop, inside each thread
@@ -509,14 +512,16 @@ def share_rows(plan: Plan, block: int | None) -> bool:
 
 
 def group_reduce(plan: Plan, block: int | None) -> bool:
-    """Share a reduce loop among the threads of a block, where the kernel reduces into one value (a full sum) or
-    into few outputs along long rows (a block per row); True if it did."""
-    loops = reduce_loops(plan.sink)
-    if not loops or loops_of_kind(plan.sink, LoopKind.LOOP):
+    """Share the longest reduce loop among the threads of a block, where the kernel reduces into one value (a full
+    sum) or into few outputs over many iterations (a block per output: a row's sum, a convolution's weight
+    gradient, whose output loops not in the reduce stay loops in the thread); True if it did."""
+    reduces = reduce_nodes(plan.sink)
+    if not reduces:
         return False
-    loop = max(loops, key=lambda loop: loop.src[0].arg)
-    if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [loop.src[0].arg]):
+    iterations = max(prod(loop.src[0].arg for loop in reduce.src[1:]) for reduce in reduces)
+    if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [iterations]):
         return False
+    loop = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
     amount = thread_count(loop.src[0].arg, block or plan.target.block_threads)
     return amount >= 2 and plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
 

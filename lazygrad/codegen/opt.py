@@ -31,7 +31,8 @@ unless an action says otherwise:
   each where `amount` is a power of two, else by every thread reading all of them after one barrier. The threads
   are a thread loop of `amount` that the reduces do not depend on where there is one (the threads that store a
   softmax row also compute its max and sum), else a new one numbered axis + 1. Only the first thread stores the
-  outputs that do not depend on the threads. GROUP comes after every other action; several may follow each other.
+  outputs that do not depend on the threads. GROUP comes after every other action; several may follow each other
+  where the later ones share the threads of the first (a softmax row's max and sum).
 - TILE(axis, amount): split a reduce loop like SPLIT and read the inputs that move along its inner `amount`
   iterations from shared memory: once per outer iteration the threads of the block copy together every element of
   each such input that one of them reads in it (its values over the thread loops and the inner loops; each upcast
@@ -711,6 +712,11 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
     if opt.op is OptOp.GROUP and staged(sink):
         raise KernelOptError(f"{opt}: the kernel's reduce reads its inputs from a tile in shared memory")
     reused = opt.op is OptOp.GROUP and shared_thread(sink, loop, opt.amount) is not None
+    if opt.op is OptOp.GROUP and not reused and any(node.op is Ops.DEFINE_LOCAL for node in kernel_nodes(sink)):
+        # (the threads of the new loop would each repeat the earlier combine, racing on its shared memory)
+        raise KernelOptError(
+            f"{opt}: an earlier GROUP combines through shared memory; a later one must share its threads"
+        )
     if not reused and block_threads(sink) * opt.amount > target.max_threads:
         raise KernelOptError(f"{opt}: a block would have more than the device's {target.max_threads} threads")
     if opt.op is OptOp.LOCAL:
