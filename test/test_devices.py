@@ -641,6 +641,22 @@ def test_llvm_keeps_register_blocks_in_vector_accumulators():
     np.testing.assert_allclose((Tensor(x, device="LLVM") @ Tensor(w, device="LLVM")).numpy(), x @ w, 1e-4, 1e-4)
 
 
+def test_llvm_leaves_loops_that_run_few_times_to_scalar_code():
+    """LLVM's loop vectorizer costs a compile tens of milliseconds: a loop that runs fewer than VECTORIZED_RUNS times
+    in all (a bias of 512, a row of 64 summed 100 times) is marked not to be vectorized; a large one is not."""
+    from lazygrad.codegen.renderer.llvmir import VECTORIZED_RUNS, LLVMRenderer
+
+    def marked(tensor) -> bool:
+        (program,) = optimized_programs(tensor, AVX2)
+        return "!llvm.loop !0" in LLVMRenderer(AVX2).render(kernel_name(program), program)
+
+    small, rows = numbers(512, seed=8), numbers(100, 64, seed=9)
+    assert marked(Tensor(small) * 2 + 1) and marked(Tensor(rows).sum(1))
+    assert not marked(Tensor(numbers(VECTORIZED_RUNS, seed=10)) * 2 + 1)
+    np.testing.assert_allclose((Tensor(small, device="LLVM") * 2 + 1).numpy(), small * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(Tensor(rows, device="LLVM").sum(1).numpy(), rows.sum(1), rtol=1e-5, atol=1e-5)
+
+
 def test_c_renders_scalar_accumulators_where_no_vector_fits():
     """A product whose loops no register block divides (prime sizes) keeps scalar accumulators, as does every kernel
     for a target of one lane, and the GPU dialects."""

@@ -85,21 +85,27 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
 INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32", "i64": "i64"}
 
 
+# a loop that runs fewer times than this in all (its iterations times its enclosing loops') is left scalar: the
+# loop vectorizer would save it microseconds and cost its compile tens of milliseconds (a bias, a loss, a count)
+VECTORIZED_RUNS = 1 << 14
+
+
 def vectorized_loops(program: list[UOp]) -> set[UOp]:
     """The loops LLVM's loop vectorizer may work on: loops with no reduce inside (every loop of an elementwise
-    kernel; the row loop of a softmax after its max and sum), and reduce loops that codegen found contiguous.
-    Elsewhere codegen's upcast has made blocks of accumulators for the SLP pass to pack, and an outer loop around a
-    reduce would only be vectorized with gathers."""
-    vectorized, open_loops = set(), []  # open loops, each with whether an accumulator is updated inside it
+    kernel; the row loop of a softmax after its max and sum), and reduce loops that codegen found contiguous, where
+    they run at least VECTORIZED_RUNS times. Elsewhere codegen's upcast has made blocks of accumulators for the SLP
+    pass to pack, and an outer loop around a reduce would only be vectorized with gathers."""
+    vectorized, open_loops = set(), []  # open loops: [loop, whether an accumulator is updated inside, its runs]
     for node in program:
         if node.op is Ops.RANGE:
-            open_loops.append([node, False])
+            size = node.src[0].arg if node.src[0].op is Ops.CONST else VECTORIZED_RUNS
+            open_loops.append([node, False, size * (open_loops[-1][2] if open_loops else 1)])
         elif node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
             for entry in open_loops:
                 entry[1] = True
         elif node.op is Ops.ENDRANGE:
-            loop, has_reduce = open_loops.pop()
-            if not has_reduce or loop.arg[1] is LoopKind.VECTOR_REDUCE:
+            loop, has_reduce, runs = open_loops.pop()
+            if (not has_reduce or loop.arg[1] is LoopKind.VECTOR_REDUCE) and runs >= VECTORIZED_RUNS:
                 vectorized.add(loop)
     return vectorized
 
