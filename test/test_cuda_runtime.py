@@ -586,13 +586,16 @@ def test_mock_tinyjit_graph_replays_with_the_right_values(mock, monkeypatch):
 def test_mock_tinyjit_graph_runs_the_kernels_after_a_host_step(mock, monkeypatch):
     """A label check reads the labels on the host; the step's kernels after it still replay as one graph."""
     launches = {"kernels": 0, "graphs": 0}
-    kernel_launch, graph_launch = mock.driver.launch, mock.driver.graph_launch
-    monkeypatch.setattr(
-        mock.driver, "launch", lambda *a: launches.update(kernels=launches["kernels"] + 1) or kernel_launch(*a)
-    )
-    monkeypatch.setattr(
-        mock.driver, "graph_launch", lambda *a: launches.update(graphs=launches["graphs"] + 1) or graph_launch(*a)
-    )
+
+    def count(kind, function):
+        def counted(*arguments):
+            launches[kind] += 1
+            return function(*arguments)
+
+        return counted
+
+    monkeypatch.setattr(mock.driver, "launch", count("kernels", mock.driver.launch))
+    monkeypatch.setattr(mock.driver, "graph_launch", count("graphs", mock.driver.graph_launch))
     weights = numbers(6, 3, seed=22)
     weight = Tensor(weights, device="CUDA").realize()
 

@@ -344,8 +344,8 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
 
 
 def test_every_kernel_of_a_convolutions_backward_keeps_the_threads_busy():
-    """Each kernel of a convolution's forward and backward on a device with threads runs a thread per output, or
-    more: the input's gradient (a short reduce broadcast over many outputs) spreads its outputs over threads rather
+    """Each kernel of a convolution's forward and backward on a device with threads runs as many threads as it has
+    outputs (up to 64, at least): the input's gradient (a short reduce broadcast over many outputs) spreads its outputs over threads rather
     than looping over them in a few, and the weights' gradient (few outputs, a long reduce) takes a block per output
     whose threads share the reduce."""
     from lazygrad.engine.realize import generate_kernel
