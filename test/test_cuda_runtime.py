@@ -554,9 +554,9 @@ def test_the_binding_passes_what_the_driver_expects(stub, capsys):
 # ---- the mock driver: the same runtime, with values ----------------------------------------------------------------
 
 
-def test_mock_tinyjit_graph_replays_with_the_right_values(mock, monkeypatch):
+def counted_launches(mock, monkeypatch) -> dict[str, int]:
+    """The mock driver's kernel and graph launches from now on, counted as "kernels" and "graphs"."""
     launches = {"kernels": 0, "graphs": 0}
-    kernel_launch, graph_launch = mock.driver.launch, mock.driver.graph_launch
 
     def count(kind, function):
         def counted(*arguments):
@@ -565,8 +565,13 @@ def test_mock_tinyjit_graph_replays_with_the_right_values(mock, monkeypatch):
 
         return counted
 
-    monkeypatch.setattr(mock.driver, "launch", count("kernels", kernel_launch))
-    monkeypatch.setattr(mock.driver, "graph_launch", count("graphs", graph_launch))
+    monkeypatch.setattr(mock.driver, "launch", count("kernels", mock.driver.launch))
+    monkeypatch.setattr(mock.driver, "graph_launch", count("graphs", mock.driver.graph_launch))
+    return launches
+
+
+def test_mock_tinyjit_graph_replays_with_the_right_values(mock, monkeypatch):
+    launches = counted_launches(mock, monkeypatch)
     weights = numbers(6, 5, seed=20)
     weight = Tensor(weights, device="CUDA").realize()
 
@@ -585,17 +590,7 @@ def test_mock_tinyjit_graph_replays_with_the_right_values(mock, monkeypatch):
 
 def test_mock_tinyjit_graph_runs_the_kernels_after_a_host_step(mock, monkeypatch):
     """A label check reads the labels on the host; the step's kernels after it still replay as one graph."""
-    launches = {"kernels": 0, "graphs": 0}
-
-    def count(kind, function):
-        def counted(*arguments):
-            launches[kind] += 1
-            return function(*arguments)
-
-        return counted
-
-    monkeypatch.setattr(mock.driver, "launch", count("kernels", mock.driver.launch))
-    monkeypatch.setattr(mock.driver, "graph_launch", count("graphs", mock.driver.graph_launch))
+    launches = counted_launches(mock, monkeypatch)
     weights = numbers(6, 3, seed=22)
     weight = Tensor(weights, device="CUDA").realize()
 

@@ -398,7 +398,7 @@ def thread_opts(
     # where the reduce is at least as long as the loop (else the loop's iterations are better spread over threads,
     # each repeating a short reduce: a gradient broadcast over a large output)
     for loop in output_loops(plan.sink):
-        repeated = sum(prod(r.src[0].arg for r in reduce.src[1:]) for reduce in reduces if loop not in used[reduce])
+        repeated = sum(iterations(reduce) for reduce in reduces if loop not in used[reduce])
         if repeated and loop.src[0].arg <= repeated:
             plan.apply(Opt(OptOp.LOOP, loop.arg[0]))
     outputs = loops_of_kind(plan.sink, LoopKind.GLOBAL)
@@ -483,6 +483,11 @@ def thread_count(size: int, room: int) -> int:
     return power if 2 * power > any_size else any_size
 
 
+def iterations(reduce: UOp) -> int:
+    """The iterations of a reduce: the product of its loops' sizes."""
+    return prod(loop.src[0].arg for loop in reduce.src[1:])
+
+
 def reduce_loops(sink: UOp) -> list[UOp]:
     """The longest loop of each reduce, in loop order."""
     loops = {max(node.src[1:], key=lambda loop: loop.src[0].arg) for node in reduce_nodes(sink)}
@@ -518,8 +523,7 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     reduces = reduce_nodes(plan.sink)
     if not reduces:
         return False
-    iterations = max(prod(loop.src[0].arg for loop in reduce.src[1:]) for reduce in reduces)
-    if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [iterations]):
+    if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [max(map(iterations, reduces))]):
         return False
     loop = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
     amount = thread_count(loop.src[0].arg, block or plan.target.block_threads)
