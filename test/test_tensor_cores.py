@@ -143,13 +143,18 @@ def test_python_and_mock_cuda_agree_exactly():
 @pytest.mark.parametrize(
     "shapes, dtype, opts, message",
     [
-        (((24, 32), (32, 16)), dtypes.float16, (Opt(TC, 2),), "takes 16 rows at a time; loop 0 has 24"),
-        (((16, 32), (32, 8)), dtypes.float16, (Opt(TC, 2),), "takes 16 columns at a time; loop 1 has 8"),
-        (((16, 40), (40, 16)), dtypes.float16, (Opt(TC, 2),), "takes 16 reduce at a time; loop 2 has 40"),
+        (((24, 32), (32, 16)), dtypes.float16, (Opt(TC, 2),), "a block takes 16 rows at a time; loop 0 has 24"),
+        (((16, 32), (32, 8)), dtypes.float16, (Opt(TC, 2),), "a block takes 16 columns at a time; loop 1 has 8"),
+        (((16, 40), (40, 16)), dtypes.float16, (Opt(TC, 2),), "a block takes 16 reduce at a time; loop 2 has 40"),
         (((16, 16), (16, 16)), dtypes.int32, (Opt(TC, 2),), "no tensor core multiplies int32 into int32"),
         (((16, 16), (16, 16)), dtypes.float64, (Opt(TC, 2),), "no tensor core multiplies float64 into float64"),
         (((16, 16), (16, 16)), dtypes.float16, (Opt(TC, 1),), "loop 1 is a global loop, not a reduce loop"),
-        (((16, 16), (16, 16)), dtypes.float16, (Opt(TC, 2, 16),), "TC takes no amount"),
+        (
+            ((16, 16), (16, 16)),
+            dtypes.float16,
+            (Opt(TC, 2, 16),),
+            "1, 2, 4 or 8 tensor-core tiles along each side, not 16",
+        ),
         (((16, 16), (16, 16)), dtypes.float16, (Opt(L, 1, 8), Opt(TC, 3)), "TC comes before any thread action"),
         (((16, 16), (16, 16)), dtypes.float16, (Opt(TC, 2), Opt(TC, 2)), "share memory already"),
     ],
@@ -215,3 +220,47 @@ def test_the_counted_flops_of_a_tensor_core_product(device):
     runtime = Device[device]
     ops = render_kernel(runtime, item.ast, apply_opts(kernel, opts, runtime.renderer.target), opts).ops
     assert 2 * m * n * k <= ops <= 2 * m * n * k + 4 * m * n
+
+
+TILED_PRODUCTS = {
+    "x @ w": (((64, 32), (32, 64)), lambda x, y: x @ y, lambda a, b: a @ b),
+    "x @ w.T": (((64, 32), (64, 32)), lambda x, y: x @ y.T, lambda a, b: a @ b.T),
+    "x.T @ w": (((32, 64), (32, 64)), lambda x, y: x.T @ y, lambda a, b: a.T @ b),
+}
+
+
+@pytest.mark.parametrize("tiles", [2, 4])
+@pytest.mark.parametrize("product", TILED_PRODUCTS)
+def test_blocks_of_several_tensor_core_tiles(device, product, tiles):
+    """A block of tiles × tiles tensor-core tiles (four warps sharing the block's copies of the inputs on CUDA, one
+    warp holding them all on the PYTHON device's small blocks) computes the product, whatever the operands' layout."""
+    shapes, compute, expect = TILED_PRODUCTS[product]
+    x, y, a, b = operands(device, shapes, dtypes.float16)
+    result = compute(x, y).cast(dtypes.float32)
+    values = run_with(result, (Opt(TC, reduce_axis(kernel_of(result)), tiles),))
+    np.testing.assert_allclose(values.astype(np.float64), expect(a, b), rtol=2e-3, atol=8e-3)
+
+
+def test_the_heuristic_gives_large_products_blocks_of_several_tiles():
+    """Four tiles along each side of a block where that leaves at least TC_BLOCKS blocks, fewer where it would not,
+    one for a product too small for two; the choices BEAM times include every number of tiles that fits."""
+    target = CUDARenderer.for_architecture(90).target
+    chosen = {}
+    for size in (1024, 512, 32):
+        x, y, _, _ = operands("PYTHON", ((size, 64), (64, size)), dtypes.float16)
+        kernel = kernel_of(x @ y)
+        (opt,) = heuristic_opts(kernel, target)
+        chosen[size] = opt.amount
+        offered = {opts[-1] for opts in candidate_opts(kernel, target) if opts and opts[-1].op is TC}
+        assert {opt.amount for opt in offered} >= {0, *(t for t in (2, 4) if size % (16 * t) == 0)}
+    assert chosen == {1024: 4, 512: 2, 32: 0}
+
+
+def test_what_does_not_fit_a_block_of_tensor_core_tiles_is_refused():
+    x, y, _, _ = operands("PYTHON", ((128, 32), (32, 128)), dtypes.float16)
+    kernel, axis = kernel_of(x @ y), reduce_axis(kernel_of(x @ y))
+    with pytest.raises(KernelOptError, match="1, 2, 4 or 8 tensor-core tiles along each side, not 3"):
+        apply_opts(kernel, (Opt(TC, axis, 3),), Device["PYTHON"].renderer.target)
+    with pytest.raises(KernelOptError, match="the tiles need 73728 bytes of shared memory, the device has 49152"):
+        apply_opts(kernel, (Opt(TC, axis, 8),), CUDARenderer.for_architecture(90).target)
+    assert str(Opt(TC, axis, 4)) == f"TC({axis}, 4)" and Opt.from_json(Opt(TC, axis, 4).to_json()) == Opt(TC, axis, 4)

@@ -24,7 +24,7 @@ output loops spread over the threads of a block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
 CPU (with and without the copy of the weights), each block size on a device with threads (a matrix product's tiles
-follow it), and a GPU's list without tensor cores, and without tiles.
+follow it), each number of tensor-core tiles per block, and a GPU's list without tensor cores, and without tiles.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from lazygrad.codegen.opt import (
     stride,
 )
 from lazygrad.codegen.renderer import Target
+from lazygrad.codegen.tensor_cores import TILES
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import split_term, sum_terms
@@ -383,15 +384,24 @@ def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
     return max(d for d in range(1, min(size, limit) + 1) if size % d == 0 and (not powers_of_two or d & (d - 1) == 0))
 
 
+TC_TILES = (4, 2, 1)  # the tensor-core tiles along each side of a block the heuristic tries, largest first
+TC_BLOCKS = 128
+
+
 def thread_opts(
-    sink: UOp, target: Target, block: int | None = None, tiles: bool = True, tensor_cores: bool = True
+    sink: UOp, target: Target, block: int | None = None, tiles: bool = True, tensor_cores: bool | int = True
 ) -> tuple[Opt, ...]:
     """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's; a
-    matrix product on tensor cores unless `tensor_cores` is False, else in tiles unless `tiles` is False)."""
+    matrix product on tensor cores unless `tensor_cores` is False (a number: with that many tensor-core tiles along
+    each side of a block), else in tiles unless `tiles` is False)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
-    if tensor_cores and target.tensor_cores and tensor_core_product(plan):
+    if (
+        tensor_cores
+        and target.tensor_cores
+        and tensor_core_product(plan, TC_TILES if tensor_cores is True else (tensor_cores,))
+    ):
         return tuple(plan.opts)
     reduces, used = reduce_nodes(plan.sink), loops_used(plan.sink)
     # an output loop some reduce does not depend on stays a loop in the thread, so the reduce runs once per thread,
@@ -426,13 +436,26 @@ def thread_opts(
     return tuple(plan.opts)
 
 
-def tensor_core_product(plan: Plan) -> bool:
+def tensor_core_product(plan: Plan, tiles_tried: tuple[int, ...] = TC_TILES) -> bool:
     """A matrix product on the target's tensor cores (TC), where its sizes divide the tensor core's tiles and its
-    inputs' type has one (half and bfloat16; float32 only where TF32 is allowed); True if it did."""
+    inputs' type has one (half and bfloat16; float32 only where TF32 is allowed); True if it did. A block takes
+    the most tensor-core tiles of `tiles_tried` that still leave TC_BLOCKS blocks (or the last): larger blocks read
+    each input fewer times, but a GPU needs blocks enough for all of its multiprocessors."""
     reduces = reduce_nodes(plan.sink)
     if len(reduces) != 1 or len(reduces[0].src) != 2:
         return False
-    return plan.try_apply(Opt(OptOp.TC, reduces[0].src[1].arg[0]))
+    axis = reduces[0].src[1].arg[0]
+    for tiles in tiles_tried:
+        try:
+            sink = apply_opt(plan.sink, Opt(OptOp.TC, axis, tiles), plan.target)
+        except KernelOptError:
+            continue
+        blocks = prod(loop.src[0].arg for loop in loops_of_kind(sink, LoopKind.GLOBAL))
+        if tiles == tiles_tried[-1] or blocks >= TC_BLOCKS:
+            plan.sink = sink
+            plan.opts.append(Opt(OptOp.TC, axis, tiles) if tiles > 1 else Opt(OptOp.TC, axis))
+            return True
+    return False
 
 
 def tile_product(plan: Plan, block: int | None) -> bool:
@@ -609,12 +632,13 @@ def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
 
 def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
     """The action lists BEAM times for this prepared kernel: one per register block on a CPU, one per block size
-    (32 threads up to the device's most: a matrix product's tiles follow it) on a device with threads, and one
-    without tiles; duplicates removed, the default list first."""
+    (32 threads up to the device's most: a matrix product's tiles follow it) on a device with threads, one per
+    number of tensor-core tiles per block, and one without tiles; duplicates removed, the default list first."""
     if target.max_threads:
         sizes = [1 << bits for bits in range(5, target.max_threads.bit_length())]
         offered = [thread_opts(sink, target)] + [thread_opts(sink, target, size) for size in sizes]
-        # (a matrix product without tensor cores, and without tiles, too)
+        # (a matrix product with each number of tensor-core tiles per block, without tensor cores, and without tiles)
+        offered += [thread_opts(sink, target, tensor_cores=tiles) for tiles in TILES if target.tensor_cores]
         offered.append(thread_opts(sink, target, tensor_cores=False))
         offered.append(thread_opts(sink, target, tiles=False, tensor_cores=False))
     else:

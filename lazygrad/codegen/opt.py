@@ -55,8 +55,9 @@ On a CPU (a target with `pack_bytes`):
 
 On devices with tensor cores (the target's `tensor_cores`):
 
-- TC(axis): run the sum of products over reduce loop `axis` on tensor cores, a warp per block computing a tile of
-  the outputs (codegen/tensor_cores.py). It is the only action on threads in the list, and the last; float32
+- TC(axis, tiles): run the sum of products over reduce loop `axis` on tensor cores, a block computing tiles × tiles
+  tensor-core tiles of the outputs (1, the default, 2, 4 or 8: one warp for one tile, else four warps sharing the
+  block's copies of the inputs; codegen/tensor_cores.py). It is the only action on threads in the list, and the last; float32
   products run so (in TF32) only where the user allows it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
 """
 
@@ -650,11 +651,9 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
     if opt.op is OptOp.TC:
         from lazygrad.codegen.tensor_cores import tensor_core  # (it builds on this module's rewrites)
 
-        if opt.amount:
-            raise KernelOptError(f"{opt}: TC takes no amount (the tensor core's shape gives the tile)")
         if any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
             raise KernelOptError(f"{opt}: the kernel's threads share memory already (TC comes last)")
-        return tensor_core(sink, loop, target, allow_tf32)
+        return tensor_core(sink, loop, target, allow_tf32, opt.amount or 1)
     size, kind = loop.src[0].arg, loop.arg[1]
     if opt.op is not OptOp.GROUP and any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
         raise KernelOptError(

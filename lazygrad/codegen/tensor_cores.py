@@ -1,24 +1,29 @@
-"""The tensor-core action, TC(axis): a matrix product's reduce loop `axis` runs on the warp-level matrix
+"""The tensor-core action, TC(axis, tiles): a matrix product's reduce loop `axis` runs on the warp-level matrix
 multiply-accumulate of a tensor core (the target's `tensor_cores`).
 
-A block is one warp. It computes an m × n tile of the outputs (the innermost output loop along which the first
-input of the product moves and the second is fixed gives the tile's rows, the innermost one the other way round its
-columns), k reduce iterations at a time: each iteration the warp's threads copy the inputs' m × k and k × n tiles
-into shared memory (any prologue computed on the way, each input laid out as it lies in memory, so that
-neighbouring threads copy neighbouring elements), wait at a barrier, and multiply-accumulate the tiles into the
-warp's accumulator (a WMMA). After the loop the accumulator goes to shared memory, and each thread reads m·n/32 of
-its values back for the rest of the kernel (the cast, an epilogue, the store), neighbouring threads neighbouring
-columns.
+A block computes a tile of tiles × tiles tensor-core tiles of the outputs (m × n each; the innermost output loop
+along which the first input of the product moves and the second is fixed gives the rows, the innermost one the
+other way round the columns), k reduce iterations at a time. Its warps split the tile: one warp for tiles 1, a
+2 × 2 grid of them for more (one, where the target's blocks hold fewer than four warps), each warp holding the
+accumulators of its part's tensor-core tiles. Each
+iteration the block's threads copy the inputs' rows × k and k × columns tiles into shared memory (any prologue
+computed on the way, each input laid out as it lies in memory, so that neighbouring threads copy neighbouring
+elements), wait at a barrier, and every warp multiply-accumulates its tiles (WMMAs) — an input tile read from
+shared memory serves a warp's whole row or column of tiles, and the block's copy serves all its warps. After the
+loop each accumulator goes to shared memory, and each thread reads its share of the values back for the rest of
+the kernel (the cast, an epilogue, the store), neighbouring threads neighbouring columns.
 
 A fragment (the tiles and the accumulator the warp holds together) is a value of the kernel graph like any other:
 the reduce over the loop is the sum of the WMMAs (the linearizer makes it one accumulator the WMMA adds into), and
-a store of it into shared memory is the warp's store of the whole accumulator. The product is the sum of the exact
-products of the inputs (half, bfloat16 or TF32: what a tensor core computes) in float32, not the product rounded to
-the inputs' type first, which the same kernel computes without TC.
+a store of it into shared memory is the warp's store of the whole accumulator. A WMMA reads its input tiles at an
+offset into the block's copies, with the copies' row length (`ldm`) in its argument. The product is the sum of the
+exact products of the inputs (half, bfloat16 or TF32: what a tensor core computes) in float32, not the product
+rounded to the inputs' type first, which the same kernel computes without TC.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from lazygrad.codegen.opt import (
@@ -95,15 +100,20 @@ def stage(value: UOp, tile: tuple[UOp, UOp], shape: tuple[int, int], lane: UOp, 
     return stores, layout
 
 
-def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool) -> UOp:
-    """`sink` with the sum of products over reduce loop `loop` made on the target's tensor cores (see above)."""
-    name = f"TC({loop.arg[0]})"
+def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, tiles: int = 1) -> UOp:
+    """`sink` with the sum of products over reduce loop `loop` made on the target's tensor cores, a block computing
+    tiles × tiles tensor-core tiles (see above)."""
+    name = f"TC({loop.arg[0]}{f', {tiles}' if tiles > 1 else ''})"
     if target is None or not target.tensor_cores:
         raise KernelOptError(f"{name}: the device has no tensor cores")
+    if tiles not in TILES:
+        raise KernelOptError(f"{name}: a block computes 1, 2, 4 or 8 tensor-core tiles along each side, not {tiles}")
     if loop.arg[1] is not LoopKind.REDUCE:
         raise KernelOptError(f"{name}: loop {loop.arg[0]} is a {loop.arg[1].name.lower()} loop, not a reduce loop")
     if any(node.arg[1] is not LoopKind.GLOBAL for node in output_loops(sink)):
-        raise KernelOptError(f"{name}: a block is one warp: TC comes before any thread action (LOCAL, LOOP)")
+        raise KernelOptError(
+            f"{name}: the block's threads are its own: TC comes before any thread action (LOCAL, LOOP)"
+        )
     reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE]
     if len(reduces) != 1 or reduces[0].src[1:] != (loop,):
         raise KernelOptError(f"{name}: the kernel must have one reduce, over loop {loop.arg[0]} alone")
@@ -112,7 +122,7 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool) -
     if any(node.op is Ops.RANGE_REDUCE for node in reduce.src[0].toposort):
         raise KernelOptError(f"{name}: the product holds another reduce")
     core = choose_core(name, product, reduce, target, allow_tf32)
-    (m, n, k), threads = core.dims, core.threads
+    (m, n, k), warp = core.dims, core.threads
     used = loops_used(sink)
     global_loops = output_loops(sink)
     rows = [node for node in global_loops if node in used[first] and node not in used[second]]
@@ -120,42 +130,84 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool) -
     if not rows or not columns:
         raise KernelOptError(f"{name}: not a matrix product: no output loop along which one input moves, the other not")
     row, column = rows[-1], columns[-1]
-    for what, node, size in (("rows", row, m), ("columns", column, n), ("reduce", loop, k)):
+    block_rows, block_columns = tiles * m, tiles * n
+    for what, node, size in (("rows", row, block_rows), ("columns", column, block_columns), ("reduce", loop, k)):
         if node.src[0].arg % size:
             raise KernelOptError(
-                f"{name}: the tensor core takes {size} {what} at a time; loop {node.arg[0]} has {node.src[0].arg}"
+                f"{name}: a block takes {size} {what} at a time; loop {node.arg[0]} has {node.src[0].arg}"
             )
-    if threads > target.max_threads or threads % n or m % (threads // n):
-        raise KernelOptError(f"{name}: a warp of {threads} threads does not fit this target's blocks")
+    # warps along each side of the block (one where the target's blocks hold fewer than four), and the tensor-core
+    # tiles along each side of a warp's part
+    warps = 2 if tiles > 1 and 4 * warp <= target.max_threads else 1
+    per_warp, threads = tiles // warps, warp * warps * warps
+    if threads > target.max_threads or warp % n or m % (warp // n):
+        raise KernelOptError(f"{name}: a warp of {warp} threads does not fit this target's blocks")
     taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
     memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
-    memory += (m * k + k * n) * product.dtype.itemsize + m * n * core.accumulator.itemsize
+    memory += (block_rows + block_columns) * k * product.dtype.itemsize
+    memory += block_rows * block_columns * core.accumulator.itemsize
     if memory > target.shared_memory:
         raise KernelOptError(
             f"{name}: the tiles need {memory} bytes of shared memory, the device has {target.shared_memory}"
         )
-    # the warp's threads: `across` along the tile's columns, `down` rows of them; each thread's `part` loop reads its
-    # m·n/threads values of the accumulator back (upcast: straight-line code)
+    # the block's threads: warps × warps warps, each `down` rows of `n` lanes (the lanes' order in a warp)
     top = max(loops_by_axis(sink))
-    down = threads // n
-    lane_row = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, down),), (top + 1, LoopKind.LOCAL))
-    lane_column = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, n),), (top + 2, LoopKind.LOCAL))
-    part = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, m // down),), (top + 3, LoopKind.LOOP))
-    lane = lane_row * n + lane_column
-    row_tile, column_tile = new_loop(row, row.src[0].arg // m), new_loop(column, column.src[0].arg // n)
+    numbers = itertools.count(top + 1)
+    zero = UOp.const(loop.dtype, 0)
+
+    def local(size: int) -> UOp:
+        return UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, size),), (next(numbers), LoopKind.LOCAL))
+
+    warp_row, warp_column = (local(warps), local(warps)) if warps > 1 else (zero, zero)
+    down = warp // n
+    lane_row, lane_column = local(down), local(n)
+    thread = ((warp_row * warps + warp_column) * down + lane_row) * n + lane_column
+    row_tile = new_loop(row, row.src[0].arg // block_rows)
+    column_tile = new_loop(column, column.src[0].arg // block_columns)
     step = new_loop(loop, loop.src[0].arg // k)
     number = len(taken)
-    shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, m * k))
-    shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, k * n))
-    shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, m * n))
-    stores_a, layout_a = stage(first, ((row, row_tile), (loop, step)), (m, k), lane, threads, shared_a)
-    stores_b, layout_b = stage(second, ((loop, step), (column, column_tile)), (k, n), lane, threads, shared_b)
+    shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, block_rows * k))
+    shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, k * block_columns))
+    shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, block_rows * block_columns))
+    stores_a, layout_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, k), thread, threads, shared_a)
+    stores_b, layout_b = stage(
+        second, ((loop, step), (column, column_tile)), (k, block_columns), thread, threads, shared_b
+    )
     copied = UOp(Ops.BARRIER, src=(*stores_a, *stores_b))
-    wmma = UOp(Ops.WMMA, core.accumulator, (shared_a, shared_b, copied), (m, n, k, layout_a, layout_b))
-    accumulated = UOp(Ops.RANGE_REDUCE, core.accumulator, (wmma, step), Ops.ADD)
-    stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared_c, UOp.const(loop.dtype, 0), accumulated)),))
-    tile_row = part * down + lane_row
-    value = UOp(Ops.LOAD, core.accumulator, (shared_c, tile_row * n + lane_column, stored))
-    replacements = {reduce: value, row: row_tile * m + tile_row, column: column_tile * n + lane_column}
+    # each warp's tiles: the WMMA of tile (i, j) reads the A copy's rows and the B copy's columns of that tile, and
+    # its accumulator goes to the m·n values of shared memory numbered by the tile's place in the block
+    ldm_a, ldm_b = (k if layout_a == "row" else block_rows), (block_columns if layout_b == "row" else k)
+    stores_c = []
+    for i, j in itertools.product(range(per_warp), repeat=2):
+        tile_row, tile_column = warp_row * per_warp + i, warp_column * per_warp + j
+        offset_a = tile_row * (m * k if layout_a == "row" else m)
+        offset_b = tile_column * (n if layout_b == "row" else n * k)
+        arg = (m, n, k, layout_a, layout_b, ldm_a, ldm_b)
+        wmma = UOp(
+            Ops.WMMA, core.accumulator, (shared_a, shared_b, simplify(offset_a), simplify(offset_b), copied), arg
+        )
+        accumulated = UOp(Ops.RANGE_REDUCE, core.accumulator, (wmma, step), Ops.ADD)
+        offset_c = simplify((tile_row * tiles + tile_column) * (m * n))
+        stores_c.append(UOp(Ops.STORE, src=(shared_c, offset_c, accumulated)))
+    stored = UOp(Ops.BARRIER, src=tuple(stores_c))
+    # each thread reads back every `threads`-th value of the block's outputs (row-major) from its own on
+    part = UOp(
+        Ops.RANGE,
+        loop.dtype,
+        (UOp.const(loop.dtype, block_rows * block_columns // threads),),
+        (next(numbers), LoopKind.LOOP),
+    )
+    output = thread + part * threads
+    output_row, output_column = output // block_columns, output % block_columns
+    index = ((output_row // m) * tiles + output_column // n) * (m * n) + (output_row % m) * n + output_column % n
+    value = UOp(Ops.LOAD, core.accumulator, (shared_c, simplify(index), stored))
+    replacements = {
+        reduce: value,
+        row: row_tile * block_rows + output_row,
+        column: column_tile * block_columns + output_column,
+    }
     sink = replace_ranges(sink, replacements, {})
     return upcast(sink, part, part.src[0].arg)
+
+
+TILES = (1, 2, 4, 8)  # tensor-core tiles along each side of a block

@@ -198,8 +198,9 @@ class PythonProgram:
                 values[node] = buffer[value(src[1])].item() if valid else node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
             elif op is Ops.WMMA:
-                added = value(src[3]) if len(src) > 3 else 0.0  # (none: the product is the whole reduce)
-                values[node] = multiply_accumulate(node.arg, shared[src[0]], shared[src[1]], added)
+                added = value(src[5]) if len(src) > 5 else 0.0  # (none: the product is the whole reduce)
+                tiles = shared[src[0]][value(src[2]) :], shared[src[1]][value(src[3]) :]
+                values[node] = multiply_accumulate(node.arg, *tiles, added)
             elif op is Ops.STORE and isinstance(value(src[2]), np.ndarray):
                 # a warp's store of its accumulator (row-major): each of its threads stores every 32nd value
                 start, fragment = value(src[1]) + thread % WARP, value(src[2]).reshape(-1)
@@ -265,9 +266,9 @@ class SharedMemory:
         self.values[rows, index] = stored
 
 
-def tile_values(memory: np.ndarray, rows: int, columns: int, layout: str) -> np.ndarray:
+def tile_values(memory: np.ndarray, rows: int, columns: int, layout: str, ldm: int) -> np.ndarray:
     """A tile of a tensor-core input from shared memory as float32 (bfloat16 is held as its bits, float32 is
-    rounded to TF32 as the tensor core reads it), rows × columns."""
+    rounded to TF32 as the tensor core reads it), rows × columns, its rows (row layout) or columns `ldm` apart."""
     if memory.dtype == np.uint16:
         values = (memory.astype(np.uint32) << 16).view(np.float32)
     elif memory.dtype == np.float32:
@@ -275,8 +276,8 @@ def tile_values(memory: np.ndarray, rows: int, columns: int, layout: str) -> np.
     else:
         values = memory.astype(np.float32)
     if layout == "row":
-        return values[: rows * columns].reshape(rows, columns)
-    return values[: rows * columns].reshape(columns, rows).T
+        return values[np.arange(rows)[:, None] * ldm + np.arange(columns)]
+    return values[np.arange(columns)[:, None] * ldm + np.arange(rows)].T
 
 
 def tf32(values: np.ndarray) -> np.ndarray:
@@ -291,8 +292,8 @@ def tf32(values: np.ndarray) -> np.ndarray:
 def multiply_accumulate(shape: tuple, memory_a: np.ndarray, memory_b: np.ndarray, accumulator) -> np.ndarray:
     """A tensor core's d = a·b + c on tiles in shared memory, each thread holding the whole fragment: the exact
     products summed into c in float32, in order along k (as cuda_shim.h does)."""
-    m, n, k, layout_a, layout_b = shape
-    a, b = tile_values(memory_a, m, k, layout_a), tile_values(memory_b, k, n, layout_b)
+    m, n, k, layout_a, layout_b, ldm_a, ldm_b = shape
+    a, b = tile_values(memory_a, m, k, layout_a, ldm_a), tile_values(memory_b, k, n, layout_b, ldm_b)
     result = np.full((m, n), accumulator, np.float32) if np.isscalar(accumulator) else accumulator.copy()
     for step in range(k):
         result += np.outer(a[:, step], b[step, :])  # (products of 11-bit mantissas are exact in float32)

@@ -77,8 +77,9 @@ class Ops(Enum):
     DEFINE_LOCAL = auto()  # memory shared by the threads of a block (on a CPU: on the stack); arg: (number, size)
     BARRIER = auto()  # every thread of the block waits here until all have made the stores in src
     # a warp's matrix multiply-accumulate on tensor cores (see codegen/tensor_cores.py); src: (shared A, shared B,
-    # the barrier after their copies[, the accumulator added to, once linearized in a reduce]); arg: (m, n, k,
-    # A's layout, B's layout), a layout "row" or "col"
+    # the offsets of the warp's tiles in them, the barrier after their copies[, the accumulator added to, once
+    # linearized in a reduce]); arg: (m, n, k, A's layout, B's layout, A's ldm, B's ldm), a layout "row" or "col",
+    # an ldm the elements from one row (row layout) or column (col layout) of the tile to the next
     WMMA = auto()
 
 

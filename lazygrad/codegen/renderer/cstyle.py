@@ -462,6 +462,7 @@ class CStyleRenderer(Renderer):
 
 
 WMMA = "nvcuda::wmma::"
+WMMA_SOURCES = 5  # a WMMA's sources: its tiles' shared memory, their offsets there and the barrier after the copy
 # a tensor core's input type: its name in shared memory, as a fragment's element, and how its memory is read (bfloat16
 # values are stored as their bits)
 MATRIX_TYPES = {
@@ -528,7 +529,7 @@ class CUDARenderer(CStyleRenderer):
         }
         self.fragment_values = {node for node in program if node.op is Ops.LOAD and node.src[0] in self.fragments}
         # (a product that is the whole reduce, one WMMA, adds into an accumulator of its own)
-        self.fragment_values |= {node for node in program if node.op is Ops.WMMA and len(node.src) == 3}
+        self.fragment_values |= {node for node in program if node.op is Ops.WMMA and len(node.src) == WMMA_SOURCES}
         matrix_memory = [source for node in program if node.op is Ops.WMMA for source in node.src[:2]]
         stores = [node for node in program if node.op is Ops.STORE and len(node.src) > 2]
         matrix_memory += [node.src[0] for node in stores if node.src[2] in self.fragment_values]
@@ -563,20 +564,25 @@ class CUDARenderer(CStyleRenderer):
         """d = a·b + c on the warp's tensor cores: the tiles loaded from shared memory into fragments (TF32 ones
         rounded as the tensor core expects), then the multiply-accumulate into the accumulator c, in place (a new
         one, zero, where the WMMA has none: a reduce of one step)."""
-        m, n, k, layout_a, layout_b = node.arg
-        if len(node.src) > 3:
-            accumulator = self.names[node.src[3]]
+        m, n, k, layout_a, layout_b, ldm_a, ldm_b = node.arg
+        if len(node.src) > WMMA_SOURCES:
+            accumulator = self.names[node.src[WMMA_SOURCES]]
         else:
             accumulator = f"product{position}"
             self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> {accumulator};")
             self.emit(f"{WMMA}fill_fragment({accumulator}, 0.0f);")
-        for use, source, layout, ldm in (("a", node.src[0], layout_a, k), ("b", node.src[1], layout_b, n)):
+        memory_a, memory_b, offset_a, offset_b = node.src[:4]
+        for use, source, offset, layout, ldm in (
+            ("a", memory_a, offset_a, layout_a, ldm_a),
+            ("b", memory_b, offset_b, layout_b, ldm_b),
+        ):
             _, element, address = MATRIX_TYPES[source.dtype]
-            if layout == "col":
-                ldm = m if use == "a" else k
             fragment, kind = f"{use}{position}", "matrix_a" if use == "a" else "matrix_b"
+            tile = address.format(self.names[source]) + (
+                "" if offset.op is Ops.CONST and offset.arg == 0 else f" + {self.value(offset)}"
+            )
             self.emit(f"{WMMA}fragment<{WMMA}{kind}, {m}, {n}, {k}, {element}, {WMMA}{layout}_major> {fragment};")
-            self.emit(f"{WMMA}load_matrix_sync({fragment}, {address.format(self.names[source])}, {ldm});")
+            self.emit(f"{WMMA}load_matrix_sync({fragment}, {tile}, {ldm});")
             if source.dtype == dtypes.float32:
                 self.emit(f"for (int i = 0; i < {fragment}.num_elements; i++) {{")
                 self.emit(f"  {fragment}.x[i] = {WMMA}__float_to_tf32({fragment}.x[i]);")
