@@ -31,6 +31,12 @@ struct uint3 {
   unsigned int x, y, z;
 };
 typedef uint3 dim3;
+struct __attribute__((aligned(8))) uint2 {
+  unsigned int x, y;
+};
+struct __attribute__((aligned(16))) uint4 {
+  unsigned int x, y, z, w;
+};
 static thread_local uint3 threadIdx, blockIdx;
 static thread_local dim3 blockDim, gridDim;
 

@@ -197,6 +197,9 @@ class PythonProgram:
                 valid = local or len(src) < 3 or value(src[2])
                 values[node] = buffer[value(src[1])].item() if valid else node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
+            elif op is Ops.WIDE_COPY:
+                start, source = value(src[3]), memory[src[2].arg[0]]
+                shared[src[0]][value(src[1]) : value(src[1]) + node.arg] = source[start : start + node.arg]
             elif op is Ops.WMMA:
                 added = value(src[5]) if len(src) > 5 else 0.0  # (none: the product is the whole reduce)
                 tiles = shared[src[0]][value(src[2]) :], shared[src[1]][value(src[3]) :]

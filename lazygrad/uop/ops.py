@@ -81,6 +81,9 @@ class Ops(Enum):
     # linearized in a reduce]); arg: (m, n, k, A's layout, B's layout, A's ldm, B's ldm), a layout "row" or "col",
     # an ldm the elements from one row (row layout) or column (col layout) of the tile to the next
     WMMA = auto()
+    # a thread's copy of `arg` consecutive elements (16, 8 or 4 bytes, aligned) from device memory into shared
+    # memory, as one load and one store; src: (shared buffer, index, buffer, index)
+    WIDE_COPY = auto()
 
 
 class LoopKind(Enum):

@@ -553,6 +553,12 @@ class CUDARenderer(CStyleRenderer):
             pass
         elif op is Ops.WMMA:
             self.render_wmma(position, node)
+        elif op is Ops.WIDE_COPY:
+            shared, buffer = self.names[src[0]], self.names[src[2]]
+            piece = {16: "uint4", 8: "uint2", 4: "unsigned int"}[node.arg * src[0].dtype.itemsize]
+            self.emit(
+                f"*({piece}*)({shared} + {self.value(src[1])}) = *(const {piece}*)({buffer} + {self.value(src[3])});"
+            )
         elif op is Ops.STORE and len(src) > 2 and src[2] in self.fragment_values:
             n = self.fragments[src[2].src[0]].arg[1]
             target = f"{self.names[src[0]]} + {self.value(src[1])}"
