@@ -162,8 +162,6 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
             raise KernelOptError(
                 f"{name}: a block takes {size} {what} at a time; loop {node.arg[0]} has {node.src[0].arg}"
             )
-    # a copy takes `depth` reduce iterations: as many tensor-core steps as the reduce allows of K_STEPS
-    depth = k * next(steps for steps in range(K_STEPS, 0, -1) if loop.src[0].arg % (k * steps) == 0)
     # warps along each side of the block (one where the target's blocks hold fewer than four), and the tensor-core
     # tiles along each side of a warp's part
     warps = 2 if tiles > 1 and 4 * warp <= target.max_threads else 1
@@ -172,7 +170,7 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
         raise KernelOptError(f"{name}: a warp of {warp} threads does not fit this target's blocks")
     taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
     memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
-    memory += (block_rows + block_columns) * depth * product.dtype.itemsize
+    memory += (block_rows + block_columns) * k * product.dtype.itemsize
     memory += block_rows * block_columns * core.accumulator.itemsize
     if memory > target.shared_memory:
         raise KernelOptError(
@@ -192,33 +190,29 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     thread = ((warp_row * warps + warp_column) * down + lane_row) * n + lane_column
     row_tile = new_loop(row, row.src[0].arg // block_rows)
     column_tile = new_loop(column, column.src[0].arg // block_columns)
-    step = new_loop(loop, loop.src[0].arg // depth)
-    inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, depth // k),), (next(numbers), LoopKind.REDUCE))
+    step = new_loop(loop, loop.src[0].arg // k)
     number = len(taken)
-    shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, block_rows * depth))
-    shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, depth * block_columns))
+    shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, block_rows * k))
+    shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, k * block_columns))
     shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, block_rows * block_columns))
-    stores_a, layout_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, depth), thread, threads, shared_a)
+    stores_a, layout_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, k), thread, threads, shared_a)
     stores_b, layout_b = stage(
-        second, ((loop, step), (column, column_tile)), (depth, block_columns), thread, threads, shared_b
+        second, ((loop, step), (column, column_tile)), (k, block_columns), thread, threads, shared_b
     )
     copied = UOp(Ops.BARRIER, src=(*stores_a, *stores_b))
-    # each warp's tiles: the WMMA of tile (i, j) at tensor-core step `inner` of the copy reads the A copy's rows and
-    # the B copy's columns of that tile there, and its accumulator goes to the m·n values of shared memory numbered
-    # by the tile's place in the block
-    ldm_a, ldm_b = (depth if layout_a == "row" else block_rows), (block_columns if layout_b == "row" else depth)
+    # each warp's tiles: the WMMA of tile (i, j) reads the A copy's rows and the B copy's columns of that tile, and
+    # its accumulator goes to the m·n values of shared memory numbered by the tile's place in the block
+    ldm_a, ldm_b = (k if layout_a == "row" else block_rows), (block_columns if layout_b == "row" else k)
     stores_c = []
     for i, j in itertools.product(range(per_warp), repeat=2):
         tile_row, tile_column = warp_row * per_warp + i, warp_column * per_warp + j
-        offset_a = tile_row * m * (ldm_a if layout_a == "row" else 1) + inner * k * (1 if layout_a == "row" else ldm_a)
-        offset_b = tile_column * n * (1 if layout_b == "row" else ldm_b) + inner * k * (
-            ldm_b if layout_b == "row" else 1
-        )
+        offset_a = tile_row * (m * k if layout_a == "row" else m)
+        offset_b = tile_column * (n if layout_b == "row" else n * k)
         arg = (m, n, k, layout_a, layout_b, ldm_a, ldm_b)
         wmma = UOp(
             Ops.WMMA, core.accumulator, (shared_a, shared_b, simplify(offset_a), simplify(offset_b), copied), arg
         )
-        accumulated = UOp(Ops.RANGE_REDUCE, core.accumulator, (wmma, step, inner), Ops.ADD)
+        accumulated = UOp(Ops.RANGE_REDUCE, core.accumulator, (wmma, step), Ops.ADD)
         offset_c = simplify((tile_row * tiles + tile_column) * (m * n))
         stores_c.append(UOp(Ops.STORE, src=(shared_c, offset_c, accumulated)))
     stored = UOp(Ops.BARRIER, src=tuple(stores_c))
@@ -243,4 +237,3 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
 
 
 TILES = (1, 2, 4, 8)  # tensor-core tiles along each side of a block
-K_STEPS = 2  # the most tensor-core steps along the reduce per copy into shared memory (fewer barriers per step)
