@@ -8,7 +8,8 @@ other way round the columns), k reduce iterations at a time. Its warps split the
 accumulators of its part's tensor-core tiles. Each
 iteration the block's threads copy the inputs' rows × k and k × columns tiles into shared memory (any prologue
 computed on the way, each input laid out as it lies in memory, so that neighbouring threads copy neighbouring
-elements), wait at a barrier, and every warp multiply-accumulates its tiles (WMMAs) — an input tile read from
+elements, 16 bytes at a time where they can; each line of a tile padded by 16 bytes, so that a warp's loads of a
+tile's rows do not wait on each other in the same memory banks), wait at a barrier, and every warp multiply-accumulates its tiles (WMMAs) — an input tile read from
 shared memory serves a warp's whole row or column of tiles, and the block's copy serves all its warps. After the
 loop each accumulator goes to shared memory, and each thread reads its share of the values back for the rest of
 the kernel (the cast, an epilogue, the store), neighbouring threads neighbouring columns.
@@ -39,7 +40,7 @@ from lazygrad.codegen.opt import (
     stride,
     upcast,
 )
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify
 
@@ -82,32 +83,41 @@ def row_major(value: UOp, rows: UOp, columns: UOp) -> bool:
     return not along_rows or any(stride(index, columns) == 1 for index in indices)
 
 
-def stage(value: UOp, tile: tuple[UOp, UOp], shape: tuple[int, int], thread: UOp, threads: int, shared: UOp):
-    """The copy of input `value` into `shared` by the block's threads, and the tile's layout there: the tile of
-    `shape` (rows, columns) that `tile` gives as (the input's loop, the loop over tiles that replaces it) for its rows
-    and its columns. Each thread copies 16 bytes at once where the input is read straight from memory, in order
-    along the tile's layout and 16-byte aligned (`wide_copy_width`), else one element at a time; every
-    `threads`-th piece from its own on."""
+def stage(
+    value: UOp, tile: tuple[UOp, UOp], shape: tuple[int, int], layout: str, thread: UOp, threads: int, shared: UOp
+):
+    """The copy of input `value` into `shared` by the block's threads: the tile of `shape` (rows, columns) that
+    `tile` gives as (the input's loop, the loop over tiles that replaces it) for its rows and its columns, laid out
+    along its rows (`layout` "row") or its columns, each line of it `padded_line` elements apart. Each thread
+    copies 16 bytes at once where the input is read straight from memory, in order along the layout and 16-byte
+    aligned (`wide_copy_width`; 8 or 4 where the tile is too small for every thread to copy 16), else one element
+    at a time; every `threads`-th piece from its own on."""
     (row_loop, row_start), (column_loop, column_start) = tile
     rows, columns = shape
-    layout = "row" if row_major(value, row_loop, column_loop) else "col"
-    width = wide_copy_width(value, column_loop if layout == "row" else row_loop, columns if layout == "row" else rows)
+    line = columns if layout == "row" else rows
+    width = wide_copy_width(value, column_loop if layout == "row" else row_loop, line)
     while rows * columns % (threads * width):  # (a small tile: fewer elements to a piece, every thread copying)
         width //= 2
     stores = []
     for copy in range(rows * columns // (threads * width)):
         element = (thread + copy * threads) * width
-        if layout == "row":
-            row, column = element // columns, element % columns
-        else:
-            row, column = element % rows, element // rows
+        along, across = element % line, element // line
+        row, column = (across, along) if layout == "row" else (along, across)
         position = {row_loop: row_start * rows + row, column_loop: column_start * columns + column}
+        place = simplify(across * padded_line(line, value.dtype) + along)
         if width == 1:
-            stores.append(UOp(Ops.STORE, src=(shared, simplify(element), replace_ranges(value, position, {}))))
+            stores.append(UOp(Ops.STORE, src=(shared, place, replace_ranges(value, position, {}))))
         else:
             index = simplify(replace_ranges(value.src[1], position, {}))
-            stores.append(UOp(Ops.WIDE_COPY, src=(shared, simplify(element), value.src[0], index), arg=width))
-    return stores, layout
+            stores.append(UOp(Ops.WIDE_COPY, src=(shared, place, value.src[0], index), arg=width))
+    return stores
+
+
+def padded_line(line: int, dtype: DType) -> int:
+    """The elements from one line (row or column, as laid out) of a tile in shared memory to the next: the line and
+    16 bytes more, so that the rows a warp's tensor-core load reads at once start in different memory banks (a
+    line of 128 bytes would put them all in the same ones)."""
+    return line + 16 // dtype.itemsize
 
 
 def wide_copy_width(value: UOp, inner: UOp, inner_size: int) -> int:
@@ -168,10 +178,17 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     per_warp, threads = tiles // warps, warp * warps * warps
     if threads > target.max_threads or warp % n or m % (warp // n):
         raise KernelOptError(f"{name}: a warp of {warp} threads does not fit this target's blocks")
+    # each input's tile laid out as the input lies in memory (neighbouring threads copy neighbouring elements), its
+    # lines padded; the row length a tensor-core load takes (ldm) is that of the padded lines
+    layout_a = "row" if row_major(first, row, loop) else "col"
+    layout_b = "row" if row_major(second, loop, column) else "col"
+    ldm_a = padded_line(k if layout_a == "row" else block_rows, product.dtype)
+    ldm_b = padded_line(block_columns if layout_b == "row" else k, product.dtype)
+    size_a = ldm_a * (block_rows if layout_a == "row" else k)
+    size_b = ldm_b * (k if layout_b == "row" else block_columns)
     taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
     memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
-    memory += (block_rows + block_columns) * k * product.dtype.itemsize
-    memory += block_rows * block_columns * core.accumulator.itemsize
+    memory += (size_a + size_b) * product.dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
     if memory > target.shared_memory:
         raise KernelOptError(
             f"{name}: the tiles need {memory} bytes of shared memory, the device has {target.shared_memory}"
@@ -192,22 +209,21 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     column_tile = new_loop(column, column.src[0].arg // block_columns)
     step = new_loop(loop, loop.src[0].arg // k)
     number = len(taken)
-    shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, block_rows * k))
-    shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, k * block_columns))
+    shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, size_a))
+    shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, size_b))
     shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, block_rows * block_columns))
-    stores_a, layout_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, k), thread, threads, shared_a)
-    stores_b, layout_b = stage(
-        second, ((loop, step), (column, column_tile)), (k, block_columns), thread, threads, shared_b
+    stores_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, k), layout_a, thread, threads, shared_a)
+    stores_b = stage(
+        second, ((loop, step), (column, column_tile)), (k, block_columns), layout_b, thread, threads, shared_b
     )
     copied = UOp(Ops.BARRIER, src=(*stores_a, *stores_b))
     # each warp's tiles: the WMMA of tile (i, j) reads the A copy's rows and the B copy's columns of that tile, and
     # its accumulator goes to the m·n values of shared memory numbered by the tile's place in the block
-    ldm_a, ldm_b = (k if layout_a == "row" else block_rows), (block_columns if layout_b == "row" else k)
     stores_c = []
     for i, j in itertools.product(range(per_warp), repeat=2):
         tile_row, tile_column = warp_row * per_warp + i, warp_column * per_warp + j
-        offset_a = tile_row * (m * k if layout_a == "row" else m)
-        offset_b = tile_column * (n if layout_b == "row" else n * k)
+        offset_a = tile_row * m * (ldm_a if layout_a == "row" else 1)
+        offset_b = tile_column * n * (1 if layout_b == "row" else ldm_b)
         arg = (m, n, k, layout_a, layout_b, ldm_a, ldm_b)
         wmma = UOp(
             Ops.WMMA, core.accumulator, (shared_a, shared_b, simplify(offset_a), simplify(offset_b), copied), arg
