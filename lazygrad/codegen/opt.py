@@ -57,8 +57,8 @@ On devices with tensor cores (the target's `tensor_cores`):
 
 - TC(axis, tiles): run the sum of products over reduce loop `axis` on tensor cores, a block computing tiles × tiles
   tensor-core tiles of the outputs (1, the default, 2, 4 or 8: one warp for one tile, else four warps sharing the
-  block's copies of the inputs; codegen/tensor_cores.py). It is the only action on threads in the list, and the last; float32
-  products run so (in TF32) only where the user allows it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
+  block's copies of the inputs; codegen/tensor_cores.py). It is the only action on threads in the list, and the
+  last; float32 products run so (in TF32) only where the user allows it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
 """
 
 from __future__ import annotations

@@ -5,14 +5,14 @@ A block computes a tile of tiles × tiles tensor-core tiles of the outputs (m ×
 along which the first input of the product moves and the second is fixed gives the rows, the innermost one the
 other way round the columns), k reduce iterations at a time. Its warps split the tile: one warp for tiles 1, a
 2 × 2 grid of them for more (one, where the target's blocks hold fewer than four warps), each warp holding the
-accumulators of its part's tensor-core tiles. Each
-iteration the block's threads copy the inputs' rows × k and k × columns tiles into shared memory (any prologue
-computed on the way, each input laid out as it lies in memory, so that neighbouring threads copy neighbouring
-elements, 16 bytes at a time where they can; each line of a tile padded by 16 bytes, so that a warp's loads of a
-tile's rows do not wait on each other in the same memory banks), wait at a barrier, and every warp multiply-accumulates its tiles (WMMAs) — an input tile read from
-shared memory serves a warp's whole row or column of tiles, and the block's copy serves all its warps. After the
-loop each accumulator goes to shared memory, and each thread reads its share of the values back for the rest of
-the kernel (the cast, an epilogue, the store), neighbouring threads neighbouring columns.
+accumulators of its part's tensor-core tiles. Each iteration the block's threads copy the inputs' rows × k and
+k × columns tiles into shared memory (any prologue computed on the way; each input laid out as it lies in memory,
+so that neighbouring threads copy neighbouring elements, 16 bytes at a time where they can; each line of a tile
+padded by 16 bytes, so that a warp's loads of a tile's rows do not wait on each other in the same memory banks),
+wait at a barrier, and every warp multiply-accumulates its tiles (WMMAs): an input tile read from shared memory
+serves a warp's whole row or column of tiles, and the block's copy serves all its warps. After the loop each
+accumulator goes to shared memory, and each thread reads its share of the values back for the rest of the kernel
+(the cast, an epilogue, the store), neighbouring threads neighbouring columns.
 
 A fragment (the tiles and the accumulator the warp holds together) is a value of the kernel graph like any other:
 the reduce over the loop is the sum of the WMMAs (the linearizer makes it one accumulator the WMMA adds into), and
