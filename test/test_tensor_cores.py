@@ -291,3 +291,18 @@ def test_inputs_straight_from_aligned_memory_are_copied_sixteen_bytes_at_a_time(
         assert all(node.arg in (2, 4, 8) for node in copies)  # (16 bytes, or less for small tiles on large blocks)
         values = run_with(result, opts)
         np.testing.assert_allclose(values.astype(np.float64), expected, rtol=2e-3, atol=8e-3, err_msg=name)
+
+
+def test_a_warp_loads_each_tile_of_a_step_once():
+    """With 2 × 2 tensor-core tiles per warp, a step's four WMMAs load two A tiles and two B tiles, not one of each
+    per WMMA: the renderer uses a tile the warp loaded since the last barrier again."""
+    try:
+        cuda = Device["CUDA"]
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    x, y, _, _ = operands("CUDA", ((64, 32), (32, 64)), dtypes.float16)
+    (item,) = (x @ y).schedule()
+    kernel = kernel_of(x @ y)
+    opts = (Opt(TC, reduce_axis(kernel), 4),)
+    source = render_kernel(cuda, item.ast, apply_opts(kernel, opts, cuda.renderer.target), opts).source
+    assert source.count("mma_sync(") == 4 and source.count("load_matrix_sync(") == 4

@@ -534,6 +534,7 @@ class CUDARenderer(CStyleRenderer):
         stores = [node for node in program if node.op is Ops.STORE and len(node.src) > 2]
         matrix_memory += [node.src[0] for node in stores if node.src[2] in self.fragment_values]
         self.matrix_memory = set(matrix_memory)
+        self.loaded_fragments: dict[tuple, str] = {}  # the tiles loaded since the last barrier or loop boundary
         source = super().render(name, program)
         if not self.fragments:
             return source
@@ -542,6 +543,8 @@ class CUDARenderer(CStyleRenderer):
 
     def render_node(self, position: int, node: UOp) -> None:
         op, src = node.op, node.src
+        if op in (Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE):
+            self.loaded_fragments = {}
         if op is Ops.DEFINE_ACC and node in self.fragments:
             m, n, k = self.fragments[node].arg[:3]
             self.names[node] = f"acc{node.arg[1]}"
@@ -578,12 +581,19 @@ class CUDARenderer(CStyleRenderer):
             self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> {accumulator};")
             self.emit(f"{WMMA}fill_fragment({accumulator}, 0.0f);")
         memory_a, memory_b, offset_a, offset_b = node.src[:4]
+        fragments: dict[str, str] = {}
         for use, source, offset, layout, ldm in (
             ("a", memory_a, offset_a, layout_a, ldm_a),
             ("b", memory_b, offset_b, layout_b, ldm_b),
         ):
+            # a tile that a warp's other WMMAs of this step loaded already is used again (its row or column of tiles)
+            key = (use, source, offset, layout, ldm, m, n, k)
+            if key in self.loaded_fragments:
+                fragments[use] = self.loaded_fragments[key]
+                continue
             _, element, address = MATRIX_TYPES[source.dtype]
             fragment, kind = f"{use}{position}", "matrix_a" if use == "a" else "matrix_b"
+            fragments[use] = self.loaded_fragments[key] = fragment
             tile = address.format(self.names[source]) + (
                 "" if offset.op is Ops.CONST and offset.arg == 0 else f" + {self.value(offset)}"
             )
@@ -593,7 +603,7 @@ class CUDARenderer(CStyleRenderer):
                 self.emit(f"for (int i = 0; i < {fragment}.num_elements; i++) {{")
                 self.emit(f"  {fragment}.x[i] = {WMMA}__float_to_tf32({fragment}.x[i]);")
                 self.emit("}")
-        self.emit(f"{WMMA}mma_sync({accumulator}, a{position}, b{position}, {accumulator});")
+        self.emit(f"{WMMA}mma_sync({accumulator}, {fragments['a']}, {fragments['b']}, {accumulator});")
         self.names[node] = accumulator
 
     def render_shared(self, node: UOp) -> None:
