@@ -196,21 +196,20 @@ def test_tc_round_trips_through_json_and_shapes_the_kernel():
     x, y, _, _ = operands("PYTHON", ((32, 32), (32, 48)), dtypes.float16)
     kernel = apply_opts(kernel_of(x @ y), (Opt(TC, 2),), Device["PYTHON"].renderer.target)
     loops = {loop.arg[0]: (loop.src[0].arg, loop.arg[1]) for loop in loops_by_axis(kernel).values()}
-    # tiles of 16 × 16 outputs by blocks, the reduce 16 at a time, a warp of 2 × 16 threads
+    # tiles of 16 × 16 outputs by blocks, a warp of 2 × 16 threads, the reduce's 32 copied at once (one copy)
+    # for two tensor-core steps of 16
     assert loops == {
         0: (2, LoopKind.GLOBAL),
         1: (3, LoopKind.GLOBAL),
-        2: (2, LoopKind.REDUCE),
+        2: (1, LoopKind.REDUCE),
         3: (2, LoopKind.LOCAL),
         4: (16, LoopKind.LOCAL),
+        5: (2, LoopKind.REDUCE),
     }
     nodes = kernel.toposort
     assert sum(node.op is Ops.WMMA for node in nodes) == 1
-    assert sorted(node.arg[1] for node in nodes if node.op is Ops.DEFINE_LOCAL) == [
-        256,
-        384,
-        384,
-    ]  # (the input tiles: 16 lines of 16 + 8 elements)
+    # the input tiles: 16 lines of 32 + 8 elements and 32 lines of 16 + 8; the accumulator's read-back 16 × 16
+    assert sorted(node.arg[1] for node in nodes if node.op is Ops.DEFINE_LOCAL) == [256, 640, 768]
 
 
 def test_the_counted_flops_of_a_tensor_core_product(device):

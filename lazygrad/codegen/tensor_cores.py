@@ -3,16 +3,17 @@ multiply-accumulate of a tensor core (the target's `tensor_cores`).
 
 A block computes a tile of tiles × tiles tensor-core tiles of the outputs (m × n each; the innermost output loop
 along which the first input of the product moves and the second is fixed gives the rows, the innermost one the
-other way round the columns), k reduce iterations at a time. Its warps split the tile: one warp for tiles 1, a
-2 × 2 grid of them for more (one, where the target's blocks hold fewer than four warps), each warp holding the
-accumulators of its part's tensor-core tiles. Each iteration the block's threads copy the inputs' rows × k and
-k × columns tiles into shared memory (any prologue computed on the way; each input laid out as it lies in memory,
-so that neighbouring threads copy neighbouring elements, 16 bytes at a time where they can; each line of a tile
-padded by 16 bytes, so that a warp's loads of a tile's rows do not wait on each other in the same memory banks),
-wait at a barrier, and every warp multiply-accumulates its tiles (WMMAs): an input tile read from shared memory
-serves a warp's whole row or column of tiles, and the block's copy serves all its warps. After the loop each
-accumulator goes to shared memory, and each thread reads its share of the values back for the rest of the kernel
-(the cast, an epilogue, the store), neighbouring threads neighbouring columns.
+other way round the columns). Its warps split the tile: one warp for tiles 1, a 2 × 2 grid of them for more (one,
+where the target's blocks hold fewer than four warps), each warp holding the accumulators of its part's
+tensor-core tiles. Each iteration the block's threads copy the inputs' tiles for up to K_STEPS tensor-core steps
+along the reduce (rows × k·steps and k·steps × columns) into shared memory (any prologue computed on the way; each
+input laid out as it lies in memory, so that neighbouring threads copy neighbouring elements, 16 bytes at a time
+where they can; each line of a tile padded by 16 bytes, so that a warp's loads of a tile's rows do not wait on
+each other in the same memory banks), wait at a barrier, and every warp multiply-accumulates its tiles step by
+step (WMMAs): an input tile read from shared memory serves a warp's whole row or column of tiles, and the block's
+copy serves all its warps. After the loop each accumulator goes to shared memory, and each thread reads its share
+of the values back for the rest of the kernel (the cast, an epilogue, the store), neighbouring threads
+neighbouring columns.
 
 A fragment (the tiles and the accumulator the warp holds together) is a value of the kernel graph like any other:
 the reduce over the loop is the sum of the WMMAs (the linearizer makes it one accumulator the WMMA adds into), and
@@ -179,16 +180,22 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     if threads > target.max_threads or warp % n or m % (warp // n):
         raise KernelOptError(f"{name}: a warp of {warp} threads does not fit this target's blocks")
     # each input's tile laid out as the input lies in memory (neighbouring threads copy neighbouring elements), its
-    # lines padded; the row length a tensor-core load takes (ldm) is that of the padded lines
+    # lines padded (the row length a tensor-core load takes, ldm, is that of the padded lines). A copy takes `depth`
+    # reduce iterations: the most tensor-core steps, up to K_STEPS, that divide the reduce and fit in shared memory
+    # (more steps per copy: fewer barriers, and more multiply-accumulates for each wait on memory)
     layout_a = "row" if row_major(first, row, loop) else "col"
     layout_b = "row" if row_major(second, loop, column) else "col"
-    ldm_a = padded_line(k if layout_a == "row" else block_rows, product.dtype)
-    ldm_b = padded_line(block_columns if layout_b == "row" else k, product.dtype)
-    size_a = ldm_a * (block_rows if layout_a == "row" else k)
-    size_b = ldm_b * (k if layout_b == "row" else block_columns)
     taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
-    memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
-    memory += (size_a + size_b) * product.dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
+    for steps in range(K_STEPS, 0, -1):
+        depth = k * steps
+        ldm_a = padded_line(depth if layout_a == "row" else block_rows, product.dtype)
+        ldm_b = padded_line(block_columns if layout_b == "row" else depth, product.dtype)
+        size_a = ldm_a * (block_rows if layout_a == "row" else depth)
+        size_b = ldm_b * (depth if layout_b == "row" else block_columns)
+        memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
+        memory += (size_a + size_b) * product.dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
+        if loop.src[0].arg % depth == 0 and memory <= target.shared_memory:
+            break
     if memory > target.shared_memory:
         raise KernelOptError(
             f"{name}: the tiles need {memory} bytes of shared memory, the device has {target.shared_memory}"
@@ -207,14 +214,15 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     thread = ((warp_row * warps + warp_column) * down + lane_row) * n + lane_column
     row_tile = new_loop(row, row.src[0].arg // block_rows)
     column_tile = new_loop(column, column.src[0].arg // block_columns)
-    step = new_loop(loop, loop.src[0].arg // k)
+    step = new_loop(loop, loop.src[0].arg // depth)
+    inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, depth // k),), (next(numbers), LoopKind.REDUCE))
     number = len(taken)
     shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, size_a))
     shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, size_b))
     shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, block_rows * block_columns))
-    stores_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, k), layout_a, thread, threads, shared_a)
+    stores_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, depth), layout_a, thread, threads, shared_a)
     stores_b = stage(
-        second, ((loop, step), (column, column_tile)), (k, block_columns), layout_b, thread, threads, shared_b
+        second, ((loop, step), (column, column_tile)), (depth, block_columns), layout_b, thread, threads, shared_b
     )
     copied = UOp(Ops.BARRIER, src=(*stores_a, *stores_b))
     # each warp's tiles: the WMMA of tile (i, j) reads the A copy's rows and the B copy's columns of that tile, and
@@ -222,13 +230,15 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     stores_c = []
     for i, j in itertools.product(range(per_warp), repeat=2):
         tile_row, tile_column = warp_row * per_warp + i, warp_column * per_warp + j
-        offset_a = tile_row * m * (ldm_a if layout_a == "row" else 1)
-        offset_b = tile_column * n * (1 if layout_b == "row" else ldm_b)
+        offset_a = tile_row * m * (ldm_a if layout_a == "row" else 1) + inner * k * (1 if layout_a == "row" else ldm_a)
+        offset_b = tile_column * n * (1 if layout_b == "row" else ldm_b) + inner * k * (
+            ldm_b if layout_b == "row" else 1
+        )
         arg = (m, n, k, layout_a, layout_b, ldm_a, ldm_b)
         wmma = UOp(
             Ops.WMMA, core.accumulator, (shared_a, shared_b, simplify(offset_a), simplify(offset_b), copied), arg
         )
-        accumulated = UOp(Ops.RANGE_REDUCE, core.accumulator, (wmma, step), Ops.ADD)
+        accumulated = UOp(Ops.RANGE_REDUCE, core.accumulator, (wmma, step, inner), Ops.ADD)
         offset_c = simplify((tile_row * tiles + tile_column) * (m * n))
         stores_c.append(UOp(Ops.STORE, src=(shared_c, offset_c, accumulated)))
     stored = UOp(Ops.BARRIER, src=tuple(stores_c))
@@ -253,3 +263,4 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
 
 
 TILES = (1, 2, 4, 8)  # tensor-core tiles along each side of a block
+K_STEPS = 4  # the most tensor-core steps along the reduce per copy into shared memory
