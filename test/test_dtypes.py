@@ -394,3 +394,25 @@ def test_safetensors_round_trips_every_dtype(tmp_path):
     assert loaded["b"].dtype == dtypes.bfloat16 and loaded["u"].dtype == dtypes.uint8
     np.testing.assert_array_equal(loaded["b"].numpy(), [1.5, -2.0])
     np.testing.assert_array_equal((loaded["u"] + 1).numpy(), [0])
+
+
+def test_a_bfloat16_value_on_its_grid_is_stored_without_rounding_again():
+    """An op's bfloat16 result is rounded once, and its store takes the rounded value's bits as they are (a value
+    loaded from bfloat16 memory too): one rounding in the kernel, not two; every bit pattern kept."""
+    from lazygrad.codegen.lower import lower_kernel
+    from lazygrad.codegen.narrow_dtypes import lower_narrow_dtypes
+    from lazygrad.uop.ops import Ops
+
+    bits = np.array([0x3F80, 0xC049, 0x7F80, 0xFF80, 0x0001, 0x8000, 0x7FC0, 0x4049], np.uint16)
+    values = Tensor(bits).bitcast(dtypes.bfloat16).realize()
+    tripled = (torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16) * 3).view(torch.int16).numpy().view(np.uint16)
+    transposed = values.reshape(2, 4).T.contiguous().reshape(8)
+    cases = [(values * 3, 1, tripled), ((values.float() * 3).cast(dtypes.bfloat16), 1, tripled)]
+    cases.append((transposed, 0, bits.reshape(2, 4).T.reshape(8)))
+    for result, roundings, expected in cases:
+        kernels = [lower_narrow_dtypes(lower_kernel(item.ast)).toposort for item in result.schedule()]
+        rounding = [n for nodes in kernels for n in nodes if n.op is Ops.ADD and n.src[1].op is Ops.CONST]
+        assert sum(n.src[1].arg == 0x7FFF for n in rounding) == roundings
+        got = result.bitcast(dtypes.uint16).numpy()
+        numbers = ~np.isnan(bfloat16_to_float32(expected))  # (NaN: any quiet NaN)
+        np.testing.assert_array_equal(got[numbers], expected[numbers])

@@ -50,11 +50,21 @@ def bfloat16_alu(node: UOp) -> UOp:
     return computed if node.op in EXACT_ON_BFLOAT16 else round_to_bfloat16(computed)
 
 
+LOW_HALF_CLEARED = {Ops.AND: 0xFFFF0000, Ops.SHL: 16}  # uint32 ops whose result has its low 16 bits zero
+
+
 def bfloat16_store(store: UOp) -> UOp | None:
     buffer, index, value = store.src[:3]
     if buffer.dtype != BF16 or value.dtype == U16:
         return None
-    bits = bfloat16_bits32(value.cast(F32)).alu(Ops.SHR, UOp.const(U32, 16)).cast(U16)
+    value = value.cast(F32)
+    # a value on the bfloat16 grid already (rounded by an op, or loaded as bfloat16) is its float32 bits' top half:
+    # rounding it again would change nothing, at a dozen integer ops a value
+    bits32 = value.src[0] if value.op is Ops.BITCAST else None
+    on_grid = bits32 is not None and bits32.op in LOW_HALF_CLEARED and bits32.src[1].op is Ops.CONST
+    on_grid = on_grid and bits32.src[1].arg == LOW_HALF_CLEARED[bits32.op]
+    bits32 = bits32 if on_grid else bfloat16_bits32(value)
+    bits = bits32.alu(Ops.SHR, UOp.const(U32, 16)).cast(U16)
     return store.replace(src=(buffer, index, bits, *store.src[3:]))
 
 
