@@ -229,6 +229,12 @@ TILED_PRODUCTS = {
     "x @ w": (((64, 32), (32, 64)), lambda x, y: x @ y, lambda a, b: a @ b),
     "x @ w.T": (((64, 32), (64, 32)), lambda x, y: x @ y.T, lambda a, b: a @ b.T),
     "x.T @ w": (((32, 64), (32, 64)), lambda x, y: x.T @ y, lambda a, b: a.T @ b),
+    # an epilogue reading the accumulators back (a column bias, a relu), a reduce of 48 (three steps per copy)
+    "relu(x @ w + b)": (
+        ((64, 48), (48, 64)),
+        lambda x, y: (x @ y + y[:1].reshape(64)).relu(),
+        lambda a, b: np.maximum(a @ b + b[0], 0),
+    ),
 }
 
 
