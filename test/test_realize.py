@@ -209,6 +209,8 @@ def test_memory_in_use_and_its_peak_are_counted():
 def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypatch):
     import json
 
+    from test_program_cache import loaded_code
+
     from lazygrad import diskcache
     from lazygrad.codegen.heuristic import candidate_opts
     from lazygrad.codegen.lower import lower_kernel
@@ -244,8 +246,11 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
         timed.append(opts)
         return realize.build_candidate(device, item.ast, kernel, opts)
 
+    loaded = loaded_code(item.device)
     assert search.beam_opts(device, item.ast, kernel, build_and_count) in candidate_opts(kernel, target)[:3]
     assert len(timed) == 3
+    # the candidates' code is given back once timed: a search leaves no more code loaded than before it
+    assert loaded_code(item.device) == loaded
 
 
 def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkeypatch):

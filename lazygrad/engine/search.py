@@ -72,7 +72,15 @@ def decode_opts(kept: bytes) -> Opts | None:
 
 
 def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
-    """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing)."""
+    """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing); then the
+    candidate's code is given back (the chosen list is built again through the program cache, as any kernel)."""
+    try:
+        return _fastest_run(program, parameters)
+    finally:
+        getattr(program, "release", lambda: None)()
+
+
+def _fastest_run(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
     buffers = [Buffer(device_name, size, dtype) for device_name, size, dtype in parameters]
     handles = [buffer.handle for buffer in buffers]
     # devices that queue launches (GPU, CUDA) are waited for, so that the time is the kernel's, not the queueing's
