@@ -47,7 +47,7 @@ def beam_opts(
             return choice
         if DEBUG >= 1:
             print(f"BEAM: ignoring the kept choice {kept.decode(errors='replace')}: not one of the kernel's candidates")
-    timings = {opts: _time(*build(opts)) for opts in candidates}
+    timings = {opts: _time_candidate(build, opts) for opts in candidates}
     best = min(timings, key=timings.get)
     if DEBUG >= 1:
         listed = ", ".join(f"[{' '.join(map(str, opts))}]: {seconds * 1e3:.3f} ms" for opts, seconds in timings.items())
@@ -71,16 +71,18 @@ def decode_opts(kept: bytes) -> Opts | None:
         return None
 
 
-def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
-    """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing); then the
-    candidate's code is given back (the chosen list is built again through the program cache, as any kernel)."""
+def _time_candidate(build: Callable[[Opts], tuple[Any, list[tuple[str, int, Any]]]], opts: Opts) -> float:
+    """Build a candidate, time it, and give its code back (the chosen list is built again through the program
+    cache, as any kernel is)."""
+    program, parameters = build(opts)
     try:
-        return _fastest_run(program, parameters)
+        return _time(program, parameters)
     finally:
         getattr(program, "release", lambda: None)()
 
 
-def _fastest_run(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
+def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
+    """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing)."""
     buffers = [Buffer(device_name, size, dtype) for device_name, size, dtype in parameters]
     handles = [buffer.handle for buffer in buffers]
     # devices that queue launches (GPU, CUDA) are waited for, so that the time is the kernel's, not the queueing's
