@@ -337,4 +337,6 @@ def test_a_kept_kernel_whose_name_another_kernel_has_is_generated_again(tmp_path
     np.testing.assert_allclose(result.numpy(), np.arange(7) * 3.125 + 1.75)
     # what was generated instead is kept, under the kernel's own name, and found again
     kept = realize.kept_kernel(device, item.ast)
-    assert kept is not None and kept.name != taken and kept.name in kept.source
+    assert kept is not None and kept.name != taken
+    # (the PYTHON device's source is its pickled program, which holds no kernel name)
+    assert kept.name in kept.source or Device.DEFAULT == "PYTHON"
