@@ -225,16 +225,17 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
         second, ((loop, step), (column, column_tile)), (depth, block_columns), layout_b, thread, threads, shared_b
     )
     copied = UOp(Ops.BARRIER, src=(*stores_a, *stores_b))
-    # each warp's tiles: the WMMA of tile (i, j) reads the A copy's rows and the B copy's columns of that tile, and
-    # its accumulator goes to the m·n values of shared memory numbered by the tile's place in the block
+    # each warp's tiles: at tensor-core step `inner` of a copy, the WMMA of tile (i, j) reads that tile's rows of the
+    # A copy and its columns of the B copy (elements along a copy's lines are 1 apart, across them a padded line),
+    # and its accumulator goes to the m·n values of shared memory numbered by the tile's place in the block
+    row_step_a, depth_step_a = (ldm_a, 1) if layout_a == "row" else (1, ldm_a)
+    depth_step_b, column_step_b = (ldm_b, 1) if layout_b == "row" else (1, ldm_b)
+    arg = (m, n, k, layout_a, layout_b, ldm_a, ldm_b)
     stores_c = []
     for i, j in itertools.product(range(per_warp), repeat=2):
         tile_row, tile_column = warp_row * per_warp + i, warp_column * per_warp + j
-        offset_a = tile_row * m * (ldm_a if layout_a == "row" else 1) + inner * k * (1 if layout_a == "row" else ldm_a)
-        offset_b = tile_column * n * (1 if layout_b == "row" else ldm_b) + inner * k * (
-            ldm_b if layout_b == "row" else 1
-        )
-        arg = (m, n, k, layout_a, layout_b, ldm_a, ldm_b)
+        offset_a = tile_row * m * row_step_a + inner * k * depth_step_a
+        offset_b = inner * k * depth_step_b + tile_column * n * column_step_b
         wmma = UOp(
             Ops.WMMA, core.accumulator, (shared_a, shared_b, simplify(offset_a), simplify(offset_b), copied), arg
         )
