@@ -446,14 +446,14 @@ def tensor_core_product(plan: Plan, tiles_tried: tuple[int, ...] = TC_TILES) -> 
         return False
     axis = reduces[0].src[1].arg[0]
     for tiles in tiles_tried:
+        opt = Opt(OptOp.TC, axis, tiles if tiles > 1 else 0)
         try:
-            sink = apply_opt(plan.sink, Opt(OptOp.TC, axis, tiles), plan.target)
+            sink = apply_opt(plan.sink, opt, plan.target)
         except KernelOptError:
             continue
         blocks = prod(loop.src[0].arg for loop in loops_of_kind(sink, LoopKind.GLOBAL))
         if tiles == tiles_tried[-1] or blocks >= TC_BLOCKS:
-            plan.sink = sink
-            plan.opts.append(Opt(OptOp.TC, axis, tiles) if tiles > 1 else Opt(OptOp.TC, axis))
+            plan.apply(opt)  # (a lookup: applying an action to the same kernel again is cached)
             return True
     return False
 

@@ -25,11 +25,11 @@ from lazygrad.uop.ops import UOp
 TIMED_RUNS = 3  # each candidate's time is its fastest of these runs
 
 Opts = tuple[Opt, ...]
+# compiles a kernel with an action list: its program and, per parameter, the device, size and dtype of its buffer
+Build = Callable[[Opts], tuple[Any, list[tuple[str, int, Any]]]]
 
 
-def beam_opts(
-    device: Any, ast: UOp, prepared: UOp, build: Callable[[Opts], tuple[Any, list[tuple[str, int, Any]]]]
-) -> Opts:
+def beam_opts(device: Any, ast: UOp, prepared: UOp, build: Build) -> Opts:
     """The fastest of a kernel's candidate action lists (the heuristic's list where there is no choice to make).
 
     `build(opts)` compiles the kernel with those actions and returns its program and, per parameter, the device,
@@ -71,7 +71,7 @@ def decode_opts(kept: bytes) -> Opts | None:
         return None
 
 
-def _time_candidate(build: Callable[[Opts], tuple[Any, list[tuple[str, int, Any]]]], opts: Opts) -> float:
+def _time_candidate(build: Build, opts: Opts) -> float:
     """Build a candidate, time it, and give its code back (the chosen list is built again through the program
     cache, as any kernel is)."""
     program, parameters = build(opts)

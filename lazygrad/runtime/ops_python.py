@@ -22,7 +22,7 @@ from lazygrad.codegen.renderer import WARP, Renderer, Target, TensorCore
 from lazygrad.device import Compiled, Compiler, HostAllocator
 from lazygrad.dtype import dtypes
 from lazygrad.uop.alu import cast_array, cast_value, exec_alu, exec_alu_array
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import WMMA_SOURCES, Ops, UOp
 
 
 class PythonRenderer(Renderer):
@@ -201,7 +201,8 @@ class PythonProgram:
                 start, source = value(src[3]), memory[src[2].arg[0]]
                 shared[src[0]][value(src[1]) : value(src[1]) + node.arg] = source[start : start + node.arg]
             elif op is Ops.WMMA:
-                added = value(src[5]) if len(src) > 5 else 0.0  # (none: the product is the whole reduce)
+                # (no accumulator: the product is the whole reduce)
+                added = value(src[WMMA_SOURCES]) if len(src) > WMMA_SOURCES else 0.0
                 tiles = shared[src[0]][value(src[2]) :], shared[src[1]][value(src[3]) :]
                 values[node] = multiply_accumulate(node.arg, *tiles, added)
             elif op is Ops.STORE and isinstance(value(src[2]), np.ndarray):

@@ -86,6 +86,9 @@ class Ops(Enum):
     WIDE_COPY = auto()
 
 
+WMMA_SOURCES = 5  # a WMMA's sources before the accumulator a linearized one adds into
+
+
 class LoopKind(Enum):
     """What a loop (RANGE) of a kernel is for."""
 

@@ -41,7 +41,7 @@ from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors, lanes_of, replaced_by_vectors
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
-from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
+from lazygrad.uop.ops import OUTPUT_KINDS, WMMA_SOURCES, LoopKind, Ops, UOp
 
 # op -> template per operand kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} are the operands, which
 # are always variable names or constants, so no template needs extra parentheses around them.
@@ -462,7 +462,6 @@ class CStyleRenderer(Renderer):
 
 
 WMMA = "nvcuda::wmma::"
-WMMA_SOURCES = 5  # a WMMA's sources: its tiles' shared memory, their offsets there and the barrier after the copy
 # a tensor core's input type: its name in shared memory, as a fragment's element, and how its memory is read (bfloat16
 # values are stored as their bits)
 MATRIX_TYPES = {
