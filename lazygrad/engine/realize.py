@@ -191,12 +191,13 @@ BATCH_SOURCE = 16_000
 def build_kernels(device_name: str, asts: list[UOp]) -> None:
     """Start building kernels: code is generated here, one kernel after another, while the compiler (which releases
     the GIL) works in the background on the ones before. Where the renderer can join sources (LLVM IR), kernels
-    are compiled in batches, since each compiler call has a high fixed cost; batches follow the order of `asts`,
-    so the same schedule makes the same batches, and the disk cache finds them. `get_kernel` waits for them."""
+    are compiled in batches, since each compiler call has a high fixed cost, each batch of kernels the renderer
+    lets share a compile (`join_group`); batches follow the order of `asts`, so the same schedule makes the same
+    batches, and the disk cache finds them. `get_kernel` waits for them."""
     device = Device[device_name]
-    batch_size = BATCH_SIZE if device.renderer.can_join else 1
-    batch: list[tuple[Future, GeneratedKernel]] = []
-    batch_source = 0
+    joins = device.renderer.can_join
+    pending: dict[object, list[tuple[Future, GeneratedKernel]]] = {}  # per join group, the batch being filled
+    unsubmitted: dict[Future, ProgramKey] = {}
     for number, ast in enumerate(asts):
         try:
             kernel = kept_kernel(device, ast)
@@ -205,25 +206,36 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
                     kernel = generate_kernel(device, ast)
                 keep_kernel(device, ast, kernel)
         except BaseException:
-            for earlier in asts[number - len(batch) : number]:  # not submitted: no one may wait for them forever
-                del _building[program_key(device_name, earlier)]
+            for key in unsubmitted.values():  # no one may wait for these forever
+                del _building[key]
             raise
         future: Future = Future()
-        _building[program_key(device_name, ast)] = future
+        key = program_key(device_name, ast)
+        _building[key], unsubmitted[future] = future, key
+        group = device.renderer.join_group(kernel.source) if joins else number
+        batch = pending.setdefault(group, [])
         batch.append((future, kernel))
-        batch_source += len(kernel.source)
-        last = number == len(asts) - 1
-        if len(batch) == batch_size or batch_source >= BATCH_SOURCE or last:
-            if BEAM:  # BEAM times kernels as it generates them: no compiles beside it to skew the timings
-                _compile_batch(device, batch)
-            else:
-                # with nothing left to generate, the last kernels are shared by every core
-                parts = min(CORES, len(batch)) if last else 1
-                for part in range(parts):
-                    compile_pool().submit(
-                        _compile_batch, device, batch[part * len(batch) // parts : (part + 1) * len(batch) // parts]
-                    )
-            batch, batch_source = [], 0
+        if not joins or len(batch) == BATCH_SIZE or sum(len(kernel.source) for _, kernel in batch) >= BATCH_SOURCE:
+            _submit(device, pending.pop(group), 1, unsubmitted)
+    # with nothing left to generate, the last kernels are shared by every core
+    for batch in pending.values():
+        _submit(device, batch, max(1, min(CORES // len(pending), len(batch))), unsubmitted)
+
+
+def _submit(
+    device: Any, batch: list[tuple[Future, GeneratedKernel]], parts: int, unsubmitted: dict[Future, ProgramKey]
+) -> None:
+    """Compile a batch, in `parts` compiles on the compile threads (BEAM: here and now, as a single compile: it
+    times kernels as it generates them, with no compiles beside it to skew the timings)."""
+    for future, _ in batch:
+        del unsubmitted[future]
+    if BEAM:
+        _compile_batch(device, batch)
+        return
+    for part in range(parts):
+        compile_pool().submit(
+            _compile_batch, device, batch[part * len(batch) // parts : (part + 1) * len(batch) // parts]
+        )
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ import functools
 import hashlib
 import threading
 
-from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+from lazygrad.codegen.renderer.llvmir import NO_LOOP_VECTORIZER, LLVMRenderer
 from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram, LoadedBinaries
 from lazygrad.runtime.host_cpu import host_cpu
 
@@ -33,17 +33,23 @@ def new_target_machine():
     return target.create_target_machine(cpu=cpu.name, features=features, opt=3, jit=True)
 
 
-# the optimization pipeline; it is part of the disk cache's key, so objects built under other settings are not reused
+# the optimization pipelines: O3 with these settings, and the cleanups that a module leaving no loop to the loop
+# vectorizer gets instead (see NO_LOOP_VECTORIZER); both are part of the disk cache's key, so objects built under
+# other settings are not reused
 PIPELINE = {"loop_vectorization": True, "slp_vectorization": True}
+CLEANUP_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
 
 
 class LLVMCompiler(Compiler):
-    """IR text → O3-optimized object code for the host CPU."""
+    """IR text → object code for the host CPU, optimized at O3 (or by a few cleanups, where codegen has vectorized
+    the kernel's loops itself or left them scalar)."""
 
     def __init__(self):
         self.machine = target_machine()
         settings = ",".join(f"{name}={value}" for name, value in sorted(PIPELINE.items()))
-        self.cache_name = f"llvm-{self.machine.triple}-{hash_of(self.machine)}-O3-{settings}"
+        self.cache_name = (
+            f"llvm-{self.machine.triple}-{hash_of(self.machine)}-O3-{settings}-or-{'-'.join(CLEANUP_PASSES)}"
+        )
         self.local = threading.local()  # each compiling thread's own LLVM context and target machine
 
     def compile(self, source: str) -> bytes:
@@ -60,7 +66,13 @@ class LLVMCompiler(Compiler):
             for name, value in PIPELINE.items():
                 setattr(tuning, name, value)
             builder = llvm.create_pass_builder(local.machine, tuning)
-            unlocked(ffi.lib.LLVMPY_RunNewModulePassManager)(builder.getModulePassManager(), module, builder)
+            if source.startswith(NO_LOOP_VECTORIZER):
+                passes = llvm.create_new_module_pass_manager()
+                for name in CLEANUP_PASSES:
+                    getattr(passes, f"add_{name}_pass")()
+            else:
+                passes = builder.getModulePassManager()
+            unlocked(ffi.lib.LLVMPY_RunNewModulePassManager)(passes, module, builder)
             with ffi.OutputString() as error:
                 buffer = unlocked(ffi.lib.LLVMPY_TargetMachineEmitToMemory)(local.machine, module, 1, error)
                 if not buffer:

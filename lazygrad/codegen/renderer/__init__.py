@@ -67,3 +67,7 @@ class Renderer(ABC):
     @abstractmethod
     def render(self, name: str, program: list[UOp]) -> str:
         """The source of a function called `name` running `program`."""
+
+    def join_group(self, source: str) -> object:
+        """For a renderer that can join sources: kernels are joined into one compile only where this is equal."""
+        return None

@@ -90,11 +90,19 @@ INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32",
 VECTORIZED_RUNS = 1 << 14
 
 
+# The first line of a kernel that leaves no loop to LLVM's loop vectorizer: its register blocks are vectors already
+# (see codegen/vectorize.py), or its loops are too short to be worth vectorizing. The LLVM device compiles such a
+# module with a few cleanup passes instead of O3, whose loop passes took 0.1-0.15 s of a register-blocked product's
+# compile and made it no faster.
+NO_LOOP_VECTORIZER = "; no loop for LLVM's vectorizer\n"
+
+
 def vectorized_loops(program: list[UOp]) -> set[UOp]:
     """The loops LLVM's loop vectorizer may work on: loops with no reduce inside (every loop of an elementwise
     kernel; the row loop of a softmax after its max and sum), and reduce loops that codegen found contiguous, where
-    they run at least VECTORIZED_RUNS times. Elsewhere codegen's upcast has made blocks of accumulators for the SLP
-    pass to pack, and an outer loop around a reduce would only be vectorized with gathers."""
+    they run at least VECTORIZED_RUNS times. Elsewhere codegen's upcast has made blocks of accumulators (rendered as
+    vectors), and an outer loop around a reduce would only be vectorized with gathers. A PACK's copy is not left to
+    the vectorizer either: it copies a few rows of a register block's inputs, and would bring O3 to the product."""
     vectorized, open_loops = set(), []  # open loops: [loop, whether an accumulator is updated inside, its runs]
     for node in program:
         if node.op is Ops.RANGE:
@@ -105,7 +113,8 @@ def vectorized_loops(program: list[UOp]) -> set[UOp]:
                 entry[1] = True
         elif node.op is Ops.ENDRANGE:
             loop, has_reduce, runs = open_loops.pop()
-            if (not has_reduce or loop.arg[1] is LoopKind.VECTOR_REDUCE) and runs >= VECTORIZED_RUNS:
+            wanted = not has_reduce or loop.arg[1] is LoopKind.VECTOR_REDUCE
+            if wanted and runs >= VECTORIZED_RUNS and loop.arg[1] is not LoopKind.PACK:
                 vectorized.add(loop)
     return vectorized
 
@@ -294,8 +303,11 @@ class LLVMRenderer(Renderer):
             'attributes #1 = { noinline nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }',
         ]
         metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
+        first = "" if vectorized else NO_LOOP_VECTORIZER
         return (
-            "\n".join([*body, *self.render_entry(name, buffers), *sorted(declarations), *attributes, *metadata]) + "\n"
+            first
+            + "\n".join([*body, *self.render_entry(name, buffers), *sorted(declarations), *attributes, *metadata])
+            + "\n"
         )
 
     @staticmethod
@@ -312,15 +324,21 @@ class LLVMRenderer(Renderer):
         arguments = ", ".join([f"ptr %data{number}" for number in buffers] + ["i64 %start", "i64 %end"])
         return [*lines, f"  call void @{name}_body({arguments})", "  ret void", "}"]
 
+    def join_group(self, source: str) -> object:
+        """Kernels that leave no loop to the vectorizer are compiled apart from the others, with the cleanups only."""
+        return source.startswith(NO_LOOP_VECTORIZER)
+
     def join(self, sources: list[str]) -> str:
         """One module: every function, then the declarations, attributes and metadata they share (`render` puts
-        those after the last function's closing brace, the same text in every kernel)."""
+        those after the last function's closing brace, the same text in every kernel). It leaves no loop to the
+        vectorizer only where none of the kernels does."""
         functions, shared = [], {}
         for source in sources:
             end = source.rindex("\n}\n") + 3
-            functions.append(source[:end])
+            functions.append(source[:end].removeprefix(NO_LOOP_VECTORIZER))
             shared.update(dict.fromkeys(source[end:].splitlines()))
-        return "".join(functions) + "\n".join(shared) + "\n"
+        first = NO_LOOP_VECTORIZER if all(source.startswith(NO_LOOP_VECTORIZER) for source in sources) else ""
+        return first + "".join(functions) + "\n".join(shared) + "\n"
 
     @staticmethod
     def render_accumulate(out: str, node: UOp, value, vectorized: set[UOp], declarations: set[str]) -> list[str]:
