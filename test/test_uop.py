@@ -211,6 +211,27 @@ def test_reshape_of_permute_needs_few_divisions():
     assert divisions(program_of((a.T + 1).reshape(24))) <= 2
 
 
+def test_reshape_lowers_each_run_of_axes_apart():
+    """A reshape splits and merges runs of neighbouring axes; an axis it keeps (or a unit axis it adds or drops) is
+    indexed by its own loop, with no division, even beside a padded axis; the runs it splits or merges give the
+    values NumPy gives, padding included."""
+    from lazygrad.codegen.lower import reshaped_indices
+
+    rows, cols = loop(6, 0), loop(10, 1)
+    shifted = simplify(cols - 2)  # a padded axis's index: negative where the pad's validity fails
+    assert reshaped_indices((rows, UOp.const(INDEX, 0), shifted), (6, 1, 10), (6, 10)) == (rows, shifted)
+    assert reshaped_indices((rows, shifted), (6, 10), (6, 1, 10)) == (rows, UOp.const(INDEX, 0), shifted)
+    merged = reshaped_indices((loop(60, 2),), (60,), (6, 10))
+    assert [node.op for node in merged] == [Ops.IDIV, Ops.MOD]
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    padded = Tensor(x).pad(((0, 0), (0, 0), (1, 1), (2, 0)))  # (2, 3, 6, 7)
+    view = (padded + 1).reshape(6, 1, 6, 7).permute(2, 3, 0, 1).reshape(42, 6) * 2
+    expected = ((np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 0))) + 1).reshape(6, 1, 6, 7).transpose(2, 3, 0, 1)) * 2
+    np.testing.assert_array_equal(view.numpy(), expected.reshape(42, 6))
+    program = program_of(Tensor(x).pad(((0, 0), (0, 0), (1, 1), (2, 0))).reshape(2, 3, 1, 6, 7) + 1)
+    assert divisions(program) == 0
+
+
 def test_index_simplified_under_its_gate():
     from lazygrad.uop.symbolic import simplify_given
 

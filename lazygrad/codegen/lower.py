@@ -32,6 +32,38 @@ def flat_index(indices: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
     return simplify(total)
 
 
+def reshaped_indices(
+    indices: tuple[UOp, ...], shape: tuple[int, ...], source_shape: tuple[int, ...]
+) -> tuple[UOp, ...]:
+    """The indices into `source_shape` of the element at `indices` of its reshape to `shape`. Axes of size 1 aside,
+    a reshape splits and merges runs of neighbouring axes: each run's indices are computed from the flat index of
+    that run alone, and an axis the reshape keeps is its own index. (Where a pad's validity fails, an index may lie
+    outside its axis and this differs from the flat index of all axes; the value read there is never used.)"""
+    if 0 in shape:
+        return tuple(index_const(0) for _ in source_shape)
+    inner = [index_const(0)] * len(source_shape)
+    outer_axes = [axis for axis, size in enumerate(shape) if size != 1]
+    inner_axes = [axis for axis, size in enumerate(source_shape) if size != 1]
+    while outer_axes:
+        outer, inner_run = [outer_axes.pop(0)], [inner_axes.pop(0)]
+        outer_size, inner_size = shape[outer[0]], source_shape[inner_run[0]]
+        while outer_size != inner_size:  # grow the smaller side until the run's sizes agree
+            if outer_size < inner_size:
+                outer.append(outer_axes.pop(0))
+                outer_size *= shape[outer[-1]]
+            else:
+                inner_run.append(inner_axes.pop(0))
+                inner_size *= source_shape[inner_run[-1]]
+        if len(outer) == 1 and len(inner_run) == 1:
+            inner[inner_run[0]] = indices[outer[0]]
+            continue
+        flat = flat_index(tuple(indices[axis] for axis in outer), tuple(shape[axis] for axis in outer))
+        sizes = tuple(source_shape[axis] for axis in inner_run)
+        for axis, stride, size in zip(inner_run, strides_of(sizes), sizes):
+            inner[axis] = simplify((flat // stride) % size)
+    return tuple(inner)
+
+
 def reduce_identity(op: Ops, dtype: DType) -> object:
     """The value a reduction starts from: 0 for sums, 1 for products, the lowest value for max."""
     if op is Ops.MAX:
@@ -98,13 +130,7 @@ class Lowerer:
             both = pad_valid if valid is None else simplify(valid.logical_and(pad_valid))
             return [(node.src[0], inner, both)]
         if op is Ops.RESHAPE:
-            flat = flat_index(indices, node.shape)
-            shape = node.src[0].shape
-            inner = tuple(
-                simplify((flat // stride) % size) if size != 1 else index_const(0)
-                for stride, size in zip(strides_of(shape), shape)
-            )
-            return [(node.src[0], inner, valid)]
+            return [(node.src[0], reshaped_indices(indices, node.shape, node.src[0].shape), valid)]
         if op is Ops.PERMUTE:
             inner = [None] * len(arg)
             for output_axis, input_axis in enumerate(arg):
