@@ -657,12 +657,13 @@ def test_llvm_leaves_loops_that_run_few_times_to_scalar_code():
     np.testing.assert_allclose(Tensor(rows, device="LLVM").sum(1).numpy(), rows.sum(1), rtol=1e-5, atol=1e-5)
 
 
-def test_llvm_compiles_kernels_without_loops_to_vectorize_with_cleanups_only():
-    """A kernel that leaves no loop to LLVM's vectorizer (a register-blocked product with the PACK copy, a small
-    bias) is marked, and the LLVM device compiles it with a few cleanup passes instead of O3; a large elementwise
-    kernel is not marked. A module joined from kernels is marked only where all of them are. Values stay NumPy's
-    either way."""
-    from lazygrad.codegen.renderer.llvmir import NO_LOOP_VECTORIZER, LLVMRenderer
+def test_llvm_compiles_kernels_with_nothing_to_vectorize_with_cleanups_only():
+    """A kernel that leaves nothing to LLVM's vectorizers (a register-blocked product with vector accumulators and the
+    PACK copy, a small bias) is marked, and the LLVM device compiles it with a few cleanup passes instead of O3; a
+    large elementwise kernel is not marked, nor is a register block of scalar accumulators (for a target of one
+    lane), which the SLP pass packs. A module joined from kernels is marked only where all of them are. Values stay
+    NumPy's either way."""
+    from lazygrad.codegen.renderer.llvmir import NOTHING_TO_VECTORIZE, LLVMRenderer
 
     target = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
     renderer, packs = LLVMRenderer(target), []
@@ -675,11 +676,15 @@ def test_llvm_compiles_kernels_without_loops_to_vectorize_with_cleanups_only():
     x, w, small, large = numbers(256, 784, seed=11), numbers(784, 512, seed=12), numbers(512, seed=13), numbers(1 << 16)
     product, bias, chain = rendered(Tensor(x) @ Tensor(w)), rendered(Tensor(small) + 1), rendered(Tensor(large) * 3)
     assert packs == [True, False, False]
-    assert product.startswith(NO_LOOP_VECTORIZER) and bias.startswith(NO_LOOP_VECTORIZER)
-    assert not chain.startswith(NO_LOOP_VECTORIZER) and NO_LOOP_VECTORIZER not in chain
-    assert renderer.join([product, bias]).startswith(NO_LOOP_VECTORIZER)
+    assert product.startswith(NOTHING_TO_VECTORIZE) and bias.startswith(NOTHING_TO_VECTORIZE)
+    assert not chain.startswith(NOTHING_TO_VECTORIZE) and NOTHING_TO_VECTORIZE not in chain
+    assert renderer.join([product, bias]).startswith(NOTHING_TO_VECTORIZE)
     mixed = renderer.join([product, chain])
-    assert NO_LOOP_VECTORIZER not in mixed and mixed.count("define void @") == 2
+    assert NOTHING_TO_VECTORIZE not in mixed and mixed.count("define void @") == 2
+    scalar = Target(vector_width=1, vector_registers=16)
+    (program,) = optimized_programs(Tensor(x) @ Tensor(w), scalar)
+    assert sum(node.op is Ops.DEFINE_ACC for node in program) > 1
+    assert not LLVMRenderer(scalar).render(kernel_name(program), program).startswith(NOTHING_TO_VECTORIZE)
     np.testing.assert_allclose((Tensor(x, device="LLVM") @ Tensor(w, device="LLVM")).numpy(), x @ w, 1e-4, 1e-4)
     np.testing.assert_allclose((Tensor(large, device="LLVM") * 3).numpy(), large * 3, rtol=1e-6)
 

@@ -90,11 +90,12 @@ INTRINSIC_NAMES = {"half": "f16", "float": "f32", "double": "f64", "i32": "i32",
 VECTORIZED_RUNS = 1 << 14
 
 
-# The first line of a kernel that leaves no loop to LLVM's loop vectorizer: its register blocks are vectors already
-# (see codegen/vectorize.py), or its loops are too short to be worth vectorizing. The LLVM device compiles such a
-# module with a few cleanup passes instead of O3, whose loop passes took 0.1-0.15 s of a register-blocked product's
-# compile and made it no faster.
-NO_LOOP_VECTORIZER = "; no loop for LLVM's vectorizer\n"
+# The first line of a kernel that leaves nothing to LLVM's vectorizers: no loop to the loop vectorizer (they are too
+# short to be worth it, or reduce into a register block) and no block of scalar accumulators to the SLP pass (the
+# block's rows are vectors already: see codegen/vectorize.py). The LLVM device compiles such a module with a few
+# cleanup passes instead of O3, whose loop passes took 0.1-0.15 s of a register-blocked product's compile and made
+# it no faster.
+NOTHING_TO_VECTORIZE = "; nothing for LLVM's vectorizers\n"
 
 
 def vectorized_loops(program: list[UOp]) -> set[UOp]:
@@ -303,7 +304,8 @@ class LLVMRenderer(Renderer):
             'attributes #1 = { noinline nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }',
         ]
         metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
-        first = "" if vectorized else NO_LOOP_VECTORIZER
+        scalar_block = sum(node.op is Ops.DEFINE_ACC and node not in lane_of for node in program) > 1
+        first = "" if vectorized or scalar_block else NOTHING_TO_VECTORIZE
         return (
             first
             + "\n".join([*body, *self.render_entry(name, buffers), *sorted(declarations), *attributes, *metadata])
@@ -326,7 +328,7 @@ class LLVMRenderer(Renderer):
 
     def join_group(self, source: str) -> object:
         """Kernels that leave no loop to the vectorizer are compiled apart from the others, with the cleanups only."""
-        return source.startswith(NO_LOOP_VECTORIZER)
+        return source.startswith(NOTHING_TO_VECTORIZE)
 
     def join(self, sources: list[str]) -> str:
         """One module: every function, then the declarations, attributes and metadata they share (`render` puts
@@ -335,9 +337,9 @@ class LLVMRenderer(Renderer):
         functions, shared = [], {}
         for source in sources:
             end = source.rindex("\n}\n") + 3
-            functions.append(source[:end].removeprefix(NO_LOOP_VECTORIZER))
+            functions.append(source[:end].removeprefix(NOTHING_TO_VECTORIZE))
             shared.update(dict.fromkeys(source[end:].splitlines()))
-        first = NO_LOOP_VECTORIZER if all(source.startswith(NO_LOOP_VECTORIZER) for source in sources) else ""
+        first = NOTHING_TO_VECTORIZE if all(source.startswith(NOTHING_TO_VECTORIZE) for source in sources) else ""
         return first + "".join(functions) + "\n".join(shared) + "\n"
 
     @staticmethod
