@@ -250,6 +250,26 @@ def test_index_simplified_under_its_gate():
         assert value.arg == (r * 8 + c - 9) % 64
 
 
+def test_gate_keeps_one_of_two_clauses_that_say_the_same():
+    """A pad inside a pad checks one bound twice in different forms (`x - 3 < 9` and `x - 6 < 6`): simplified, the
+    gate keeps one of them (each alone would vanish given the other) and holds exactly where the original does."""
+    from lazygrad.uop.pattern import substitute
+    from lazygrad.uop.symbolic import simplify_gate
+
+    x, minus_one = loop(15), UOp.const(INDEX, -1)
+    outer, inner = x - 3, x - 6
+    gate = simplify(
+        minus_one.lt(outer)
+        .logical_and(outer.lt(UOp.const(INDEX, 9)))
+        .logical_and(minus_one.lt(inner))
+        .logical_and(inner.lt(UOp.const(INDEX, 6)))
+    )
+    simplified = simplify_gate(gate)
+    for value in range(15):
+        bound = {x: UOp.const(INDEX, value)}
+        assert simplify(substitute(simplified, bound)).arg == (0 <= value - 6 < 6), value
+
+
 def test_index_simplified_under_a_gate_on_sums():
     from itertools import product
 

@@ -388,12 +388,17 @@ def simplify_gate(valid: UOp) -> UOp:
 
 
 def _simplify_gate(valid: UOp) -> UOp:
+    # One clause after another, each given the others as they stand: the later ones as they are, the earlier ones
+    # as simplified. Given all the others as they were, two clauses that say the same in different forms (a pad's
+    # `x - 3 < 9` and an inner pad's `x - 6 < 6`) would each vanish given the other, and the gate lose both.
     clauses = list(dict.fromkeys(_clauses(valid)))  # each once: a clause given itself would vanish
     if len(clauses) == 1:
         return clauses[0]
-    return simplify(
-        _all_of([simplify_given(c, _all_of(clauses[:i] + clauses[i + 1 :])) for i, c in enumerate(clauses)])
-    )
+    for position, clause in enumerate(clauses):
+        others = [other for other in clauses[:position] + clauses[position + 1 :] if other.op is not Ops.CONST]
+        if others:
+            clauses[position] = simplify_given(clause, _all_of(others))
+    return simplify(_all_of(clauses))
 
 
 def simplify_gated_loads(sink: UOp) -> UOp:
