@@ -547,3 +547,35 @@ def test_fold_and_pixel_shuffle_are_one_kernel():
     assert kernels((rand(2, 12, 28) * 2).fold((6, 7), 2, padding=1, stride=(1, 2))) == 1
     assert kernels((rand(2, 8, 3, 2) + 1).pixel_shuffle(2)) == 1
     assert kernels(rand(3, 4).index_add(1, Tensor([2, 0, 2]), rand(3, 3))) == 1
+
+
+def test_kernel_facts_kept_between_rounds_give_the_plan_walking_every_kernel_again_gives(monkeypatch):
+    """Deciding which nodes get buffers takes rounds; a kernel's facts are kept from one round to the next while no
+    node they touched changed. On a convolution, batch norm, pool and linear layer's training step that takes several
+    rounds, the nodes realized are those found walking every kernel again each round, and fewer walks are made."""
+    from lazygrad import nn
+    from lazygrad.engine import schedule
+
+    Tensor.manual_seed(0)
+    conv, norm, linear = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Linear(8 * 4 * 4, 10)
+    x = rand(4, 3, 8, 8)
+    with Tensor.train():
+        out = linear(norm(conv(x)).relu().max_pool2d().flatten(1)).log_softmax().mean()
+    out.backward()
+    outputs = [out.uop, conv.weight.grad.uop, norm.weight.grad.uop, linear.weight.grad.uop]
+    sink = schedule.UOp(Ops.SINK, src=tuple(outputs))
+    walks, unsafe_reduces = [], schedule._unsafe_reduces
+
+    def counted(roots, to_realize, random_leaves, known=None):
+        walks.append((len(roots) - len(known), len(roots)))  # (kernels walked this round, kernels)
+        return unsafe_reduces(roots, to_realize, random_leaves, known)
+
+    monkeypatch.setattr(schedule, "_unsafe_reduces", counted)
+    kept = schedule.kernel_roots(sink, outputs)
+    monkeypatch.setattr(
+        schedule,
+        "_unsafe_reduces",
+        lambda roots, to_realize, random_leaves, known=None: unsafe_reduces(roots, to_realize, random_leaves),
+    )
+    assert schedule.kernel_roots(sink, outputs) == kept
+    assert len(walks) > 2 and sum(walked for walked, _ in walks) < sum(kernels for _, kernels in walks)

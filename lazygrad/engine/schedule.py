@@ -96,7 +96,26 @@ def _random_leaves(nodes: list[UOp], to_realize: set[UOp]) -> set[UOp]:
     return {node for node in random if node.op is not Ops.BUFFER and node.op not in MOVEMENT}
 
 
-def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[UOp]) -> set[UOp]:
+@dataclass
+class _KernelFacts:
+    """What `_unsafe_reduces` finds walking one kernel (from its root down to what other kernels compute), kept
+    while no node it touched changes (gets a buffer of its own, or stops or starts being random): then a walk again
+    would find the same."""
+
+    touched: set[UOp] = field(default_factory=set)
+    unsafe: set[UOp] = field(default_factory=set)
+    computed: set[UOp] = field(default_factory=set)  # elementwise nodes it computes
+    reached: set[UOp] = field(default_factory=set)  # reduces and random values it reaches
+    operands: set[UOp] = field(default_factory=set)  # costly values it reads through an expand
+    permuted: dict[UOp, UOp | None] = field(default_factory=dict)  # permuted views it reads, and the reduce reading
+
+
+def _unsafe_reduces(
+    roots: list[UOp],
+    to_realize: set[UOp],
+    random_leaves: set[UOp],
+    known: dict[UOp, _KernelFacts] | None = None,
+) -> set[UOp]:
     """Reduces that must become buffers: reached from more than one kernel, inside the loop of another reduce or
     below an expand in the kernel that would fuse them, or read there through two different views (a padded copy
     beside another): each would compute the reduce several times per output. Also pads read through two different
@@ -114,64 +133,26 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
     MLP's ReLU output and gradient mask, read once per output column of a 512-wide product). Where the reader sees it
     permuted (a convolution's windows, an im2col), the buffer holds it in the reader's order, so the products over it
     read rows. These values are decided first: a reduce below one is judged again once it is a buffer."""
+    known = {} if known is None else known  # each kernel's facts, from an earlier call where still true
     reached_by: dict[UOp, set[UOp]] = {}
     computed_by: dict[UOp, set[UOp]] = {}  # elementwise nodes, and the kernels computing them
     # permuted views of unrealized values read through an expand: by which kernels, each with the reduce reading it
     permuted_by: dict[UOp, dict[UOp, UOp | None]] = {}
     unsafe: set[UOp] = set()
     operands: set[UOp] = set()  # costly values read through an expand
-    costs: dict[UOp, int] = {}
+    costs: Costs = {}
     for root in roots:
-        # the movement ops each reduce is read through (since the last other op), per kernel
-        views: dict[UOp, set[tuple[UOp, ...]]] = {}
-        seen: set[tuple] = set()
-        # (node, what a reduce there would be, the movement ops above it, the shape of the loops around it, whether
-        # it is inside a random value computed in this kernel, the reduce it is inside)
-        in_random = root in random_leaves
-        if root.op is Ops.REDUCE:
-            loops = root.src[0].shape if _reduces_suffix(root) else None
-            stack = [(source, NESTED, (), loops, in_random, root) for source in root.src]
-        else:
-            stack = [(root, FREE, (), root.shape, in_random, None)]
-        while stack:
-            state = stack.pop()
-            node, where, view, loops, in_random, inside = state
-            if state in seen or (node in to_realize and node is not root):
-                continue
-            seen.add(state)
-            if node.op is Ops.PAD and node is not root:
-                views.setdefault(node, set()).add(view)
-            if node is not root and node.op not in MOVEMENT and node.op not in (Ops.BUFFER, Ops.CONST, Ops.REDUCE):
-                computed_by.setdefault(node, set()).add(root)
-            if node is not root and (node.op is Ops.REDUCE or (node in random_leaves and not in_random)):
-                reached_by.setdefault(node, set()).add(root)
-                views.setdefault(node, set()).add(view)
-                if where is not FREE:
-                    unsafe.add(node)
-            in_random = in_random or node in random_leaves
-            if node.op is Ops.REDUCE:
-                where, loops, inside = NESTED, node.src[0].shape if _reduces_suffix(node) else None, node
-            elif _broadcasts_suffix(node, loops) and where is not REPEATED:
-                where, loops = FREE, node.src[0].shape
-            elif _expands(node):
-                where, loops = REPEATED, None
-                computed = _below_movement(node)
-                if computed not in to_realize and _repeats_costly_work(
-                    node, computed, to_realize, costs, inside is not None
-                ):
-                    # a kernel of its own (what it reads is decided there, not here), written in the order this
-                    # reader walks it where a permute lies between
-                    operands.add(node.src[0] if _permutes(node.src[0], computed) else computed)
-                    continue
-                read = node.src[0]
-                if read not in to_realize and computed not in to_realize and computed.op is not Ops.BUFFER:
-                    if _permutes(read, computed):
-                        permuted_by.setdefault(read, {})[root] = inside
-            elif node.shape != loops:
-                loops = None
-            source_view = (*view, node) if node.op in MOVEMENT else ()
-            stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
-        unsafe.update(node for node, ways in views.items() if len(ways) > 1)
+        if root not in known:
+            known[root] = _kernel_facts(root, to_realize, random_leaves, costs)
+        facts = known[root]
+        unsafe |= facts.unsafe
+        operands |= facts.operands
+        for node in facts.computed:
+            computed_by.setdefault(node, set()).add(root)
+        for node in facts.reached:
+            reached_by.setdefault(node, set()).add(root)
+        for read, inside in facts.permuted.items():
+            permuted_by.setdefault(read, {})[root] = inside
     if new_operands := operands - to_realize:
         # new ones first: a reduce they read may be unsafe only where they would recompute it (a ReLU's gradient
         # mask over a product, also summed for the bias's gradient), and once they are buffers it fuses into theirs
@@ -190,7 +171,67 @@ def _unsafe_reduces(roots: list[UOp], to_realize: set[UOp], random_leaves: set[U
     return unsafe
 
 
-def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], costs: dict[UOp, int]) -> set[UOp]:
+def _kernel_facts(root: UOp, to_realize: set[UOp], random_leaves: set[UOp], costs: Costs) -> _KernelFacts:
+    """Walk the kernel computing `root` for what `_unsafe_reduces` judges."""
+    facts = _KernelFacts(touched={root})
+    # the movement ops each reduce is read through (since the last other op)
+    views: dict[UOp, set[tuple[UOp, ...]]] = {}
+    seen: set[tuple] = set()
+    # (node, what a reduce there would be, the movement ops above it, the shape of the loops around it, whether
+    # it is inside a random value computed in this kernel, the reduce it is inside)
+    in_random = root in random_leaves
+    if root.op is Ops.REDUCE:
+        loops = root.src[0].shape if _reduces_suffix(root) else None
+        stack = [(source, NESTED, (), loops, in_random, root) for source in root.src]
+    else:
+        stack = [(root, FREE, (), root.shape, in_random, None)]
+    touched = facts.touched
+    while stack:
+        state = stack.pop()
+        node, where, view, loops, in_random, inside = state
+        touched.add(node)
+        if state in seen or (node in to_realize and node is not root):
+            continue
+        seen.add(state)
+        if node.op is Ops.PAD and node is not root:
+            views.setdefault(node, set()).add(view)
+        if node is not root and node.op not in MOVEMENT and node.op not in (Ops.BUFFER, Ops.CONST, Ops.REDUCE):
+            facts.computed.add(node)
+        if node is not root and (node.op is Ops.REDUCE or (node in random_leaves and not in_random)):
+            facts.reached.add(node)
+            views.setdefault(node, set()).add(view)
+            if where is not FREE:
+                facts.unsafe.add(node)
+        in_random = in_random or node in random_leaves
+        if node.op is Ops.REDUCE:
+            where, loops, inside = NESTED, node.src[0].shape if _reduces_suffix(node) else None, node
+        elif _broadcasts_suffix(node, loops) and where is not REPEATED:
+            where, loops = FREE, node.src[0].shape
+        elif _expands(node):
+            where, loops = REPEATED, None
+            computed = _below_movement(node)
+            touched.add(computed)
+            if computed not in to_realize and _repeats_costly_work(
+                node, computed, to_realize, costs, inside is not None
+            ):
+                # a kernel of its own (what it reads is decided there, not here), written in the order this
+                # reader walks it where a permute lies between
+                facts.operands.add(node.src[0] if _permutes(node.src[0], computed) else computed)
+                touched.update(costs[computed][1])  # (the walk goes no further: what the cost looked at)
+                continue
+            read = node.src[0]
+            if read not in to_realize and computed not in to_realize and computed.op is not Ops.BUFFER:
+                if _permutes(read, computed):
+                    facts.permuted[read] = inside
+        elif node.shape != loops:
+            loops = None
+        source_view = (*view, node) if node.op in MOVEMENT else ()
+        stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
+    facts.unsafe.update(node for node, ways in views.items() if len(ways) > 1)
+    return facts
+
+
+def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], costs: Costs) -> set[UOp]:
     """Costly elementwise values that several kernels would each compute in full (a pooling's gradient read by a
     batch norm's backward sums and by its elementwise part), where that repeats enough work to pay for a buffer:
     the outermost of them, so that what they are made of is computed once inside them."""
@@ -199,7 +240,7 @@ def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], 
         for node, kernels in computed_by.items()
         if len(kernels) > 1
         and _cost(node, to_realize, costs) >= COSTLY
-        and costs[node] * prod(node.shape) * (len(kernels) - 1) >= SHARED_WORK
+        and costs[node][0] * prod(node.shape) * (len(kernels) - 1) >= SHARED_WORK
     }
     inner: set[UOp] = set()
     for node in list(shared):
@@ -248,9 +289,7 @@ PRODUCT_OPERAND_COSTLY, PRODUCT_REPEATED_WORK = 6, 1 << 26
 SHARED_WORK = 1 << 21
 
 
-def _repeats_costly_work(
-    expand: UOp, computed: UOp, to_realize: set[UOp], costs: dict[UOp, int], in_product: bool
-) -> bool:
+def _repeats_costly_work(expand: UOp, computed: UOp, to_realize: set[UOp], costs: Costs, in_product: bool) -> bool:
     """Whether the elementwise value `computed`, read through `expand` (inside a reduce where `in_product`), is
     costly and repeated enough to be computed once into a buffer."""
     cost = _cost(computed, to_realize, costs)
@@ -278,7 +317,11 @@ def _below_movement(node: UOp) -> UOp:
     return node
 
 
-def _cost(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> int:
+# a node's cost, and the nodes its count looked at (whose being realized would change it)
+Costs = dict[UOp, tuple[int, frozenset[UOp]]]
+
+
+def _cost(node: UOp, to_realize: set[UOp], costs: Costs) -> int:
     """What computing elementwise `node` in a kernel costs, counted up to COSTLY: its ALU operations (a slow one
     counts SLOW_OP_COST), each input read counting one, down to buffers, reduces (which are realized where an expand
     repeats them) and nodes that get their own."""
@@ -296,8 +339,8 @@ def _cost(node: UOp, to_realize: set[UOp], costs: dict[UOp, int]) -> int:
             elif current.op is not Ops.CONST:
                 total += SLOW_OP_COST if current.op in SLOW_OPS else current.op not in MOVEMENT
                 stack.extend(current.src)
-        costs[node] = total
-    return costs[node]
+        costs[node] = (total, frozenset(seen))
+    return costs[node][0]
 
 
 def kernel_roots(
@@ -323,10 +366,17 @@ def kernel_roots(
     # a very long chain becomes several kernels, each of a size a compiler handles in linear time. Cut once, first:
     # realizing more nodes below only makes kernels smaller, so the passes after it keep every kernel under the limit
     to_realize |= long_chain_cuts(nodes, to_realize)
+    # each kernel's facts for `_unsafe_reduces`, kept from one round to the next while what they touched is unchanged
+    known: dict[UOp, _KernelFacts] = {}
+    realized_before: set[UOp] = set()
+    random_before: set[UOp] = set()
     while True:
         roots = [node for node in nodes if node in to_realize]
         random_leaves = _random_leaves(nodes, to_realize)
-        unsafe = _unsafe_reduces(roots, to_realize, random_leaves)
+        changed = (to_realize - realized_before) | (random_leaves ^ random_before)
+        known = {root: facts for root, facts in known.items() if facts.touched.isdisjoint(changed)}
+        realized_before, random_before = set(to_realize), random_leaves
+        unsafe = _unsafe_reduces(roots, to_realize, random_leaves, known)
         if not unsafe:
             more = _too_wide(roots, to_realize, max_buffers, nodes)
             if not more:
