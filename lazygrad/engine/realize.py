@@ -215,7 +215,7 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
         group = device.renderer.join_group(kernel.source) if joins else number
         batch = pending.setdefault(group, [])
         batch.append((future, kernel))
-        if not joins or len(batch) == BATCH_SIZE or sum(len(kernel.source) for _, kernel in batch) >= BATCH_SOURCE:
+        if not joins or len(batch) == BATCH_SIZE or sum(len(queued.source) for _, queued in batch) >= BATCH_SOURCE:
             _submit(device, pending.pop(group), 1, unsubmitted)
     # with nothing left to generate, the last kernels are shared by every core
     for batch in pending.values():

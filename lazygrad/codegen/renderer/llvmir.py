@@ -327,13 +327,14 @@ class LLVMRenderer(Renderer):
         return [*lines, f"  call void @{name}_body({arguments})", "  ret void", "}"]
 
     def join_group(self, source: str) -> object:
-        """Kernels that leave no loop to the vectorizer are compiled apart from the others, with the cleanups only."""
+        """Kernels that leave nothing to LLVM's vectorizers are compiled apart from the others, with the cleanups
+        only."""
         return source.startswith(NOTHING_TO_VECTORIZE)
 
     def join(self, sources: list[str]) -> str:
         """One module: every function, then the declarations, attributes and metadata they share (`render` puts
-        those after the last function's closing brace, the same text in every kernel). It leaves no loop to the
-        vectorizer only where none of the kernels does."""
+        those after the last function's closing brace, the same text in every kernel). It is marked as leaving nothing
+        to the vectorizers only where all its kernels are."""
         functions, shared = [], {}
         for source in sources:
             end = source.rindex("\n}\n") + 3
