@@ -212,7 +212,7 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
         future: Future = Future()
         key = program_key(device_name, ast)
         _building[key], unsubmitted[future] = future, key
-        group = device.renderer.join_group(kernel.source) if joins else number
+        group = device.renderer.join_group(kernel.source)
         batch = pending.setdefault(group, [])
         batch.append((future, kernel))
         if not joins or len(batch) == BATCH_SIZE or sum(len(queued.source) for _, queued in batch) >= BATCH_SOURCE:
