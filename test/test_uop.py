@@ -1,7 +1,9 @@
 """The UOp core: interning, pattern rewriting to a fixed point, the symbolic simplifier, deep graphs, and the
 index math that reaches real kernels."""
 
+import copy
 import gc
+import pickle
 import weakref
 
 import numpy as np
@@ -342,3 +344,13 @@ def test_nan_constants_are_one_node():
     # NaN equals nothing, not even itself: without care every NaN constant would be a new node and a new kernel
     assert UOp.const(dtypes.float32, float("nan")) is UOp.const(dtypes.float32, float("nan"))
     assert UOp.const(dtypes.float32, float("nan")) is not UOp.const(dtypes.float64, float("nan"))
+
+
+def test_kinds_behave_as_the_enums_they_stand_for():
+    assert Ops["ADD"] is Ops.ADD and Ops.ADD.name == "ADD"
+    assert str(Ops.ADD) == f"{Ops.ADD}" == "Ops.ADD" and repr(Ops.ADD) == f"<Ops.ADD: {Ops.ADD.value}>"
+    assert [op.value for op in Ops] == list(range(1, len(Ops) + 1)) and list(Ops)[0] is Ops.BUFFER
+    assert pickle.loads(pickle.dumps(LoopKind.REDUCE)) is LoopKind.REDUCE and copy.deepcopy(Ops.MUL) is Ops.MUL
+    assert isinstance(Ops.ADD, Ops) and not isinstance(Ops.ADD, LoopKind) and Ops.ADD != Ops.MUL
+    with pytest.raises(TypeError, match="members are fixed"):
+        Ops(3)

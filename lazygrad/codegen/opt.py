@@ -65,11 +65,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from enum import Enum, auto
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.helpers import ALLOW_TF32, prod
+from lazygrad.helpers import ALLOW_TF32, Kinds, auto, prod
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads, split_term, sum_terms
 
@@ -77,7 +76,7 @@ if TYPE_CHECKING:
     from lazygrad.codegen.renderer import Target
 
 
-class OptOp(Enum):
+class OptOp(Kinds):
     MERGE = auto()
     UPCAST = auto()
     UNROLL = auto()

@@ -6,19 +6,16 @@ import functools
 import hashlib
 import math
 import weakref
-from enum import Enum, auto
 from typing import Any
 
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes, round_bfloat16
-from lazygrad.helpers import prod
+from lazygrad.helpers import Kinds, auto, prod
 
 
-class Ops(Enum):
+class Ops(Kinds):
     """Every kind of UOp. Tensor graphs use the first groups; kernels add the last ones."""
-
-    __hash__ = object.__hash__  # members are unique objects: hash them in C (Enum's own hash is Python)
 
     # data
     BUFFER = auto()  # arg: (unique id, size, device), and for a random source the count it covers
@@ -89,10 +86,8 @@ class Ops(Enum):
 WMMA_SOURCES = 5  # a WMMA's sources before the accumulator a linearized one adds into
 
 
-class LoopKind(Enum):
+class LoopKind(Kinds):
     """What a loop (RANGE) of a kernel is for."""
-
-    __hash__ = object.__hash__
 
     GLOBAL = auto()  # an output loop
     REDUCE = auto()  # a loop a reduce runs over
