@@ -46,19 +46,19 @@ class DType:
         """The NumPy dtype of this dtype's memory (bfloat16, which NumPy lacks, is held as its uint16 bits)."""
         return np.dtype(self.np_name)
 
-    @property
+    @functools.cached_property  # (asked on every op built: then an attribute read)
     def is_float(self) -> bool:
         return self.kind == "float"
 
-    @property
+    @functools.cached_property
     def is_int(self) -> bool:
         return self.kind in ("int", "uint")
 
-    @property
+    @functools.cached_property
     def is_unsigned(self) -> bool:
         return self.kind == "uint"
 
-    @property
+    @functools.cached_property
     def bits(self) -> int:
         return 8 * self.itemsize
 

@@ -88,7 +88,7 @@ class Tensor(
         requires_grad: bool | None = None,
     ):
         self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        self._requires_grad, self.grad, self._history = None, None, None
+        self._uop, self._requires_grad, self.grad, self._history = None, None, None, None
         dtype = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             self.uop = data
@@ -125,14 +125,19 @@ class Tensor(
     def uop(self, node: UOp) -> None:
         # A node knows the live tensors holding it (by id, as weak references: Tensor's == is elementwise, so no sets
         # of tensors), so realization and autograd visit only the tensors they concern. The map lives with the node's
-        # cached facts: it dies with the node, with no weak dictionary to keep up.
-        previous = getattr(self, "_uop", None)  # (unset while __init__ runs)
+        # cached facts: it dies with the node, with no weak dictionary to keep up. A dead tensor's entry stays until
+        # the map doubles (a node kept alive, as a cached constant is, may outlive many tensors holding it).
+        previous = self._uop
         if previous is not None and (holders := previous.__dict__.get("tensors")) is not None:
             holders.pop(id(self), None)
         self._uop = node
-        if (holders := node.__dict__.get("tensors")) is None:
+        holders = node.__dict__.get("tensors")
+        if holders is None:
             holders = node.__dict__["tensors"] = {}
-        holders[id(self)] = weakref.ref(self, lambda _, holders=holders, key=id(self): holders.pop(key, None))
+        elif len(holders) >= 8 and len(holders) & (len(holders) - 1) == 0:  # (at each power of two)
+            for key in [key for key, reference in holders.items() if reference() is None]:
+                del holders[key]
+        holders[id(self)] = weakref.ref(self)
 
     @staticmethod
     @contextlib.contextmanager
@@ -293,7 +298,7 @@ class Tensor(
         expanded = with_history([r.uop for r in roots])
         in_graph = set(UOp(Ops.SINK, src=tuple(expanded[r.uop] for r in roots)).toposort)
         # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
-        views = [view for view, reference in list(history.items()) if reference() in in_graph]
+        views = [view for view, reference in history.items() if reference() in in_graph]
         graph = set(UOp(Ops.SINK, src=tuple(r.uop for r in roots)).toposort) | in_graph
         candidates = tensors_holding([*graph, *views])
         node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
@@ -327,7 +332,7 @@ class Tensor(
 
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
         """The kernels `realize` would run, without running them."""
-        return create_schedule([t.uop for t in (self, *others)], self.device)[0]
+        return create_schedule([t.uop for t in (self, *others)], self.device)[0].items
 
     def realize(self, *others: Tensor) -> Tensor:
         """Compute this tensor (and `others`) now, in one schedule. Returns self."""
@@ -356,7 +361,8 @@ class Tensor(
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.
-        realized.update(remember)
+        for node, view in remember.items():
+            realized.set(node, view)
         for tensor in tensors_holding(becomes):
             node = tensor._uop
             view = becomes[node]

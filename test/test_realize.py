@@ -9,7 +9,9 @@ import pytest
 from support import available
 
 from lazygrad import Device, GlobalCounters, Tensor
-from lazygrad.engine import buffers
+from lazygrad.engine import buffers, realize
+from lazygrad.helpers import Context
+from lazygrad.uop.ops import Ops
 
 
 def test_realized_tensor_points_at_a_buffer():
@@ -340,3 +342,35 @@ def test_a_kept_kernel_whose_name_another_kernel_has_is_generated_again(tmp_path
     assert kept is not None and kept.name != taken
     # (the PYTHON device's source is its pickled program, which holds no kernel name)
     assert kept.name in kept.source or Device.DEFAULT == "PYTHON"
+
+
+def test_a_repeated_graph_runs_its_plan_again_under_the_settings_of_the_time():
+    a = Tensor(np.arange(6, dtype=np.float32))
+    (a * 3 + 1).realize()
+    for _ in range(3):  # these run the kernels prepared for the graph's plan
+        GlobalCounters.reset()
+        np.testing.assert_allclose((a * 3 + 1).numpy(), np.arange(6) * 3 + 1)
+        assert GlobalCounters.kernel_count == 1 and GlobalCounters.compile_cache_hits == 1
+    (item,) = (a * 3 + 1).schedule()
+    with Context(NOOPT=1):  # a setting that changes the program: the plan's kernels are looked up again
+        np.testing.assert_allclose((a * 3 + 1).numpy(), np.arange(6) * 3 + 1)
+    assert (item.device, item.ast, True, *realize.program_settings()[1:]) in realize._programs
+    np.testing.assert_allclose((a * 3 + 1).numpy(), np.arange(6) * 3 + 1)
+
+
+def test_results_remembered_for_later_graphs_are_forgotten_with_their_graph():
+    a = Tensor([1.0, 2.0])
+    b = (a + 1).realize()
+    computation = weakref.ref(b._history)
+    assert computation() in dict(buffers.realized.items())
+    del b
+    gc.collect()
+    assert computation() is None
+    assert all(node.op is not Ops.ADD or a.uop not in node.src for node, _ in buffers.realized.items())
+
+
+def test_a_long_lived_node_keeps_no_entries_for_its_dead_tensors():
+    node = Tensor.full((3,), 2.0).uop  # (a cached constant: it outlives the tensors built on it)
+    for _ in range(1000):
+        Tensor(node)
+    assert len(node.__dict__["tensors"]) < 16

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -16,12 +17,56 @@ from lazygrad.device import Buffer
 from lazygrad.dtype import DType
 from lazygrad.uop.ops import Ops, UOp
 
+
+class _CarrierRef(weakref.ref):
+    """A weak reference to a node that carries a fact, with the node's key in the list of carriers."""
+
+    __slots__ = ("key",)
+
+
+class NodeFact:
+    """One kind of fact kept on some nodes, in each node's cached facts: it dies with its node, and looking it up is
+    a dictionary read (this runs on every realize; a weak map costs a weak reference per lookup). A weak list of
+    the nodes that carry it serves the rare walks over all of them."""
+
+    def __init__(self, key: str):
+        self.key = key  # the name in the node's facts (read directly where a lookup is hot)
+        self._carriers: dict[int, _CarrierRef] = {}  # id -> the node, while it lives
+
+    def get(self, node: UOp) -> Any:
+        return node.__dict__.get(self.key)
+
+    def set(self, node: UOp, value: Any) -> None:
+        node.__dict__[self.key] = value
+        reference = self._carriers[id(node)] = _CarrierRef(node, self._died)
+        reference.key = id(node)
+
+    def _died(self, reference: _CarrierRef) -> None:
+        if self._carriers.get(reference.key) is reference:  # (not a newer node that took the dead one's id)
+            del self._carriers[reference.key]
+
+    def drop(self, node: UOp) -> None:
+        if node.__dict__.pop(self.key, None) is not None:
+            del self._carriers[id(node)]
+
+    def items(self) -> list[tuple[UOp, Any]]:
+        """Every live node carrying the fact, with it."""
+        found = []
+        for reference in list(self._carriers.values()):
+            if (node := reference()) is not None:
+                found.append((node, node.__dict__[self.key]))
+        return found
+
+    def __bool__(self) -> bool:
+        return bool(self._carriers)
+
+
 # computed node -> the view of the buffer that holds its value
-realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+realized = NodeFact("realized")
 # view a tensor was switched to by realization -> (a weak reference to) the computation it replaced, so gradients
-# still flow through it. The tensor itself keeps that computation alive (see `remember_history`); weak on both sides,
-# this map never keeps a graph or a buffer alive by itself.
-history: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
+# still flow through it. The tensor itself keeps that computation alive (see `remember_history`); held weakly,
+# this fact never keeps a graph alive by itself.
+history = NodeFact("history")
 _unique_ids = itertools.count()
 _VIEW_OPS = (Ops.BUFFER, Ops.RESHAPE)
 
@@ -64,18 +109,15 @@ def forget_buffer(buffer: UOp) -> None:
     """Drop every remembered result held in `buffer` or computed from it: it is about to be overwritten, and a
     graph built later must read (and compute from) the new values."""
     # (an executed assign stays: it stands for its buffer's current contents)
-    for node in [
-        node
-        for node, view in list(realized.items())
-        if node.op is not Ops.ASSIGN and (view.base is buffer or buffer in node.toposort)
-    ]:
-        del realized[node]
+    for node, view in realized.items():
+        if node.op is not Ops.ASSIGN and (view.base is buffer or buffer in node.toposort):
+            realized.drop(node)
     # a view of an overwritten buffer, or of a computation that read it, is a leaf now: its values no longer come
     # from that computation, and gradients through it would be taken at the new values
-    for view, reference in list(history.items()):
+    for view, reference in history.items():
         computation = reference()
         if computation is None or view.base is buffer or buffer in computation.toposort:
-            del history[view]
+            history.drop(view)
 
 
 def remember_history(view: UOp, computation: UOp) -> UOp:
@@ -83,7 +125,7 @@ def remember_history(view: UOp, computation: UOp) -> UOp:
     which the caller (the tensor switched to `view`) must keep alive for the history to last."""
     # (with no history recorded anywhere, the graph has no view to expand)
     expanded = with_history([computation])[computation] if history else computation
-    history[view] = weakref.ref(expanded)
+    history.set(view, weakref.ref(expanded))
     return expanded
 
 

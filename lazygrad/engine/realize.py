@@ -28,7 +28,7 @@ from lazygrad.codegen.threads import launch_size, map_threads
 from lazygrad.device import CORES, Buffer, Device
 from lazygrad.diskcache import disk_cache
 from lazygrad.engine.buffers import buffer_of
-from lazygrad.engine.schedule import ScheduleItem
+from lazygrad.engine.schedule import Schedule, ScheduleItem
 from lazygrad.engine.search import beam_key, beam_opts
 from lazygrad.helpers import ALLOW_TF32, BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters, prod
 from lazygrad.uop.ops import ALU, Ops, UOp
@@ -491,13 +491,35 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
         )
 
 
-def run_schedule(schedule: list[ScheduleItem]) -> None:
-    """Run every item in order, after starting to build every kernel not built yet (so a cold schedule generates
-    code for the next kernels while the compiler works on the first)."""
-    new: dict[str, dict[UOp, None]] = {}  # per device, in schedule order, without repeats
+def run_schedule(schedule: Schedule) -> None:
+    """Run every kernel in order. A plan whose kernels are all built runs from the launches prepared for it (a repeated
+    small graph: nothing per kernel but the launch); otherwise every kernel not built yet starts building first, so a
+    cold schedule generates code for the next kernels while the compiler works on the first."""
+    plan, buffers = schedule.plan, schedule.buffers
     settings = program_settings()
-    keys = [(item.device, item.ast, *settings) for item in schedule]
-    for item, key in zip(schedule, keys):
+    launches = plan.launches
+    if launches is None or launches[0] != settings:
+        # per kernel: its program key (None for a copy), buffer slots and device
+        kernels = [
+            ((dev, ast, *settings) if kind == "kernel" else None, slots, dev) for ast, slots, dev, kind in plan.kernels
+        ]
+        launches = plan.launches = (settings, kernels)
+    if capture.launches is None:
+        for key, _, _ in launches[1]:
+            if key not in _programs:
+                break
+        else:
+            for key, slots, device in launches[1]:
+                _programs.move_to_end(key)
+                GlobalCounters.compile_cache_hits += 1
+                memories = [buffer_of(buffers[slot]) for slot in slots]
+                if memories[0].size:
+                    launch_kernel(_programs[key], memories, device)
+            return
+    items = schedule.items
+    keys = [key for key, _, _ in launches[1]]
+    new: dict[str, dict[UOp, None]] = {}  # per device, in schedule order, without repeats
+    for item, key in zip(items, keys):
         if (
             item.kind == "kernel"
             and key not in _programs
@@ -508,5 +530,5 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
             new.setdefault(item.device, {})[item.ast] = None
     for device_name, asts in new.items():
         build_kernels(device_name, list(asts))
-    for item, key in zip(schedule, keys):
+    for item, key in zip(items, keys):
         run_item(item, key)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import heapq
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -473,17 +472,13 @@ def _reads_target_elsewhere(assign: UOp, targets: tuple[dict[UOp, int], dict[UOp
     return False
 
 
-_NEVER_COMPUTED = (Ops.BUFFER, Ops.CONST)
-
-
 def _prepare(nodes: list[UOp]) -> dict[UOp, UOp]:
     """The nodes (sources first) that kernels see differently, mapped to what they see: nodes realized earlier read
     from their buffers, DETACH dropped, and the nodes above those rebuilt. Empty for a graph kernels see as it is."""
     done: dict[UOp, UOp] = {}
-    get_realized = realized.get
+    key = realized.key
     for node in nodes:
-        # (buffers and constants are never computed, so never looked up: the weak map is slow to ask)
-        if node.op not in _NEVER_COMPUTED and (view := get_realized(node)) is not None:
+        if (view := node.__dict__.get(key)) is not None:
             done[node] = view
         elif node.op is Ops.DETACH:
             done[node] = done.get(node.src[0], node.src[0])
@@ -493,7 +488,7 @@ def _prepare(nodes: list[UOp]) -> dict[UOp, UOp]:
 
 
 @dataclass
-class _Plan:
+class Plan:
     """The schedule of one graph structure, with buffers as numbered slots: first the graph's own buffers in
     topological order, then the ones the schedule allocates. Positions number the graph's nodes in
     topological order."""
@@ -503,9 +498,26 @@ class _Plan:
     views: list[tuple[int, int, tuple[tuple[int, ...], ...]]]  # position, slot and the reshapes viewing it
     remember: tuple[int, ...]  # positions whose value later graphs may reuse
     overwritten: list[int]  # slots that assigns write
+    launches: Any = None  # what the runtime prepared to run the kernels again (see realize.run_schedule)
 
 
-_plans: dict[tuple, _Plan] = {}
+@dataclass
+class Schedule:
+    """A plan bound to one graph's buffers: what realize runs."""
+
+    plan: Plan
+    buffers: list[UOp]  # by slot
+
+    @property
+    def items(self) -> list[ScheduleItem]:
+        """The kernels in order, each with its buffers (made when asked: a repeated graph runs from the plan)."""
+        buffers = self.buffers
+        return [
+            ScheduleItem(ast, [buffers[s] for s in slots], dev, kind) for ast, slots, dev, kind in self.plan.kernels
+        ]
+
+
+_plans: dict[tuple, Plan] = {}
 PLAN_CACHE_SIZE = 4096
 
 
@@ -520,31 +532,14 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
     buffers: list[UOp] = []  # has no cycles and its own sources lie above it on the stack)
     entries: list[Any] = [device]
     as_is = True
-    # `realized.get` inlined: the weak map is slow to ask, and this walk runs on every realize
-    get_realized, weak = realized.data.get, weakref.ref
+    realized_key = realized.key  # (`realized.get` inlined: this walk runs on every realize)
     stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(outputs)]
     pop, push = stack.pop, stack.append
     while stack:
         node, sources_done = pop()
-        if not sources_done:
-            if node in position:
-                continue
-            if node.src:  # (a leaf is done at once: small graphs are mostly leaves)
-                push((node, True))
-                for source in reversed(node.src):
-                    if source not in position:
-                        push((source, False))
-                continue
-            # a leaf's entry depends on it alone: kept with its cached facts (buffers and constants outlive graphs)
-            entry = node.__dict__.get("structure_entry")
-            if entry is None:
-                entry = node.__dict__["structure_entry"] = _leaf_entry(node)
-            if node.op is Ops.BUFFER:
-                buffers.append(node)
-            entries.append(entry)
-        else:
+        if sources_done:
             op, arg = node.op, node.arg
-            if as_is and (op is Ops.DETACH or get_realized(weak(node)) is not None):
+            if as_is and (op is Ops.DETACH or node.__dict__.get(realized_key) is not None):
                 as_is = False
             if op in _UNIQUE_ARGS:
                 arg = None
@@ -552,6 +547,31 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
                 arg = _const_key(arg)
             # (map over the dict's own method: a comprehension costs a frame of its own)
             entries.append((op, node.dtype, arg, tuple(map(position.__getitem__, node.src))))
+        elif node in position:
+            continue
+        elif node.src:
+            push((node, True))
+            for source in reversed(node.src):
+                if source in position:
+                    continue
+                if source.src:
+                    push((source, False))
+                    continue
+                # a leaf is numbered at once (small graphs are mostly leaves), its entry kept with its cached facts:
+                # it depends on the leaf alone (buffers and constants outlive graphs)
+                entry = source.__dict__.get("structure_entry")
+                if entry is None:
+                    entry = source.__dict__["structure_entry"] = _leaf_entry(source)
+                if source.op is Ops.BUFFER:
+                    buffers.append(source)
+                entries.append(entry)
+                position[source] = len(order)
+                order.append(source)
+            continue
+        else:  # a leaf as an output
+            if node.op is Ops.BUFFER:
+                buffers.append(node)
+            entries.append(_leaf_entry(node))
         position[node] = len(order)
         order.append(node)
     entries.append(tuple(map(position.__getitem__, outputs)))
@@ -570,8 +590,8 @@ def _leaf_entry(node: UOp) -> tuple:
 _UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
 
 
-def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
-    """The kernels that compute `outputs`, in order; the map from each computed node (and each node found realized
+def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, UOp]]:
+    """The kernels that compute `outputs`, in order (`.items` lists them); the map from each computed node (and each node found realized
     earlier) to the buffer view that will hold its value; and the part of that map later graphs may reuse.
 
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
@@ -596,9 +616,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
             buffers.append(new_buffer(*spec))
     for slot in plan.overwritten:
         forget_buffer(buffers[slot])  # nodes computed into it earlier no longer read their value there
-    schedule = [
-        ScheduleItem(ast, [buffers[slot] for slot in slots], dev, kind) for ast, slots, dev, kind in plan.kernels
-    ]
+    schedule = Schedule(plan, buffers)
     views = {}
     for position, slot, shapes in plan.views:
         view = buffers[slot]
@@ -616,11 +634,11 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[list[ScheduleItem]
     else:
         becomes = views
     if DEBUG.value >= 1:
-        print(f"scheduled {len(schedule)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+        print(f"scheduled {len(plan.kernels)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
     return schedule, becomes, remember
 
 
-def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _Plan:
+def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> Plan:
     """Schedule a graph and abstract the result over its buffers."""
     # When assigns read each other's old values in a cycle, one assign's value is computed apart first.
     forced: frozenset[UOp] = frozenset()
@@ -648,7 +666,7 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> _
             shapes.append(view.arg)
             view = view.src[0]
         views.append((position[root], slots[view], tuple(reversed(shapes))))
-    return _Plan(
+    return Plan(
         [(item.ast, [slots[buffer] for buffer in item.buffers], item.device, item.kind) for item in ordered],
         new_buffers,
         views,
