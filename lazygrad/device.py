@@ -83,8 +83,10 @@ class MemoryPool:
 
     def take(self, device: str, nbytes: int) -> Any:
         """Kept memory of exactly this size, or fresh memory."""
-        GlobalCounters.memory_used += nbytes
-        GlobalCounters.memory_peak = max(GlobalCounters.memory_peak, GlobalCounters.memory_used)
+        counters = GlobalCounters
+        used = counters.memory_used = counters.memory_used + nbytes
+        if used > counters.memory_peak:
+            counters.memory_peak = used
         kept = self.free_memory.get((device, nbytes))
         if kept:
             self.held -= nbytes
@@ -93,12 +95,14 @@ class MemoryPool:
 
     def give_back(self, device: str, nbytes: int, handle: Any) -> None:
         GlobalCounters.memory_used -= nbytes
-        allocator = Device[device].allocator
-        if allocator.caches_memory or self.held + nbytes > self.limit:
-            allocator.free(handle)
+        if self.held + nbytes > self.limit or Device[device].allocator.caches_memory:
+            Device[device].allocator.free(handle)
             return
         self.held += nbytes
-        self.free_memory.setdefault((device, nbytes), []).append(handle)
+        kept = self.free_memory.get((device, nbytes))
+        if kept is None:
+            kept = self.free_memory[(device, nbytes)] = []
+        kept.append(handle)
 
     def clear(self) -> None:
         """Give all kept memory back to the devices."""
