@@ -7,11 +7,22 @@ from support import available
 from lazygrad import Device, Tensor
 from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts, thread_opts
 from lazygrad.codegen.lower import lower_kernel
-from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opts, loops_by_axis, prepare
+from lazygrad.codegen.opt import (
+    KernelOptError,
+    Opt,
+    OptOp,
+    adds_divisions,
+    apply_opts,
+    count_divmod,
+    loops_by_axis,
+    output_loops,
+    prepare,
+    replace_ranges,
+)
 from lazygrad.device import Buffer
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.realize import build_candidate
-from lazygrad.uop.ops import LoopKind, Ops
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 U, R, M, V, S = OptOp.UPCAST, OptOp.UNROLL, OptOp.MERGE, OptOp.VECTORIZE, OptOp.SPLIT
 rng = np.random.default_rng(0)
@@ -641,3 +652,24 @@ def test_a_stash_that_does_not_fit_is_an_error():
         apply_opts(kernel_of(a.sum()), (Opt(H, 1),), cpu)
     with pytest.raises(KernelOptError, match="would take 48 bytes of the stack"):
         apply_opts(softmax, (Opt(H, 3),), Target(pack_bytes=32))
+
+
+def test_the_quick_division_test_of_a_merge_agrees_with_the_whole_rewrite():
+    x, _ = realized(2, 4, 6, 6)
+    kernels = [
+        kernel_of(x.pad(((0, 0), (0, 0), (1, 1), (1, 1)))[:, :, ::2, 1::2].relu().contiguous()),
+        kernel_of(x.reshape(2, 4, 36).permute(0, 2, 1).contiguous()),
+        kernel_of(x.permute(0, 2, 1, 3) + 1),
+        kernel_of((x[:, :, ::2, ::2] * 2).contiguous()),
+    ]
+    verdicts = []
+    for kernel in kernels:
+        loops = output_loops(kernel)
+        for outer, inner in zip(loops, loops[1:]):
+            size = inner.src[0].arg
+            merged = UOp(Ops.RANGE, outer.dtype, (UOp.const(outer.dtype, outer.src[0].arg * size),), outer.arg)
+            replacements = {outer: merged // size, inner: merged % size}
+            whole = count_divmod(replace_ranges(kernel, replacements, {})) > count_divmod(kernel)
+            assert adds_divisions(kernel, replacements) == whole
+            verdicts.append(whole)
+    assert True in verdicts and False in verdicts  # both answers were checked

@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ALLOW_TF32, Kinds, auto, prod
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
+from lazygrad.uop.pattern import substitute
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads, split_term, sum_terms
 
 if TYPE_CHECKING:
@@ -201,10 +202,38 @@ def merge(sink: UOp, outer: UOp) -> UOp:
     for node in kernel_nodes(sink):
         if node.op is Ops.RANGE_REDUCE and outer in node.src[1:] and inner in node.src[1:]:
             reduce_ranges[node] = tuple(merged if r is outer else r for r in node.src[1:] if r is not inner)
-    candidate = replace_ranges(sink, {outer: merged // inner_size, inner: merged % inner_size}, reduce_ranges)
-    if count_divmod(candidate) > count_divmod(sink):
+    replacements = {outer: merged // inner_size, inner: merged % inner_size}
+    if adds_divisions(sink, replacements) or count_divmod(
+        candidate := replace_ranges(sink, replacements, reduce_ranges)
+    ) > count_divmod(sink):
         raise KernelOptError(f"merging loops {outer.arg[0]} and {inner.arg[0]} would add divisions")
     return candidate
+
+
+def adds_divisions(sink: UOp, replacements: dict[UOp, UOp]) -> bool:
+    """Whether putting expressions in place of loops gives the kernel more divisions and modulos. Only its integer
+    expressions hold those, so this rewrites just the ones that read the loops (a kernel's index math, without the
+    values computed from the memory it indexes): the test costs a fraction of rewriting the kernel."""
+    used = loops_used(sink)
+    loops = frozenset(replacements)
+    roots: dict[UOp, None] = {}  # the integer expressions of the loops that something else reads
+    for node in kernel_nodes(sink):
+        if node.op in (Ops.RANGE, Ops.RANGE_REDUCE) or (node.dtype.is_int and node.op in _INDEX_MATH):
+            continue
+        for source in node.src:
+            if source.dtype.is_int and not loops.isdisjoint(used[source]):
+                roots[source] = None
+    if not roots:
+        return False
+
+    def divisions(root: UOp) -> int:
+        return sum(node.op in (Ops.IDIV, Ops.MOD) for node in root.toposort)
+
+    before = divisions(UOp(Ops.SINK, src=tuple(roots)))
+    return divisions(simplify(substitute(UOp(Ops.SINK, src=tuple(roots)), replacements))) > before
+
+
+_INDEX_MATH = (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.NEG, Ops.MAX, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR)
 
 
 def reads_apart(sink: UOp, outer: UOp, inner: UOp) -> bool:
