@@ -126,17 +126,20 @@ class Tensor(
         # A node knows the live tensors holding it (by id, as weak references: Tensor's == is elementwise, so no sets
         # of tensors), so realization and autograd visit only the tensors they concern. The map lives with the node's
         # cached facts: it dies with the node, with no weak dictionary to keep up. A dead tensor's entry stays until
-        # the map doubles (a node kept alive, as a cached constant is, may outlive many tensors holding it).
+        # the map has doubled since it last held only live ones (a node kept alive, as a cached constant is, may
+        # outlive many tensors holding it).
         previous = self._uop
         if previous is not None and (holders := previous.__dict__.get("tensors")) is not None:
             holders.pop(id(self), None)
         self._uop = node
-        holders = node.__dict__.get("tensors")
+        facts = node.__dict__
+        holders = facts.get("tensors")
         if holders is None:
-            holders = node.__dict__["tensors"] = {}
-        elif len(holders) >= 8 and len(holders) & (len(holders) - 1) == 0:  # (at each power of two)
+            holders = facts["tensors"] = {}
+        elif len(holders) >= facts.get("tensors_pruned_at", 8):
             for key in [key for key, reference in holders.items() if reference() is None]:
                 del holders[key]
+            facts["tensors_pruned_at"] = max(8, 2 * len(holders))
         holders[id(self)] = weakref.ref(self)
 
     @staticmethod

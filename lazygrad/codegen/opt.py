@@ -203,11 +203,11 @@ def merge(sink: UOp, outer: UOp) -> UOp:
         if node.op is Ops.RANGE_REDUCE and outer in node.src[1:] and inner in node.src[1:]:
             reduce_ranges[node] = tuple(merged if r is outer else r for r in node.src[1:] if r is not inner)
     replacements = {outer: merged // inner_size, inner: merged % inner_size}
-    if adds_divisions(sink, replacements) or count_divmod(
-        candidate := replace_ranges(sink, replacements, reduce_ranges)
-    ) > count_divmod(sink):
-        raise KernelOptError(f"merging loops {outer.arg[0]} and {inner.arg[0]} would add divisions")
-    return candidate
+    if not adds_divisions(sink, replacements):
+        candidate = replace_ranges(sink, replacements, reduce_ranges)
+        if count_divmod(candidate) <= count_divmod(sink):
+            return candidate
+    raise KernelOptError(f"merging loops {outer.arg[0]} and {inner.arg[0]} would add divisions")
 
 
 def adds_divisions(sink: UOp, replacements: dict[UOp, UOp]) -> bool:

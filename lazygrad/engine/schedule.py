@@ -591,8 +591,9 @@ _UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
 
 
 def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, UOp]]:
-    """The kernels that compute `outputs`, in order (`.items` lists them); the map from each computed node (and each node found realized
-    earlier) to the buffer view that will hold its value; and the part of that map later graphs may reuse.
+    """The kernels that compute `outputs`, in order (`.items` lists them); the map from each computed node (and each
+    node found realized earlier) to the buffer view that will hold its value; and the part of that map later graphs
+    may reuse.
 
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
