@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from lazygrad.dtype import dtypes
+from lazygrad.tensor_elementwise import broadcast_const
 from lazygrad.tensor_movement import keyword_aliases
+from lazygrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -22,10 +25,15 @@ class ActivationMixin:
 
     def relu(self: Tensor) -> Tensor:
         """max(x, 0); NaN passes through."""
-        positive = self > 0
-        if self.dtype.is_float:
-            positive = positive | (self != self)  # NaN passes through, with its gradient, as in torch
-        return positive.where(self, 0)
+        if self.dtype == dtypes.bool:
+            return (self > 0).where(self, 0)
+        # (built on the nodes, as `where(0 < x or x != x, x, 0)` would be: the most used activation)
+        x = self.uop
+        zero = broadcast_const(x.dtype, 0, x.shape)
+        positive = zero.alu(Ops.CMPLT, x)
+        if self.dtype.is_float:  # NaN passes through, with its gradient, as in torch
+            positive = positive.alu(Ops.OR, x.alu(Ops.CMPNE, x))
+        return self._new(positive.alu(Ops.WHERE, x, zero))
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         """x where x > 0, else x * neg_slope."""

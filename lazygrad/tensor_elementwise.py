@@ -28,7 +28,7 @@ _broadcast_consts: dict[tuple, UOp] = {}
 BROADCAST_CONSTS_KEPT = 1024
 
 
-def _broadcast_const(dtype: DType, value: Scalar, shape: tuple[int, ...]) -> UOp:
+def broadcast_const(dtype: DType, value: Scalar, shape: tuple[int, ...]) -> UOp:
     """The constant `value` of `dtype` broadcast to `shape`: its three nodes kept, as a scalar operand of a tensor
     of one shape (a learning rate, `x * 0.999 + 0.001`) is built again on every op."""
     key = (dtype, _const_key(value), shape)
@@ -133,7 +133,7 @@ class ElementwiseMixin:
             if dtype == dtypes.int64 and node.dtype != dtypes.int64:
                 check_device_has(dtype, self.device, op_name)
             x = node if node.dtype == dtype else UOp(Ops.CAST, dtype, (node,))
-            y = _broadcast_const(dtype, other, node.shape)
+            y = broadcast_const(dtype, other, node.shape)
             return (y, x) if reverse else (x, y)
         else:
             raise TypeError(
@@ -172,8 +172,11 @@ class ElementwiseMixin:
 
     def sub(self: Tensor, other, reverse: bool = False, *, alpha=1) -> Tensor:
         """self - other (PyTorch's `alpha` scales other first)."""
-        x, y = self._operands(other if alpha == 1 else other * alpha, "sub", reverse)
-        return x + (-y)
+        # (on the nodes: a tensor per operand and per step costs more than the op's own node)
+        x, y = self._operand_nodes(other if alpha == 1 else other * alpha, "sub", reverse)
+        if y.dtype == dtypes.bool:
+            raise TypeError("sub: cannot subtract bool tensors; use ^ (logical xor), or cast them to int first")
+        return self._new(x.alu(Ops.ADD, UOp(Ops.NEG, y.dtype, (y,))))
 
     def neg(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool:
@@ -190,11 +193,16 @@ class ElementwiseMixin:
             return self.floordiv(other, reverse)
         if rounding_mode is not None:
             raise ValueError(f'div: rounding_mode must be None, "trunc" or "floor", got {rounding_mode!r}')
-        x, y = self._operands(other, "div", reverse)
-        x, y = x._to_float(), y._to_float()
+        x, y = self._operand_nodes(other, "div", reverse)
+        if not x.dtype.is_float:  # integers are divided as floats
+            if dtypes.default_float.itemsize == 8:
+                check_device_has(dtypes.default_float, self.device, "div")
+            x, y = UOp(Ops.CAST, dtypes.default_float, (x,)), UOp(Ops.CAST, dtypes.default_float, (y,))
         if x.dtype == dtypes.bfloat16:  # one rounding, as PyTorch's: 1/y rounded to 8 bits costs x/y a bit
-            return (x.float() * y.float().reciprocal()).cast(dtypes.bfloat16)
-        return x * y.reciprocal()
+            x, y = UOp(Ops.CAST, dtypes.float32, (x,)), UOp(Ops.CAST, dtypes.float32, (y,))
+            quotient = x.alu(Ops.MUL, UOp(Ops.RECIP, x.dtype, (y,)))
+            return self._new(UOp(Ops.CAST, dtypes.bfloat16, (quotient,)))
+        return self._new(x.alu(Ops.MUL, UOp(Ops.RECIP, x.dtype, (y,))))
 
     def idiv(self: Tensor, other, reverse: bool = False) -> Tensor:
         """Integer division rounded toward zero (C's `/`); `x idiv 0` is 0. Floats must use div(rounding_mode=...)."""
@@ -243,18 +251,19 @@ class ElementwiseMixin:
 
     def where(self: Tensor, true_value: Tensor | Scalar, false_value: Tensor | Scalar) -> Tensor:
         """`true_value` where this (bool) tensor is true, else `false_value`."""
-        condition = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
+        condition = self.uop if self.dtype == dtypes.bool else self.cast(dtypes.bool).uop
+        # (on the nodes: a tensor per operand and per step costs more than the op's own node)
         if isinstance(true_value, ElementwiseMixin):
-            a, b = true_value._operands(false_value, "where")
+            owner, (a, b) = true_value, true_value._operand_nodes(false_value, "where")
         elif isinstance(false_value, ElementwiseMixin):
-            b, a = false_value._operands(true_value, "where")
+            owner, (b, a) = false_value, false_value._operand_nodes(true_value, "where")
         else:
             dtype = least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value))
-            a = type(self)(UOp.const(scalar_dtype("where", true_value, dtype), true_value), device=self.device)
-            a, b = a._operands(false_value, "where")
+            owner = type(self)(UOp.const(scalar_dtype("where", true_value, dtype), true_value), device=self.device)
+            a, b = owner._operand_nodes(false_value, "where")
         shape = broadcast_shape("where", condition.shape, a.shape)
-        condition, a, b = condition._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
-        return a._new(condition.uop.alu(Ops.WHERE, a.uop, b.uop))
+        condition, a, b = broadcast_node(condition, shape), broadcast_node(a, shape), broadcast_node(b, shape)
+        return owner._new(condition.alu(Ops.WHERE, a, b))
 
     # comparisons and bitwise ops
     def __lt__(self: Tensor, other):

@@ -197,6 +197,16 @@ def test_len_of_0d_tensor_is_type_error():
         len(Tensor(1.0))
 
 
+def test_bool_tensors_neither_subtract_nor_negate():
+    masks = Tensor([True, False]), Tensor([False, False])
+    with pytest.raises(TypeError, match=r"sub: cannot subtract bool tensors; use \^"):
+        masks[0] - masks[1]
+    with pytest.raises(TypeError, match="neg: cannot negate a bool tensor; use ~"):
+        -masks[0]
+    np.testing.assert_array_equal((masks[0] ^ masks[1]).numpy(), [True, False])  # what the message offers
+    np.testing.assert_array_equal((masks[0].int() - masks[1]).numpy(), [1, 0])  # an int beside a bool subtracts
+
+
 @pytest.mark.parametrize(
     "lazy_fn, expected, dtype",
     [
