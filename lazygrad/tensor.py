@@ -184,17 +184,18 @@ class Tensor(
 
     # ---- basic properties --------------------------------------------------------------------------------------
 
+    # (`_uop` read directly: graph building asks for shapes and dtypes all the time)
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.uop.shape
+        return self._uop.shape
 
     @property
     def dtype(self) -> DType:
-        return self.uop.dtype
+        return self._uop.dtype
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self._uop.shape)
 
     def numel(self) -> int:
         return prod(self.shape)

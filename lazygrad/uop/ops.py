@@ -189,7 +189,8 @@ class UOp:
     arg: Any
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, _const_key(arg))
+        # (`_const_key` inlined for the args most nodes have: every node made asks)
+        key = (op, dtype, src, arg if arg is None or type(arg) is tuple else _const_key(arg))
         if (reference := _interned.get(key)) is not None and (existing := reference()) is not None:
             return existing
         node = object.__new__(cls)
