@@ -160,13 +160,14 @@ def compute_gradients(seeds: dict[UOp, UOp], targets: list[UOp]) -> tuple[dict[U
     target_set = set(targets)
     # only nodes with a path to a target need a gradient
     leads_to_target: dict[UOp, bool] = {}
-    for node in sink.toposort:
+    order = sink.toposort
+    for node in order:
         leads_to_target[node] = node in target_set or any(leads_to_target[s] for s in node.src)
     grads: dict[UOp, UOp] = {}
     made_by: dict[UOp, UOp] = {}
     for root, seed in seeds.items():
         grads[root] = grads[root] + seed if root in grads else seed
-    for node in reversed(sink.toposort):
+    for node in reversed(order):
         if node not in grads or not leads_to_target[node] or not node.src:
             continue
         for source, contribution in zip(node.src, rule_for(node, grads[node])):
