@@ -374,3 +374,15 @@ def test_a_long_lived_node_keeps_no_entries_for_its_dead_tensors():
     for _ in range(1000):
         Tensor(node)
     assert len(node.__dict__["tensors"]) < 16
+
+
+def test_listing_a_schedule_forgets_nothing_running_it_forgets():
+    w = Tensor([1.0, 2.0, 3.0]).realize()
+    total = w.sum().realize()
+    computation = total._history  # the sum, remembered as held in total's buffer
+    update = w.assign(w * 2)
+    update.schedule()  # what would run: the assign overwrites w, but has not yet
+    assert buffers.realized.get(computation) is total.uop
+    update.realize()  # now w holds new values: the sum computed from the old ones is no longer w's sum
+    assert buffers.realized.get(computation) is None
+    np.testing.assert_allclose([total.item(), w.sum().item()], [6.0, 12.0])

@@ -508,6 +508,12 @@ class Schedule:
     plan: Plan
     buffers: list[UOp]  # by slot
 
+    def forget_overwritten(self) -> None:
+        """Before it runs: nodes computed into (or from) the buffers its assigns write no longer read their values
+        there. (Only then: listing a schedule changes nothing.)"""
+        for slot in self.plan.overwritten:
+            forget_buffer(self.buffers[slot])
+
     @property
     def items(self) -> list[ScheduleItem]:
         """The kernels in order, each with its buffers (made when asked: a repeated graph runs from the plan)."""
@@ -615,8 +621,6 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
         buffers = inputs.copy()
         for spec in plan.new_buffers:
             buffers.append(new_buffer(*spec))
-    for slot in plan.overwritten:
-        forget_buffer(buffers[slot])  # nodes computed into it earlier no longer read their value there
     schedule = Schedule(plan, buffers)
     views = {}
     for position, slot, shapes in plan.views:
