@@ -661,7 +661,7 @@ def test_llvm_compiles_kernels_with_nothing_to_vectorize_with_cleanups_only():
     """A kernel that leaves nothing to LLVM's vectorizers (a register-blocked product with vector accumulators and the
     PACK copy, a small bias) is marked, and the LLVM device compiles it with a few cleanup passes instead of O3; a
     large elementwise kernel is not marked, nor is a register block of scalar accumulators (for a target of one
-    lane) updated often enough to be worth the SLP pass packing it. A module joined from kernels is marked only where all of them are. Values stay
+    lane), which the SLP pass packs. A module joined from kernels is marked only where all of them are. Values stay
     NumPy's either way."""
     from lazygrad.codegen.renderer.llvmir import NOTHING_TO_VECTORIZE, LLVMRenderer
 
@@ -685,10 +685,6 @@ def test_llvm_compiles_kernels_with_nothing_to_vectorize_with_cleanups_only():
     (program,) = optimized_programs(Tensor(x) @ Tensor(w), scalar)
     assert sum(node.op is Ops.DEFINE_ACC for node in program) > 1
     assert not LLVMRenderer(scalar).render(kernel_name(program), program).startswith(NOTHING_TO_VECTORIZE)
-    # ... unless its updates run too few times for the SLP pass to be worth its compile (a loss over 10 classes)
-    (program,) = optimized_programs(Tensor(numbers(16, 24, seed=14)) @ Tensor(numbers(24, 8, seed=15)), scalar)
-    assert sum(node.op is Ops.DEFINE_ACC for node in program) > 1
-    assert LLVMRenderer(scalar).render(kernel_name(program), program).startswith(NOTHING_TO_VECTORIZE)
     np.testing.assert_allclose((Tensor(x, device="LLVM") @ Tensor(w, device="LLVM")).numpy(), x @ w, 1e-4, 1e-4)
     np.testing.assert_allclose((Tensor(large, device="LLVM") * 3).numpy(), large * 3, rtol=1e-6)
 

@@ -98,19 +98,6 @@ VECTORIZED_RUNS = 1 << 14
 NOTHING_TO_VECTORIZE = "; nothing for LLVM's vectorizers\n"
 
 
-def loop_runs(program: list[UOp]) -> dict[UOp, int]:
-    """Each loop's runs in all: its iterations times those of the loops around it."""
-    runs, open_loops = {}, []
-    for node in program:
-        if node.op is Ops.RANGE:
-            size = node.src[0].arg if node.src[0].op is Ops.CONST else VECTORIZED_RUNS
-            runs[node] = size * (runs[open_loops[-1]] if open_loops else 1)
-            open_loops.append(node)
-        elif node.op is Ops.ENDRANGE:
-            open_loops.pop()
-    return runs
-
-
 def vectorized_loops(program: list[UOp]) -> set[UOp]:
     """The loops LLVM's loop vectorizer may work on: loops with no reduce inside (every loop of an elementwise
     kernel; the row loop of a softmax after its max and sum), and reduce loops that codegen found contiguous, where
@@ -317,16 +304,7 @@ class LLVMRenderer(Renderer):
             'attributes #1 = { noinline nounwind "no-trapping-math"="true" "prefer-vector-width"="512" }',
         ]
         metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
-        # a block of scalar accumulators is left to the SLP pass where it is updated often enough to be worth it
-        runs = loop_runs(program)
-        busy = {
-            node.src[0]
-            for node in program
-            if is_accumulator(node)
-            and node.src[0] not in lane_of
-            and any(runs.get(loop, 0) >= VECTORIZED_RUNS for loop in node.src[1:])
-        }
-        scalar_block = len(busy) > 1
+        scalar_block = sum(node.op is Ops.DEFINE_ACC and node not in lane_of for node in program) > 1
         first = "" if vectorized or scalar_block else NOTHING_TO_VECTORIZE
         return (
             first
