@@ -229,8 +229,8 @@ def adds_divisions(sink: UOp, replacements: dict[UOp, UOp]) -> bool:
     def divisions(root: UOp) -> int:
         return sum(node.op in (Ops.IDIV, Ops.MOD) for node in root.toposort)
 
-    before = divisions(UOp(Ops.SINK, src=tuple(roots)))
-    return divisions(simplify(substitute(UOp(Ops.SINK, src=tuple(roots)), replacements))) > before
+    expressions = UOp(Ops.SINK, src=tuple(roots))
+    return divisions(simplify(substitute(expressions, replacements))) > divisions(expressions)
 
 
 _INDEX_MATH = (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.NEG, Ops.MAX, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR)

@@ -511,11 +511,12 @@ def run_schedule(schedule: Schedule) -> None:
                 break
         else:
             for key, slots, device in launches[1]:
+                kernel = _programs[key]
                 _programs.move_to_end(key)
                 GlobalCounters.compile_cache_hits += 1
                 memories = [buffer_of(buffers[slot]) for slot in slots]
                 if memories[0].size:
-                    launch_kernel(_programs[key], memories, device)
+                    launch_kernel(kernel, memories, device)
             return
     items = schedule.items
     keys = [key for key, _, _ in launches[1]]
