@@ -24,6 +24,7 @@ from lazygrad.engine.buffers import (
     history,
     history_of,
     is_buffer_view,
+    read_before_overwrite,
     realized,
     remember_history,
     with_history,
@@ -48,6 +49,10 @@ from lazygrad.uop.ops import Ops, UOp
 Scalar = int | float | bool
 _contiguous_ids = itertools.count()
 _assign_ids = itertools.count()
+# every tensor made, as weak references by id (pruned once the map has doubled since it held only live ones): a
+# schedule that overwrites a buffer first looks here for pending tensors that read its old contents
+_made: dict[int, weakref.ref] = {}
+_made_pruned_at = 64
 
 
 def tensors_holding(nodes) -> list[Tensor]:
@@ -58,6 +63,47 @@ def tensors_holding(nodes) -> list[Tensor]:
             if (tensor := reference()) is not None:
                 found[id(tensor)] = tensor
     return list(found.values())
+
+
+def _prune_made() -> None:
+    global _made_pruned_at
+    for key in [key for key, reference in _made.items() if reference() is None]:
+        del _made[key]
+    _made_pruned_at = max(64, 2 * len(_made))
+
+
+_RELEASED = "released"  # `.grad` of a tensor whose gradient an assign invalidated (see `_values_to_keep`)
+
+
+def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: dict[UOp, UOp]) -> list[UOp]:
+    """The nodes of live pending tensors (besides `outputs` and what this schedule computes) that read the old
+    contents of an `overwritten` buffer: the schedule computes them too, before the write, so a value keeps the
+    meaning it had when it was built (`loss.item()` after `opt.step()` is the loss before the step).
+
+    Gradients are the exception: a `.grad` that reads the old contents is released (reading it then raises and
+    says why). `backward` fills one for every float tensor in the graph, and an optimizer step consumes them as
+    it overwrites the parameters; computing them all before each write would cost a kernel per parameter (and a
+    product per input batch) in every training step. A gradient tensor held elsewhere (`g = w.grad`) is a value
+    like any other and is computed."""
+    skip = set(outputs)
+    pending: dict[UOp, None] = {}
+    for reference in list(_made.values()):
+        tensor = reference()
+        if tensor is not None and (node := tensor._uop) not in skip and node not in written_now:
+            if not is_buffer_view(node):
+                pending[node] = None
+    tensor = None  # (no reference of a loop may keep a tensor alive)
+    stale = set(read_before_overwrite(list(pending), overwritten, written_now)) if pending else set()
+    if not stale:
+        return []
+    for reference in list(_made.values()):
+        tensor = reference()
+        if tensor is not None and isinstance(tensor._grad, Tensor) and tensor._grad._uop in stale:
+            # (an implicit gradient, of a tensor that never asked for one, e.g. an input batch, is simply dropped:
+            # PyTorch has none, and the next backward starts it afresh)
+            tensor._grad = None if tensor._requires_grad is None else _RELEASED
+    tensor = None
+    return [node for node in stale if tensors_holding([node])]
 
 
 class Tensor(
@@ -76,7 +122,7 @@ class Tensor(
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
-    __slots__ = ("_uop", "device", "_requires_grad", "grad", "_history", "__weakref__")
+    __slots__ = ("_uop", "device", "_requires_grad", "_grad", "_history", "__weakref__")
     training: bool = False
     no_grad: bool = False  # while True, results carry no gradient and backward is an error
 
@@ -88,7 +134,7 @@ class Tensor(
         requires_grad: bool | None = None,
     ):
         self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        self._uop, self._requires_grad, self.grad, self._history = None, None, None, None
+        self._uop, self._requires_grad, self._grad, self._history = None, None, None, None
         dtype = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             self.uop = data
@@ -140,7 +186,11 @@ class Tensor(
             for key in [key for key, reference in holders.items() if reference() is None]:
                 del holders[key]
             facts["tensors_pruned_at"] = max(8, 2 * len(holders))
-        holders[id(self)] = weakref.ref(self)
+        holders[id(self)] = reference = weakref.ref(self)
+        if previous is None:
+            _made[id(self)] = reference
+            if len(_made) >= _made_pruned_at:
+                _prune_made()
 
     @staticmethod
     @contextlib.contextmanager
@@ -246,7 +296,7 @@ class Tensor(
         """A tensor for the result of an op on this one (built directly: the hottest path of graph building)."""
         tensor = object.__new__(Tensor)
         # (_uop set first: the setter's look-up of an unset slot would raise and catch an AttributeError)
-        tensor.device, tensor.grad, tensor._history, tensor._uop = self.device, None, None, None
+        tensor.device, tensor._grad, tensor._history, tensor._uop = self.device, None, None, None
         if Tensor.no_grad:
             tensor._requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
         else:
@@ -254,6 +304,22 @@ class Tensor(
         return tensor
 
     # ---- gradients ---------------------------------------------------------------------------------------------
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient `backward` accumulated here, or None."""
+        if self._grad is _RELEASED:
+            raise RuntimeError(
+                f"grad: the gradient of this {self.shape} {self.dtype.name} tensor was released: an assign (an "
+                "optimizer step) overwrote values it was computed from. Read gradients before the step, or realize "
+                "them with it (Tensor.realize_all(*grads, *opt.schedule_step())); zero_grad() or .grad = None "
+                "clears it"
+            )
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        self._grad = value
 
     @property
     def requires_grad(self) -> bool | None:
@@ -362,6 +428,10 @@ class Tensor(
         if not outputs:
             return
         schedule, becomes, remember = create_schedule(outputs, device)
+        if schedule.plan.overwritten:
+            overwritten = {schedule.buffers[slot] for slot in schedule.plan.overwritten}
+            if readers := _values_to_keep(outputs, overwritten, becomes):
+                schedule, becomes, remember = create_schedule(outputs + readers, device)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.

@@ -103,5 +103,5 @@ def save_graph(tensors, path: str, backward: bool = True, kernels: bool = True) 
     forward = [expanded[t.uop] for t in roots]
     in_graph = set(UOp(Ops.SINK, src=tuple(forward)).toposort)
     holders = tensors_holding(in_graph | set(UOp(Ops.SINK, src=tuple(t.uop for t in roots)).toposort))
-    grads = [t.grad.uop for t in holders if backward and t.grad is not None]
+    grads = [t._grad.uop for t in holders if backward and isinstance(t._grad, Tensor)]  # (not a released one)
     return save_dot(graph_dot(forward, grads, kernels=kernels), path)

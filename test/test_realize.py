@@ -131,6 +131,59 @@ def test_graphs_after_an_assign_read_new_values():
     np.testing.assert_allclose((w * 2).numpy(), [22.0, 24.0])
 
 
+def test_values_built_before_an_assign_keep_their_values():
+    # a pending value reading a buffer that a later realize overwrites is computed before the write; a view of the
+    # buffer (movement ops only) shows its contents whenever it is read, as a PyTorch view does
+    w = Tensor([1.0, 2.0, 3.0]).realize()
+    doubled, first_two, copied = w * 2, w[0:2], w.to("CPU") + 0
+    w.assign(w + 10).realize()
+    np.testing.assert_allclose(doubled.numpy(), [2.0, 4.0, 6.0])
+    np.testing.assert_allclose(copied.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(first_two.numpy(), [11.0, 12.0])
+    # a value reading both the old contents and the assign sees each as it was built
+    w = Tensor([1.0, 2.0, 3.0]).realize()
+    doubled = w * 2
+    w.assign(w + 10)
+    both = doubled + w
+    w.realize()
+    np.testing.assert_allclose(both.numpy(), [13.0, 16.0, 19.0])
+
+
+def test_loss_and_gradients_after_an_optimizer_step_match_torch():
+    torch = pytest.importorskip("torch")
+    from lazygrad.nn.optim import SGD
+
+    rng = np.random.default_rng(0)
+    x, y, w0 = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 4), (8, 2), (4, 2)))
+    w = Tensor(w0, requires_grad=True)
+    optimizer = SGD([w], lr=0.1)
+    inputs = Tensor(x)
+    loss = ((inputs @ w - Tensor(y)) ** 2).mean()
+    loss.backward()
+    gradient = w.grad  # held: a value like any other
+    optimizer.step()
+    tw = torch.tensor(w0, requires_grad=True)
+    tl = ((torch.tensor(x) @ tw - torch.tensor(y)) ** 2).mean()
+    tl.backward()
+    np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-5)
+    np.testing.assert_allclose(gradient.numpy(), tw.grad.numpy(), rtol=1e-5)
+    # the gradient left in .grad was released by the step that overwrote what it read; an input's implicit one is
+    # dropped, and the next step runs as usual
+    with pytest.raises(RuntimeError, match="released.*optimizer step.*zero_grad"):
+        _ = w.grad
+    assert inputs.grad is None
+    optimizer.zero_grad()
+    ((inputs @ w - Tensor(y)) ** 2).mean().backward()
+    optimizer.step()
+    with torch.no_grad():
+        tw -= 0.1 * tw.grad
+    tw.grad = None
+    ((torch.tensor(x) @ tw - torch.tensor(y)) ** 2).mean().backward()
+    with torch.no_grad():
+        tw -= 0.1 * tw.grad
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5)
+
+
 def test_compile_cache_is_hit():
     a = Tensor(np.arange(8, dtype=np.float32))
     (a * 7 - 1).realize()

@@ -15,7 +15,7 @@ import numpy as np
 
 from lazygrad.device import Buffer
 from lazygrad.dtype import DType
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
 
 class _CarrierRef(weakref.ref):
@@ -118,6 +118,39 @@ def forget_buffer(buffer: UOp) -> None:
         computation = reference()
         if computation is None or view.base is buffer or buffer in computation.toposort:
             history.drop(view)
+
+
+def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: dict[UOp, Any]) -> list[UOp]:
+    """The roots whose values depend on the current contents of an `overwritten` buffer: computing them after the
+    write would give other values. A root that is only a view of a buffer (movement ops over it) is left out: like
+    a PyTorch view, it shows the buffer's contents whenever it is read. An assign in `written_now` (run by the
+    same schedule) stands for the new contents; what its value reads is computed before the write."""
+    reads: dict[UOp, bool] = {}
+    stack = [(root, False) for root in roots]
+    while stack:
+        node, sources_done = stack.pop()
+        if node in reads:
+            continue
+        sources = node.src[1:] if node.op is Ops.ASSIGN else node.src  # (an assign's target is written, not read)
+        if not sources_done:
+            if node.op is Ops.BUFFER:
+                reads[node] = node in overwritten
+            elif node.op is Ops.ASSIGN and node in written_now:
+                reads[node] = False
+            elif (view := realized.get(node)) is not None and view.base in overwritten:
+                reads[node] = True  # its value sits in the buffer about to be overwritten
+            else:
+                stack.append((node, True))
+                stack.extend((source, False) for source in sources if source not in reads)
+            continue
+        reads[node] = any(reads[source] for source in sources)
+    return [root for root in roots if reads[root] and not _is_view_of_buffer(root)]
+
+
+def _is_view_of_buffer(node: UOp) -> bool:
+    while node.op in MOVEMENT:
+        node = node.src[0]
+    return node.op is Ops.BUFFER
 
 
 def remember_history(view: UOp, computation: UOp) -> UOp:
