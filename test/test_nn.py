@@ -194,6 +194,38 @@ def test_batchnorm_train(torch, shape, steps):
         module.zero_grad()
 
 
+def test_batchnorm_running_statistics_in_a_jitted_training_step(torch):
+    # the running statistics' assigns read the convolution's output, so they are pending tensors reading the weights
+    # the optimizer step overwrites: they run in the step's schedule (and so in every replay), before the write
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((8, 3, 4, 4)).astype(np.float32) for _ in range(4)]
+    Tensor.manual_seed(0)
+    conv, norm = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+    optimizer = optim.SGD(get_parameters([conv, norm]), lr=0.1)
+    their_conv, their_norm = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+    with torch.no_grad():
+        their_conv.weight.copy_(torch.from_numpy(conv.weight.numpy()))
+        their_conv.bias.copy_(torch.from_numpy(conv.bias.numpy()))
+    their_optimizer = torch.optim.SGD([*their_conv.parameters(), *their_norm.parameters()], lr=0.1)
+
+    @TinyJit
+    def step(x):
+        with Tensor.train():
+            optimizer.zero_grad()
+            loss = norm(conv(x)).relu().mean()
+            loss.backward()
+            return loss.realize(*optimizer.schedule_step())
+
+    for batch in batches:
+        step(Tensor(batch).realize())
+        their_optimizer.zero_grad()
+        their_norm(their_conv(torch.from_numpy(batch))).relu().mean().backward()
+        their_optimizer.step()
+    close(norm.running_mean, their_norm.running_mean, atol=1e-6)
+    close(norm.running_var, their_norm.running_var, atol=1e-6)
+    close(conv.weight, their_conv.weight, atol=1e-6)
+
+
 def test_batchnorm_eval(torch):
     layer, module = _batchnorm_pair(torch, 3, 4, eps=1e-3)
     module.eval()
