@@ -19,6 +19,9 @@ The rows:
   wrapped in ``TinyJit``, beside the same model built with ``torch.nn``, ``cross_entropy`` and ``torch.optim.SGD``.
   Its kernels column is kernels per step; its check compares a step's loss with NumPy's cross-entropy of the
   weights that step started from.
+- ``mlp step eager``: the same step written as in PyTorch, without ``TinyJit``: ``zero_grad()``, ``backward()``,
+  ``step()``, then the loss read on the host (it is the loss of the weights the step started from, computed in
+  the step's schedule). Every call schedules its graph again (from the plan cache).
 - ``conv2d fwd+bwd``: ``x.conv2d(weight, bias, padding=1).sum()`` over a (batch, 3, 32, 32) input and 16 3x3
   filters, then backward; a call realizes the loss and the gradients of x, weight and bias, and the gradients
   are checked against NumPy.
@@ -401,20 +404,30 @@ def training_mode(library: Any) -> contextlib.AbstractContextManager:
     return library.Context(TRAINING=1) if library is tinygrad else contextlib.nullcontext()
 
 
-def lazy_mlp_workload(library: Any, arrays: list[np.ndarray]) -> Workload:
+def lazy_mlp_workload(library: Any, arrays: list[np.ndarray], jit: bool = True) -> Workload:
     """The MLP training step in ``TinyJit``, for lazygrad or tinygrad; a call is one step, up to the loss on the
-    host."""
+    host. Without ``jit``, the step is written as in PyTorch: ``backward()``, ``step()``, then the loss read."""
     images, labels = arrays
     layers = mlp_model(library)
     optimizer = library.nn.optim.SGD(library.nn.state.get_parameters(layers), lr=MLP_LEARNING_RATE)
 
+    def eager_step(x, y):
+        with training_mode(library):
+            optimizer.zero_grad()
+            loss = mlp_forward(layers, x).sparse_categorical_crossentropy(y)
+            loss.backward()
+            optimizer.step()
+            return loss
+
     @library.TinyJit
-    def step(x, y):
+    def jit_step(x, y):
         with training_mode(library):
             optimizer.zero_grad()
             loss = mlp_forward(layers, x).sparse_categorical_crossentropy(y)
             loss.backward()
             return loss.realize(*optimizer.schedule_step())
+
+    step = jit_step if jit else eager_step
 
     x, y = library.Tensor(images).realize(), library.Tensor(labels).realize()
 
@@ -742,6 +755,12 @@ def make_cases(quick: bool, device: str, tf32: bool = False) -> list[Case | Step
                 *(() if not gpu else (Goal("lazygrad time", warm_milliseconds, 0.5, unit="ms"),)),
                 Goal("kernels per step", kernels_per_call, 26, unit=""),
             ),
+        ),
+        StepCase(
+            f"mlp step eager {'-'.join(map(str, MLP_SIZES))} b{MLP_BATCH} (no jit; loss read after opt.step())",
+            mlp_inputs,
+            partial(lazy_mlp_workload, jit=False),
+            torch_mlp_workload,
         ),
         StepCase(
             f"conv2d fwd+bwd {conv_batch}x3x32x32 3->16 3x3 pad={CONV_PADDING}",
