@@ -147,6 +147,15 @@ def test_values_built_before_an_assign_keep_their_values():
     both = doubled + w
     w.realize()
     np.testing.assert_allclose(both.numpy(), [13.0, 16.0, 19.0])
+    # the same value realized first: its kernel would read the buffer before and after the write, so the part
+    # reading the old contents is computed apart
+    w = Tensor([1.0, 2.0, 3.0]).realize()
+    doubled = w * 2
+    w.assign(w + 10)
+    both = doubled + w
+    both.realize()
+    np.testing.assert_allclose(both.numpy(), [13.0, 16.0, 19.0])
+    np.testing.assert_allclose(w.numpy(), [11.0, 12.0, 13.0])
 
 
 def test_loss_and_gradients_after_an_optimizer_step_match_torch():

@@ -645,7 +645,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
 
 def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> Plan:
     """Schedule a graph and abstract the result over its buffers."""
-    # When assigns read each other's old values in a cycle, one assign's value is computed apart first.
+    # Kernels that wait on each other in a cycle get parts computed apart first (see `_computed_apart`).
     forced: frozenset[UOp] = frozenset()
     sink_nodes = [*nodes, sink]  # sink.toposort, without walking the graph again
     while True:
@@ -653,9 +653,13 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> P
         ordered = _order(schedule)
         if isinstance(ordered, list):
             break
-        if ordered.outputs[0].src[1] in forced:
-            raise RuntimeError("schedule: assigns depend on each other in a cycle; realize one of them first")
-        forced = forced | {ordered.outputs[0].src[1]}
+        apart = _computed_apart(ordered, set(roots)) - forced
+        if not apart:
+            raise RuntimeError(
+                "schedule: a kernel must read a buffer both before and after an assign overwrites it; realize "
+                "the value read before the assign first"
+            )
+        forced = forced | apart
     slots = {buffer: slot for slot, buffer in enumerate(inputs)}
     new_buffers = []
     for root in roots:
@@ -746,9 +750,9 @@ def _device_of(root: UOp, devices: dict[UOp, str | None]) -> str | None:
     return found
 
 
-def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
+def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | tuple[ScheduleItem, ...]:
     """Kernels in an order that respects data flow and assigns: a kernel that reads a buffer's old value runs
-    before the assign that overwrites it. If assigns wait on each other in a cycle, one of them is returned."""
+    before the assign that overwrites it. If kernels wait on each other in a cycle, those left are returned."""
     producer = {item.outputs[0]: number for number, item in enumerate(schedule)}
     assigners: dict[UOp, list[int]] = {}
     for number, item in enumerate(schedule):
@@ -779,11 +783,47 @@ def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | ScheduleItem:
             waiting[later] -= 1
             if waiting[later] == 0:
                 heapq.heappush(ready, later)
-    if len(ordered) < len(schedule):  # a cycle: return an assign in it, whose value must be computed apart
+    if len(ordered) < len(schedule):  # a cycle: the kernels left waiting
         placed = set(ordered)
-        stuck = [schedule[n] for n in range(len(schedule)) if n not in placed]
-        return next(item for item in stuck if item.outputs[0].op is Ops.ASSIGN)
+        return tuple(schedule[n] for n in range(len(schedule)) if n not in placed)
     return [schedule[number] for number in ordered]
+
+
+def _computed_apart(stuck: tuple[ScheduleItem, ...], roots: set[UOp]) -> set[UOp]:
+    """Nodes to compute in kernels of their own, before any assign, so that kernels waiting on each other in a
+    cycle can be ordered. Where a kernel reads both a buffer's old contents and what an assign wrote there (a value
+    built before the assign, combined with one built after), the parts of it that read only the old contents.
+    Otherwise assigns read each other's old values: the first one's value."""
+    assigned = {item.outputs[0].src[0].base for item in stuck if item.outputs[0].op is Ops.ASSIGN}
+    apart: set[UOp] = set()
+    for item in stuck:
+        if (root := item.outputs[0]).op is not Ops.ASSIGN:
+            apart |= _old_reads_beside_new(root, roots, assigned)
+    if apart:
+        return apart
+    return {next(item.outputs[0].src[1] for item in stuck if item.outputs[0].op is Ops.ASSIGN)}
+
+
+def _old_reads_beside_new(root: UOp, roots: set[UOp], assigned: set[UOp]) -> set[UOp]:
+    """In `root`'s kernel, the largest parts that read an `assigned` buffer's old contents and nothing an assign
+    wrote, where they meet parts that do read what an assign wrote. (Views of the buffer itself are left out: a
+    kernel cannot be made of a view.)"""
+    reads_new: dict[UOp, bool] = {}
+    reads_old: dict[UOp, bool] = {}
+    for node in root.toposort:
+        inside = node is root or node not in roots  # (another root's value is read from its buffer)
+        reads_new[node] = node.op is Ops.ASSIGN or any(reads_new[source] for source in node.src)
+        if node.op is Ops.BUFFER:
+            reads_old[node] = node in assigned
+        else:
+            reads_old[node] = inside and node.op is not Ops.ASSIGN and any(reads_old[s] for s in node.src)
+    apart = set()
+    for node in root.toposort:
+        if (node is root or node not in roots) and reads_old[node] and reads_new[node]:
+            for source in node.src:
+                if reads_old[source] and not reads_new[source] and not is_buffer_view(source):
+                    apart.add(source)
+    return apart
 
 
 def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: str) -> ScheduleItem:
