@@ -373,18 +373,20 @@ class HostProgram(ABC):
             self.binaries.release(digest)
 
     def __call__(self, *buffers: HostMemory) -> None:
-        function = self.function
-        if function is None:
-            raise RuntimeError(f"kernel {self.name} was released and cannot run anymore")
         # The array of addresses is built once and used again while the buffers stay where they were (a repeated
         # small step gets its memory back from the pool). An array.array is the quickest to build; the local
         # `arguments` keeps it alive until every part has run, even if another call replaces it meanwhile.
         addresses = [buffer.address for buffer in buffers]
         arguments = self.arguments
         if arguments is None or arguments[0] != addresses:
-            packed = array.array(ADDRESS_TYPECODE, addresses)
-            arguments = self.arguments = (addresses, packed, packed.buffer_info()[0])
-        pointer = arguments[2]
+            arguments = self.arguments = (addresses, *packed_addresses(addresses))
+        self.run(arguments[2])
+
+    def run(self, pointer: int) -> None:
+        """Run on the buffers whose addresses are in the array at `pointer` (kept alive by the caller)."""
+        function = self.function
+        if function is None:
+            raise RuntimeError(f"kernel {self.name} was released and cannot run anymore")
         if self.parts == 1:
             function(pointer, 0, self.outer)
             return
@@ -393,6 +395,40 @@ class HostProgram(ABC):
         function(pointer, bounds[0], bounds[1])
         for other in others:
             other.result()
+
+
+def packed_addresses(addresses: list[int]) -> tuple[array.array, int]:
+    """The addresses as a C array of pointers, and the array's own address (valid while the array lives)."""
+    packed = array.array(ADDRESS_TYPECODE, addresses)
+    return packed, packed.buffer_info()[0]
+
+
+class HostGraph:
+    """The kernels of a captured step on a host device, replayed with prebuilt arguments: each kernel's array of
+    buffer addresses is built at the first call and again only where that kernel's buffers changed (a TinyJit's
+    inputs), so a replay is one call per kernel, with none of a launch's per-call Python."""
+
+    def __init__(self, programs: list[HostProgram]):
+        self.programs = programs
+        self.addresses: list[list[int]] = [[] for _ in programs]
+        self.arguments: list[tuple[array.array, int]] = [(array.array(ADDRESS_TYPECODE), 0)] * len(programs)
+
+    def __call__(self, buffers: list[list[HostMemory]]) -> None:
+        """Run every kernel, in order, on its buffers' memory."""
+        addresses, arguments = self.addresses, self.arguments
+        for number, bound in enumerate(buffers):
+            now = [memory.address for memory in bound]
+            if now != addresses[number]:
+                addresses[number], arguments[number] = now, packed_addresses(now)
+        for program, (_, pointer) in zip(self.programs, arguments):
+            program.run(pointer)
+
+
+class HostDevice(Compiled):
+    """A device whose kernels run on this CPU (`HostProgram`s): a TinyJit replays a captured step as a `HostGraph`."""
+
+    def graph(self, programs: list[HostProgram]) -> HostGraph:
+        return HostGraph(programs)
 
 
 CORES = os.cpu_count() or 1

@@ -12,7 +12,15 @@ import subprocess
 import tempfile
 
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer
-from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram, LoadedBinaries
+from lazygrad.device import (
+    Compiled,
+    Compiler,
+    DeviceUnavailable,
+    HostAllocator,
+    HostDevice,
+    HostProgram,
+    LoadedBinaries,
+)
 from lazygrad.runtime.host_cpu import host_cpu
 
 # No -ffast-math: it makes isnan(NaN) false. -fwrapv: signed integers wrap around, as on every other device.
@@ -94,4 +102,4 @@ class CProgram(HostProgram):
 
 
 def open_device() -> Compiled:
-    return Compiled("CPU", HostAllocator(), CStyleRenderer(host_cpu().target), CCompiler(), CProgram)
+    return HostDevice("CPU", HostAllocator(), CStyleRenderer(host_cpu().target), CCompiler(), CProgram)

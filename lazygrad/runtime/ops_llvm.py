@@ -9,7 +9,15 @@ import hashlib
 import threading
 
 from lazygrad.codegen.renderer.llvmir import NOTHING_TO_VECTORIZE, LLVMRenderer
-from lazygrad.device import Compiled, Compiler, DeviceUnavailable, HostAllocator, HostProgram, LoadedBinaries
+from lazygrad.device import (
+    Compiled,
+    Compiler,
+    DeviceUnavailable,
+    HostAllocator,
+    HostDevice,
+    HostProgram,
+    LoadedBinaries,
+)
 from lazygrad.runtime.host_cpu import host_cpu
 
 
@@ -173,4 +181,4 @@ class LLVMProgram(HostProgram):
 
 
 def open_device() -> Compiled:
-    return Compiled("LLVM", HostAllocator(), LLVMRenderer(host_cpu().target), LLVMCompiler(), LLVMProgram)
+    return HostDevice("LLVM", HostAllocator(), LLVMRenderer(host_cpu().target), LLVMCompiler(), LLVMProgram)
