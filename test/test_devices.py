@@ -642,6 +642,37 @@ def test_llvm_keeps_register_blocks_in_vector_accumulators():
     np.testing.assert_allclose((Tensor(x, device="LLVM") @ Tensor(w, device="LLVM")).numpy(), x @ w, 1e-4, 1e-4)
 
 
+def test_llvm_stores_register_blocks_and_copies_as_vectors():
+    """After the reduce, a register block's outputs (with a bias and a relu) are computed and stored as vectors, as
+    is the PACK's copy of the weights, and a weight updated in place from a product (`w - lr * xᵀ @ g`, each lane
+    reading the element it writes): no scalar store is left. Values stay NumPy's."""
+    from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+
+    target = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+
+    def scalar_stores(tensor: Tensor) -> list[str]:
+        (program,) = optimized_programs(tensor, target)
+        source = LLVMRenderer(target).render(kernel_name(program), program)
+        assert "store <8 x float>" in source
+        return [line for line in source.splitlines() if line.startswith("  store float")]
+
+    x, w, b, g = (
+        numbers(256, 784, seed=14),
+        numbers(784, 512, seed=15),
+        numbers(512, seed=16),
+        numbers(256, 512, seed=17),
+    )
+    layer = (Tensor(x) @ Tensor(w) + Tensor(b)).relu()
+    assert any(node.op is Ops.RANGE and node.arg[1] is LoopKind.PACK for node in optimized_programs(layer, target)[0])
+    assert scalar_stores(layer) == []
+    weight = Tensor(w, device="LLVM").realize()
+    step = weight.assign(weight - 0.01 * (Tensor(x, device="LLVM").T @ Tensor(g, device="LLVM")))
+    assert scalar_stores(step) == []
+    result = (Tensor(x, device="LLVM") @ Tensor(w, device="LLVM") + Tensor(b, device="LLVM")).relu().numpy()
+    np.testing.assert_allclose(result, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(step.numpy(), w - 0.01 * (x.T @ g), rtol=1e-4, atol=1e-4)
+
+
 def test_llvm_leaves_loops_that_run_few_times_to_scalar_code():
     """LLVM's loop vectorizer costs a compile tens of milliseconds: a loop that runs fewer than VECTORIZED_RUNS times
     in all (a bias of 512, a row of 64 summed 100 times) is marked not to be vectorized; a large one is not."""

@@ -8,6 +8,11 @@ compilers that do not (gcc 12 leaves a register block of a C kernel scalar) and 
 
 The vector update computes each lane exactly as the scalar updates did (the same products, added in the same order),
 so a vectorized kernel gives the same values.
+
+The same holds after the reduce: a block's outputs are stored one scalar at a time, each computed from its
+accumulator by the same ops (a bias, a relu), as are a copy's elements (a PACK). Where `width` stores write
+consecutive elements of one buffer the same computation lane by lane (`StoreVector`), they are one vector
+computation and one vector store.
 """
 
 from __future__ import annotations
@@ -94,6 +99,134 @@ def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVecto
     return vectors
 
 
+@dataclass(frozen=True)
+class Lanes:
+    """One value per lane, computed as one vector: `kind` "same" (one node in every lane), "constants", "load"
+    (consecutive elements of one buffer, read at the first lane's index), "accumulators" (the lanes of one
+    `AccumulatorVector`, in order: `vector` is its position), "scalars" (scalar accumulators read after their loop,
+    put together) or "op" (one op in every lane, on `sources`)."""
+
+    kind: str
+    nodes: tuple[UOp, ...]
+    sources: tuple[Lanes, ...] = ()
+    vector: int = -1
+
+
+@dataclass(frozen=True)
+class StoreVector:
+    """Stores (in lane order) of consecutive elements of one buffer in one loop nest, of `value`'s lanes."""
+
+    stores: tuple[UOp, ...]
+    value: Lanes
+    loops: tuple[UOp, ...]  # the loops open around them
+    last: UOp  # the store that comes last in the program: where the vector store stands
+
+
+# the ops a vector of lanes computes: float arithmetic and comparisons, and logic on their results (casts, integer
+# ops with their wrap-around and division rules, and transcendental calls stay scalar)
+LANE_OPS = {
+    Ops.ADD,
+    Ops.MUL,
+    Ops.NEG,
+    Ops.MAX,
+    Ops.CMPLT,
+    Ops.CMPNE,
+    Ops.WHERE,
+    Ops.RECIP,
+    Ops.SQRT,
+    Ops.AND,
+    Ops.OR,
+    Ops.XOR,
+}
+LANE_DTYPES = (*VECTOR_DTYPES, dtypes.bool)
+
+
+def _loop_nests(program: list[UOp]) -> dict[UOp, tuple[UOp, ...]]:
+    """Each node of `program`: the loops open around it."""
+    nests, open_loops = {}, ()
+    for node in program:
+        if node.op is Ops.ENDRANGE:
+            open_loops = open_loops[:-1]
+        nests[node] = open_loops
+        if node.op is Ops.RANGE:
+            open_loops = (*open_loops, node)
+    return nests
+
+
+def _lanes(
+    nodes: tuple[UOp, ...], lane_of: dict[UOp, tuple[int, int]], written: set[UOp], stores: tuple[UOp, ...]
+) -> Lanes | None:
+    """`nodes` (one per lane) as one vector computation for `stores`, or None. The vector's loads happen where the
+    last store stands, after the others' scalar places: so no load of a buffer the kernel writes (`written`), but
+    of the stores' own buffer, each lane at the element it stores (an update in place)."""
+    first = nodes[0]
+    if first.dtype not in LANE_DTYPES or any(node.dtype != first.dtype for node in nodes):
+        return None
+    if all(node is first for node in nodes):  # (computed where it stands, as a scalar)
+        return None if first.op is Ops.LOAD and first.src[0] in written else Lanes("same", nodes)
+    if all(node.op is Ops.CONST for node in nodes):
+        return Lanes("constants", nodes)
+    if all(node.op is Ops.LOAD for node in nodes) and first.dtype != dtypes.bool:
+        buffer = first.src[0]
+        if all(_plain_load(node) and node.src[0] is buffer for node in nodes):
+            if buffer in written:
+                in_place = buffer is stores[0].src[0] and all(n.src[1] is s.src[1] for n, s in zip(nodes, stores))
+                return Lanes("load", nodes) if in_place else None
+            rest, start = _offset(first.src[1])
+            offsets = [_offset(node.src[1]) for node in nodes]
+            if all(r is rest and offset == start + lane for lane, (r, offset) in enumerate(offsets)):
+                return Lanes("load", nodes)
+        if all(len(node.src) == 1 and node.src[0].op is Ops.DEFINE_ACC for node in nodes):  # after their loop
+            if all(node.src[0] not in lane_of for node in nodes):
+                return Lanes("scalars", nodes)
+            number = lane_of.get(first.src[0], (-1,))[0]
+            if [lane_of.get(node.src[0]) for node in nodes] == [(number, lane) for lane in range(len(nodes))]:
+                return Lanes("accumulators", nodes, vector=number)
+        return None
+    if first.op not in LANE_OPS or any(node.op is not first.op for node in nodes):
+        return None
+    if first.op is Ops.NEG and first.dtype == dtypes.bool:
+        return None
+    sources = []
+    for position in range(len(first.src)):
+        lanes = _lanes(tuple(node.src[position] for node in nodes), lane_of, written, stores)
+        if lanes is None:
+            return None
+        sources.append(lanes)
+    return Lanes("op", nodes, tuple(sources))
+
+
+def store_vectors(program: list[UOp], width: int, vectors: list[AccumulatorVector]) -> list[StoreVector]:
+    """The stores of `program` that run as vector stores of `width` float32 lanes (half as many float64 lanes): runs
+    of stores to consecutive elements of one buffer, in one loop nest, whose values are one computation lane by lane
+    (reading an accumulator vector's lanes in order, consecutive elements of memory, the same value or constants)."""
+    nests, lane_of = _loop_nests(program), lanes_of(vectors)
+    position = {node: number for number, node in enumerate(program)}
+    stores = [node for node in program if node.op is Ops.STORE and len(node.src) == 3]
+    written = {node.src[0] for node in stores}
+    candidates: dict[tuple, dict[int, UOp]] = {}
+    for node in stores:
+        buffer, index, value = node.src
+        if buffer.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL) and value.dtype in VECTOR_DTYPES:
+            rest, offset = _offset(index)
+            candidates.setdefault((buffer, rest, nests[node], value.dtype), {}).setdefault(offset, node)
+    found = []
+    for (_, _, loops, dtype), by_offset in candidates.items():
+        size = width if dtype == dtypes.float32 else width // 2
+        offsets = sorted(by_offset)
+        at = 0
+        while size > 1 and at < len(offsets):
+            run = [by_offset.get(offsets[at] + lane) for lane in range(size)]
+            if all(store is not None for store in run):
+                lanes = _lanes(tuple(store.src[2] for store in run), lane_of, written, tuple(run))
+                if lanes is not None:
+                    found.append(StoreVector(tuple(run), lanes, loops, max(run, key=position.__getitem__)))
+                    at += size
+                    continue
+            at += 1
+    return found
+
+
 def lanes_of(vectors: list[AccumulatorVector]) -> dict[UOp, tuple[int, int]]:
     """Each accumulator of `vectors`: (its vector's position in the list, its lane)."""
     return {a: (number, lane) for number, vector in enumerate(vectors) for lane, a in enumerate(vector.accumulators)}
@@ -103,24 +236,44 @@ def lanes_of(vectors: list[AccumulatorVector]) -> dict[UOp, tuple[int, int]]:
 PURE = {Ops.LOAD, Ops.CAST, Ops.BITCAST} | set(ALU)
 
 
-def replaced_by_vectors(program: list[UOp], vectors: list[AccumulatorVector]) -> set[UOp]:
+def replaced_by_vectors(
+    program: list[UOp], vectors: list[AccumulatorVector], stored: list[StoreVector] | tuple = ()
+) -> set[UOp]:
     """The nodes of `program` the vectors stand in for: each accumulator's scalar update (its read in the loop, its
-    add and its store), and the values only those read (the lanes' products and loads, and their indices)."""
-    if not vectors:
+    add and its store), each vector store's scalar stores, and the values only those read (the lanes' products and
+    loads, their indices, the accumulators' reads after their loop)."""
+    if not vectors and not stored:
         return set()
     accumulators = {accumulator for vector in vectors for accumulator in vector.accumulators}
     replaced: set[UOp] = set()
     for node in program:
         if node.op is Ops.STORE and node.src[0] in accumulators:
             replaced.update((node, node.src[1], node.src[1].src[0]))
-    # what the vector updates read: the first lane's index, and the common value
+    # what the vectors read as scalars: the first lane's index, the common value, a value every lane shares
     needed = {vector.loads[0].src[1] for vector in vectors} | {v.common for v in vectors if v.common is not None}
+    lanes = [group.value for group in stored]
+    while lanes:
+        value = lanes.pop()
+        if value.kind == "same":
+            needed.add(value.nodes[0])
+        elif value.kind == "scalars":
+            needed.update(value.nodes)
+        elif value.kind == "load":
+            needed.add(value.nodes[0].src[1])
+        lanes.extend(value.sources)
+    for group in stored:
+        replaced.update(group.stores)
+        needed.add(group.stores[0].src[1])
     users: dict[UOp, list[UOp]] = {}
     for node in program:
         for source in node.src:
             users.setdefault(source, []).append(node)
     for node in reversed(program):  # (users before the values they read)
-        if node in replaced or node in needed or node.op not in PURE or node.src[0].op is Ops.DEFINE_ACC:
+        if node in replaced or node in needed or node.op not in PURE:
+            continue
+        if (
+            node.src[0].op is Ops.DEFINE_ACC and len(node.src) > 1
+        ):  # (a read in the loop: its update's, or its vector's)
             continue
         if all(user in replaced for user in users.get(node, ())):
             replaced.add(node)

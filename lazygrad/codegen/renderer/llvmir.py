@@ -14,7 +14,14 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
-from lazygrad.codegen.vectorize import accumulator_vectors, lanes_of, replaced_by_vectors
+from lazygrad.codegen.vectorize import (
+    Lanes,
+    StoreVector,
+    accumulator_vectors,
+    lanes_of,
+    replaced_by_vectors,
+    store_vectors,
+)
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, shift_in_range
 from lazygrad.uop.ops import LoopKind, Ops, UOp
@@ -187,13 +194,25 @@ class LLVMRenderer(Renderer):
             if not vectorized.intersection(vector.loops)
         ]
         lane_of = lanes_of(vectors)
-        replaced, vector_reads = replaced_by_vectors(program, vectors), {}
+        # and the stores after them (a block's outputs, a copy's elements) as vector stores
+        stored = [
+            group
+            for group in store_vectors(program, self.target.vector_width, vectors)
+            if not vectorized.intersection(group.loops)
+        ]
+        stored_at = {group.last: group for group in stored}
+        replaced, vector_reads = replaced_by_vectors(program, vectors, stored), {}
         block, open_loops = "entry", []  # the basic block the next line goes into; the loops around it
         for position, node in enumerate(program):
             out = f"%v{position}"
             names[node] = out
             op, dtype, src = node.op, node.dtype, node.src
+            if node in stored_at:
+                lines += self.render_store_vector(out, stored_at[node], value, names, declarations)
+                continue
             if node in lane_of or (op is Ops.LOAD and src and src[0] in lane_of):
+                if node in replaced and len(src) == 1:
+                    continue  # (a read after the loop that only vector stores used)
                 accumulator = node if op is Ops.DEFINE_ACC else src[0]
                 number, lane = lane_of[accumulator]
                 lines += self.render_vector_accumulator(
@@ -412,6 +431,60 @@ class LLVMRenderer(Renderer):
             lines.append(f"  {out}_all = shufflevector {vt} {out}_one, {vt} poison, <{lanes} x i32> zeroinitializer")
             lines.append(f"  {out}_new = call {vt} @llvm.fma.{tn}({vt} {read}, {vt} {out}_all, {vt} {out}_sum)")
         return [*lines, f"  store {vt} {out}_new, ptr {name}"]
+
+    @staticmethod
+    def render_store_vector(out: str, group: StoreVector, value, names, declarations: set[str]) -> list[str]:
+        """The stores of `group` as one vector store of its value's lanes, computed as vectors (see
+        codegen/vectorize.py: `Lanes`)."""
+        lines: list[str] = []
+        rendered: dict[tuple[UOp, ...], str] = {}
+
+        def vector(lanes: Lanes) -> str:  # the lanes as an operand: a register's name, or a constant
+            if (found := rendered.get(lanes.nodes)) is not None:
+                return found
+            first, count = lanes.nodes[0], len(lanes.nodes)
+            t = LLVM_TYPES[first.dtype]
+            operands = dict(zip("abc", (vector(source) for source in lanes.sources)))  # (named before this one)
+            vt, name = f"<{count} x {t}>", f"{out}_{len(rendered)}"
+            if lanes.kind == "constants" or (lanes.kind == "same" and first.op is Ops.CONST):
+                name = "<" + ", ".join(f"{t} {render_const(node.arg, node.dtype)}" for node in lanes.nodes) + ">"
+            elif lanes.kind == "same":
+                lines.append(f"  {name}_one = insertelement {vt} poison, {t} {value(first)}, i64 0")
+                lines.append(f"  {name} = shufflevector {vt} {name}_one, {vt} poison, <{count} x i32> zeroinitializer")
+            elif lanes.kind == "load":
+                address = names[first.src[0]]
+                lines.append(f"  {name}_ptr = getelementptr inbounds {t}, ptr {address}, i64 {value(first.src[1])}")
+                lines.append(f"  {name} = load {vt}, ptr {name}_ptr, align {first.dtype.itemsize}")
+            elif lanes.kind == "accumulators":
+                lines.append(f"  {name} = load {vt}, ptr %vacc{lanes.vector}")
+            elif lanes.kind == "scalars":
+                built = "poison"
+                for lane, node in enumerate(lanes.nodes):
+                    lines.append(f"  {name}_{lane} = insertelement {vt} {built}, {t} {value(node)}, i64 {lane}")
+                    built = f"{name}_{lane}"
+                name = built
+            else:
+                operand_dtype = first.src[-1].dtype
+                ot = LLVM_TYPES[operand_dtype]
+                ovt, otn = f"<{count} x {ot}>", f"v{count}{INTRINSIC_NAMES.get(ot, '')}"
+                template = ALU_TEMPLATES[first.op][kind_of(operand_dtype)].replace("i1", f"<{count} x i1>")
+                if "@llvm." in template:
+                    intrinsic = template.split("@")[1].split("(")[0].replace("{tn}", otn)
+                    declarations.add(f"declare {ovt} @{intrinsic}({', '.join([ovt] * template.count('{t} {'))})")
+                one = "<" + ", ".join([f"{ot} {render_const(1.0, operand_dtype)}"] * count) + ">"
+                lines.append(f"  {name} = " + template.format(t=ovt, tn=otn, one=one, **operands))
+            rendered[lanes.nodes] = name
+            return name
+
+        stored = vector(group.value)
+        first = group.stores[0]
+        dtype = first.src[2].dtype
+        t = MEMORY_TYPES[dtype]
+        return [
+            *lines,
+            f"  {out}_ptr = getelementptr inbounds {t}, ptr {names[first.src[0]]}, i64 {value(first.src[1])}",
+            f"  store <{len(group.stores)} x {t}> {stored}, ptr {out}_ptr, align {dtype.itemsize}",
+        ]
 
     @staticmethod
     def render_load(out: str, node: UOp, value, address: str | None = None) -> list[str]:
