@@ -269,11 +269,10 @@ def replaced_by_vectors(
         for source in node.src:
             users.setdefault(source, []).append(node)
     for node in reversed(program):  # (users before the values they read)
+        # (an accumulator's read inside its loop stays: its update reads it, or its vector's update stands there)
         if node in replaced or node in needed or node.op not in PURE:
             continue
-        if (
-            node.src[0].op is Ops.DEFINE_ACC and len(node.src) > 1
-        ):  # (a read in the loop: its update's, or its vector's)
+        if node.src[0].op is Ops.DEFINE_ACC and len(node.src) > 1:
             continue
         if all(user in replaced for user in users.get(node, ())):
             replaced.add(node)
