@@ -642,6 +642,25 @@ def test_llvm_keeps_register_blocks_in_vector_accumulators():
     np.testing.assert_allclose((Tensor(x, device="LLVM") @ Tensor(w, device="LLVM")).numpy(), x @ w, 1e-4, 1e-4)
 
 
+def test_llvm_keeps_a_sum_of_products_in_vector_accumulators():
+    """A reduce that adds several products a step (the gradient of an input that several layers read: g1 @ w1 +
+    g2 @ w2 summed before the reduce) keeps its register block in vector accumulators, each adding the lanes of the
+    whole sum; values stay NumPy's."""
+    from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+
+    target = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+    a, b, w1, w2 = numbers(384, 128, seed=18), numbers(384, 128, seed=19), numbers(128, 128, seed=20), numbers(128, 128)
+
+    def summed(device=None):
+        g1, g2 = Tensor(a, device=device).reshape(384, 128, 1), Tensor(b, device=device).reshape(384, 128, 1)
+        return (g1 * Tensor(w1, device=device).reshape(1, 128, 128) + g2 * Tensor(w2, device=device)).sum(1)
+
+    (program,) = optimized_programs(summed(), target)
+    source = LLVMRenderer(target).render(kernel_name(program), program)
+    assert "alloca <8 x float>" in source and "alloca float" not in source
+    np.testing.assert_allclose(summed("LLVM").numpy(), a @ w1 + b @ w2, rtol=1e-4, atol=1e-4)
+
+
 def test_llvm_stores_register_blocks_and_copies_as_vectors():
     """After the reduce, a register block's outputs (with a bias and a relu) are computed and stored as vectors, as
     is the PACK's copy of the weights, and a weight updated in place from a product (`w - lr * xᵀ @ g`, each lane

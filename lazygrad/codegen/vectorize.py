@@ -29,12 +29,14 @@ VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
 class AccumulatorVector:
     """`width` accumulators (DEFINE_ACC, in lane order) updated as one vector: each iteration of `loops` adds `loads`
     (in lane order, consecutive elements of one buffer; the first's index is where the vector is read) times `common`
-    (None: the loads themselves)."""
+    (None: the loads themselves); or, where `value` is given (and `loads` empty), that computation's lanes (a sum of
+    products: `x @ w1 + y @ w2` in one reduce)."""
 
     accumulators: tuple[UOp, ...]
     loads: tuple[UOp, ...]
     common: UOp | None
     loops: tuple[UOp, ...]
+    value: Lanes | None = None
 
 
 def _offset(index: UOp) -> tuple[UOp | None, int]:
@@ -55,9 +57,25 @@ def _plain_load(node: UOp) -> bool:
     return node.src[0].op is Ops.DEFINE_LOCAL or (node.src[0].op is Ops.DEFINE_GLOBAL and len(node.src) == 2)
 
 
-def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVector]:
+def _plain_loads(value: UOp) -> list[UOp]:
+    """The plain loads a value reads, in the order of a walk from it (sources in order, each node once)."""
+    loads, seen, stack = [], set(), [value]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if _plain_load(node):
+            loads.append(node)
+        elif node.op in ALU:
+            stack.extend(reversed(node.src))
+    return loads
+
+
+def accumulator_vectors(program: list[UOp], width: int, trees: bool = False) -> list[AccumulatorVector]:
     """The accumulators of `program` (a linear program) that run as vectors of `width` float32 lanes (half as many
-    float64 lanes), each accumulator in one vector at most."""
+    float64 lanes), each accumulator in one vector at most. With `trees`, also those that add any computation that
+    is one lane by lane (`Lanes`), not only a load or a load times a common value."""
     updates: dict[UOp, tuple[UOp, UOp]] = {}  # accumulator -> (its read in the loop, the value each iteration adds)
     for node in program:
         if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
@@ -70,12 +88,11 @@ def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVecto
         if node.op is not Ops.DEFINE_ACC or node.dtype not in VECTOR_DTYPES or node not in updates:
             continue
         current, value = updates[node]
+        roles = []
         if _plain_load(value):
             roles = [(value, None)]
         elif value.op is Ops.MUL:
             roles = [(a, b) for a, b in (value.src, value.src[::-1]) if _plain_load(a) and a.dtype == node.dtype]
-        else:
-            continue
         for load, common in roles:
             rest, offset = _offset(load.src[1])
             candidates.setdefault((current.src[1:], load.src[0], common, rest), {}).setdefault(offset, (node, load))
@@ -96,6 +113,43 @@ def accumulator_vectors(program: list[UOp], width: int) -> list[AccumulatorVecto
                 position += size
             else:
                 position += 1
+    if trees:
+        left = {a: update for a, update in updates.items() if a not in taken and a.dtype in VECTOR_DTYPES}
+        vectors += _computed_vectors(left, lanes)
+    return vectors
+
+
+def _computed_vectors(updates: dict[UOp, tuple[UOp, UOp]], lanes: dict) -> list[AccumulatorVector]:
+    """Vectors of accumulators that each add a computation (not a product: its scalar update is one fused
+    multiply-add) that is one lane by lane. Lane neighbours read the same buffers at the same places but for loads
+    that move by one from lane to lane: accumulators are grouped by the buffers and places their loads read, and
+    a vector is a run whose loads' offsets step by the same 0s and 1s."""
+    shapes: dict[tuple, dict[tuple[int, ...], UOp]] = {}
+    for accumulator, (current, value) in updates.items():
+        if value.op is Ops.MUL or value.op not in ALU:
+            continue
+        loads = [(load.src[0], *_offset(load.src[1])) for load in _plain_loads(value)]
+        if loads:
+            key = (current.src[1:], accumulator.dtype, tuple((buffer, rest) for buffer, rest, _ in loads))
+            shapes.setdefault(key, {}).setdefault(tuple(offset for _, _, offset in loads), accumulator)
+    vectors, taken = [], set()
+    for (loops, dtype, _), by_offsets in shapes.items():
+        size, offsets = lanes[dtype], sorted(by_offsets)
+        for first in offsets if size > 1 else ():
+            if by_offsets[first] in taken:
+                continue
+            for other in offsets:
+                step = tuple(b - a for a, b in zip(first, other))
+                if not (set(step) <= {0, 1} and 1 in step):
+                    continue
+                run = [by_offsets.get(tuple(a + lane * d for a, d in zip(first, step))) for lane in range(size)]
+                if any(member is None or member in taken for member in run):
+                    continue
+                value = _lanes(tuple(updates[member][1] for member in run), {}, set(), ())
+                if value is not None:
+                    vectors.append(AccumulatorVector(tuple(run), (), None, loops, value))
+                    taken.update(run)
+                    break
     return vectors
 
 
@@ -250,8 +304,9 @@ def replaced_by_vectors(
         if node.op is Ops.STORE and node.src[0] in accumulators:
             replaced.update((node, node.src[1], node.src[1].src[0]))
     # what the vectors read as scalars: the first lane's index, the common value, a value every lane shares
-    needed = {vector.loads[0].src[1] for vector in vectors} | {v.common for v in vectors if v.common is not None}
-    lanes = [group.value for group in stored]
+    needed = {vector.loads[0].src[1] for vector in vectors if vector.loads}
+    needed |= {vector.common for vector in vectors if vector.common is not None}
+    lanes = [group.value for group in stored] + [vector.value for vector in vectors if vector.value is not None]
     while lanes:
         value = lanes.pop()
         if value.kind == "same":

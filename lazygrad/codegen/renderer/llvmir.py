@@ -190,7 +190,7 @@ class LLVMRenderer(Renderer):
         # vector per row of the block to keep in a register, not scalars for its SLP pass to pack, and far less IR
         vectors = [
             vector
-            for vector in accumulator_vectors(program, self.target.vector_width)
+            for vector in accumulator_vectors(program, self.target.vector_width, trees=True)
             if not vectorized.intersection(vector.loops)
         ]
         lane_of = lanes_of(vectors)
@@ -208,7 +208,7 @@ class LLVMRenderer(Renderer):
             names[node] = out
             op, dtype, src = node.op, node.dtype, node.src
             if node in stored_at:
-                lines += self.render_store_vector(out, stored_at[node], value, names, declarations)
+                lines += self.render_store_vector(out, stored_at[node], value, names, declarations, vector_reads)
                 continue
             if node in lane_of or (op is Ops.LOAD and src and src[0] in lane_of):
                 if node in replaced and len(src) == 1:
@@ -324,6 +324,8 @@ class LLVMRenderer(Renderer):
         ]
         metadata = ["!0 = distinct !{!0, !1}", '!1 = !{!"llvm.loop.vectorize.enable", i1 false}']
         scalar_block = sum(node.op is Ops.DEFINE_ACC and node not in lane_of for node in program) > 1
+        # (vectors that add a computation, several products a step, keep O3 too: its scheduling ran them 7% faster)
+        scalar_block = scalar_block or any(vector.value is not None for vector in vectors)
         first = "" if vectorized or scalar_block else NOTHING_TO_VECTORIZE
         return (
             first
@@ -413,6 +415,17 @@ class LLVMRenderer(Renderer):
             return [f"  {out}_all = load {vt}, ptr {name}", f"  {out} = extractelement {vt} {out}_all, i64 {lane}"]
         if lane:
             return []
+        if vector.value is not None:  # (a computation's lanes, added as the scalar updates added each lane's)
+            lines: list[str] = []
+            # (the vectors of one loop body share what they read: rows of a block read the same vector of weights)
+            rendered = reads.setdefault(vector.loops, {})
+            added = LLVMRenderer.render_lanes(out, vector.value, value, names, declarations, lines, rendered)
+            return [
+                *lines,
+                f"  {out}_sum = load {vt}, ptr {name}",
+                f"  {out}_new = fadd {vt} {out}_sum, {added}",
+                f"  store {vt} {out}_new, ptr {name}",
+            ]
         lines, first = [], vector.loads[0]
         read = reads.get(first)
         if read is None:
@@ -433,50 +446,54 @@ class LLVMRenderer(Renderer):
         return [*lines, f"  store {vt} {out}_new, ptr {name}"]
 
     @staticmethod
-    def render_store_vector(out: str, group: StoreVector, value, names, declarations: set[str]) -> list[str]:
-        """The stores of `group` as one vector store of its value's lanes, computed as vectors (see
-        codegen/vectorize.py: `Lanes`)."""
+    def render_lanes(out: str, lanes: Lanes, value, names, declarations: set[str], lines: list[str], rendered) -> str:
+        """`lanes` computed as one vector (see codegen/vectorize.py: `Lanes`): its instructions go to `lines`, named
+        after `out`; returns the operand (a register's name, or a constant). `rendered` holds what is computed."""
+        if (found := rendered.get(lanes.nodes)) is not None:
+            return found
+        first, count = lanes.nodes[0], len(lanes.nodes)
+        t = LLVM_TYPES[first.dtype]
+        operands = [
+            LLVMRenderer.render_lanes(out, s, value, names, declarations, lines, rendered) for s in lanes.sources
+        ]
+        vt, name = f"<{count} x {t}>", f"{out}_{len(rendered)}"
+        if lanes.kind == "constants" or (lanes.kind == "same" and first.op is Ops.CONST):
+            name = "<" + ", ".join(f"{t} {render_const(node.arg, node.dtype)}" for node in lanes.nodes) + ">"
+        elif lanes.kind == "same":
+            lines.append(f"  {name}_one = insertelement {vt} poison, {t} {value(first)}, i64 0")
+            lines.append(f"  {name} = shufflevector {vt} {name}_one, {vt} poison, <{count} x i32> zeroinitializer")
+        elif lanes.kind == "load":
+            address = names[first.src[0]]
+            lines.append(f"  {name}_ptr = getelementptr inbounds {t}, ptr {address}, i64 {value(first.src[1])}")
+            lines.append(f"  {name} = load {vt}, ptr {name}_ptr, align {first.dtype.itemsize}")
+        elif lanes.kind == "accumulators":
+            lines.append(f"  {name} = load {vt}, ptr %vacc{lanes.vector}")
+        elif lanes.kind == "scalars":
+            built = "poison"
+            for lane, node in enumerate(lanes.nodes):
+                lines.append(f"  {name}_{lane} = insertelement {vt} {built}, {t} {value(node)}, i64 {lane}")
+                built = f"{name}_{lane}"
+            name = built
+        else:
+            operand_dtype = first.src[-1].dtype
+            ot = LLVM_TYPES[operand_dtype]
+            ovt, otn = f"<{count} x {ot}>", f"v{count}{INTRINSIC_NAMES.get(ot, '')}"
+            template = ALU_TEMPLATES[first.op][kind_of(operand_dtype)].replace("i1", f"<{count} x i1>")
+            if "@llvm." in template:
+                intrinsic = template.split("@")[1].split("(")[0].replace("{tn}", otn)
+                declarations.add(f"declare {ovt} @{intrinsic}({', '.join([ovt] * template.count('{t} {'))})")
+            one = "<" + ", ".join([f"{ot} {render_const(1.0, operand_dtype)}"] * count) + ">"
+            lines.append(f"  {name} = " + template.format(t=ovt, tn=otn, one=one, **dict(zip("abc", operands))))
+        rendered[lanes.nodes] = name
+        return name
+
+    @staticmethod
+    def render_store_vector(out: str, group: StoreVector, value, names, declarations: set[str], reads) -> list[str]:
+        """The stores of `group` as one vector store of its value's lanes, computed as vectors (those of one loop
+        nest share what they compute: the rows of a block add the same vector of biases)."""
         lines: list[str] = []
-        rendered: dict[tuple[UOp, ...], str] = {}
-
-        def vector(lanes: Lanes) -> str:  # the lanes as an operand: a register's name, or a constant
-            if (found := rendered.get(lanes.nodes)) is not None:
-                return found
-            first, count = lanes.nodes[0], len(lanes.nodes)
-            t = LLVM_TYPES[first.dtype]
-            operands = dict(zip("abc", (vector(source) for source in lanes.sources)))  # (named before this one)
-            vt, name = f"<{count} x {t}>", f"{out}_{len(rendered)}"
-            if lanes.kind == "constants" or (lanes.kind == "same" and first.op is Ops.CONST):
-                name = "<" + ", ".join(f"{t} {render_const(node.arg, node.dtype)}" for node in lanes.nodes) + ">"
-            elif lanes.kind == "same":
-                lines.append(f"  {name}_one = insertelement {vt} poison, {t} {value(first)}, i64 0")
-                lines.append(f"  {name} = shufflevector {vt} {name}_one, {vt} poison, <{count} x i32> zeroinitializer")
-            elif lanes.kind == "load":
-                address = names[first.src[0]]
-                lines.append(f"  {name}_ptr = getelementptr inbounds {t}, ptr {address}, i64 {value(first.src[1])}")
-                lines.append(f"  {name} = load {vt}, ptr {name}_ptr, align {first.dtype.itemsize}")
-            elif lanes.kind == "accumulators":
-                lines.append(f"  {name} = load {vt}, ptr %vacc{lanes.vector}")
-            elif lanes.kind == "scalars":
-                built = "poison"
-                for lane, node in enumerate(lanes.nodes):
-                    lines.append(f"  {name}_{lane} = insertelement {vt} {built}, {t} {value(node)}, i64 {lane}")
-                    built = f"{name}_{lane}"
-                name = built
-            else:
-                operand_dtype = first.src[-1].dtype
-                ot = LLVM_TYPES[operand_dtype]
-                ovt, otn = f"<{count} x {ot}>", f"v{count}{INTRINSIC_NAMES.get(ot, '')}"
-                template = ALU_TEMPLATES[first.op][kind_of(operand_dtype)].replace("i1", f"<{count} x i1>")
-                if "@llvm." in template:
-                    intrinsic = template.split("@")[1].split("(")[0].replace("{tn}", otn)
-                    declarations.add(f"declare {ovt} @{intrinsic}({', '.join([ovt] * template.count('{t} {'))})")
-                one = "<" + ", ".join([f"{ot} {render_const(1.0, operand_dtype)}"] * count) + ">"
-                lines.append(f"  {name} = " + template.format(t=ovt, tn=otn, one=one, **operands))
-            rendered[lanes.nodes] = name
-            return name
-
-        stored = vector(group.value)
+        rendered = reads.setdefault(("stores", group.loops), {})
+        stored = LLVMRenderer.render_lanes(out, group.value, value, names, declarations, lines, rendered)
         first = group.stores[0]
         dtype = first.src[2].dtype
         t = MEMORY_TYPES[dtype]
