@@ -88,11 +88,12 @@ def accumulator_vectors(program: list[UOp], width: int, trees: bool = False) -> 
         if node.op is not Ops.DEFINE_ACC or node.dtype not in VECTOR_DTYPES or node not in updates:
             continue
         current, value = updates[node]
-        roles = []
         if _plain_load(value):
             roles = [(value, None)]
         elif value.op is Ops.MUL:
             roles = [(a, b) for a, b in (value.src, value.src[::-1]) if _plain_load(a) and a.dtype == node.dtype]
+        else:
+            continue
         for load, common in roles:
             rest, offset = _offset(load.src[1])
             candidates.setdefault((current.src[1:], load.src[0], common, rest), {}).setdefault(offset, (node, load))
@@ -145,6 +146,7 @@ def _computed_vectors(updates: dict[UOp, tuple[UOp, UOp]], lanes: dict) -> list[
                 run = [by_offsets.get(tuple(a + lane * d for a, d in zip(first, step))) for lane in range(size)]
                 if any(member is None or member in taken for member in run):
                     continue
+                # (a reduce's loop stores nothing its updates read: the lanes' loads may all be made at the first's)
                 value = _lanes(tuple(updates[member][1] for member in run), {}, set(), ())
                 if value is not None:
                     vectors.append(AccumulatorVector(tuple(run), (), None, loops, value))
