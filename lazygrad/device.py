@@ -8,6 +8,7 @@ import ctypes
 import functools
 import hashlib
 import importlib
+import operator
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -350,8 +351,8 @@ class HostProgram(ABC):
     def __init__(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0):
         self.name = name
         self.digest: bytes | None
-        self.digest, address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
-        self.function: Callable | None = ctypes.CFUNCTYPE(None, *self.SIGNATURE)(address)
+        self.digest, self.address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
+        self.function: Callable | None = ctypes.CFUNCTYPE(None, *self.SIGNATURE)(self.address)
         self.outer = launch[0]
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
         # the last call's buffer addresses, their array, and its address (see __call__)
@@ -404,31 +405,68 @@ def packed_addresses(addresses: list[int]) -> tuple[array.array, int]:
 
 
 class HostGraph:
-    """The kernels of a captured step on a host device, replayed with prebuilt arguments: each kernel's array of
-    buffer addresses is built at the first call and again only where that kernel's buffers changed (a TinyJit's
-    inputs), so a replay is one call per kernel, with none of a launch's per-call Python."""
+    """The kernels of a captured step on a host device, replayed with prebuilt arguments and no Python per kernel:
+    a table holds each kernel's (function, array of buffer addresses, outermost loop's end), and the device's kernel
+    runner (see `HostDevice.kernel_runner`) calls a run of them in one call; a kernel split across the cores runs
+    on its own. A kernel's array is built at the first call and again only where its buffers changed (a TinyJit's
+    inputs)."""
 
-    def __init__(self, programs: list[HostProgram]):
-        self.programs = programs
-        self.addresses: list[list[int]] = [[] for _ in programs]
-        self.arguments: list[tuple[array.array, int]] = [(array.array(ADDRESS_TYPECODE), 0)] * len(programs)
+    def __init__(self, programs: list[HostProgram], runner: HostProgram):
+        self.programs, self.runner = programs, runner
+        self.bound: list[list[HostMemory]] = [[] for _ in programs]
+        self.arguments: list[array.array | None] = [None] * len(programs)  # (kept alive: the table points at them)
+        self.table = array.array(ADDRESS_TYPECODE, [0] * (3 * len(programs)))
+        self.table[0::3] = array.array(ADDRESS_TYPECODE, [program.address for program in programs])
+        self.table[2::3] = array.array(ADDRESS_TYPECODE, [program.outer for program in programs])
+        # (first, end, None) for a run of kernels on one core; (number, number + 1, program) for one split across them
+        self.runs: list[tuple[int, int, HostProgram | None]] = []
+        for number, program in enumerate(programs):
+            if program.parts > 1:
+                self.runs.append((number, number + 1, program))
+            elif self.runs and self.runs[-1][2] is None:
+                self.runs[-1] = (self.runs[-1][0], number + 1, None)
+            else:
+                self.runs.append((number, number + 1, None))
 
     def __call__(self, buffers: list[list[HostMemory]]) -> None:
         """Run every kernel, in order, on its buffers' memory."""
-        addresses, arguments = self.addresses, self.arguments
         for number, bound in enumerate(buffers):
-            now = [memory.address for memory in bound]
-            if now != addresses[number]:
-                addresses[number], arguments[number] = now, packed_addresses(now)
-        for program, (_, pointer) in zip(self.programs, arguments):
-            program.run(pointer)
+            before = self.bound[number]
+            if len(bound) != len(before) or not all(map(operator.is_, bound, before)):
+                self.bound[number] = bound
+                packed, self.table[3 * number + 1] = packed_addresses([memory.address for memory in bound])
+                self.arguments[number] = packed
+        for program in self.programs:
+            if program.function is None:
+                raise RuntimeError(f"kernel {program.name} was released and cannot run anymore")
+        table = self.table.buffer_info()[0]
+        for first, end, program in self.runs:
+            if program is None:
+                self.runner.function(table, first, end)
+            else:
+                program.run(self.table[3 * first + 1])
 
 
 class HostDevice(Compiled):
     """A device whose kernels run on this CPU (`HostProgram`s): a TinyJit replays a captured step as a `HostGraph`."""
 
+    _runner: HostProgram | None = None
+
     def graph(self, programs: list[HostProgram]) -> HostGraph:
-        return HostGraph(programs)
+        return HostGraph(programs, self.kernel_runner())
+
+    def kernel_runner(self) -> HostProgram:
+        """The function `void name(void **table, int64 first, int64 end)` that calls kernels [first, end) of a
+        table of (function, array of buffer addresses, end of the outermost loop), one after another: its source
+        comes from the renderer, compiled once per process (outside the disk cache and the compile counters)."""
+        if self._runner is None:
+            source = self.renderer.render_kernel_runner(KERNEL_RUNNER)
+            self._runner = self.runtime(KERNEL_RUNNER, self.compiler.compile(source))
+        return self._runner
+
+
+# the name of a host device's kernel runner
+KERNEL_RUNNER = "lazygrad_run_kernels"
 
 
 CORES = os.cpu_count() or 1

@@ -263,6 +263,30 @@ def test_tinyjit_replays_through_the_device_graph(name, monkeypatch, capsys):
     assert f"graph of {kernels} kernels, one launch" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name", ["LLVM", "CPU"])
+def test_a_host_graph_runs_a_replay_in_one_call_per_run_of_kernels(name):
+    """On LLVM and CPU a replay calls the device's kernel runner once for each run of kernels on one core, from a
+    table of the kernels' functions and argument arrays; the values follow the inputs, and a kernel whose code was
+    released stops a replay with a clear error instead of a call into freed memory."""
+    from lazygrad import TinyJit
+    from lazygrad.device import HostGraph
+
+    device = available(name)
+    # (constants of no other test: the kernels are this test's own, so releasing one touches no other test)
+    step = TinyJit(lambda t: ((t * 2.0625 + 1.03125).realize(), (t.exp() - 1.0078125).realize(), t.sum().realize()))
+    for call in range(4):
+        data = numbers(64, seed=60 + call)
+        scaled, shifted, total = step(Tensor(data, device=device))
+        np.testing.assert_allclose(scaled.numpy(), data * 2.0625 + 1.03125, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(shifted.numpy(), np.exp(data) - 1.0078125, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(total.numpy(), data.sum(), rtol=1e-5, atol=1e-5)
+    (graph,) = [graph for _, _, graph in step.plan if graph is not None]
+    assert isinstance(graph, HostGraph) and graph.runs == [(0, len(graph.programs), None)]
+    graph.programs[1].release()
+    with pytest.raises(RuntimeError, match="released"):
+        step(Tensor(numbers(64, seed=70), device=device))
+
+
 def test_debug_2_can_be_turned_on_after_the_device_opened(device, capsys):
     """Kernel times come from the device's own events (OpenCL profiling, CUDA events) whenever DEBUG=2 is set."""
     from lazygrad import Context

@@ -194,6 +194,18 @@ class CStyleRenderer(Renderer):
         """One translation unit: the preamble once, then each kernel's functions (every kernel's names differ)."""
         return self.preamble + "".join(source.removeprefix(self.preamble) for source in sources)
 
+    def render_kernel_runner(self, name: str) -> str:
+        """`void name(void **table, int64 first, int64 end)`: calls kernels [first, end) of a table of (function,
+        array of buffer addresses, end of the outermost loop) one after another (a TinyJit replay on a host device)."""
+        index = self.register_types[dtypes.index]
+        return (
+            f"typedef void (*lg_kernel)(void **, {index}, {index});\n"
+            f"void {name}(void **table, {index} first, {index} end) {{\n"
+            f"  for ({index} i = first; i < end; i++)\n"
+            f"    ((lg_kernel)table[3 * i])((void **)table[3 * i + 1], 0, ({index})table[3 * i + 2]);\n"
+            "}\n"
+        )
+
     def render_entry(self, name: str, parameters: list[tuple[UOp, bool]]) -> str:
         """The function the runtime calls, `void name(void **buffers, int64 start, int64 end)`: it passes the
         addresses in the array to the body. One array, not a parameter per buffer, because a call through ctypes

@@ -347,6 +347,35 @@ class LLVMRenderer(Renderer):
         arguments = ", ".join([f"ptr %data{number}" for number in buffers] + ["i64 %start", "i64 %end"])
         return [*lines, f"  call void @{name}_body({arguments})", "  ret void", "}"]
 
+    @staticmethod
+    def render_kernel_runner(name: str) -> str:
+        """`void name(ptr table, i64 first, i64 end)`: calls kernels [first, end) of a table of (function, array of
+        buffer addresses, end of the outermost loop) one after another (a TinyJit replay on this device)."""
+        return f"""define void @{name}(ptr %table, i64 %first, i64 %end) {{
+entry:
+  br label %head
+head:
+  %i = phi i64 [%first, %entry], [%next, %body]
+  %go = icmp slt i64 %i, %end
+  br i1 %go, label %body, label %exit
+body:
+  %slot = mul i64 %i, 3
+  %function_at = getelementptr inbounds ptr, ptr %table, i64 %slot
+  %function = load ptr, ptr %function_at
+  %buffers_slot = add i64 %slot, 1
+  %buffers_at = getelementptr inbounds ptr, ptr %table, i64 %buffers_slot
+  %buffers = load ptr, ptr %buffers_at
+  %loop_slot = add i64 %slot, 2
+  %loop_at = getelementptr inbounds i64, ptr %table, i64 %loop_slot
+  %loop_end = load i64, ptr %loop_at
+  call void %function(ptr %buffers, i64 0, i64 %loop_end)
+  %next = add i64 %i, 1
+  br label %head
+exit:
+  ret void
+}}
+"""
+
     def join_group(self, source: str) -> object:
         """Kernels that leave nothing to LLVM's vectorizers are compiled apart from the others, with the cleanups
         only."""
