@@ -405,11 +405,10 @@ def packed_addresses(addresses: list[int]) -> tuple[array.array, int]:
 
 
 class HostGraph:
-    """The kernels of a captured step on a host device, replayed with prebuilt arguments and no Python per kernel:
-    a table holds each kernel's (function, array of buffer addresses, outermost loop's end), and the device's kernel
-    runner (see `HostDevice.kernel_runner`) calls a run of them in one call; a kernel split across the cores runs
-    on its own. A kernel's array is built at the first call and again only where its buffers changed (a TinyJit's
-    inputs)."""
+    """The kernels of a captured step on a host device, replayed from a table of each kernel's (function, array of
+    buffer addresses, outermost loop's end): the device's kernel runner (see `HostDevice.kernel_runner`) calls a run
+    of them in one call from Python; a kernel split across the cores runs on its own. A kernel's array is built at
+    the first call and again only where its buffers changed (a TinyJit's inputs)."""
 
     def __init__(self, programs: list[HostProgram], runner: HostProgram):
         self.programs, self.runner = programs, runner
