@@ -12,15 +12,7 @@ import subprocess
 import tempfile
 
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer
-from lazygrad.device import (
-    Compiled,
-    Compiler,
-    DeviceUnavailable,
-    HostAllocator,
-    HostDevice,
-    HostProgram,
-    LoadedBinaries,
-)
+from lazygrad.device import Compiler, DeviceUnavailable, HostAllocator, HostDevice, HostProgram, LoadedBinaries
 from lazygrad.runtime.host_cpu import host_cpu
 
 # No -ffast-math: it makes isnan(NaN) false. -fwrapv: signed integers wrap around, as on every other device.
@@ -101,5 +93,5 @@ class CProgram(HostProgram):
         return ctypes.cast(getattr(library, name), ctypes.c_void_p).value
 
 
-def open_device() -> Compiled:
+def open_device() -> HostDevice:
     return HostDevice("CPU", HostAllocator(), CStyleRenderer(host_cpu().target), CCompiler(), CProgram)

@@ -9,15 +9,7 @@ import hashlib
 import threading
 
 from lazygrad.codegen.renderer.llvmir import NOTHING_TO_VECTORIZE, LLVMRenderer
-from lazygrad.device import (
-    Compiled,
-    Compiler,
-    DeviceUnavailable,
-    HostAllocator,
-    HostDevice,
-    HostProgram,
-    LoadedBinaries,
-)
+from lazygrad.device import Compiler, DeviceUnavailable, HostAllocator, HostDevice, HostProgram, LoadedBinaries
 from lazygrad.runtime.host_cpu import host_cpu
 
 
@@ -180,5 +172,5 @@ class LLVMProgram(HostProgram):
         return engine.engine.get_function_address(name)
 
 
-def open_device() -> Compiled:
+def open_device() -> HostDevice:
     return HostDevice("LLVM", HostAllocator(), LLVMRenderer(host_cpu().target), LLVMCompiler(), LLVMProgram)
