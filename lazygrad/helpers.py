@@ -165,8 +165,8 @@ def Context(**settings: int):
 
 
 class _Counters:
-    """Totals since the last `reset()`: kernels run, floating ops and bytes moved, kernel time, compiles; and the
-    bytes of device memory live buffers hold, now (`memory_used`, never reset) and at most since (`memory_peak`).
+    """Totals since the last `reset()`: kernels run, floating ops and bytes moved, kernel time, compiles, kernels
+    generated (lowered, optimized, linearized and rendered: their count, total and slowest time); and the bytes of device memory live buffers hold, now (`memory_used`, never reset) and at most since (`memory_peak`).
     (One instance with slots: every launch adds to these, and a slot is quicker to write than a class attribute.)"""
 
     __slots__ = (
@@ -176,6 +176,9 @@ class _Counters:
         "time_sum_s",
         "compile_count",
         "compile_cache_hits",
+        "generate_count",
+        "generate_time_s",
+        "generate_max_s",
         "memory_used",
         "memory_peak",
     )
@@ -187,7 +190,8 @@ class _Counters:
     def reset(self) -> None:
         self.kernel_count = self.global_ops = self.global_mem = 0
         self.time_sum_s = 0.0
-        self.compile_count = self.compile_cache_hits = 0
+        self.compile_count = self.compile_cache_hits = self.generate_count = 0
+        self.generate_time_s = self.generate_max_s = 0.0
         self.memory_peak = self.memory_used
 
 

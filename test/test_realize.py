@@ -203,6 +203,20 @@ def test_compile_cache_is_hit():
     assert GlobalCounters.compile_cache_hits >= 1
 
 
+def test_kernel_generation_is_counted_and_timed():
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    GlobalCounters.reset()
+    with Context(CACHELEVEL=0):  # no generated kernel from an earlier process: these two are generated here
+        np.testing.assert_allclose(
+            (a * 3.25 + 0.5).sum(axis=1).numpy(), (np.arange(12).reshape(3, 4) * 3.25 + 0.5).sum(1)
+        )
+        np.testing.assert_allclose((a - 1.75).exp2().numpy(), np.exp2(np.arange(12).reshape(3, 4) - 1.75), rtol=1e-6)
+    assert GlobalCounters.generate_count == 2
+    assert 0 < GlobalCounters.generate_max_s <= GlobalCounters.generate_time_s
+    GlobalCounters.reset()
+    assert GlobalCounters.generate_count == 0 and GlobalCounters.generate_time_s == GlobalCounters.generate_max_s == 0
+
+
 def test_constants_realized_on_one_device_stay_there():
     # a broadcast constant has no buffer and so no device: realizing it on one device must not hand that buffer to
     # the same constant used on another

@@ -202,8 +202,10 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
         try:
             kernel = kept_kernel(device, ast)
             if kernel is None:
+                start = time.perf_counter()
                 with collector_paused():
                     kernel = generate_kernel(device, ast)
+                count_generation(time.perf_counter() - start)
                 keep_kernel(device, ast, kernel)
         except BaseException:
             for key in unsubmitted.values():  # no one may wait for these forever
@@ -220,6 +222,13 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
     # with nothing left to generate, the last kernels are shared by every core
     for batch in pending.values():
         _submit(device, batch, max(1, min(CORES // len(pending), len(batch))), unsubmitted)
+
+
+def count_generation(seconds: float) -> None:
+    counters = GlobalCounters
+    counters.generate_count += 1
+    counters.generate_time_s += seconds
+    counters.generate_max_s = max(counters.generate_max_s, seconds)
 
 
 def _submit(
