@@ -33,7 +33,8 @@ The rows:
   it, on the main thread while the compiles run beside it) goes below the table: per kernel on average, and the
   slowest kernel's.
 - ``mlp step cold``: that MLP's first training step in a new Python process with ``CACHELEVEL=0`` (no disk
-  compile cache), from building the model to the loss on the host; it is in the ``lg cold`` column. The imports
+  compile cache), from building the model to the loss on the host; it is in the ``lg cold`` column. Each library's
+  process loads that library alone (torch is not imported in lazygrad's, as in a new user's). The imports
   are timed apart and printed below the table, with PyTorch's first step in a new process. The check compares
   the loss with NumPy's for the same (seeded) first weights.
 - ``dispatch``: ``(t + 1).realize()`` on a realized 1-element tensor, many times in a loop (``t + 1`` in torch);
@@ -138,9 +139,14 @@ GPU_DEVICES = ("CUDA", "GPU")  # lazygrad's devices with thread blocks: the rows
 # both run on the same GPU; set by main (and by a cold-step process from its arguments)
 TORCH_DEVICE = "cpu"
 COLD_CHILD_IMPORTS = {"lazygrad": "lazygrad, lazygrad.nn.optim, lazygrad.nn.state", "torch": "torch"}
+# the other libraries are kept out of each new process, as out of a new user's (a `None` in sys.modules makes their
+# import fail, so this module runs without them): torch's shared libraries alone, loaded first, made opening
+# lazygrad's LLVM device (loading llvmlite's) 0.1-0.2 s slower
+COLD_CHILD_BLOCKED = {"lazygrad": ("torch", "tinygrad"), "torch": ("tinygrad",)}
 COLD_CHILD_SCRIPT = """\
 import sys, time
 sys.path[:0] = {paths!r}
+sys.modules.update(dict.fromkeys({blocked!r}))
 start = time.perf_counter()
 import {modules}
 imported = time.perf_counter()
@@ -971,6 +977,7 @@ def run_cold_child(library: str, seed: int) -> dict[str, Any]:
     script = COLD_CHILD_SCRIPT.format(
         paths=[str(here.parent.parent), str(here.parent)],
         modules=COLD_CHILD_IMPORTS[library],
+        blocked=COLD_CHILD_BLOCKED[library],
         bench=here.stem,
         library=library,
         seed=seed,
