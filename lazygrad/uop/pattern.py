@@ -37,6 +37,16 @@ class UPat:
         self.required: tuple[tuple[int, frozenset[Ops]], ...] = ()
         if isinstance(src, tuple):
             self.required = tuple((i, pattern.ops) for i, pattern in enumerate(src) if pattern.ops is not None)
+        # sources that are all leaves (an op set and a name at most: most rules' shape), as (ops, name) per source:
+        # bound in one loop, without a match call and a list of partial bindings per source
+        self.leaves: tuple[tuple[frozenset[Ops] | None, str | None], ...] | None = None
+        if isinstance(src, tuple) and not allow_any_len and all(pattern.is_leaf for pattern in src):
+            self.leaves = tuple((pattern.ops, pattern.name) for pattern in src)
+
+    @property
+    def is_leaf(self) -> bool:
+        """Whether this pattern checks a node's op at most, and names it (no dtype, arg or sources)."""
+        return self.dtypes is None and self.arg is None and self.src_options is None
 
     @staticmethod
     def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
@@ -63,6 +73,17 @@ class UPat:
             bindings = {**bindings, self.name: node}
         if self.src_options is None:
             return [bindings]
+        if self.leaves is not None:
+            if len(node.src) != len(self.leaves):
+                return []
+            bound = dict(bindings)
+            for (ops, name), source in zip(self.leaves, node.src):
+                if ops is not None and source.op not in ops:
+                    return []
+                if name is not None:
+                    if bound.setdefault(name, source) is not source:
+                        return []
+            return [bound]
         if isinstance(self.src_options, UPat):
             results = [bindings]
             for source in node.src:
