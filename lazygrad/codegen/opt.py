@@ -148,10 +148,10 @@ def replace_ranges(
         if node in replacements:
             done[node] = replacements[node]
         elif node.op is Ops.RANGE_REDUCE:
-            ranges = reduce_ranges.get(node, tuple(done[source] for source in node.src[1:]))
+            ranges = reduce_ranges.get(node, tuple([done[source] for source in node.src[1:]]))
             done[node] = node.replace(src=(done[node.src[0]], *ranges))
         else:
-            new_src = tuple(done[source] for source in node.src)
+            new_src = tuple([done[source] for source in node.src])
             done[node] = node if new_src == node.src else node.replace(src=new_src)
     return simplify(done[sink]) if simplified else done[sink]
 

@@ -188,6 +188,6 @@ def with_history(roots: list[UOp]) -> dict[UOp, UOp]:
                 if source not in done:
                     stack.append((source, False))
             continue
-        new_src = tuple(done[source] for source in node.src)
+        new_src = tuple([done[source] for source in node.src])
         done[node] = node if new_src == node.src else node.replace(src=new_src)
     return done

@@ -140,10 +140,10 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None, done: dic
             continue
         if stage == 0:
             stack.append((node, 1, None))
-            stack.extend((source, 0, None) for source in reversed(node.src) if source not in done)
+            stack.extend([(source, 0, None) for source in reversed(node.src) if source not in done])
         elif stage == 1:
-            new_src = tuple(done[source] for source in node.src)
-            rebuilt = node if new_src == node.src else node.replace(src=new_src)
+            new_src = tuple([done[source] for source in node.src])
+            rebuilt = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg)
             replacement = matcher.rewrite(rebuilt, ctx)
             if replacement is None:
                 done[node] = done[rebuilt] = rebuilt
@@ -170,7 +170,7 @@ def substitute(root: UOp, replacements: dict[UOp, UOp]) -> UOp:
         if node in replacements:
             done[node] = replacements[node]
         elif sources_done:
-            new_src = tuple(done[source] for source in node.src)
+            new_src = tuple([done[source] for source in node.src])
             done[node] = node if new_src == node.src else node.replace(src=new_src)
         else:
             stack.append((node, True))
