@@ -31,7 +31,7 @@ def toposort_until_reduce(roots: tuple[UOp, ...] | list[UOp], skip: dict[UOp, UO
             visited.add(node)
             stack.append((node, True))
             if node.op is not Ops.RANGE_REDUCE:
-                stack.extend((source, False) for source in reversed(node.src) if source not in visited)
+                stack.extend([(source, False) for source in reversed(node.src) if source not in visited])
     return order
 
 
@@ -72,7 +72,7 @@ class Linearizer:
             return
         if node.op is Ops.RANGE:
             raise RuntimeError("a loop must be opened by its reduce or as a global loop")
-        linear = node.replace(src=tuple(self.linear[source] for source in node.src))
+        linear = UOp(node.op, node.dtype, tuple([self.linear[source] for source in node.src]), node.arg)
         self.linear[node] = linear
         if node.op is not Ops.CONST:
             self.program.append(linear)
