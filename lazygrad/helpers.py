@@ -166,7 +166,8 @@ def Context(**settings: int):
 
 class _Counters:
     """Totals since the last `reset()`: kernels run, floating ops and bytes moved, kernel time, compiles, kernels
-    generated (lowered, optimized, linearized and rendered: their count, total and slowest time); and the bytes of device memory live buffers hold, now (`memory_used`, never reset) and at most since (`memory_peak`).
+    generated (lowered, optimized, linearized and rendered: their count, total and slowest time); and the bytes of
+    device memory live buffers hold, now (`memory_used`, never reset) and at most since (`memory_peak`).
     (One instance with slots: every launch adds to these, and a slot is quicker to write than a class attribute.)"""
 
     __slots__ = (

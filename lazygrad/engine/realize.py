@@ -225,6 +225,7 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
 
 
 def count_generation(seconds: float) -> None:
+    """Add one generated kernel's time to GlobalCounters (extra/bench.py reports them per kernel and the slowest)."""
     counters = GlobalCounters
     counters.generate_count += 1
     counters.generate_time_s += seconds
