@@ -37,11 +37,13 @@ class UPat:
         self.required: tuple[tuple[int, frozenset[Ops]], ...] = ()
         if isinstance(src, tuple):
             self.required = tuple((i, pattern.ops) for i, pattern in enumerate(src) if pattern.ops is not None)
-        # sources that are all leaves (an op set and a name at most: most rules' shape), as (ops, name) per source:
-        # bound in one loop, without a match call and a list of partial bindings per source
-        self.leaves: tuple[tuple[frozenset[Ops] | None, str | None], ...] | None = None
+        # sources that are all leaves (an op set and a name at most: most rules' shape): each source's op set, and
+        # the names of the node and its sources; checked, then bound, in one pass (`_match_leaves`), without a match
+        # call and a list of partial bindings per source
+        self.leaf_ops: tuple[frozenset[Ops] | None, ...] | None = None
         if isinstance(src, tuple) and not allow_any_len and all(pattern.is_leaf for pattern in src):
-            self.leaves = tuple((pattern.ops, pattern.name) for pattern in src)
+            self.leaf_ops = tuple(pattern.ops for pattern in src)
+            self.names = (name, *(pattern.name for pattern in src))
 
     @property
     def is_leaf(self) -> bool:
@@ -56,6 +58,19 @@ class UPat:
     def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
         return UPat(Ops.CONST, dtype=dtype, name=name)
 
+    def _match_leaves(self, node: UOp, bindings: dict[str, UOp]) -> list[dict[str, UOp]]:
+        """`match` for a pattern whose sources are all leaves: at most one way."""
+        if len(node.src) != len(self.leaf_ops):
+            return []
+        for ops, source in zip(self.leaf_ops, node.src):
+            if ops is not None and source.op not in ops:
+                return []
+        bound = dict(bindings)
+        for name, value in zip(self.names, (node, *node.src)):
+            if name is not None and bound.setdefault(name, value) is not value:
+                return []
+        return [bound]
+
     def match(self, node: UOp, bindings: dict[str, UOp]) -> list[dict[str, UOp]]:
         """All ways `node` matches, each as the extended bindings."""
         if self.ops is not None and node.op not in self.ops:
@@ -64,6 +79,8 @@ class UPat:
             return []
         if self.arg is not None and node.arg != self.arg:
             return []
+        if self.leaf_ops is not None:
+            return self._match_leaves(node, bindings)
         for position, ops in self.required:
             if position >= len(node.src) or node.src[position].op not in ops:
                 return []
@@ -73,17 +90,6 @@ class UPat:
             bindings = {**bindings, self.name: node}
         if self.src_options is None:
             return [bindings]
-        if self.leaves is not None:
-            if len(node.src) != len(self.leaves):
-                return []
-            bound = dict(bindings)
-            for (ops, name), source in zip(self.leaves, node.src):
-                if ops is not None and source.op not in ops:
-                    return []
-                if name is not None:
-                    if bound.setdefault(name, source) is not source:
-                        return []
-            return [bound]
         if isinstance(self.src_options, UPat):
             results = [bindings]
             for source in node.src:
