@@ -66,6 +66,9 @@ class DType:
 _dtypes: dict[tuple, DType] = {}
 
 
+_by_numpy_dtype: dict[np.dtype, DType] = {}  # see dtypes.from_numpy
+
+
 class dtypes:
     """The dtypes lazygrad supports. `float32` is the default float, `int32` the default int."""
 
@@ -128,8 +131,14 @@ class dtypes:
     def from_numpy(np_dtype: np.dtype) -> DType:
         """The DType for a NumPy dtype (data without a dtype takes the defaults instead: see `data_to_numpy`)."""
         np_dtype = np.dtype(np_dtype)
+        if (found := _by_numpy_dtype.get(np_dtype)) is not None:
+            return found
+        # by name: NumPy's uint16 is never bfloat16 (and a NumPy dtype's name is slow to get: ~5 us, so the answer
+        # is kept, every Tensor made from NumPy data asks)
+        name = np_dtype.name
         for dtype in dtypes.all():
-            if dtype.name == np_dtype.name:  # by name: NumPy's uint16 is never bfloat16
+            if dtype.name == name:
+                _by_numpy_dtype[np_dtype] = dtype
                 return dtype
         raise TypeError(f"unsupported dtype {np_dtype}: lazygrad supports {', '.join(d.name for d in dtypes.all())}")
 
