@@ -358,16 +358,24 @@ def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     loops the barrier is inside, besides the threads' (a tile's copy is made once per iteration) and the loops that
     make a copy (a PACK's)."""
     used: dict[UOp, frozenset[UOp]] = {}
+    none: frozenset[UOp] = frozenset()
     for node in kernel_nodes(sink):
-        if node.op is Ops.RANGE:
+        op, sources = node.op, node.src
+        if op is Ops.RANGE:
             used[node] = frozenset([node])
-        elif node.op is Ops.RANGE_REDUCE:
-            used[node] = used[node.src[0]] - frozenset(node.src[1:])
-        elif node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL:
-            waited = (loop for loop in used[node.src[2]] if loop.arg[1] not in (LoopKind.LOCAL, LoopKind.PACK))
-            used[node] = used[node.src[1]].union(waited)
+        elif op is Ops.RANGE_REDUCE:
+            used[node] = used[sources[0]] - frozenset(sources[1:])
+        elif op is Ops.LOAD and sources[0].op is Ops.DEFINE_LOCAL:
+            waited = (loop for loop in used[sources[2]] if loop.arg[1] not in (LoopKind.LOCAL, LoopKind.PACK))
+            used[node] = used[sources[1]].union(waited)
         else:
-            used[node] = frozenset().union(*(used[source] for source in node.src))
+            # most nodes use the loops of one of their sources: that set is shared, not built again
+            loops = none
+            for source in sources:
+                more = used[source]
+                if more is not loops and not more <= loops:
+                    loops = more if loops <= more else loops | more
+            used[node] = loops
     return used
 
 

@@ -297,9 +297,16 @@ class UOp:
 
     @staticmethod
     def const(dtype: DType, value: Any) -> UOp:
-        # the common case first: an int that the integer dtype holds as it is (index math makes many)
-        if type(value) is int and (limits := _int_limits(dtype)) is not None and limits[0] <= value <= limits[1]:
-            return UOp(Ops.CONST, dtype, (), value)
+        # the common case first: an int that the integer dtype holds as it is (index math makes many, the same few
+        # again and again: those are kept, a dict look-up instead of a range check, an interning key and its look-up)
+        if type(value) is int:
+            if (node := _int_consts.get((dtype, value))) is not None:
+                return node
+            if (limits := _int_limits(dtype)) is not None and limits[0] <= value <= limits[1]:
+                node = UOp(Ops.CONST, dtype, (), value)
+                if len(_int_consts) < INT_CONSTS_KEPT:
+                    _int_consts[(dtype, value)] = node
+                return node
         return UOp(Ops.CONST, dtype, (), cast_python(value, dtype))
 
     def const_like(self, value: Any) -> UOp:
@@ -392,6 +399,11 @@ def wrap_int(value: int, dtype: DType) -> int:
     if not dtype.is_unsigned and value >= 1 << (dtype.bits - 1):
         value -= 1 << dtype.bits
     return value
+
+
+# integer constants made so far (see UOp.const), by dtype and value; the first INT_CONSTS_KEPT stay alive
+_int_consts: dict[tuple[DType, int], UOp] = {}
+INT_CONSTS_KEPT = 4096
 
 
 @functools.cache
