@@ -38,9 +38,17 @@ def toposort_until_reduce(roots: tuple[UOp, ...] | list[UOp], skip: dict[UOp, UO
 def reduces_below(nodes: tuple[UOp, ...]) -> dict[UOp, frozenset[UOp]]:
     """The reduces each node's value needs, directly or through other reduces and memory the threads share."""
     below: dict[UOp, frozenset[UOp]] = {}
+    passed_on: dict[UOp, frozenset[UOp]] = {}  # what a node's users need through it: its own, and a reduce itself
+    none: frozenset[UOp] = frozenset()
     for node in nodes:
-        sources = [below[source] | ({source} if source.op is Ops.RANGE_REDUCE else set()) for source in node.src]
-        below[node] = frozenset().union(*sources)
+        # most nodes need what one of their sources needs: that set is shared, not built again
+        needed = none
+        for source in node.src:
+            more = passed_on[source]
+            if more is not needed and not more <= needed:
+                needed = more if needed <= more else needed | more
+        below[node] = needed
+        passed_on[node] = needed | {node} if node.op is Ops.RANGE_REDUCE else needed
     return below
 
 
