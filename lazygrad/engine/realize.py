@@ -180,12 +180,14 @@ class GeneratedKernel:
     launch: tuple[int, int]  # (blocks, threads per block); on a CPU, the iterations it may split across cores
 
 
-# Kernels compiled together, where the device's language can join sources: each compiler call has a fixed cost, but
-# the optimizer's time grows with the source, so a batch ends at BATCH_SIZE kernels or once its sources reach
-# BATCH_SOURCE characters. A large kernel (a register-blocked product: ~100k characters of IR, 0.1-0.3 s) is then
-# compiled on its own, on one core while the other compiles the rest or generates the next kernels.
+# Kernels compiled together, where the device's language can join sources: each compiler call has a fixed cost
+# (LLVM at O3: ~25 ms, optimizing and emitting even a 2k-character kernel), but the optimizer's time grows with the
+# source, so a batch ends at BATCH_SIZE kernels or once its sources reach BATCH_SOURCE characters. A large kernel (a
+# register-blocked product: ~100k characters of IR, 0.1-0.3 s) is then compiled on its own, on one core while the
+# other compiles the rest or generates the next kernels. (Batches of 16k characters made a new process's first MLP
+# step ~7 % slower than these, with no gain on the first step of a transformer or a ResNet18.)
 BATCH_SIZE = 8
-BATCH_SOURCE = 16_000
+BATCH_SOURCE = 64_000
 
 
 def build_kernels(device_name: str, asts: list[UOp]) -> None:
