@@ -396,6 +396,23 @@ def test_padded_input_read_by_many_taps_is_realized():
     assert kernels(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).relu() * 2) == 1
 
 
+def test_value_padded_input_read_by_many_taps_is_realized():
+    # a max pool with padding pads with -inf (a where over two pads, not a pad): its 9 taps read one padded copy too,
+    # computed once, rather than every tap computing the input again (a batch norm and ReLU) under a gate of its own
+    torch = pytest.importorskip("torch")
+    data, scale = rand(2, 3, 8, 8).numpy(), rand(3).numpy()
+    x = Tensor(data, requires_grad=True)
+    pooled = (x * Tensor(scale).reshape(1, 3, 1, 1)).exp().max_pool2d(3, stride=2, padding=1)
+    assert kernels(pooled) == 2
+    assert kernels(x.max_pool2d(2)) == 1  # no padding: no copy
+    pooled.sum().backward()
+    tx = torch.tensor(data, requires_grad=True)
+    expected = torch.nn.functional.max_pool2d((tx * torch.tensor(scale).reshape(1, 3, 1, 1)).exp(), 3, 2, 1)
+    expected.sum().backward()
+    np.testing.assert_allclose(pooled.numpy(), expected.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+
+
 def test_long_reduce_into_one_value_is_split_across_cores():
     # 2**20 values into one: 256 partial sums (a kernel the cores share), then their sum
     values = np.random.default_rng(0).random(1 << 20, dtype=np.float32)

@@ -7,7 +7,8 @@ kernels). The one exception is a reduce over the last axes read back along its r
 computes it once per row, before the row's other loops, so it fuses. Elementwise work read through an expand is
 computed once per element of the expand: where that repeats more work than a kernel launch costs (a layer norm's
 output read by the products after it), it gets a buffer of its own. A pad read through several views (a padded
-convolution's taps) is realized, so the taps read memory without bounds checks. So is a random value (computed from
+convolution's taps, a padded max pool's, whose pad with -inf is a where over two pads) is realized, so the taps
+read memory without bounds checks. So is a random value (computed from
 random sources alone, such as a fresh layer's weights) that a kernel would compute more than once, or that two
 kernels read: it is drawn once. Outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier
 is read, never recomputed. Where a device limits how many buffers a kernel takes (OpenCL and CUDA limit the
@@ -192,7 +193,7 @@ def _kernel_facts(root: UOp, to_realize: set[UOp], random_leaves: set[UOp], cost
         if state in seen or (node in to_realize and node is not root):
             continue
         seen.add(state)
-        if node.op is Ops.PAD and node is not root:
+        if (node.op is Ops.PAD or _pads_with_value(node)) and node is not root:
             views.setdefault(node, set()).add(view)
         if node is not root and node.op not in MOVEMENT and node.op not in (Ops.BUFFER, Ops.CONST, Ops.REDUCE):
             facts.computed.add(node)
@@ -228,6 +229,11 @@ def _kernel_facts(root: UOp, to_realize: set[UOp], random_leaves: set[UOp], cost
         stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
     facts.unsafe.update(node for node, ways in views.items() if len(ways) > 1)
     return facts
+
+
+def _pads_with_value(node: UOp) -> bool:
+    """Whether `node` is a pad with a value other than zero (a max pool's -inf): `where(pad(True), pad(x), value)`."""
+    return node.op is Ops.WHERE and node.src[0].op is Ops.PAD and node.src[1].op is Ops.PAD
 
 
 def _shared_costly_work(computed_by: dict[UOp, set[UOp]], to_realize: set[UOp], costs: Costs) -> set[UOp]:
