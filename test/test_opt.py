@@ -14,6 +14,7 @@ from lazygrad.codegen.opt import (
     adds_divisions,
     apply_opts,
     count_divmod,
+    kernel_nodes,
     loops_by_axis,
     output_loops,
     prepare,
@@ -208,6 +209,28 @@ def test_a_stride_2_convolution_vectorizes_along_its_every_other_element():
         torch.from_numpy(g_data)
     )
     np.testing.assert_allclose(run_with(weight_gradient, opts), torch_w.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_loops_choosing_between_loads_are_upcast_within_a_budget_of_copies():
+    # the input gradient of a 3x3 convolution with stride 2 sums shifted copies of its windows' gradient, each read
+    # under a gate: four small output loops choose between those reads (the position within a stride and which
+    # windows reach it, down and across). Upcast whole, each copy keeps the read it needs; all four would copy the
+    # kernel's body 64 times, so the last is left a loop
+    from lazygrad.codegen.heuristic import SELECTING_NODES
+    from lazygrad.codegen.renderer import Target
+
+    x, _ = realized(2, 4, 8, 8)
+    g, g_data = realized(2, 4, 4, 4, 3, 3)
+    windows = x.pad(((0, 0), (0, 0), (1, 1), (1, 1)))._pool((3, 3), (2, 2), (1, 1))
+    (gradient,) = (windows * g).sum().gradient(x)
+    kernel = kernel_of(gradient)
+    opts = heuristic_opts(kernel, Target(vector_width=8, vector_registers=16))
+    copies = int(np.prod([opt.amount for opt in opts if opt.op is U]))
+    assert copies == 16 and len(kernel_nodes(kernel)) * copies <= SELECTING_NODES
+    expected = np.zeros((2, 4, 10, 10), np.float32)
+    for row, column, tap_row, tap_column in np.ndindex(4, 4, 3, 3):
+        expected[:, :, 2 * row + tap_row, 2 * column + tap_column] += g_data[:, :, row, column, tap_row, tap_column]
+    np.testing.assert_allclose(run_with(gradient, opts), expected[:, :, 1:9, 1:9], rtol=1e-5, atol=1e-5)
 
 
 def test_a_split_numbers_the_inner_loop_next_and_moves_the_others_up():

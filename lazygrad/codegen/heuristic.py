@@ -54,6 +54,7 @@ from lazygrad.uop.symbolic import split_term, sum_terms
 # least this long (fewer, longer rows: a thread per output would leave most of the device idle)
 ROW_GROUP_OUTPUTS, ROW_GROUP_LENGTH = 1 << 14, 1024
 UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
+SELECTING_NODES = 4096  # the most nodes that upcasting output loops which choose between loads may copy a kernel to
 LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
 # independent multiply-add chains that keep an x86-64 core's FMA units busy: their latency (4 cycles) times their
 # number (2)
@@ -153,12 +154,17 @@ def merge_loops(plan: Plan) -> None:
 def upcast_selecting_loops(plan: Plan) -> None:
     """Upcast small output loops that choose between loads, whole: in a stack of pieces (a conv's taps) each piece
     is a load gated by a comparison of the loop with constants, and with the loop a constant in each copy, every
-    copy keeps one load instead of one per piece."""
+    copy keeps one load instead of one per piece. Within SELECTING_NODES nodes of copies in all: each copy is code
+    to generate and compile, and a large body copied for every position of four such loops (64 copies of a strided
+    convolution's input gradient) took longer to generate than its kernel ran in a hundred steps."""
+    size, copies = len(kernel_nodes(plan.sink)), 1
     for loop in output_loops(plan.sink):
-        if loop.src[0].arg <= UNROLL_LIMIT:
+        amount = loop.src[0].arg
+        if amount <= UNROLL_LIMIT and size * copies * amount <= SELECTING_NODES:
             gates = [n.src[2] for n in kernel_nodes(plan.sink) if n.op is Ops.LOAD and len(n.src) == 3]
             if any(loop in gate.toposort for gate in gates):
-                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], loop.src[0].arg))
+                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], amount))
+                copies *= amount
 
 
 def rolled_reduce_loop(reduce: UOp) -> UOp | None:
