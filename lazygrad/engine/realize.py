@@ -181,13 +181,14 @@ class GeneratedKernel:
 
 
 # Kernels compiled together, where the device's language can join sources: each compiler call has a fixed cost
-# (LLVM at O3: ~25 ms, optimizing and emitting even a 2k-character kernel), but the optimizer's time grows with the
-# source, so a batch ends at BATCH_SIZE kernels or once its sources reach BATCH_SOURCE characters. A large kernel (a
-# register-blocked product: ~100k characters of IR, 0.1-0.3 s) is then compiled on its own, on one core while the
-# other compiles the rest or generates the next kernels. (Batches of 16k characters made a new process's first MLP
-# step ~7 % slower than these, with no gain on the first step of a transformer or a ResNet18.)
+# (LLVM at O3: ~20 ms, optimizing and emitting even a 2k-character kernel), so small kernels share a call, in
+# batches of up to BATCH_SIZE; a kernel of ALONE_SOURCE characters or more (a register-blocked product, a long
+# elementwise chain: 16k-100k characters of IR, 0.05-0.3 s) is compiled on its own, on one core while the other
+# compiles the rest or generates the next kernels. (Batches that ended once they held 16k characters made a new
+# process's first MLP step ~15 % slower, with small kernels in more calls; batches of 64k compiled a long chain's
+# three large kernels on one core, 0.6 -> 0.9 s.)
 BATCH_SIZE = 8
-BATCH_SOURCE = 64_000
+ALONE_SOURCE = 16_000
 
 
 def build_kernels(device_name: str, asts: list[UOp]) -> None:
@@ -216,10 +217,13 @@ def build_kernels(device_name: str, asts: list[UOp]) -> None:
         future: Future = Future()
         key = program_key(device_name, ast)
         _building[key], unsubmitted[future] = future, key
+        if not joins or len(kernel.source) >= ALONE_SOURCE:
+            _submit(device, [(future, kernel)], 1, unsubmitted)
+            continue
         group = device.renderer.join_group(kernel.source)
         batch = pending.setdefault(group, [])
         batch.append((future, kernel))
-        if not joins or len(batch) == BATCH_SIZE or sum(len(queued.source) for _, queued in batch) >= BATCH_SOURCE:
+        if len(batch) == BATCH_SIZE:
             _submit(device, pending.pop(group), 1, unsubmitted)
     # with nothing left to generate, the last kernels are shared by every core
     for batch in pending.values():
