@@ -145,8 +145,9 @@ class MovementMixin:
         return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
-        dim = normalize_axis(dim, self.ndim + 1, "unsqueeze")
-        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+        shape = self.shape
+        dim = normalize_axis(dim, len(shape) + 1, "unsqueeze")
+        return self._movement(Ops.RESHAPE, shape[:dim] + (1,) + shape[dim:])  # (always a valid reshape)
 
     def pad(self: Tensor, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with `value`: `padding` is ((before, after), ...) per axis (None for none), or a flat torch-style
@@ -171,8 +172,11 @@ class MovementMixin:
         if mode != "constant":
             return self._pad_mode(pairs, mode)
         # negative padding crops first
-        cropped = self.shrink(tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(pairs, self.shape)))
-        positive = tuple((max(0, b), max(0, a)) for b, a in pairs)
+        if any(b < 0 or a < 0 for b, a in pairs):
+            cropped = self.shrink(tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(pairs, self.shape)))
+            positive = tuple((max(0, b), max(0, a)) for b, a in pairs)
+        else:
+            cropped, positive = self, pairs
         if all(p == (0, 0) for p in positive):
             return cropped
         padded = cropped._movement(Ops.PAD, positive)
@@ -185,15 +189,16 @@ class MovementMixin:
 
     def shrink(self: Tensor, arg) -> Tensor:
         """The window [start, end) of each axis (None keeps an axis whole)."""
+        shape = self.shape
         arg = tuple(
-            (0, size) if window is None else (int(window[0]), int(window[1])) for window, size in zip(arg, self.shape)
+            (0, size) if window is None else (int(window[0]), int(window[1])) for window, size in zip(arg, shape)
         )
-        if len(arg) != self.ndim:
-            raise ValueError(f"shrink: need one (start, end) pair per axis of {self.shape}, got {arg}")
-        for (start, end), size in zip(arg, self.shape):
+        if len(arg) != len(shape):
+            raise ValueError(f"shrink: need one (start, end) pair per axis of {shape}, got {arg}")
+        for (start, end), size in zip(arg, shape):
             if not 0 <= start <= end <= size:
-                raise ValueError(f"shrink: window {(start, end)} does not fit an axis of size {size} in {self.shape}")
-        if all(window == (0, size) for window, size in zip(arg, self.shape)):
+                raise ValueError(f"shrink: window {(start, end)} does not fit an axis of size {size} in {shape}")
+        if all(window == (0, size) for window, size in zip(arg, shape)):
             return self
         return self._movement(Ops.SHRINK, arg)
 
@@ -294,14 +299,18 @@ class MovementMixin:
         from lazygrad.dtype import least_upper_dtype
 
         dtype = least_upper_dtype(*(t.dtype for t in tensors), op_name="cat")
-        total = sum(t.shape[dim] for t in tensors)
+        sizes = [t.shape[dim] for t in tensors]
+        total, ndim = sum(sizes), self.ndim
         result, offset = None, 0
-        for tensor in tensors:
-            padding = [(0, 0)] * self.ndim
-            padding[dim] = (offset, total - offset - tensor.shape[dim])
-            piece = tensor.cast(dtype).pad(tuple(padding))
+        for tensor, size in zip(tensors, sizes):
+            # each piece padded with zeros to the whole length (the sizes are checked: a PAD node at once)
+            piece = tensor.cast(dtype)
+            if size != total:
+                padding = [(0, 0)] * ndim
+                padding[dim] = (offset, total - offset - size)
+                piece = piece._movement(Ops.PAD, tuple(padding))
             result = piece if result is None else (result | piece if dtype == dtypes.bool else result + piece)
-            offset += tensor.shape[dim]
+            offset += size
         return result
 
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
