@@ -8,11 +8,11 @@ computes it once per row, before the row's other loops, so it fuses. Elementwise
 computed once per element of the expand: where that repeats more work than a kernel launch costs (a layer norm's
 output read by the products after it), it gets a buffer of its own. A pad read through several views (a padded
 convolution's taps, a padded max pool's, whose pad with -inf is a where over two pads) is realized, so the taps
-read memory without bounds checks. So is a random value (computed from
-random sources alone, such as a fresh layer's weights) that a kernel would compute more than once, or that two
-kernels read: it is drawn once. Outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier
-is read, never recomputed. Where a device limits how many buffers a kernel takes (OpenCL and CUDA limit the
-bytes of its parameters), parts of a kernel that would read more are computed apart first.
+read memory without bounds checks. So is a random value (computed from random sources alone, such as a fresh
+layer's weights) that a kernel would compute more than once, or that two kernels read: it is drawn once.
+Outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier is read, never recomputed.
+Where a device limits how many buffers a kernel takes (OpenCL and CUDA limit the bytes of its parameters), parts of
+a kernel that would read more are computed apart first.
 
 Planning happens once per graph structure (`_structure`): a graph built again over new buffers reuses the plan.
 
