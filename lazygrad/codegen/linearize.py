@@ -15,7 +15,7 @@ one opens. A reduce of tensor-core products (WMMA) is one accumulator (the warp'
 from __future__ import annotations
 
 from lazygrad.codegen.lower import reduce_identity
-from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops
+from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops, union_of
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 
@@ -39,15 +39,8 @@ def reduces_below(nodes: tuple[UOp, ...]) -> dict[UOp, frozenset[UOp]]:
     """The reduces each node's value needs, directly or through other reduces and memory the threads share."""
     below: dict[UOp, frozenset[UOp]] = {}
     passed_on: dict[UOp, frozenset[UOp]] = {}  # what a node's users need through it: its own, and a reduce itself
-    none: frozenset[UOp] = frozenset()
     for node in nodes:
-        # most nodes need what one of their sources needs: that set is shared, not built again
-        needed = none
-        for source in node.src:
-            more = passed_on[source]
-            if more is not needed and not more <= needed:
-                needed = more if needed <= more else needed | more
-        below[node] = needed
+        needed = below[node] = union_of([passed_on[source] for source in node.src])
         passed_on[node] = needed | {node} if node.op is Ops.RANGE_REDUCE else needed
     return below
 

@@ -358,7 +358,6 @@ def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     loops the barrier is inside, besides the threads' (a tile's copy is made once per iteration) and the loops that
     make a copy (a PACK's)."""
     used: dict[UOp, frozenset[UOp]] = {}
-    none: frozenset[UOp] = frozenset()
     for node in kernel_nodes(sink):
         op, sources = node.op, node.src
         if op is Ops.RANGE:
@@ -369,14 +368,21 @@ def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
             waited = (loop for loop in used[sources[2]] if loop.arg[1] not in (LoopKind.LOCAL, LoopKind.PACK))
             used[node] = used[sources[1]].union(waited)
         else:
-            # most nodes use the loops of one of their sources: that set is shared, not built again
-            loops = none
-            for source in sources:
-                more = used[source]
-                if more is not loops and not more <= loops:
-                    loops = more if loops <= more else loops | more
-            used[node] = loops
+            used[node] = union_of([used[source] for source in sources])
     return used
+
+
+def union_of(sets: list[frozenset[UOp]]) -> frozenset[UOp]:
+    """The union of `sets`: one of them where it holds all the others (most nodes use the loops, or need the reduces,
+    of one of their sources), so that set is shared instead of built again per node."""
+    union: frozenset[UOp] = _NO_NODES
+    for more in sets:
+        if more is not union and not more <= union:
+            union = more if union <= more else union | more
+    return union
+
+
+_NO_NODES: frozenset[UOp] = frozenset()
 
 
 def loops_under(sink: UOp, loop: UOp) -> set[UOp]:
