@@ -96,8 +96,9 @@ class MemoryPool:
 
     def give_back(self, device: str, nbytes: int, handle: Any) -> None:
         GlobalCounters.memory_used -= nbytes
-        if self.held + nbytes > self.limit or Device[device].allocator.caches_memory:
-            Device[device].allocator.free(handle)
+        allocator = Device[device].allocator
+        if allocator.caches_memory or self.held + nbytes > self.limit:
+            allocator.free(handle)
             return
         self.held += nbytes
         kept = self.free_memory.get((device, nbytes))

@@ -299,19 +299,25 @@ def test_compile_threads_and_user_threads_have_the_context_current(fake):
 
 def test_a_foreign_context_is_restored_after_each_call(fake):
     device = Device["CUDA"]
+    x = Tensor(numbers(4, seed=1), device="CUDA").realize()
+    (x * 2).realize()  # compiled and launched here first
     seen = []
 
     def other_library_thread():
         fake.set_current_context(FOREIGN)
-        pointer = device.allocator.alloc(100)
+        pointer = device.allocator.alloc(100_000)  # (a size no freed block serves)
         seen.append(fake.current_context())
         device.allocator.free(pointer)
         seen.append(fake.current_context())
+        (x * 2).realize()
+        seen.append(fake.current_context())
 
+    fake.calls.clear()
     thread = threading.Thread(target=other_library_thread)
     thread.start()
     thread.join()
-    assert seen == [FOREIGN, FOREIGN] and fake.named("mem_alloc")[-1][1] == thread.name
+    assert seen == [FOREIGN, FOREIGN, FOREIGN] and fake.named("mem_alloc")[-1][1] == thread.name
+    assert fake.named("launch")[-1][1] == thread.name  # launched in the device's context, then the foreign one back
 
 
 # ---- launches, events, graphs -------------------------------------------------------------------------------------

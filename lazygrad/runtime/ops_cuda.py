@@ -78,26 +78,41 @@ class CUDAProgram:
             self.function = device.driver.module_function(self.module, name)
         self.values: ctypes.Array | None = None  # the argument values and params, made at the first launch
         self.params: ctypes.Array | None = None
+        self.buffers: tuple[int, ...] = ()  # the pointers in `values`
         self.graphs = 0  # graphs that launch this kernel: its module stays loaded while there are any
         self.released = False
 
     def __call__(self, *buffers: int) -> float | None:
         """Queue one launch on `buffers` (device pointers); at DEBUG>=2, wait for it and return its seconds."""
         device = self.device
-        with device.lock, device.current():
-            if self.values is None:
-                if self.function is None:
-                    raise RuntimeError(f"CUDA: kernel {self.name} was released and cannot run")
-                self.values, self.params = argument_array(len(buffers))
-            elif len(buffers) != len(self.values):
-                raise ValueError(f"CUDA: kernel {self.name} takes {len(self.values)} buffers, not {len(buffers)}")
-            self.values[:] = buffers
-            if DEBUG.value >= 2:
-                return device.timed(
-                    lambda: device.driver.launch(self.function, self.grid, self.block, device.stream, self.params)
-                )
-            device.driver.launch(self.function, self.grid, self.block, device.stream, self.params)
+        driver, context = device.driver, device.context
+        with device.lock:
+            # (`device.current()` spelled out: this runs on every launch, and most launches find the context current)
+            previous = driver.current_context()
+            if previous != context:
+                driver.set_current_context(context)
+            try:
+                if buffers != self.buffers:  # (a repeated step gets the same memory back from the allocator)
+                    self.set_arguments(buffers)
+                if DEBUG.value >= 2:
+                    return device.timed(
+                        lambda: driver.launch(self.function, self.grid, self.block, device.stream, self.params)
+                    )
+                driver.launch(self.function, self.grid, self.block, device.stream, self.params)
+            finally:
+                if previous is not None and previous != context:
+                    driver.set_current_context(previous)
         return None
+
+    def set_arguments(self, buffers: tuple[int, ...]) -> None:
+        if self.values is None:
+            if self.function is None:
+                raise RuntimeError(f"CUDA: kernel {self.name} was released and cannot run")
+            self.values, self.params = argument_array(len(buffers))
+        elif len(buffers) != len(self.values):
+            raise ValueError(f"CUDA: kernel {self.name} takes {len(self.values)} buffers, not {len(buffers)}")
+        self.values[:] = buffers
+        self.buffers = buffers
 
     def release(self) -> None:
         """Unload the kernel's module, once no graph launches it; the program cannot run after."""
@@ -114,6 +129,7 @@ class CUDAProgram:
             device.driver.stream_synchronize(device.stream)  # no queued launch of it may still be waiting
             device.driver.module_unload(self.module)
         self.module = self.function = self.values = None
+        self.buffers = ()
 
 
 class CUDAGraph:
