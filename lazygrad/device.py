@@ -273,7 +273,7 @@ class LoadedBinaries:
 
     def acquire(self, binary: bytes, lookup: Callable[[Any], Any]) -> tuple[bytes, Any]:
         """For one more program: (the binary's hash, `lookup(loaded binary)`); pass the hash to `release` when done.
-        `lookup` (finding a function in the binary) runs under the lock, before another binary is loaded."""
+        `lookup` (finding a function in the binary) runs under the lock."""
         digest = hashlib.sha256(binary).digest()
         with self.lock:
             entry = self.loaded.get(digest)

@@ -242,29 +242,32 @@ def test_every_device_in_a_fresh_process(variables):
     assert "freed" in result.stdout
 
 
-def test_llvm_engines_close_once_none_of_their_objects_is_in_use():
+def test_llvm_programs_find_their_own_objects_function_among_objects_of_the_same_name():
+    # BEAM builds several candidates of one kernel, each an object defining the same name; a program made later for
+    # an object loaded earlier (the kernel the realize before had kept) must run that object's code, not the name's
+    # newest definition: another candidate's code run with this one's launch range wrote past the end of a buffer
     import ctypes
 
     try:
-        from lazygrad.runtime.ops_llvm import Engines, LLVMCompiler
+        from lazygrad.runtime.ops_llvm import LLVMCompiler, LLVMProgram
 
         compiler = LLVMCompiler()
     except (DeviceUnavailable, ImportError) as error:
         pytest.skip(str(error))
-    source = "define i32 @{name}() {{\n  ret i32 {value}\n}}\n"
-    objects = [compiler.compile(source.format(name=f"answer{value}", value=value)) for value in range(3)]
-    engines = Engines()
-    engines.OBJECTS_PER_ENGINE = 2
-    first, second, third = [engines.load(binary) for binary in objects]
-    assert first is second and third is not first and engines.filling is third
-    answer = ctypes.CFUNCTYPE(ctypes.c_int32)(third.engine.get_function_address("answer2"))
-    assert answer() == 2
-    engines.unload(first)
-    assert not first.engine.closed  # its second object is still in use
-    engines.unload(second)
-    assert first.engine.closed and not third.engine.closed
-    engines.unload(third)
-    assert third.engine.closed and engines.filling is None
+    source = "define i32 @answer() {{\n  ret i32 {value}\n}}\n"
+    first, second = [compiler.compile(source.format(value=value)) for value in (1, 2)]
+    binaries = LLVMProgram.binaries
+
+    def answer(binary: bytes) -> tuple[bytes, int]:
+        digest, address = binaries.acquire(binary, lambda engine: engine.engine.get_function_address("answer"))
+        return digest, ctypes.CFUNCTYPE(ctypes.c_int32)(address)()
+
+    acquired = [answer(first), answer(second), answer(first)]
+    assert [value for _, value in acquired] == [1, 2, 1]
+    engine = binaries.loaded[acquired[0][0]][0]
+    for digest, _ in acquired:
+        binaries.release(digest)
+    assert engine.engine.closed and acquired[0][0] not in binaries.loaded  # the last release frees the code
 
 
 def test_a_released_program_refuses_to_run(device):

@@ -119,54 +119,29 @@ def hash_of(machine) -> str:
 
 
 class Engine:
-    """An MCJIT engine, with its own target machine (an engine owns its machine), and how many of the object files
-    loaded into it are in use."""
+    """An MCJIT engine (with its own target machine: an engine owns its machine) holding one object file, a batch of
+    kernels. Each object gets an engine of its own, so a program finds its function among its own object's symbols
+    only: objects defining the same name (BEAM's candidates for one kernel, a kernel built again while a TinyJit holds
+    its first build) can never answer for each other. (Sharing an engine between objects saved ~0.3 ms per object,
+    but a second program on an object loaded earlier looked its name up after other objects had defined it again,
+    and ran another kernel's code with its own launch range: writes past the end of a buffer.) Closing the engine
+    frees the machine code."""
 
-    def __init__(self):
+    def __init__(self, binary: bytes):
         import llvmlite.binding as llvm
 
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
-        self.loaded = self.in_use = 0
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
+        self.engine.finalize_object()
 
-
-class Engines:
-    """Where object files (each a batch of kernels) are loaded. An MCJIT engine frees machine code only when it is
-    closed, and costs about 40 KB and half a millisecond to make: so up to OBJECTS_PER_ENGINE objects share an engine,
-    which is closed once none of them is in use. The program cache drops the least recently used kernels first, so
-    the objects of an engine, loaded one after another, mostly go together. Where two objects of an engine define the
-    same kernel name (a kernel built again while a TinyJit still holds its first build), the later one's symbol wins
-    for later lookups: each program looks its function up right after its object is loaded."""
-
-    OBJECTS_PER_ENGINE = 8
-
-    def __init__(self):
-        self.filling: Engine | None = None  # the engine new objects go into
-
-    def load(self, binary: bytes) -> Engine:
-        import llvmlite.binding as llvm
-
-        if self.filling is None or self.filling.loaded == self.OBJECTS_PER_ENGINE:
-            self.filling = Engine()
-        engine = self.filling
-        engine.engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
-        engine.engine.finalize_object()
-        engine.loaded += 1
-        engine.in_use += 1
-        return engine
-
-    def unload(self, engine: Engine) -> None:
-        engine.in_use -= 1
-        if engine.in_use == 0:
-            if engine is self.filling:
-                self.filling = None
-            engine.engine.close()
+    def close(self) -> None:
+        self.engine.close()
 
 
 class LLVMProgram(HostProgram):
     """A compiled kernel: a function in an object file loaded into one of the engines, run as a HostProgram."""
 
-    engines = Engines()
-    binaries = LoadedBinaries(engines.load, engines.unload)  # which calls them under its lock: one thread at a time
+    binaries = LoadedBinaries(Engine, Engine.close)  # which calls them under its lock: one thread at a time
 
     def address_of(self, engine: Engine, name: str) -> int:
         return engine.engine.get_function_address(name)
