@@ -413,6 +413,51 @@ def test_value_padded_input_read_by_many_taps_is_realized():
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
 
 
+def test_a_value_uniform_along_axes_is_stored_once_along_them():
+    # with a .sum() loss, a convolution's windows gradient is the same for every image and position: stored once
+    # per (channel, tap) and read back through an expand, not 32 x 32 x 32 times over (3.5 MB)
+    torch = pytest.importorskip("torch")
+    data, weights = rand(32, 3, 32, 32).numpy(), rand(16, 3, 3, 3).numpy()
+    x, w = Tensor(data, requires_grad=True), Tensor(weights, requires_grad=True)
+    x.conv2d(w, padding=1).sum().backward()
+    items = x.grad.schedule()
+    assert len(items) == 2 and items[0].buffers[0].arg[1] == 3 * 3 * 3
+    tx, tw = torch.tensor(data, requires_grad=True), torch.tensor(weights, requires_grad=True)
+    torch.nn.functional.conv2d(tx, tw, padding=1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4)
+
+
+def test_a_tensor_whose_value_is_stored_once_keeps_its_values_and_gradients():
+    # a live tensor computed between kernels, uniform along an axis, is not switched to the small buffer: it reads
+    # it back in full when realized, and gradients still flow through it
+    data, other = rand(8).numpy(), rand(64, 5, 8).numpy()
+    w = Tensor(data, requires_grad=True)
+    row = (w.reshape(1, 1, 8).expand(64, 4, 8) * 3.0).sum(1, keepdim=True)  # (64, 1, 8): the same for each of 64
+    out = (row.expand(64, 5, 8) * Tensor(other)).sum(2)
+    items = out.schedule()
+    assert len(items) == 2 and items[0].buffers[0].arg[1] == 8
+    np.testing.assert_allclose(out.numpy(), (12.0 * data * other).sum(2), rtol=1e-5)
+    np.testing.assert_allclose(row.numpy(), np.broadcast_to(12.0 * data, (64, 1, 8)), rtol=1e-6)
+    row.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.full(8, 64 * 12.0), rtol=1e-6)
+
+
+def test_uniform_axes_follow_movement_and_elementwise_ops():
+    from lazygrad.engine.schedule import _reshaped_uniform_axes, _uniform_axes
+
+    # a merge is uniform only if all it merges is; a split of a uniform axis is uniform throughout
+    assert _reshaped_uniform_axes((4, 8), frozenset({0}), (32,)) == frozenset()
+    assert _reshaped_uniform_axes((4, 8), frozenset({0}), (2, 2, 8)) == frozenset({0, 1})
+    assert _reshaped_uniform_axes((4, 1, 8), frozenset({0, 1}), (4, 8, 1)) == frozenset({0})
+    row = Tensor(rand(8).numpy()).reshape(1, 8).expand(6, 8)
+    assert _uniform_axes(row.uop, {}) == {0}
+    assert _uniform_axes((row * 2).permute(1, 0).uop, {}) == {1}
+    assert _uniform_axes((row + Tensor(rand(6, 8).numpy())).uop, {}) == frozenset()
+    assert _uniform_axes(row.pad(((1, 0), (0, 0))).uop, {}) == frozenset()  # the pad's zeros differ from the row
+    assert _uniform_axes(row.sum(1, keepdim=True).uop, {}) == {0, 1}
+
+
 def test_long_reduce_into_one_value_is_split_across_cores():
     # 2**20 values into one: 256 partial sums (a kernel the cores share), then their sum
     values = np.random.default_rng(0).random(1 << 20, dtype=np.float32)

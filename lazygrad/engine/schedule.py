@@ -11,6 +11,8 @@ convolution's taps, a padded max pool's, whose pad with -inf is a where over two
 read memory without bounds checks. So is a random value (computed from random sources alone, such as a fresh
 layer's weights) that a kernel would compute more than once, or that two kernels read: it is drawn once.
 Outputs, CONTIGUOUS, COPY and ASSIGN are always realized; anything realized earlier is read, never recomputed.
+A value realized between kernels that does not vary along some axes (a gradient the same for every image, as a
+`.sum()` loss gives) is stored once along them and read back through an expand; outputs and copies are stored whole.
 Where a device limits how many buffers a kernel takes (OpenCL and CUDA limit the bytes of its parameters), parts of
 a kernel that would read more are computed apart first.
 
@@ -24,8 +26,10 @@ learning rate and step count, each draw's random source — so a training loop c
 from __future__ import annotations
 
 import heapq
+import operator
 import time
 from dataclasses import dataclass, field
+from itertools import accumulate, pairwise
 from typing import Any
 
 from lazygrad.device import Device
@@ -34,7 +38,7 @@ from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, r
 from lazygrad.engine.kernel_work import long_chain_cuts
 from lazygrad.engine.rng import is_random_source
 from lazygrad.helpers import DEBUG, prod
-from lazygrad.uop.ops import MOVEMENT, Ops, UOp, _const_key
+from lazygrad.uop.ops import ALU, MOVEMENT, Ops, UOp, _const_key
 from lazygrad.uop.pattern import substitute
 
 
@@ -501,9 +505,10 @@ class Plan:
 
     kernels: list[tuple[UOp | None, list[int], str, str]]  # AST, buffer slots, device, kind
     new_buffers: list[tuple[str, int, DType]]  # device, size and dtype of each allocated slot
-    views: list[tuple[int, int, tuple[tuple[int, ...], ...]]]  # position, slot and the reshapes viewing it
+    views: list[tuple[int, int, tuple[tuple[Ops, Any], ...]]]  # position, slot and the reshapes (and expand) viewing it
     remember: tuple[int, ...]  # positions whose value later graphs may reuse
     overwritten: list[int]  # slots that assigns write
+    stored_once: bool = False  # whether a value is kept once along axes it is uniform on (see `_uniform_axes`)
     launches: Any = None  # what the runtime prepared to run the kernels again (see realize.run_schedule)
 
 
@@ -629,12 +634,14 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
             buffers.append(new_buffer(*spec))
     schedule = Schedule(plan, buffers)
     views = {}
-    for position, slot, shapes in plan.views:
+    for position, slot, moves in plan.views:
         view = buffers[slot]
-        for shape in shapes:
-            view = UOp(Ops.RESHAPE, view.dtype, (view,), shape)
+        for op, arg in moves:
+            view = UOp(op, view.dtype, (view,), arg)
         views[nodes[position]] = view
     remember = {nodes[position]: views[nodes[position]] for position in plan.remember}
+    if plan.stored_once:  # a tensor is switched to memory that holds it in order; later graphs read the rest too
+        views = {node: view for node, view in views.items() if view.op is not Ops.EXPAND}
     if prepared:
         # a node of the original graph found realized, or with a computed node in its place, goes to that buffer view
         becomes = {
@@ -676,18 +683,22 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> P
     position = {node: index for index, node in enumerate(nodes)}
     views = []
     for root, view in buffer_views.items():
-        shapes = []
-        while view.op is Ops.RESHAPE:
-            shapes.append(view.arg)
+        moves = []
+        while view.op in _STORED_VIEW_OPS:
+            moves.append((view.op, view.arg))
             view = view.src[0]
-        views.append((position[root], slots[view], tuple(reversed(shapes))))
+        views.append((position[root], slots[view], tuple(reversed(moves))))
     return Plan(
         [(item.ast, [slots[buffer] for buffer in item.buffers], item.device, item.kind) for item in ordered],
         new_buffers,
         views,
         tuple(position[node] for node in _reusable(sink_nodes, roots, buffer_views)),
         [slots[root.src[0].base] for root in roots if root.op is Ops.ASSIGN],
+        any(view.op is Ops.EXPAND for view in buffer_views.values()),
     )
+
+
+_STORED_VIEW_OPS = (Ops.RESHAPE, Ops.EXPAND)
 
 
 def _reusable(sink_nodes: list[UOp], roots: list[UOp], buffer_views: dict[UOp, UOp]) -> list[UOp]:
@@ -719,17 +730,74 @@ def _build_schedule(
     buffer_views: dict[UOp, UOp] = {}
     schedule: list[ScheduleItem] = []
     devices: dict[UOp, str | None] = {}
+    # (outputs become tensors' memory, and a copy moves memory as it is: those are stored whole)
+    whole = set(sink.src) | {node.src[0] for node in sink_nodes if node.op is Ops.COPY}
+    uniform: dict[UOp, frozenset[int]] = {}
     for root in roots:
         root_device = _device_of(root, devices) or device
         if root.op is Ops.ASSIGN:
             buffer, buffer_views[root] = root.src[0].base, root.src[0]
         else:
-            buffer = new_buffer(root_device, prod(root.shape), root.dtype)
-            buffer_views[root] = (
-                buffer if root.shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), root.shape)
-            )
+            # a value between kernels is stored once along the axes it does not vary on (a gradient that is the
+            # same for every image and position, as a `.sum()` loss gives), and read back through an expand
+            shape = root.shape
+            if root not in whole and root.op not in (Ops.CONTIGUOUS, Ops.COPY) and prod(shape):
+                axes = _uniform_axes(root, uniform)
+                shape = tuple(1 if axis in axes else size for axis, size in enumerate(shape))
+            buffer = new_buffer(root_device, prod(shape), root.dtype)
+            view = buffer if shape == (buffer.arg[1],) else UOp(Ops.RESHAPE, root.dtype, (buffer,), shape)
+            buffer_views[root] = view if shape == root.shape else UOp(Ops.EXPAND, root.dtype, (view,), root.shape)
         schedule.append(_build_item(root, buffer, buffer_views, root_device))
     return roots, schedule, buffer_views
+
+
+def _uniform_axes(root: UOp, known: dict[UOp, frozenset[int]]) -> frozenset[int]:
+    """The axes along which `root`'s value does not change (every axis of size 1 among them), from its graph:
+    constants and expands are uniform, buffers and aranges are not, elementwise ops keep what all their sources
+    share, and movement ops carry the axes along. `known` holds the answers for nodes seen before."""
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if node in known:
+            stack.pop()
+            continue
+        missing = [source for source in node.src if source not in known]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        shape, op = node.shape, node.op
+        ones = frozenset(axis for axis, size in enumerate(shape) if size == 1)
+        if op in ALU or op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY):
+            axes = frozenset.intersection(*(known[source] for source in node.src))
+        elif op is Ops.REDUCE:
+            axes = known[node.src[0]] | frozenset(node.arg[1])
+        elif op is Ops.EXPAND or op is Ops.SHRINK or op is Ops.FLIP:  # (an expand keeps its source's size-1 axes)
+            axes = known[node.src[0]]
+        elif op is Ops.PERMUTE:
+            axes = frozenset(axis for axis, old in enumerate(node.arg) if old in known[node.src[0]])
+        elif op is Ops.PAD:
+            axes = frozenset(axis for axis in known[node.src[0]] if node.arg[axis] == (0, 0))
+        elif op is Ops.RESHAPE:
+            axes = _reshaped_uniform_axes(node.src[0].shape, known[node.src[0]], shape)
+        else:  # a buffer, an arange, an assign's new contents
+            axes = frozenset()
+        known[node] = axes | ones
+    return known[root]
+
+
+def _reshaped_uniform_axes(old: tuple[int, ...], uniform: frozenset[int], new: tuple[int, ...]) -> frozenset[int]:
+    """The uniform axes after a reshape. The two shapes are cut into pieces where their running products meet (a
+    merge or a split stays inside one piece); within a piece, the new axes are uniform if all the old ones are.
+    (Axes of size 1 lie in no piece here: they are uniform anyway.)"""
+    if not prod(old):
+        return frozenset()
+    old_ends, new_ends = list(accumulate(old, operator.mul)), list(accumulate(new, operator.mul))
+    result: set[int] = set()
+    for low, high in pairwise([1, *sorted(set(old_ends) & set(new_ends))]):
+        if all(axis in uniform for axis, end in enumerate(old_ends) if low < end <= high):
+            result.update(axis for axis, end in enumerate(new_ends) if low < end <= high)
+    return frozenset(result)
 
 
 def _device_of(root: UOp, devices: dict[UOp, str | None]) -> str | None:
@@ -865,5 +933,8 @@ def _build_item(root: UOp, output: UOp, buffer_views: dict[UOp, UOp], device: st
         else:
             stack.extend(reversed(node.src))
     kernel_value = substitute(value, replacements)
+    if (view := buffer_views[root]).op is Ops.EXPAND:  # stored once along its uniform axes: the first of each
+        stored = view.src[0].shape
+        kernel_value = UOp(Ops.SHRINK, value.dtype, (kernel_value,), tuple((0, size) for size in stored))
     store = UOp(Ops.STORE, src=(UOp(Ops.DEFINE_GLOBAL, root.dtype, (), (0, output.arg[1])), kernel_value))
     return ScheduleItem(UOp(Ops.SINK, src=(store,)), buffers, device, outputs=[root], reads=list(replacements))
