@@ -233,6 +233,28 @@ def test_loops_choosing_between_loads_are_upcast_within_a_budget_of_copies():
     np.testing.assert_allclose(run_with(gradient, opts), expected[:, :, 1:9, 1:9], rtol=1e-5, atol=1e-5)
 
 
+def test_a_reduce_the_same_for_every_output_channel_runs_once_before_their_loop():
+    # with a .sum() loss, a convolution's weight gradient does not depend on the output channel: that loop stays a
+    # loop and opens after the reduce has run (16 registers upcast only 2 of its 16 iterations: the other 8 would
+    # each run the whole reduce again), while the input channels' loop stays split across cores
+    from lazygrad.codegen.linearize import linearize
+    from lazygrad.codegen.renderer import Target
+
+    x, x_data = realized(4, 3, 8, 8)
+    weight = Tensor(rng.standard_normal((16, 3, 3, 3)).astype(np.float32), requires_grad=True)
+    (gradient,) = x.conv2d(weight).sum().gradient(weight)
+    kernel = kernel_of(gradient)
+    opts = heuristic_opts(kernel, Target(vector_width=8, vector_registers=16))
+    assert Opt(OptOp.LOOP, 0) in opts
+    program = linearize(apply_opts(kernel, opts))
+    opened = [node.arg for node in program if node.op is Ops.RANGE]
+    assert opened[0][1] is LoopKind.GLOBAL and opened[-1] == (0, LoopKind.LOOP)
+    assert sum(node.op is Ops.DEFINE_ACC for node in program) == 9  # one per tap, not per tap and channel
+    taps = np.stack([x_data[:, :, i : i + 6, j : j + 6].sum((0, 2, 3)) for i in range(3) for j in range(3)], -1)
+    expected = np.broadcast_to(taps.reshape(1, 3, 3, 3), (16, 3, 3, 3))
+    np.testing.assert_allclose(run_with(gradient, opts), expected, rtol=1e-5, atol=1e-4)
+
+
 def test_a_split_numbers_the_inner_loop_next_and_moves_the_others_up():
     a, _ = realized(8, 12)
     b, _ = realized(12, 16)

@@ -6,6 +6,8 @@ Target, in the order they apply:
 - merge neighbouring loops whose indices only appear together as `outer*size + inner`, so a contiguous kernel runs
   one flat loop indexed by the counter alone (and the compiler can vectorize it);
 - upcast small output loops that choose between loads (a convolution's taps) whole;
+- keep as a loop, opened after the reduce has run, an output loop outside the others that a long reduce does not
+  depend on (a weight gradient the same for every output channel);
 - register blocking for kernels shaped like a matrix product: upcast output loops along which some input is reused,
   and mark a reduce loop along which every input is contiguous (or fixed, or every other element: a stride-2
   convolution) for the compiler to vectorize;
@@ -385,6 +387,24 @@ def shaped(sink: UOp, target: Target | None = None) -> Plan:
     return plan
 
 
+def loop_around_reduces(plan: Plan) -> None:
+    """Keep as a loop (inside the thread, or on a CPU inside the loops split across cores) each output loop that
+    some reduce does not depend on, where the reduce is at least as long as the loop: the reduce then runs before
+    the loop opens, once instead of once per iteration (a weight gradient the same for every output channel). Else
+    the loop's iterations are better spread over threads, each repeating a short reduce (a gradient broadcast over a
+    large output). On a CPU, only a loop outside one the reduce depends on: the reduce runs before the others open
+    anyway, and they stay split across cores."""
+    reduces, used = reduce_nodes(plan.sink), loops_used(plan.sink)
+    loops = output_loops(plan.sink)
+    for position, loop in enumerate(loops):
+        independent = [reduce for reduce in reduces if loop not in used[reduce]]
+        if not plan.target.max_threads:
+            independent = [reduce for reduce in independent if used[reduce] & set(loops[position + 1 :])]
+        repeated = sum(map(iterations, independent))
+        if loop.arg[1] is LoopKind.GLOBAL and repeated and loop.src[0].arg <= repeated:
+            plan.apply(Opt(OptOp.LOOP, loop.arg[0]))
+
+
 def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
     """The largest divisor of `size` up to `limit` (a power of two, if asked)."""
     return max(d for d in range(1, min(size, limit) + 1) if size % d == 0 and (not powers_of_two or d & (d - 1) == 0))
@@ -409,14 +429,7 @@ def thread_opts(
         and tensor_core_product(plan, TC_TILES if tensor_cores is True else (tensor_cores,))
     ):
         return tuple(plan.opts)
-    reduces, used = reduce_nodes(plan.sink), loops_used(plan.sink)
-    # an output loop some reduce does not depend on stays a loop in the thread, so the reduce runs once per thread,
-    # where the reduce is at least as long as the loop (else the loop's iterations are better spread over threads,
-    # each repeating a short reduce: a gradient broadcast over a large output)
-    for loop in output_loops(plan.sink):
-        repeated = sum(iterations(reduce) for reduce in reduces if loop not in used[reduce])
-        if repeated and loop.src[0].arg <= repeated:
-            plan.apply(Opt(OptOp.LOOP, loop.arg[0]))
+    loop_around_reduces(plan)
     outputs = loops_of_kind(plan.sink, LoopKind.GLOBAL)
     if target.vector_width > 1 and outputs:  # vector lanes along the innermost output loop, inside each thread
         inner = outputs[-1]
@@ -611,6 +624,7 @@ def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, 
     if target.max_threads:
         return thread_opts(sink, target)
     plan = shaped(sink, target)
+    loop_around_reduces(plan)
     shape = matrix_shape(plan.sink, target)
     block_registers(plan, target, blocking, shape)
     unroll_small_reduces(plan, target)

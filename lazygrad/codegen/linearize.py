@@ -1,7 +1,7 @@
 """Linearizing: the kernel graph becomes a list of UOps in execution order, with explicit loops.
 
 Output loops open first and close last (on a device with threads, the loops left beside the block and thread
-indices); a reduce that depends only on the outer ones runs before the inner ones open. A RANGE_REDUCE becomes an
+indices; on a CPU, the loops kept as loops inside the others); a reduce that depends only on the outer ones runs before the inner ones open. A RANGE_REDUCE becomes an
 accumulator (DEFINE_ACC) set before its loops, updated inside them (LOAD/STORE on the accumulator) and read after
 them. Before a reduce's loops open, every part of its body that does not depend on them is emitted, so each value
 is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
@@ -166,7 +166,9 @@ class Linearizer:
         self.program.extend(self.sink.arg)
         for node in self.program:
             self.linear[node] = node
-        outputs = output_loops(self.sink)
+        # the loops that stay loops on a device with threads open inside the ones it maps (a CPU's cores), so that
+        # a reduce they do not depend on runs before them
+        outputs = sorted(output_loops(self.sink), key=lambda loop: loop.arg[1] is LoopKind.LOOP)
         for loop in outputs:
             for barrier, loops in self.packs.items():  # (the loops inside need the copies)
                 if barrier not in self.linear and self.used[barrier] - set(loops) <= self.open:
