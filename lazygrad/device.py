@@ -354,7 +354,7 @@ class HostProgram(ABC):
         self.digest: bytes | None
         self.digest, self.address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
         self.function: Callable | None = ctypes.CFUNCTYPE(None, *self.SIGNATURE)(self.address)
-        self.outer = launch[0]
+        self.outer, self.work = launch[0], work
         self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
         # the last call's buffer addresses, their array, and its address (see __call__)
         self.arguments: tuple[list[int], array.array, int] | None = None
@@ -407,26 +407,32 @@ def packed_addresses(addresses: list[int]) -> tuple[array.array, int]:
 
 class HostGraph:
     """The kernels of a captured step on a host device, replayed from a table of each kernel's (function, array of
-    buffer addresses, outermost loop's end): the device's kernel runner (see `HostDevice.kernel_runner`) calls a run
-    of them in one call from Python; a kernel split across the cores runs on its own. A kernel's array is built at
-    the first call and again only where its buffers changed (a TinyJit's inputs)."""
+    buffer addresses, end of the outermost loop, chunk size): the device's kernel runner (see
+    `HostDevice.kernel_runner`) calls them all in one call from Python, while the other cores' workers spin beside
+    it and take chunks of each kernel's outer loop that has SHARED_WORK or more (see codegen's TeamLayout: a
+    thread pool's wake-up costs tens of microseconds, a spinning worker's a cache line). A kernel's array is built
+    at the first call and again only where its buffers changed (a TinyJit's inputs)."""
 
-    def __init__(self, programs: list[HostProgram], runner: HostProgram):
-        self.programs, self.runner = programs, runner
+    SHARED_WORK = 1 << 12  # innermost statement runs in all below which a kernel runs whole on the runner's thread
+    CHUNKS = 2  # chunks of a shared kernel per thread (more balance the threads' work better, fewer cost less)
+
+    def __init__(self, programs: list[HostProgram], runner: HostProgram, worker: HostProgram, team: Any):
+        self.programs, self.runner, self.worker, self.team = programs, runner, worker, team
         self.bound: list[list[HostMemory]] = [[] for _ in programs]
         self.arguments: list[array.array | None] = [None] * len(programs)  # (kept alive: the table points at them)
-        self.table = array.array(ADDRESS_TYPECODE, [0] * (3 * len(programs)))
-        self.table[0::3] = array.array(ADDRESS_TYPECODE, [program.address for program in programs])
-        self.table[2::3] = array.array(ADDRESS_TYPECODE, [program.outer for program in programs])
-        # (first, end, None) for a run of kernels on one core; (number, number + 1, program) for one split across them
-        self.runs: list[tuple[int, int, HostProgram | None]] = []
-        for number, program in enumerate(programs):
-            if program.parts > 1:
-                self.runs.append((number, number + 1, program))
-            elif self.runs and self.runs[-1][2] is None:
-                self.runs[-1] = (self.runs[-1][0], number + 1, None)
-            else:
-                self.runs.append((number, number + 1, None))
+        self.workers = CORES - 1
+        threads, words = CORES, team.table
+        self.table = array.array(ADDRESS_TYPECODE, [0] * (words * len(programs)))
+        self.table[0::words] = array.array(ADDRESS_TYPECODE, [program.address for program in programs])
+        self.table[2::words] = array.array(ADDRESS_TYPECODE, [program.outer for program in programs])
+        chunks = [
+            -(-program.outer // (threads * self.CHUNKS))
+            if self.workers and program.outer > 1 and program.work >= self.SHARED_WORK
+            else 0
+            for program in programs
+        ]
+        self.table[3::words] = array.array(ADDRESS_TYPECODE, chunks)
+        self.shared = any(chunks)
 
     def __call__(self, buffers: list[list[HostMemory]]) -> None:
         """Run every kernel, in order, on its buffers' memory."""
@@ -434,34 +440,47 @@ class HostGraph:
             before = self.bound[number]
             if len(bound) != len(before) or not all(map(operator.is_, bound, before)):
                 self.bound[number] = bound
-                packed, self.table[3 * number + 1] = packed_addresses([memory.address for memory in bound])
+                packed, self.table[self.team.table * number + 1] = packed_addresses(
+                    [memory.address for memory in bound]
+                )
                 self.arguments[number] = packed
         for program in self.programs:
             if program.function is None:
                 raise RuntimeError(f"kernel {program.name} was released and cannot run anymore")
-        table = self.table.buffer_info()[0]
-        for first, end, program in self.runs:
-            if program is None:
-                self.runner.function(table, first, end)
-            else:
-                program.run(self.table[3 * first + 1])
+        # a team's words are fresh each call: a worker of the last call may not have seen its stop yet
+        workers = self.workers if self.shared else 0
+        team = array.array("q", [0]) * self.team.words(workers)
+        team[self.team.workers] = workers
+        address = team.buffer_info()[0]
+        try:
+            for number in range(workers):
+                thread_pool().submit(self._work, team, number)
+            self.runner.function(self.table.buffer_info()[0], address, len(self.programs))
+        finally:
+            team[self.team.stop] = 1
+
+    def _work(self, team: array.array, number: int) -> None:
+        """A worker's part of a call (`team` stays alive until it returns)."""
+        self.worker.function(None, team.buffer_info()[0], number)
 
 
 class HostDevice(Compiled):
     """A device whose kernels run on this CPU (`HostProgram`s): a TinyJit replays a captured step as a `HostGraph`."""
 
-    _runner: HostProgram | None = None
+    _runner: tuple[HostProgram, HostProgram] | None = None
 
     def graph(self, programs: list[HostProgram]) -> HostGraph:
-        return HostGraph(programs, self.kernel_runner())
+        return HostGraph(programs, *self.kernel_runner(), self.renderer.team)
 
-    def kernel_runner(self) -> HostProgram:
-        """The function `void name(void **table, int64 first, int64 end)` that calls kernels [first, end) of a
-        table of (function, array of buffer addresses, end of the outermost loop), one after another: its source
-        comes from the renderer, compiled once per process (outside the disk cache and the compile counters)."""
+    def kernel_runner(self) -> tuple[HostProgram, HostProgram]:
+        """The function `void name(void **table, int64 team, int64 count)` that calls the kernels of a table of
+        (function, array of buffer addresses, end of the outermost loop, chunk size), one after another, sharing
+        chunks with the workers, and the workers' function `void name_worker(void *unused, int64 team, int64
+        number)`: their source comes from the renderer, compiled once per process (outside the disk cache and the
+        compile counters)."""
         if self._runner is None:
-            source = self.renderer.render_kernel_runner(KERNEL_RUNNER)
-            self._runner = self.runtime(KERNEL_RUNNER, self.compiler.compile(source))
+            binary = self.compiler.compile(self.renderer.render_kernel_runner(KERNEL_RUNNER))
+            self._runner = (self.runtime(KERNEL_RUNNER, binary), self.runtime(KERNEL_RUNNER + "_worker", binary))
         return self._runner
 
 

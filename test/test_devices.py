@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -264,10 +265,10 @@ def test_tinyjit_replays_through_the_device_graph(name, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("name", ["LLVM", "CPU"])
-def test_a_host_graph_runs_a_replay_in_one_call_per_run_of_kernels(name):
-    """On LLVM and CPU a replay calls the device's kernel runner once for each run of kernels on one core, from a
-    table of the kernels' functions and argument arrays; the values follow the inputs, and a kernel whose code was
-    released stops a replay with a clear error instead of a call into freed memory."""
+def test_a_host_graph_runs_a_replay_in_one_call(name):
+    """On LLVM and CPU a replay calls the device's kernel runner once, with a table of the kernels' functions and
+    argument arrays; the values follow the inputs, and a kernel whose code was released stops a replay with a clear
+    error instead of a call into freed memory."""
     from lazygrad import TinyJit
     from lazygrad.device import HostGraph
 
@@ -281,10 +282,47 @@ def test_a_host_graph_runs_a_replay_in_one_call_per_run_of_kernels(name):
         np.testing.assert_allclose(shifted.numpy(), np.exp(data) - 1.0078125, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(total.numpy(), data.sum(), rtol=1e-5, atol=1e-5)
     (graph,) = [graph for _, _, graph in step.plan if graph is not None]
-    assert isinstance(graph, HostGraph) and graph.runs == [(0, len(graph.programs), None)]
+    assert isinstance(graph, HostGraph) and not graph.shared  # (small kernels run whole on the caller's thread)
     graph.programs[1].release()
     with pytest.raises(RuntimeError, match="released"):
         step(Tensor(numbers(64, seed=70), device=device))
+
+
+@pytest.mark.parametrize("name", ["LLVM", "CPU"])
+def test_a_host_graph_shares_the_outer_loops_of_large_kernels_with_spinning_workers(name):
+    """A replay's large kernels are shared with a worker per other core, which takes chunks of their outer loop
+    while the runner takes the others: the values are the same, and a worker that is ready before the runner starts
+    finishes its part of every shared kernel (its `done` word ends at the count of kernels shared)."""
+    import array
+    import threading
+
+    from lazygrad import TinyJit
+    from lazygrad.device import CORES
+
+    if CORES < 2:
+        pytest.skip("one core: no worker to share with")
+    device = available(name)
+    step = TinyJit(lambda a, b: ((a @ b).relu().realize(), (a * 3.0625).sum(1).realize()))
+    for call in range(4):
+        a, b = numbers(96, 128, seed=80 + call), numbers(128, 64, seed=90 + call)
+        product, sums = step(Tensor(a, device=device), Tensor(b, device=device))
+        np.testing.assert_allclose(product.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(sums.numpy(), (a * 3.0625).sum(1), rtol=1e-5, atol=1e-4)
+    (graph,) = [graph for _, _, graph in step.plan if graph is not None]
+    layout = graph.team
+    assert all(graph.table[3 :: layout.table])  # both kernels are shared, in chunks
+    team = array.array("q", [0]) * layout.words(1)
+    team[layout.workers] = 1
+    address = team.buffer_info()[0]
+    worker = threading.Thread(target=graph.worker.function, args=(None, address, 0))
+    worker.start()
+    while team[layout.ready] != 1:
+        time.sleep(0.001)
+    graph.runner.function(graph.table.buffer_info()[0], address, len(graph.programs))
+    team[layout.stop] = 1
+    worker.join(timeout=30)
+    assert not worker.is_alive() and team[layout.epoch] == team[layout.done] == len(graph.programs)
+    np.testing.assert_allclose(product.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_debug_2_can_be_turned_on_after_the_device_opened(device, capsys):

@@ -19,6 +19,35 @@ def kernel_name(program: list[UOp]) -> str:
     return "_".join([prefix] + [str(size) for size in sizes]) if sizes else prefix + "_1"
 
 
+@dataclass(frozen=True)
+class TeamLayout:
+    """The memory a host device's kernel runner shares with its worker threads while it replays a captured step
+    (see device.HostGraph): 64-bit words, each group on a cache line of its own, at these word numbers.
+
+    The runner shares a kernel only once every worker is `ready` (a worker that is still starting is not waited
+    for: the runner runs the kernel alone): it writes the `job` (function, array of buffer addresses, end of the
+    outer loop, chunk size), sets `next` to 0 and then `epoch` to its next number. Each worker waits for `epoch` to
+    change, then the runner and the workers take chunks of the outer loop by atomic adds on `next` until none is left;
+    a worker writes the epoch it finished to its `done` word, and the runner waits for every `done` word before the
+    next kernel. `stop` ends the workers' wait."""
+
+    epoch: int = 0
+    next: int = 8
+    job: int = 16  # four words: function, buffers, outer loop's end, chunk
+    stop: int = 24
+    ready: int = 32
+    workers: int = 40  # how many workers the runner waits for
+    done: int = 48  # worker w's word is done + 8 * w
+    # the words per kernel in the runner's table: function, array of buffer addresses, end of the outer loop, and
+    # the size of the chunks the outer loop is shared in (0: the kernel runs whole on the runner's thread)
+    table: int = 4
+
+    def words(self, workers: int) -> int:
+        return self.done + 8 * workers
+
+
+TEAM = TeamLayout()
+
 WARP = 32  # the threads that hold a tensor core's fragments and make its operation together
 
 
@@ -59,6 +88,7 @@ class Renderer(ABC):
     target = Target()
     # True for a renderer with a `join(sources) -> source` that puts several kernels into one compile
     can_join = False
+    team = TEAM  # where a host device's kernel runner and its workers share their state (its `render_kernel_runner`)
 
     def __init__(self, target: Target | None = None):
         if target is not None:

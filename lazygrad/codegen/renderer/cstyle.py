@@ -36,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from lazygrad.codegen.renderer import Renderer, Target, TensorCore
+from lazygrad.codegen.renderer import TEAM, Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors, lanes_of, replaced_by_vectors
 from lazygrad.dtype import DType, dtypes
@@ -195,16 +195,63 @@ class CStyleRenderer(Renderer):
         return self.preamble + "".join(source.removeprefix(self.preamble) for source in sources)
 
     def render_kernel_runner(self, name: str) -> str:
-        """`void name(void **table, int64 first, int64 end)`: calls kernels [first, end) of a table of (function,
-        array of buffer addresses, end of the outermost loop) one after another (a TinyJit replay on a host device)."""
-        index = self.register_types[dtypes.index]
-        return (
-            f"typedef void (*lg_kernel)(void **, {index}, {index});\n"
-            f"void {name}(void **table, {index} first, {index} end) {{\n"
-            f"  for ({index} i = first; i < end; i++)\n"
-            f"    ((lg_kernel)table[3 * i])((void **)table[3 * i + 1], 0, ({index})table[3 * i + 2]);\n"
-            "}\n"
-        )
+        """`void name(void **table, int64 team, int64 count)` and `void name_worker(void *unused, int64 team,
+        int64 number)`: the LLVM renderer's kernel runner and worker (see `LLVMRenderer.render_kernel_runner`), in
+        C with the compiler's atomic builtins."""
+        index, t = self.register_types[dtypes.index], TEAM
+        return f"""typedef void (*lg_kernel)(void **, {index}, {index});
+#if defined(__x86_64__) || defined(__i386__)
+#define lg_pause() __builtin_ia32_pause()
+#else
+#define lg_pause() ((void)0)
+#endif
+static void {name}_chunks(volatile {index} *team, lg_kernel function, void **buffers, {index} outer, {index} chunk) {{
+  for (;;) {{
+    {index} start = __atomic_fetch_add(&team[{t.next}], chunk, __ATOMIC_RELAXED);
+    if (start >= outer) return;
+    function(buffers, start, start + chunk < outer ? start + chunk : outer);
+  }}
+}}
+void {name}(void **table, {index} team_address, {index} count) {{
+  volatile {index} *team = (volatile {index} *)team_address;
+  {index} workers = team[{t.workers}];
+  for ({index} i = 0; i < count; i++) {{
+    lg_kernel function = (lg_kernel)table[{t.table} * i];
+    void **buffers = (void **)table[{t.table} * i + 1];
+    {index} outer = ({index})table[{t.table} * i + 2], chunk = ({index})table[{t.table} * i + 3];
+    if (chunk == 0 || __atomic_load_n(&team[{t.ready}], __ATOMIC_ACQUIRE) != workers) {{
+      function(buffers, 0, outer);
+      continue;
+    }}
+    team[{t.job}] = ({index})function;
+    team[{t.job} + 1] = ({index})buffers;
+    team[{t.job} + 2] = outer;
+    team[{t.job} + 3] = chunk;
+    team[{t.next}] = 0;
+    {index} epoch = team[{t.epoch}] + 1;
+    __atomic_store_n(&team[{t.epoch}], epoch, __ATOMIC_RELEASE);
+    {name}_chunks(team, function, buffers, outer, chunk);
+    for ({index} w = 0; w < workers; w++)
+      while (__atomic_load_n(&team[{t.done} + 8 * w], __ATOMIC_ACQUIRE) != epoch) lg_pause();
+  }}
+}}
+void {name}_worker(void *unused, {index} team_address, {index} number) {{
+  volatile {index} *team = (volatile {index} *)team_address;
+  {index} seen = __atomic_load_n(&team[{t.epoch}], __ATOMIC_ACQUIRE);
+  __atomic_fetch_add(&team[{t.ready}], 1, __ATOMIC_ACQ_REL);
+  for (;;) {{
+    {index} epoch = __atomic_load_n(&team[{t.epoch}], __ATOMIC_ACQUIRE);
+    if (epoch == seen) {{
+      if (__atomic_load_n(&team[{t.stop}], __ATOMIC_RELAXED)) return;
+      lg_pause();
+      continue;
+    }}
+    seen = epoch;
+    {name}_chunks(team, (lg_kernel)team[{t.job}], (void **)team[{t.job} + 1], team[{t.job} + 2], team[{t.job} + 3]);
+    __atomic_store_n(&team[{t.done} + 8 * number], epoch, __ATOMIC_RELEASE);
+  }}
+}}
+"""
 
     def render_entry(self, name: str, parameters: list[tuple[UOp, bool]]) -> str:
         """The function the runtime calls, `void name(void **buffers, int64 start, int64 end)`: it passes the

@@ -8,11 +8,12 @@ the most negative value by -1 (undefined, and a trap on x86) divides by 1 instea
 from __future__ import annotations
 
 import math
+import platform
 import struct
 
 import numpy as np
 
-from lazygrad.codegen.renderer import Renderer
+from lazygrad.codegen.renderer import TEAM, Renderer
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.codegen.vectorize import (
     Lanes,
@@ -349,32 +350,142 @@ class LLVMRenderer(Renderer):
 
     @staticmethod
     def render_kernel_runner(name: str) -> str:
-        """`void name(ptr table, i64 first, i64 end)`: calls kernels [first, end) of a table of (function, array of
-        buffer addresses, end of the outermost loop) one after another (a TinyJit replay on this device)."""
-        return f"""define void @{name}(ptr %table, i64 %first, i64 %end) {{
+        """`void name(ptr table, i64 team, i64 count)` runs the `count` kernels of a table (TABLE_WORDS words each)
+        one after another, sharing the outer loop of each kernel with a chunk size with the workers of the team at
+        address `team` (see TeamLayout); `void name_worker(ptr unused, i64 team, i64 number)` is worker `number`'s
+        part, which returns once the team's `stop` word is set."""
+        t = TEAM
+        pause = "  call void @llvm.x86.sse2.pause()\n" if platform.machine().lower() in ("x86_64", "amd64") else ""
+        declare = "declare void @llvm.x86.sse2.pause()\n" if pause else ""
+        return f"""define internal void @{name}_chunks(ptr %team, ptr %function, ptr %buffers, i64 %outer, i64 %chunk) {{
 entry:
+  %next_at = getelementptr inbounds i64, ptr %team, i64 {t.next}
+  br label %take
+take:
+  %start = atomicrmw add ptr %next_at, i64 %chunk monotonic, align 8
+  %left = icmp slt i64 %start, %outer
+  br i1 %left, label %run, label %exit
+run:
+  %after = add i64 %start, %chunk
+  %past = icmp sgt i64 %after, %outer
+  %end = select i1 %past, i64 %outer, i64 %after
+  call void %function(ptr %buffers, i64 %start, i64 %end)
+  br label %take
+exit:
+  ret void
+}}
+
+define void @{name}(ptr %table, i64 %team_address, i64 %count) {{
+entry:
+  %team = inttoptr i64 %team_address to ptr
+  %epoch_at = getelementptr inbounds i64, ptr %team, i64 {t.epoch}
+  %ready_at = getelementptr inbounds i64, ptr %team, i64 {t.ready}
+  %workers_at = getelementptr inbounds i64, ptr %team, i64 {t.workers}
+  %workers = load i64, ptr %workers_at
   br label %head
 head:
-  %i = phi i64 [%first, %entry], [%next, %body]
-  %go = icmp slt i64 %i, %end
+  %i = phi i64 [0, %entry], [%next_i, %latch]
+  %go = icmp slt i64 %i, %count
   br i1 %go, label %body, label %exit
 body:
-  %slot = mul i64 %i, 3
+  %slot = mul i64 %i, {t.table}
   %function_at = getelementptr inbounds ptr, ptr %table, i64 %slot
   %function = load ptr, ptr %function_at
-  %buffers_slot = add i64 %slot, 1
-  %buffers_at = getelementptr inbounds ptr, ptr %table, i64 %buffers_slot
+  %buffers_at = getelementptr inbounds ptr, ptr %function_at, i64 1
   %buffers = load ptr, ptr %buffers_at
-  %loop_slot = add i64 %slot, 2
-  %loop_at = getelementptr inbounds i64, ptr %table, i64 %loop_slot
-  %loop_end = load i64, ptr %loop_at
-  call void %function(ptr %buffers, i64 0, i64 %loop_end)
-  %next = add i64 %i, 1
+  %outer_at = getelementptr inbounds i64, ptr %function_at, i64 2
+  %outer = load i64, ptr %outer_at
+  %chunk_at = getelementptr inbounds i64, ptr %function_at, i64 3
+  %chunk = load i64, ptr %chunk_at
+  %alone = icmp eq i64 %chunk, 0
+  br i1 %alone, label %whole, label %ask
+ask:
+  %ready = load atomic i64, ptr %ready_at acquire, align 8
+  %all_ready = icmp eq i64 %ready, %workers
+  br i1 %all_ready, label %share, label %whole
+whole:
+  call void %function(ptr %buffers, i64 0, i64 %outer)
+  br label %latch
+share:
+  %job_at = getelementptr inbounds i64, ptr %team, i64 {t.job}
+  store ptr %function, ptr %job_at
+  %job_buffers_at = getelementptr inbounds ptr, ptr %job_at, i64 1
+  store ptr %buffers, ptr %job_buffers_at
+  %job_outer_at = getelementptr inbounds i64, ptr %job_at, i64 2
+  store i64 %outer, ptr %job_outer_at
+  %job_chunk_at = getelementptr inbounds i64, ptr %job_at, i64 3
+  store i64 %chunk, ptr %job_chunk_at
+  %next_at = getelementptr inbounds i64, ptr %team, i64 {t.next}
+  store i64 0, ptr %next_at
+  %epoch = load i64, ptr %epoch_at
+  %new_epoch = add i64 %epoch, 1
+  store atomic i64 %new_epoch, ptr %epoch_at release, align 8
+  call void @{name}_chunks(ptr %team, ptr %function, ptr %buffers, i64 %outer, i64 %chunk)
+  br label %wait_head
+wait_head:
+  %w = phi i64 [0, %share], [%next_w, %wait_next]
+  %more = icmp slt i64 %w, %workers
+  br i1 %more, label %wait_start, label %latch
+wait_start:
+  %done_offset = mul i64 %w, 8
+  %done_word = add i64 %done_offset, {t.done}
+  %done_at = getelementptr inbounds i64, ptr %team, i64 %done_word
+  br label %wait
+wait:
+  %finished = load atomic i64, ptr %done_at acquire, align 8
+  %is_done = icmp eq i64 %finished, %new_epoch
+  br i1 %is_done, label %wait_next, label %wait_pause
+wait_pause:
+{pause}  br label %wait
+wait_next:
+  %next_w = add i64 %w, 1
+  br label %wait_head
+latch:
+  %next_i = add i64 %i, 1
   br label %head
 exit:
   ret void
 }}
-"""
+
+define void @{name}_worker(ptr %unused, i64 %team_address, i64 %number) {{
+entry:
+  %team = inttoptr i64 %team_address to ptr
+  %epoch_at = getelementptr inbounds i64, ptr %team, i64 {t.epoch}
+  %stop_at = getelementptr inbounds i64, ptr %team, i64 {t.stop}
+  %ready_at = getelementptr inbounds i64, ptr %team, i64 {t.ready}
+  %done_offset = mul i64 %number, 8
+  %done_word = add i64 %done_offset, {t.done}
+  %done_at = getelementptr inbounds i64, ptr %team, i64 %done_word
+  %job_at = getelementptr inbounds i64, ptr %team, i64 {t.job}
+  %job_buffers_at = getelementptr inbounds ptr, ptr %job_at, i64 1
+  %job_outer_at = getelementptr inbounds i64, ptr %job_at, i64 2
+  %job_chunk_at = getelementptr inbounds i64, ptr %job_at, i64 3
+  %first = load atomic i64, ptr %epoch_at acquire, align 8
+  %joined = atomicrmw add ptr %ready_at, i64 1 acq_rel, align 8
+  br label %wait
+wait:
+  %seen = phi i64 [%first, %entry], [%seen, %idle], [%epoch, %job]
+  %epoch = load atomic i64, ptr %epoch_at acquire, align 8
+  %new = icmp ne i64 %epoch, %seen
+  br i1 %new, label %job, label %check
+check:
+  %stop = load atomic i64, ptr %stop_at monotonic, align 8
+  %stopped = icmp ne i64 %stop, 0
+  br i1 %stopped, label %exit, label %idle
+idle:
+{pause}  br label %wait
+job:
+  %function = load ptr, ptr %job_at
+  %buffers = load ptr, ptr %job_buffers_at
+  %outer = load i64, ptr %job_outer_at
+  %chunk = load i64, ptr %job_chunk_at
+  call void @{name}_chunks(ptr %team, ptr %function, ptr %buffers, i64 %outer, i64 %chunk)
+  store atomic i64 %epoch, ptr %done_at release, align 8
+  br label %wait
+exit:
+  ret void
+}}
+{declare}"""
 
     def join_group(self, source: str) -> object:
         """Kernels that leave nothing to LLVM's vectorizers are compiled apart from the others, with the cleanups
