@@ -488,7 +488,21 @@ class HostDevice(Compiled):
 KERNEL_RUNNER = "lazygrad_run_kernels"
 
 
-CORES = os.cpu_count() or 1
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, within a container's CPU quota (cgroup v2's cpu.max),
+    not every core of the machine: a spinning worker on a core the process does not get stalls the others."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as limits:
+            quota, period = limits.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+CORES = usable_cores()
 
 
 @functools.cache

@@ -29,7 +29,7 @@ class TeamLayout:
     outer loop, chunk size), sets `next` to 0 and then `epoch` to its next number. Each worker waits for `epoch` to
     change, then the runner and the workers take chunks of the outer loop by atomic adds on `next` until none is left;
     a worker writes the epoch it finished to its `done` word, and the runner waits for every `done` word before the
-    next kernel. `stop` ends the workers' wait."""
+    next kernel. `stop` ends the workers' wait. (`spins` is not a word: see below.)"""
 
     epoch: int = 0
     next: int = 8
@@ -41,6 +41,9 @@ class TeamLayout:
     # the words per kernel in the runner's table: function, array of buffer addresses, end of the outer loop, and
     # the size of the chunks the outer loop is shared in (0: the kernel runs whole on the runner's thread)
     table: int = 4
+    # a wait spins this many times (a pause each, ~100 cycles) before it gives the core away at each try: a thread
+    # it waits for may need the core (more threads than cores, another process)
+    spins: int = 32
 
     def words(self, workers: int) -> int:
         return self.done + 8 * workers

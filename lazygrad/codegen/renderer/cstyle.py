@@ -205,6 +205,10 @@ class CStyleRenderer(Renderer):
 #else
 #define lg_pause() ((void)0)
 #endif
+int sched_yield(void);
+static void lg_wait({index} *spins) {{
+  if ((*spins)++ < {t.spins}) lg_pause(); else sched_yield();
+}}
 static void {name}_chunks(volatile {index} *team, lg_kernel function, void **buffers, {index} outer, {index} chunk) {{
   for (;;) {{
     {index} start = __atomic_fetch_add(&team[{t.next}], chunk, __ATOMIC_RELAXED);
@@ -231,22 +235,22 @@ void {name}(void **table, {index} team_address, {index} count) {{
     {index} epoch = team[{t.epoch}] + 1;
     __atomic_store_n(&team[{t.epoch}], epoch, __ATOMIC_RELEASE);
     {name}_chunks(team, function, buffers, outer, chunk);
-    for ({index} w = 0; w < workers; w++)
-      while (__atomic_load_n(&team[{t.done} + 8 * w], __ATOMIC_ACQUIRE) != epoch) lg_pause();
+    for ({index} w = 0, spins = 0; w < workers; w++)
+      while (__atomic_load_n(&team[{t.done} + 8 * w], __ATOMIC_ACQUIRE) != epoch) lg_wait(&spins);
   }}
 }}
 void {name}_worker(void *unused, {index} team_address, {index} number) {{
   volatile {index} *team = (volatile {index} *)team_address;
   {index} seen = __atomic_load_n(&team[{t.epoch}], __ATOMIC_ACQUIRE);
   __atomic_fetch_add(&team[{t.ready}], 1, __ATOMIC_ACQ_REL);
-  for (;;) {{
+  for ({index} spins = 0;;) {{
     {index} epoch = __atomic_load_n(&team[{t.epoch}], __ATOMIC_ACQUIRE);
     if (epoch == seen) {{
       if (__atomic_load_n(&team[{t.stop}], __ATOMIC_RELAXED)) return;
-      lg_pause();
+      lg_wait(&spins);
       continue;
     }}
-    seen = epoch;
+    seen = epoch, spins = 0;
     {name}_chunks(team, (lg_kernel)team[{t.job}], (void **)team[{t.job} + 1], team[{t.job} + 2], team[{t.job} + 3]);
     __atomic_store_n(&team[{t.done} + 8 * number], epoch, __ATOMIC_RELEASE);
   }}

@@ -432,11 +432,19 @@ wait_start:
   %done_at = getelementptr inbounds i64, ptr %team, i64 %done_word
   br label %wait
 wait:
+  %spins = phi i64 [0, %wait_start], [%more_spins, %wait_spin], [%more_spins, %wait_yield]
   %finished = load atomic i64, ptr %done_at acquire, align 8
   %is_done = icmp eq i64 %finished, %new_epoch
   br i1 %is_done, label %wait_next, label %wait_pause
 wait_pause:
+  %more_spins = add i64 %spins, 1
+  %patient = icmp ult i64 %spins, {t.spins}
+  br i1 %patient, label %wait_spin, label %wait_yield
+wait_spin:
 {pause}  br label %wait
+wait_yield:
+  %wait_yielded = call i32 @sched_yield()
+  br label %wait
 wait_next:
   %next_w = add i64 %w, 1
   br label %wait_head
@@ -464,7 +472,8 @@ entry:
   %joined = atomicrmw add ptr %ready_at, i64 1 acq_rel, align 8
   br label %wait
 wait:
-  %seen = phi i64 [%first, %entry], [%seen, %idle], [%epoch, %job]
+  %seen = phi i64 [%first, %entry], [%seen, %idle_spin], [%seen, %idle_yield], [%epoch, %job]
+  %spins = phi i64 [0, %entry], [%more_spins, %idle_spin], [%more_spins, %idle_yield], [0, %job]
   %epoch = load atomic i64, ptr %epoch_at acquire, align 8
   %new = icmp ne i64 %epoch, %seen
   br i1 %new, label %job, label %check
@@ -473,7 +482,14 @@ check:
   %stopped = icmp ne i64 %stop, 0
   br i1 %stopped, label %exit, label %idle
 idle:
+  %more_spins = add i64 %spins, 1
+  %patient = icmp ult i64 %spins, {t.spins}
+  br i1 %patient, label %idle_spin, label %idle_yield
+idle_spin:
 {pause}  br label %wait
+idle_yield:
+  %idle_yielded = call i32 @sched_yield()
+  br label %wait
 job:
   %function = load ptr, ptr %job_at
   %buffers = load ptr, ptr %job_buffers_at
@@ -485,6 +501,7 @@ job:
 exit:
   ret void
 }}
+declare i32 @sched_yield()
 {declare}"""
 
     def join_group(self, source: str) -> object:
