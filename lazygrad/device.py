@@ -340,14 +340,15 @@ class HostProgram(ABC):
     """A kernel compiled to this CPU: a function `void name(void **buffers, int64 start, int64 end)` in a binary
     loaded through the device's `binaries` (shared by the programs made from it), called through ctypes with an array
     of the buffers' addresses (one argument however many buffers: ctypes calls take at most 1024) and the [start, end)
-    range of its outermost loop (the launch's "blocks", see codegen/threads.py). Kernels with enough work split that loop
-    across the cores (ctypes releases the GIL
-    during each call, so the threads run in parallel). `release()` gives the binary back; the program cannot run after."""
+    range of its outermost loop (the launch's "blocks", see codegen/threads.py). A kernel with enough work shares that
+    loop with the other cores through the device's `Team` (ctypes releases the GIL during each call, so the threads
+    run in parallel). `release()` gives the binary back; the program cannot run after."""
 
-    # below this many loop iterations in all, a thread costs more than it saves
+    # below this many innermost statement runs in all, starting workers costs more than they save
     PARALLEL_WORK = 1 << 17
     SIGNATURE = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
     binaries: LoadedBinaries  # each device's own
+    device: HostDevice  # the device whose programs these are (its Team)
 
     def __init__(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0):
         self.name = name
@@ -355,7 +356,6 @@ class HostProgram(ABC):
         self.digest, self.address = self.binaries.acquire(binary, lambda loaded: self.address_of(loaded, name))
         self.function: Callable | None = ctypes.CFUNCTYPE(None, *self.SIGNATURE)(self.address)
         self.outer, self.work = launch[0], work
-        self.parts = min(CORES, self.outer) if work >= self.PARALLEL_WORK else 1
         # the last call's buffer addresses, their array, and its address (see __call__)
         self.arguments: tuple[list[int], array.array, int] | None = None
 
@@ -389,14 +389,12 @@ class HostProgram(ABC):
         function = self.function
         if function is None:
             raise RuntimeError(f"kernel {self.name} was released and cannot run anymore")
-        if self.parts == 1:
+        if self.work < self.PARALLEL_WORK or self.outer < 2 or CORES < 2:
             function(pointer, 0, self.outer)
             return
-        bounds = [self.outer * part // self.parts for part in range(self.parts + 1)]
-        others = [thread_pool().submit(function, pointer, bounds[i], bounds[i + 1]) for i in range(1, self.parts)]
-        function(pointer, bounds[0], bounds[1])
-        for other in others:
-            other.result()
+        team = self.device.team()
+        table = array.array(ADDRESS_TYPECODE, [self.address, pointer, self.outer, team.chunk(self, 0)])
+        team.run(table.buffer_info()[0], 1)
 
 
 def packed_addresses(addresses: list[int]) -> tuple[array.array, int]:
@@ -405,32 +403,60 @@ def packed_addresses(addresses: list[int]) -> tuple[array.array, int]:
     return packed, packed.buffer_info()[0]
 
 
-class HostGraph:
-    """The kernels of a captured step on a host device, replayed from a table of each kernel's (function, array of
-    buffer addresses, end of the outermost loop, chunk size): the device's kernel runner (see
-    `HostDevice.kernel_runner`) calls them all in one call from Python, while the other cores' workers spin beside
-    it and take chunks of each kernel's outer loop that has SHARED_WORK or more (see codegen's TeamLayout: a
-    thread pool's wake-up costs tens of microseconds, a spinning worker's a cache line). A kernel's array is built
-    at the first call and again only where its buffers changed (a TinyJit's inputs)."""
+class Team:
+    """Runs a table of kernels through a host device's kernel runner (one native call) with a worker on each other
+    core, started from the thread pool for the call, which joins each shared kernel it finds open and takes chunks
+    of its outer loop (see codegen's TeamLayout). A worker spins while it waits, so a run of small kernels costs
+    the other cores no wake-up each (a thread pool's wake-up costs tens of microseconds), and one that starts late
+    only misses the kernels before it."""
 
-    SHARED_WORK = 1 << 12  # innermost statement runs in all below which a kernel runs whole on the runner's thread
     CHUNKS = 2  # chunks of a shared kernel per thread (more balance the threads' work better, fewer cost less)
 
-    def __init__(self, programs: list[HostProgram], runner: HostProgram, worker: HostProgram, team: Any):
-        self.programs, self.runner, self.worker, self.team = programs, runner, worker, team
+    def __init__(self, runner: HostProgram, worker: HostProgram, layout: Any):
+        self.runner, self.worker, self.layout = runner, worker, layout
+        self.workers = CORES - 1
+
+    def chunk(self, program: HostProgram, work: int) -> int:
+        """The chunk size `program`'s outer loop is shared in where it runs `work` innermost statements or more
+        (0: it runs whole on the caller's thread)."""
+        if not self.workers or program.outer < 2 or program.work < work:
+            return 0
+        return -(-program.outer // (CORES * self.CHUNKS))
+
+    def run(self, table: int, count: int, shared: bool = True) -> None:
+        """Run the `count` kernels of the table at address `table`, with the workers if `shared`."""
+        # fresh words each call: a worker of the last call may not have seen its stop yet
+        words = array.array("q", [0]) * self.layout.words
+        words[self.layout.state] = self.layout.closed
+        try:
+            for _ in range(self.workers if shared else 0):
+                thread_pool().submit(self._work, words)
+            self.runner.function(table, words.buffer_info()[0], count)
+        finally:
+            words[self.layout.stop] = 1
+
+    def _work(self, words: array.array) -> None:
+        """A worker's part of a call (the words stay alive until it returns)."""
+        self.worker.function(None, words.buffer_info()[0], 0)
+
+
+class HostGraph:
+    """The kernels of a captured step on a host device, replayed from a table of each kernel's (function, array of
+    buffer addresses, end of the outermost loop, chunk size) by the device's `Team` in one call from Python: the
+    kernels with SHARED_WORK innermost statement runs or more are shared with the other cores. A kernel's array is
+    built at the first call and again only where its buffers changed (a TinyJit's inputs)."""
+
+    SHARED_WORK = 1 << 12
+
+    def __init__(self, programs: list[HostProgram], team: Team):
+        self.programs, self.team = programs, team
         self.bound: list[list[HostMemory]] = [[] for _ in programs]
         self.arguments: list[array.array | None] = [None] * len(programs)  # (kept alive: the table points at them)
-        self.workers = CORES - 1
-        threads, words = CORES, team.table
+        words = self.words = team.layout.table
         self.table = array.array(ADDRESS_TYPECODE, [0] * (words * len(programs)))
         self.table[0::words] = array.array(ADDRESS_TYPECODE, [program.address for program in programs])
         self.table[2::words] = array.array(ADDRESS_TYPECODE, [program.outer for program in programs])
-        chunks = [
-            -(-program.outer // (threads * self.CHUNKS))
-            if self.workers and program.outer > 1 and program.work >= self.SHARED_WORK
-            else 0
-            for program in programs
-        ]
+        chunks = [team.chunk(program, self.SHARED_WORK) for program in programs]
         self.table[3::words] = array.array(ADDRESS_TYPECODE, chunks)
         self.shared = any(chunks)
 
@@ -440,48 +466,35 @@ class HostGraph:
             before = self.bound[number]
             if len(bound) != len(before) or not all(map(operator.is_, bound, before)):
                 self.bound[number] = bound
-                packed, self.table[self.team.table * number + 1] = packed_addresses(
-                    [memory.address for memory in bound]
-                )
+                packed, self.table[self.words * number + 1] = packed_addresses([memory.address for memory in bound])
                 self.arguments[number] = packed
         for program in self.programs:
             if program.function is None:
                 raise RuntimeError(f"kernel {program.name} was released and cannot run anymore")
-        # a team's words are fresh each call: a worker of the last call may not have seen its stop yet
-        workers = self.workers if self.shared else 0
-        team = array.array("q", [0]) * self.team.words(workers)
-        team[self.team.workers] = workers
-        address = team.buffer_info()[0]
-        try:
-            for number in range(workers):
-                thread_pool().submit(self._work, team, number)
-            self.runner.function(self.table.buffer_info()[0], address, len(self.programs))
-        finally:
-            team[self.team.stop] = 1
-
-    def _work(self, team: array.array, number: int) -> None:
-        """A worker's part of a call (`team` stays alive until it returns)."""
-        self.worker.function(None, team.buffer_info()[0], number)
+        self.team.run(self.table.buffer_info()[0], len(self.programs), self.shared)
 
 
 class HostDevice(Compiled):
-    """A device whose kernels run on this CPU (`HostProgram`s): a TinyJit replays a captured step as a `HostGraph`."""
+    """A device whose kernels run on this CPU (`HostProgram`s): a TinyJit replays a captured step as a `HostGraph`,
+    and a kernel with enough work is shared with the other cores through the device's `Team`."""
 
-    _runner: tuple[HostProgram, HostProgram] | None = None
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.runtime.device = self  # (each host device has a program class of its own)
+        self._team: Team | None = None
 
     def graph(self, programs: list[HostProgram]) -> HostGraph:
-        return HostGraph(programs, *self.kernel_runner(), self.renderer.team)
+        return HostGraph(programs, self.team())
 
-    def kernel_runner(self) -> tuple[HostProgram, HostProgram]:
-        """The function `void name(void **table, int64 team, int64 count)` that calls the kernels of a table of
-        (function, array of buffer addresses, end of the outermost loop, chunk size), one after another, sharing
-        chunks with the workers, and the workers' function `void name_worker(void *unused, int64 team, int64
-        number)`: their source comes from the renderer, compiled once per process (outside the disk cache and the
-        compile counters)."""
-        if self._runner is None:
+    def team(self) -> Team:
+        """The kernel runner `void name(void **table, int64 team, int64 count)` and its workers' function `void
+        name_worker(void *unused, int64 team, int64 number)`: their source comes from the renderer, compiled once
+        per process (outside the disk cache and the compile counters)."""
+        if self._team is None:
             binary = self.compiler.compile(self.renderer.render_kernel_runner(KERNEL_RUNNER))
-            self._runner = (self.runtime(KERNEL_RUNNER, binary), self.runtime(KERNEL_RUNNER + "_worker", binary))
-        return self._runner
+            runner, worker = self.runtime(KERNEL_RUNNER, binary), self.runtime(KERNEL_RUNNER + "_worker", binary)
+            self._team = Team(runner, worker, self.renderer.team)
+        return self._team
 
 
 # the name of a host device's kernel runner
@@ -507,5 +520,5 @@ CORES = usable_cores()
 
 @functools.cache
 def thread_pool() -> ThreadPoolExecutor:
-    """The threads that run the other parts of a split kernel."""
+    """The threads the workers of a `Team` run on."""
     return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lazygrad")

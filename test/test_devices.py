@@ -6,6 +6,7 @@ exists or with `MOCKCUDA=1`. The rendered sources are checked without any device
 across two processes.
 """
 
+import ctypes
 import json
 import os
 import subprocess
@@ -291,8 +292,9 @@ def test_a_host_graph_runs_a_replay_in_one_call(name):
 @pytest.mark.parametrize("name", ["LLVM", "CPU"])
 def test_a_host_graph_shares_the_outer_loops_of_large_kernels_with_spinning_workers(name):
     """A replay's large kernels are shared with a worker per other core, which takes chunks of their outer loop
-    while the runner takes the others: the values are the same, and a worker that is ready before the runner starts
-    finishes its part of every shared kernel (its `done` word ends at the count of kernels shared)."""
+    while the runner takes the others: the values are the same. A worker that waits before the runner starts joins
+    every shared kernel: each chunk then runs once, on one thread or the other (a kernel that counts its calls per
+    chunk shows it), and the worker returns once told to stop."""
     import array
     import threading
 
@@ -309,20 +311,51 @@ def test_a_host_graph_shares_the_outer_loops_of_large_kernels_with_spinning_work
         np.testing.assert_allclose(product.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(sums.numpy(), (a * 3.0625).sum(1), rtol=1e-5, atol=1e-4)
     (graph,) = [graph for _, _, graph in step.plan if graph is not None]
-    layout = graph.team
-    assert all(graph.table[3 :: layout.table])  # both kernels are shared, in chunks
-    team = array.array("q", [0]) * layout.words(1)
-    team[layout.workers] = 1
-    address = team.buffer_info()[0]
-    worker = threading.Thread(target=graph.worker.function, args=(None, address, 0))
+    assert graph.shared and all(graph.table[3 :: graph.words])  # both kernels are shared, in chunks
+
+    # the protocol on its own: a table of one "kernel", a Python callback that records the chunks it is given
+    team, layout = graph.team, graph.team.layout
+    chunks, threads = [], set()
+    kernel_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+    @kernel_type
+    def record(buffers, start, end):
+        chunks.append((start, end))
+        threads.add(threading.get_ident())
+        time.sleep(0.002)  # (long enough that the worker takes some)
+
+    outer, chunk = 40, 3
+    table = array.array("Q", [ctypes.cast(record, ctypes.c_void_p).value, 0, outer, chunk])
+    words = array.array("q", [0]) * layout.words
+    words[layout.state] = layout.closed
+    address = words.buffer_info()[0]
+    worker = threading.Thread(target=team.worker.function, args=(None, address, 0))
     worker.start()
-    while team[layout.ready] != 1:
-        time.sleep(0.001)
-    graph.runner.function(graph.table.buffer_info()[0], address, len(graph.programs))
-    team[layout.stop] = 1
+    time.sleep(0.05)
+    team.runner.function(table.buffer_info()[0], address, 1)
+    words[layout.stop] = 1
     worker.join(timeout=30)
-    assert not worker.is_alive() and team[layout.epoch] == team[layout.done] == len(graph.programs)
-    np.testing.assert_allclose(product.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+    assert not worker.is_alive() and len(threads) == 2
+    assert sorted(chunks) == [(start, min(start + chunk, outer)) for start in range(0, outer, chunk)]
+    assert words[layout.state] == layout.epoch_unit + layout.closed  # one kernel shared, closed, nobody inside
+
+
+@pytest.mark.parametrize("name", ["LLVM", "CPU"])
+def test_a_large_kernel_outside_a_replay_is_shared_with_the_other_cores(name):
+    """A kernel with enough work shares its outer loop with workers started for its call (they join when they
+    wake up): a large row sum's values are the same, whichever thread ran each chunk."""
+    from lazygrad.device import CORES, HostProgram
+    from lazygrad.engine.realize import get_kernel
+
+    device = available(name)
+    data = numbers(1024, 512, seed=33)
+    x = Tensor(data, device=device).realize()
+    rows = x.sum(1) * 1.5
+    (item,) = rows.schedule()
+    program = get_kernel(device, item.ast).program
+    assert program.work >= HostProgram.PARALLEL_WORK and program.outer > 1 and CORES > 1
+    for _ in range(3):  # (the first call's worker may join no chunk; later ones find the pool's thread awake sooner)
+        np.testing.assert_allclose((x.sum(1) * 1.5).numpy(), data.sum(1) * 1.5, rtol=1e-5, atol=1e-4)
 
 
 def test_debug_2_can_be_turned_on_after_the_device_opened(device, capsys):

@@ -21,32 +21,31 @@ def kernel_name(program: list[UOp]) -> str:
 
 @dataclass(frozen=True)
 class TeamLayout:
-    """The memory a host device's kernel runner shares with its worker threads while it replays a captured step
-    (see device.HostGraph): 64-bit words, each group on a cache line of its own, at these word numbers.
+    """The memory a host device's kernel runner shares with the worker threads that help it (see device.Team):
+    64-bit words, each group on a cache line of its own, at these word numbers.
 
-    The runner shares a kernel only once every worker is `ready` (a worker that is still starting is not waited
-    for: the runner runs the kernel alone): it writes the `job` (function, array of buffer addresses, end of the
-    outer loop, chunk size), sets `next` to 0 and then `epoch` to its next number. Each worker waits for `epoch` to
-    change, then the runner and the workers take chunks of the outer loop by atomic adds on `next` until none is left;
-    a worker writes the epoch it finished to its `done` word, and the runner waits for every `done` word before the
-    next kernel. `stop` ends the workers' wait. (`spins` is not a word: see below.)"""
+    For each kernel it shares, the runner writes the `job` (function, array of buffer addresses, end of the outer
+    loop, chunk size), sets `next` to 0, then opens the kernel: `state` becomes the next epoch with no worker in it.
+    A worker joins an open kernel by adding one to `state` (a compare-and-swap, so it cannot join one that closed
+    meanwhile), and the runner and the workers in it take chunks of the outer loop by atomic adds on `next` until
+    none is left; a worker then leaves (subtracts one). The runner, out of chunks, closes the kernel (sets the
+    `closed` bit) and waits until every worker in it has left, before it writes the next job. A worker that starts
+    late (a thread pool's wake-up takes tens of microseconds) just joins a later kernel, or none. `stop` ends the
+    workers' wait. (`table` and `spins` are not words: see below.)"""
 
-    epoch: int = 0
+    state: int = 0  # epoch * `epoch_unit` + `closed` + the workers in the kernel
     next: int = 8
     job: int = 16  # four words: function, buffers, outer loop's end, chunk
     stop: int = 24
-    ready: int = 32
-    workers: int = 40  # how many workers the runner waits for
-    done: int = 48  # worker w's word is done + 8 * w
+    words: int = 32
+    closed: int = 1 << 16
+    epoch_unit: int = 1 << 17
     # the words per kernel in the runner's table: function, array of buffer addresses, end of the outer loop, and
     # the size of the chunks the outer loop is shared in (0: the kernel runs whole on the runner's thread)
     table: int = 4
     # a wait spins this many times (a pause each, ~100 cycles) before it gives the core away at each try: a thread
     # it waits for may need the core (more threads than cores, another process)
     spins: int = 32
-
-    def words(self, workers: int) -> int:
-        return self.done + 8 * workers
 
 
 TEAM = TeamLayout()

@@ -209,21 +209,20 @@ int sched_yield(void);
 static void lg_wait({index} *spins) {{
   if ((*spins)++ < {t.spins}) lg_pause(); else sched_yield();
 }}
-static void {name}_chunks(volatile {index} *team, lg_kernel function, void **buffers, {index} outer, {index} chunk) {{
+static void {name}_chunks({index} *next, lg_kernel function, void **buffers, {index} outer, {index} chunk) {{
   for (;;) {{
-    {index} start = __atomic_fetch_add(&team[{t.next}], chunk, __ATOMIC_RELAXED);
+    {index} start = __atomic_fetch_add(next, chunk, __ATOMIC_RELAXED);
     if (start >= outer) return;
     function(buffers, start, start + chunk < outer ? start + chunk : outer);
   }}
 }}
 void {name}(void **table, {index} team_address, {index} count) {{
-  volatile {index} *team = (volatile {index} *)team_address;
-  {index} workers = team[{t.workers}];
+  {index} *team = ({index} *)team_address, epoch = 0;
   for ({index} i = 0; i < count; i++) {{
     lg_kernel function = (lg_kernel)table[{t.table} * i];
     void **buffers = (void **)table[{t.table} * i + 1];
     {index} outer = ({index})table[{t.table} * i + 2], chunk = ({index})table[{t.table} * i + 3];
-    if (chunk == 0 || __atomic_load_n(&team[{t.ready}], __ATOMIC_ACQUIRE) != workers) {{
+    if (chunk == 0) {{
       function(buffers, 0, outer);
       continue;
     }}
@@ -232,27 +231,27 @@ void {name}(void **table, {index} team_address, {index} count) {{
     team[{t.job} + 2] = outer;
     team[{t.job} + 3] = chunk;
     team[{t.next}] = 0;
-    {index} epoch = team[{t.epoch}] + 1;
-    __atomic_store_n(&team[{t.epoch}], epoch, __ATOMIC_RELEASE);
-    {name}_chunks(team, function, buffers, outer, chunk);
-    for ({index} w = 0, spins = 0; w < workers; w++)
-      while (__atomic_load_n(&team[{t.done} + 8 * w], __ATOMIC_ACQUIRE) != epoch) lg_wait(&spins);
+    __atomic_store_n(&team[{t.state}], ++epoch * {t.epoch_unit}, __ATOMIC_RELEASE);
+    {name}_chunks(&team[{t.next}], function, buffers, outer, chunk);
+    __atomic_fetch_or(&team[{t.state}], {t.closed}, __ATOMIC_ACQ_REL);
+    for ({index} spins = 0; __atomic_load_n(&team[{t.state}], __ATOMIC_ACQUIRE) & {t.closed - 1};) lg_wait(&spins);
   }}
 }}
 void {name}_worker(void *unused, {index} team_address, {index} number) {{
-  volatile {index} *team = (volatile {index} *)team_address;
-  {index} seen = __atomic_load_n(&team[{t.epoch}], __ATOMIC_ACQUIRE);
-  __atomic_fetch_add(&team[{t.ready}], 1, __ATOMIC_ACQ_REL);
-  for ({index} spins = 0;;) {{
-    {index} epoch = __atomic_load_n(&team[{t.epoch}], __ATOMIC_ACQUIRE);
-    if (epoch == seen) {{
+  {index} *team = ({index} *)team_address, last = 0, spins = 0;
+  for (;;) {{
+    {index} state = __atomic_load_n(&team[{t.state}], __ATOMIC_ACQUIRE), epoch = state / {t.epoch_unit};
+    if ((state & {t.closed}) || epoch == last) {{
       if (__atomic_load_n(&team[{t.stop}], __ATOMIC_RELAXED)) return;
       lg_wait(&spins);
       continue;
     }}
-    seen = epoch, spins = 0;
-    {name}_chunks(team, (lg_kernel)team[{t.job}], (void **)team[{t.job} + 1], team[{t.job} + 2], team[{t.job} + 3]);
-    __atomic_store_n(&team[{t.done} + 8 * number], epoch, __ATOMIC_RELEASE);
+    if (!__atomic_compare_exchange_n(&team[{t.state}], &state, state + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      continue;
+    {name}_chunks(&team[{t.next}], (lg_kernel)team[{t.job}], (void **)team[{t.job} + 1], team[{t.job} + 2],
+                  team[{t.job} + 3]);
+    __atomic_fetch_sub(&team[{t.state}], 1, __ATOMIC_RELEASE);
+    last = epoch, spins = 0;
   }}
 }}
 """

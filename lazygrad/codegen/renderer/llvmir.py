@@ -350,16 +350,35 @@ class LLVMRenderer(Renderer):
 
     @staticmethod
     def render_kernel_runner(name: str) -> str:
-        """`void name(ptr table, i64 team, i64 count)` runs the `count` kernels of a table (TABLE_WORDS words each)
-        one after another, sharing the outer loop of each kernel with a chunk size with the workers of the team at
-        address `team` (see TeamLayout); `void name_worker(ptr unused, i64 team, i64 number)` is worker `number`'s
-        part, which returns once the team's `stop` word is set."""
+        """`void name(ptr table, i64 team, i64 count)` runs the `count` kernels of a table (TeamLayout.table words
+        each) one after another, sharing the outer loop of each kernel with a chunk size with the workers of the
+        team at address `team`; `void name_worker(ptr unused, i64 team, i64 number)` is a worker, which returns once
+        the team's `stop` word is set (see TeamLayout)."""
         t = TEAM
         pause = "  call void @llvm.x86.sse2.pause()\n" if platform.machine().lower() in ("x86_64", "amd64") else ""
         declare = "declare void @llvm.x86.sse2.pause()\n" if pause else ""
-        return f"""define internal void @{name}_chunks(ptr %team, ptr %function, ptr %buffers, i64 %outer, i64 %chunk) {{
-entry:
+        team = f"""  %team = inttoptr i64 %team_address to ptr
+  %state_at = getelementptr inbounds i64, ptr %team, i64 {t.state}
   %next_at = getelementptr inbounds i64, ptr %team, i64 {t.next}
+  %stop_at = getelementptr inbounds i64, ptr %team, i64 {t.stop}
+  %job_at = getelementptr inbounds i64, ptr %team, i64 {t.job}
+  %job_buffers_at = getelementptr inbounds ptr, ptr %job_at, i64 1
+  %job_outer_at = getelementptr inbounds i64, ptr %job_at, i64 2
+  %job_chunk_at = getelementptr inbounds i64, ptr %job_at, i64 3"""
+
+        def backoff(label: str, spins: str, back: str) -> str:
+            # a pause per try up to `spins` tries, then the core goes to whoever needs it at each
+            return f"""  %{label}_more_spins = add i64 {spins}, 1
+  %{label}_patient = icmp ult i64 {spins}, {t.spins}
+  br i1 %{label}_patient, label %{label}_spin, label %{label}_yield
+{label}_spin:
+{pause}  br label %{back}
+{label}_yield:
+  %{label}_yielded = call i32 @sched_yield()
+  br label %{back}"""
+
+        return f"""define internal void @{name}_chunks(ptr %next_at, ptr %function, ptr %buffers, i64 %outer, i64 %chunk) {{
+entry:
   br label %take
 take:
   %start = atomicrmw add ptr %next_at, i64 %chunk monotonic, align 8
@@ -377,14 +396,11 @@ exit:
 
 define void @{name}(ptr %table, i64 %team_address, i64 %count) {{
 entry:
-  %team = inttoptr i64 %team_address to ptr
-  %epoch_at = getelementptr inbounds i64, ptr %team, i64 {t.epoch}
-  %ready_at = getelementptr inbounds i64, ptr %team, i64 {t.ready}
-  %workers_at = getelementptr inbounds i64, ptr %team, i64 {t.workers}
-  %workers = load i64, ptr %workers_at
+{team}
   br label %head
 head:
   %i = phi i64 [0, %entry], [%next_i, %latch]
+  %epoch = phi i64 [0, %entry], [%epoch_after, %latch]
   %go = icmp slt i64 %i, %count
   br i1 %go, label %body, label %exit
 body:
@@ -398,57 +414,32 @@ body:
   %chunk_at = getelementptr inbounds i64, ptr %function_at, i64 3
   %chunk = load i64, ptr %chunk_at
   %alone = icmp eq i64 %chunk, 0
-  br i1 %alone, label %whole, label %ask
-ask:
-  %ready = load atomic i64, ptr %ready_at acquire, align 8
-  %all_ready = icmp eq i64 %ready, %workers
-  br i1 %all_ready, label %share, label %whole
+  br i1 %alone, label %whole, label %share
 whole:
   call void %function(ptr %buffers, i64 0, i64 %outer)
   br label %latch
 share:
-  %job_at = getelementptr inbounds i64, ptr %team, i64 {t.job}
   store ptr %function, ptr %job_at
-  %job_buffers_at = getelementptr inbounds ptr, ptr %job_at, i64 1
   store ptr %buffers, ptr %job_buffers_at
-  %job_outer_at = getelementptr inbounds i64, ptr %job_at, i64 2
   store i64 %outer, ptr %job_outer_at
-  %job_chunk_at = getelementptr inbounds i64, ptr %job_at, i64 3
   store i64 %chunk, ptr %job_chunk_at
-  %next_at = getelementptr inbounds i64, ptr %team, i64 {t.next}
   store i64 0, ptr %next_at
-  %epoch = load i64, ptr %epoch_at
   %new_epoch = add i64 %epoch, 1
-  store atomic i64 %new_epoch, ptr %epoch_at release, align 8
-  call void @{name}_chunks(ptr %team, ptr %function, ptr %buffers, i64 %outer, i64 %chunk)
-  br label %wait_head
-wait_head:
-  %w = phi i64 [0, %share], [%next_w, %wait_next]
-  %more = icmp slt i64 %w, %workers
-  br i1 %more, label %wait_start, label %latch
-wait_start:
-  %done_offset = mul i64 %w, 8
-  %done_word = add i64 %done_offset, {t.done}
-  %done_at = getelementptr inbounds i64, ptr %team, i64 %done_word
+  %opened = mul i64 %new_epoch, {t.epoch_unit}
+  store atomic i64 %opened, ptr %state_at release, align 8
+  call void @{name}_chunks(ptr %next_at, ptr %function, ptr %buffers, i64 %outer, i64 %chunk)
+  %closing = atomicrmw or ptr %state_at, i64 {t.closed} acq_rel, align 8
   br label %wait
 wait:
-  %spins = phi i64 [0, %wait_start], [%more_spins, %wait_spin], [%more_spins, %wait_yield]
-  %finished = load atomic i64, ptr %done_at acquire, align 8
-  %is_done = icmp eq i64 %finished, %new_epoch
-  br i1 %is_done, label %wait_next, label %wait_pause
-wait_pause:
-  %more_spins = add i64 %spins, 1
-  %patient = icmp ult i64 %spins, {t.spins}
-  br i1 %patient, label %wait_spin, label %wait_yield
-wait_spin:
-{pause}  br label %wait
-wait_yield:
-  %wait_yielded = call i32 @sched_yield()
-  br label %wait
-wait_next:
-  %next_w = add i64 %w, 1
-  br label %wait_head
+  %spins = phi i64 [0, %share], [%wait_more_spins, %wait_spin], [%wait_more_spins, %wait_yield]
+  %now = load atomic i64, ptr %state_at acquire, align 8
+  %inside = and i64 %now, {t.closed - 1}
+  %empty = icmp eq i64 %inside, 0
+  br i1 %empty, label %latch, label %wait_more
+wait_more:
+{backoff("wait", "%spins", "wait")}
 latch:
+  %epoch_after = phi i64 [%epoch, %whole], [%new_epoch, %wait]
   %next_i = add i64 %i, 1
   br label %head
 exit:
@@ -457,50 +448,41 @@ exit:
 
 define void @{name}_worker(ptr %unused, i64 %team_address, i64 %number) {{
 entry:
-  %team = inttoptr i64 %team_address to ptr
-  %epoch_at = getelementptr inbounds i64, ptr %team, i64 {t.epoch}
-  %stop_at = getelementptr inbounds i64, ptr %team, i64 {t.stop}
-  %ready_at = getelementptr inbounds i64, ptr %team, i64 {t.ready}
-  %done_offset = mul i64 %number, 8
-  %done_word = add i64 %done_offset, {t.done}
-  %done_at = getelementptr inbounds i64, ptr %team, i64 %done_word
-  %job_at = getelementptr inbounds i64, ptr %team, i64 {t.job}
-  %job_buffers_at = getelementptr inbounds ptr, ptr %job_at, i64 1
-  %job_outer_at = getelementptr inbounds i64, ptr %job_at, i64 2
-  %job_chunk_at = getelementptr inbounds i64, ptr %job_at, i64 3
-  %first = load atomic i64, ptr %epoch_at acquire, align 8
-  %joined = atomicrmw add ptr %ready_at, i64 1 acq_rel, align 8
-  br label %wait
-wait:
-  %seen = phi i64 [%first, %entry], [%seen, %idle_spin], [%seen, %idle_yield], [%epoch, %job]
-  %spins = phi i64 [0, %entry], [%more_spins, %idle_spin], [%more_spins, %idle_yield], [0, %job]
-  %epoch = load atomic i64, ptr %epoch_at acquire, align 8
-  %new = icmp ne i64 %epoch, %seen
-  br i1 %new, label %job, label %check
+{team}
+  br label %look
+look:
+  %last = phi i64 [0, %entry], [%last, %idle_spin], [%last, %idle_yield], [%last, %join], [%epoch, %work]
+  %spins = phi i64 [0, %entry], [%idle_more_spins, %idle_spin], [%idle_more_spins, %idle_yield], [%spins, %join], [0, %work]
+  %state = load atomic i64, ptr %state_at acquire, align 8
+  %epoch = udiv i64 %state, {t.epoch_unit}
+  %closed_bit = and i64 %state, {t.closed}
+  %closed = icmp ne i64 %closed_bit, 0
+  %seen = icmp eq i64 %epoch, %last
+  %nothing = or i1 %closed, %seen
+  br i1 %nothing, label %check, label %join
+join:
+  %entered = add i64 %state, 1
+  %swap = cmpxchg ptr %state_at, i64 %state, i64 %entered acq_rel acquire, align 8
+  %swapped = extractvalue {{ i64, i1 }} %swap, 1
+  br i1 %swapped, label %work, label %look
+work:
+  %function = load ptr, ptr %job_at
+  %buffers = load ptr, ptr %job_buffers_at
+  %outer = load i64, ptr %job_outer_at
+  %chunk = load i64, ptr %job_chunk_at
+  call void @{name}_chunks(ptr %next_at, ptr %function, ptr %buffers, i64 %outer, i64 %chunk)
+  %leaving = atomicrmw sub ptr %state_at, i64 1 release, align 8
+  br label %look
 check:
   %stop = load atomic i64, ptr %stop_at monotonic, align 8
   %stopped = icmp ne i64 %stop, 0
   br i1 %stopped, label %exit, label %idle
 idle:
-  %more_spins = add i64 %spins, 1
-  %patient = icmp ult i64 %spins, {t.spins}
-  br i1 %patient, label %idle_spin, label %idle_yield
-idle_spin:
-{pause}  br label %wait
-idle_yield:
-  %idle_yielded = call i32 @sched_yield()
-  br label %wait
-job:
-  %function = load ptr, ptr %job_at
-  %buffers = load ptr, ptr %job_buffers_at
-  %outer = load i64, ptr %job_outer_at
-  %chunk = load i64, ptr %job_chunk_at
-  call void @{name}_chunks(ptr %team, ptr %function, ptr %buffers, i64 %outer, i64 %chunk)
-  store atomic i64 %epoch, ptr %done_at release, align 8
-  br label %wait
+{backoff("idle", "%spins", "look")}
 exit:
   ret void
 }}
+
 declare i32 @sched_yield()
 {declare}"""
 
