@@ -486,6 +486,12 @@ class HostDevice(Compiled):
     def graph(self, programs: list[HostProgram]) -> HostGraph:
         return HostGraph(programs, self.team())
 
+    def schedule_graph(self, programs: list[HostProgram]) -> HostGraph | None:
+        """A graph for a repeated schedule's kernels where one of them is shared with the other cores (its workers
+        then wait beside the whole schedule); None where launching them one by one costs less."""
+        graph = self.graph(programs)
+        return graph if graph.shared else None
+
     def team(self) -> Team:
         """The kernel runner `void name(void **table, int64 team, int64 count)` and its workers' function `void
         name_worker(void *unused, int64 team, int64 number)`: their source comes from the renderer, compiled once

@@ -283,3 +283,47 @@ def test_a_released_program_refuses_to_run(device):
         memory = buffer_of(x.uop.base).handle
         with pytest.raises(RuntimeError, match="released"):
             program(memory, memory)
+
+
+@pytest.mark.parametrize("name", ["LLVM", "CPU"])
+def test_a_repeated_schedule_with_a_large_kernel_runs_as_one_graph_built_again_after_an_eviction(name):
+    """On a host device a repeated schedule whose kernels are built, one of them large enough to share with the other
+    cores, runs as one graph call (its workers start once for the schedule); the plan holds its kernels weakly, so
+    they leave the cache and free their code as any other, and the graph is made again from the kernels built anew."""
+    from lazygrad.device import CORES
+
+    if CORES < 2:
+        pytest.skip("one core: nothing to share")
+    device = available(name)
+    data = np.arange(512 * 256, dtype=np.float32).reshape(512, 256) / 4096
+    x = Tensor(data, device=device).realize()
+
+    def step() -> np.ndarray:
+        return ((x * 2.5).exp().sum(1) + x.max(1)).numpy()
+
+    expected = np.exp(data * 2.5).sum(1) + data.max(1)
+    np.testing.assert_allclose(step(), expected, rtol=1e-5)
+    graphs = []
+    original = realize.run_as_graph
+
+    def counting(plan, kernels, buffers):
+        ran = original(plan, kernels, buffers)
+        graphs.append(plan.graph[1] if ran else None)
+        return ran
+
+    with Context(PROGRAM_CACHE=2):
+        realize.run_as_graph = counting
+        try:
+            np.testing.assert_allclose(step(), expected, rtol=1e-5)
+            first = graphs[-1]
+            assert first is not None and first.shared
+            for number in range(300, 304):  # the step's kernels leave the cache
+                distinct_graph(Tensor(DATA, device=device).realize(), number)
+            gc.collect()
+            realize.release_unused()
+            assert all(code_freed(program) for program in first.programs)
+            np.testing.assert_allclose(step(), expected, rtol=1e-5)  # built again, launched one by one
+            np.testing.assert_allclose(step(), expected, rtol=1e-5)  # a graph of the new kernels
+            assert graphs[-1] is not None and graphs[-1] is not first
+        finally:
+            realize.run_as_graph = original

@@ -509,6 +509,41 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
         )
 
 
+def run_as_graph(plan: Any, kernels: list[tuple[ProgramKey, list[int], str]], buffers: list[UOp]) -> bool:
+    """Run a repeated schedule's built kernels as one graph of their device, where the device offers one for them
+    (`schedule_graph`: a host device, where some kernel is worth sharing with the other cores, whose workers then
+    wait beside the whole schedule instead of starting for each kernel); False where it does not."""
+    compiled = [_programs[key] for key, _, _ in kernels]
+    # (the plan holds its kernels weakly: they leave the program cache, and free their code, as any other)
+    kept = plan.graph
+    if (
+        kept is None
+        or len(kept[0]) != len(compiled)
+        or any(ref() is not kernel for ref, kernel in zip(kept[0], compiled))
+    ):
+        device = kernels[0][2]
+        same = all(other == device for _, _, other in kernels)
+        offer = getattr(Device[device], "schedule_graph", None) if same else None
+        graph = offer([kernel.program for kernel in compiled]) if offer else None
+        kept = plan.graph = ([weakref.ref(kernel) for kernel in compiled], graph)
+    graph = kept[1]
+    if graph is None:
+        return False
+    handles = [[buffer_of(buffers[slot]).handle for slot in slots] for _, slots, _ in kernels]
+    if not all(bound[0].size for bound in handles):
+        return False
+    for key, _, _ in kernels:
+        _programs.move_to_end(key)
+    start = time.perf_counter()
+    graph(handles)
+    GlobalCounters.time_sum_s += time.perf_counter() - start
+    GlobalCounters.compile_cache_hits += len(compiled)
+    GlobalCounters.kernel_count += len(compiled)
+    GlobalCounters.global_ops += sum(kernel.ops for kernel in compiled)
+    GlobalCounters.global_mem += sum(kernel.memory for kernel in compiled)
+    return True
+
+
 def run_schedule(schedule: Schedule) -> None:
     """Run every kernel in order. A plan whose kernels are all built runs from the launches prepared for it (a repeated
     small graph: nothing per kernel but the launch); otherwise every kernel not built yet starts building first, so a
@@ -528,6 +563,8 @@ def run_schedule(schedule: Schedule) -> None:
             if key not in _programs:
                 break
         else:
+            if launches[1] and DEBUG.value < 2 and run_as_graph(plan, launches[1], buffers):
+                return
             for key, slots, device in launches[1]:
                 kernel = _programs[key]
                 _programs.move_to_end(key)

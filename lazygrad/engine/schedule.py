@@ -510,6 +510,7 @@ class Plan:
     overwritten: list[int]  # slots that assigns write
     stored_once: bool = False  # whether a value is kept once along axes it is uniform on (see `_uniform_axes`)
     launches: Any = None  # what the runtime prepared to run the kernels again (see realize.run_schedule)
+    graph: Any = None  # the device graph it runs them as, with the kernels it holds (see realize.run_as_graph)
 
 
 @dataclass
