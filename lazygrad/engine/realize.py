@@ -513,14 +513,12 @@ def run_as_graph(plan: Any, kernels: list[tuple[ProgramKey, list[int], str]], bu
     """Run a repeated schedule's built kernels as one graph of their device, where the device offers one for them
     (`schedule_graph`: a host device, where some kernel is worth sharing with the other cores, whose workers then
     wait beside the whole schedule instead of starting for each kernel); False where it does not."""
+    kept = plan.graph
+    if kept is not None and kept[1] is None:  # (no graph: the kernels' sizes decided that, they stay the same)
+        return False
     compiled = [_programs[key] for key, _, _ in kernels]
     # (the plan holds its kernels weakly: they leave the program cache, and free their code, as any other)
-    kept = plan.graph
-    if (
-        kept is None
-        or len(kept[0]) != len(compiled)
-        or any(ref() is not kernel for ref, kernel in zip(kept[0], compiled))
-    ):
+    if kept is None or any(ref() is not kernel for ref, kernel in zip(kept[0], compiled)):
         device = kernels[0][2]
         same = all(other == device for _, _, other in kernels)
         offer = getattr(Device[device], "schedule_graph", None) if same else None
@@ -558,6 +556,7 @@ def run_schedule(schedule: Schedule) -> None:
             ((dev, ast, *settings) if kind == "kernel" else None, slots, dev) for ast, slots, dev, kind in plan.kernels
         ]
         launches = plan.launches = (settings, kernels)
+        plan.graph = None
     if capture.launches is None:
         for key, _, _ in launches[1]:
             if key not in _programs:
