@@ -195,12 +195,11 @@ class LLVMRenderer(Renderer):
             if not vectorized.intersection(vector.loops)
         ]
         lane_of = lanes_of(vectors)
-        # and the stores after them (a block's outputs, a copy's elements) as vector stores
-        stored = [
-            group
-            for group in store_vectors(program, self.target.vector_width, vectors)
-            if not vectorized.intersection(group.loops)
-        ]
+        # and the stores after them (a block's outputs, a copy's elements, an elementwise kernel's outputs upcast
+        # along memory) as vector stores: a loop around such stores is not left to the loop vectorizer, which
+        # would vectorize across its iterations, each lane's stores apart in memory
+        stored = store_vectors(program, self.target.vector_width, vectors)
+        vectorized -= {loop for group in stored for loop in group.loops}
         stored_at = {group.last: group for group in stored}
         replaced, vector_reads = replaced_by_vectors(program, vectors, stored), {}
         block, open_loops = "entry", []  # the basic block the next line goes into; the loops around it
