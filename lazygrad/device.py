@@ -443,7 +443,8 @@ class Team:
 class HostGraph:
     """The kernels of a captured step on a host device, replayed from a table of each kernel's (function, array of
     buffer addresses, end of the outermost loop, chunk size) by the device's `Team` in one call from Python: the
-    kernels with SHARED_WORK innermost statement runs or more are shared with the other cores. A kernel's array is
+    kernels with SHARED_WORK innermost statement runs or more are shared with the other cores, where they run
+    HostProgram.PARALLEL_WORK or more together (starting the workers costs a call some 20 us). A kernel's array is
     built at the first call and again only where its buffers changed (a TinyJit's inputs)."""
 
     SHARED_WORK = 1 << 12
@@ -458,7 +459,8 @@ class HostGraph:
         self.table[2::words] = array.array(ADDRESS_TYPECODE, [program.outer for program in programs])
         chunks = [team.chunk(program, self.SHARED_WORK) for program in programs]
         self.table[3::words] = array.array(ADDRESS_TYPECODE, chunks)
-        self.shared = any(chunks)
+        shared_work = sum(program.work for program, chunk in zip(programs, chunks) if chunk)
+        self.shared = shared_work >= HostProgram.PARALLEL_WORK
 
     def __call__(self, buffers: list[list[HostMemory]]) -> None:
         """Run every kernel, in order, on its buffers' memory."""

@@ -306,7 +306,7 @@ def test_a_host_graph_shares_the_outer_loops_of_large_kernels_with_spinning_work
     device = available(name)
     step = TinyJit(lambda a, b: ((a @ b).relu().realize(), (a * 3.0625).sum(1).realize()))
     for call in range(4):
-        a, b = numbers(96, 128, seed=80 + call), numbers(128, 64, seed=90 + call)
+        a, b = numbers(256, 512, seed=80 + call), numbers(512, 256, seed=90 + call)
         product, sums = step(Tensor(a, device=device), Tensor(b, device=device))
         np.testing.assert_allclose(product.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(sums.numpy(), (a * 3.0625).sum(1), rtol=1e-5, atol=1e-4)
