@@ -217,7 +217,7 @@ static void {name}_chunks({index} *next, lg_kernel function, void **buffers, {in
   }}
 }}
 void {name}(void **table, {index} team_address, {index} count) {{
-  {index} *team = ({index} *)team_address, epoch = 0;
+  {index} *team = ({index} *)team_address, epoch = __atomic_load_n(&team[{t.state}], __ATOMIC_ACQUIRE) / {t.epoch_unit};
   for ({index} i = 0; i < count; i++) {{
     lg_kernel function = (lg_kernel)table[{t.table} * i];
     void **buffers = (void **)table[{t.table} * i + 1];

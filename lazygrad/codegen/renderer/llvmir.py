@@ -396,10 +396,12 @@ exit:
 define void @{name}(ptr %table, i64 %team_address, i64 %count) {{
 entry:
 {team}
+  %first_state = load atomic i64, ptr %state_at acquire, align 8
+  %first_epoch = udiv i64 %first_state, {t.epoch_unit}
   br label %head
 head:
   %i = phi i64 [0, %entry], [%next_i, %latch]
-  %epoch = phi i64 [0, %entry], [%epoch_after, %latch]
+  %epoch = phi i64 [%first_epoch, %entry], [%epoch_after, %latch]
   %go = icmp slt i64 %i, %count
   br i1 %go, label %body, label %exit
 body:
