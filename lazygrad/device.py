@@ -489,8 +489,8 @@ class HostDevice(Compiled):
         return HostGraph(programs, self.team())
 
     def schedule_graph(self, programs: list[HostProgram]) -> HostGraph | None:
-        """A graph for a repeated schedule's kernels where one of them is shared with the other cores (its workers
-        then wait beside the whole schedule); None where launching them one by one costs less."""
+        """A graph for a repeated schedule's kernels where it shares them with the other cores (its workers then
+        wait beside the whole schedule); None where launching them one by one costs less."""
         graph = self.graph(programs)
         return graph if graph.shared else None
 

@@ -1,15 +1,16 @@
 """Linearizing: the kernel graph becomes a list of UOps in execution order, with explicit loops.
 
 Output loops open first and close last (on a device with threads, the loops left beside the block and thread
-indices; on a CPU, the loops kept as loops inside the others); a reduce that depends only on the outer ones runs before the inner ones open. A RANGE_REDUCE becomes an
-accumulator (DEFINE_ACC) set before its loops, updated inside them (LOAD/STORE on the accumulator) and read after
-them. Before a reduce's loops open, every part of its body that does not depend on them is emitted, so each value
-is computed once, in the outermost loop where it can be, and every use of a value comes after it in a scope that
-contains it. A copy of the reduce's inputs into shared memory (a tile, up to its barrier) is emitted in the outermost
-of the reduce's loops where it can be, and an iteration of a loop that waited at a barrier ends at another, so that
-the next iteration's copy does not overwrite values still to be read. A copy of inputs onto the stack (a PACK: its
-stores inside loops of their own, up to its barrier) runs where the output loops it needs are open, before the next
-one opens. A reduce of tensor-core products (WMMA) is one accumulator (the warp's fragment) that each WMMA adds into.
+indices; on a CPU, the loops kept as loops open inside the others); a reduce that depends only on the outer ones
+runs before the inner ones open. A RANGE_REDUCE becomes an accumulator (DEFINE_ACC) set before its loops, updated
+inside them (LOAD/STORE on the accumulator) and read after them. Before a reduce's loops open, every part of its
+body that does not depend on them is emitted, so each value is computed once, in the outermost loop where it can be,
+and every use of a value comes after it in a scope that contains it. A copy of the reduce's inputs into shared
+memory (a tile, up to its barrier) is emitted in the outermost of the reduce's loops where it can be, and an
+iteration of a loop that waited at a barrier ends at another, so that the next iteration's copy does not overwrite
+values still to be read. A copy of inputs onto the stack (a PACK: its stores inside loops of their own, up to its
+barrier) runs where the output loops it needs are open, before the next one opens. A reduce of tensor-core products
+(WMMA) is one accumulator (the warp's fragment) that each WMMA adds into.
 """
 
 from __future__ import annotations

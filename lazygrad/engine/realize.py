@@ -527,9 +527,10 @@ def run_as_graph(plan: Any, kernels: list[tuple[ProgramKey, list[int], str]], bu
     graph = kept[1]
     if graph is None:
         return False
-    handles = [[buffer_of(buffers[slot]).handle for slot in slots] for _, slots, _ in kernels]
-    if not all(bound[0].size for bound in handles):
+    bound = [[buffer_of(buffers[slot]) for slot in slots] for _, slots, _ in kernels]
+    if not all(memories[0].size for memories in bound):  # (an empty output: its kernel does not run)
         return False
+    handles = [[memory.handle for memory in memories] for memories in bound]
     for key, _, _ in kernels:
         _programs.move_to_end(key)
     start = time.perf_counter()
