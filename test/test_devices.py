@@ -725,6 +725,22 @@ def test_c_sums_down_columns_add_whole_vectors():
     np.testing.assert_allclose(Tensor(x, device=available("CPU")).sum(0).numpy(), x.sum(0), rtol=1e-5, atol=1e-4)
 
 
+def test_c_reduce_loops_left_to_the_compiler_may_reassociate_their_sums():
+    """A product whose inputs are contiguous along its reduce (x @ wᵀ) leaves that loop to gcc's vectorizer, which
+    vectorizes no float sum unless told that it may reassociate it: the loop carries `#pragma omp simd` with its
+    accumulators as reductions (an AVX-512 machine: 8.0 -> 1.1 ms for a 256x784 @ 784x512 product), a max reduce
+    no pragma; values stay NumPy's."""
+    x, w = numbers(64, 200, seed=23), numbers(96, 200, seed=24)
+    source, _ = render_optimized(CStyleRenderer(AVX2), Tensor(x) @ Tensor(w).T)
+    (pragma,) = [line.strip() for line in source.splitlines() if "#pragma" in line]
+    assert pragma.startswith("#pragma omp simd reduction(+:acc0,acc1,")
+    maximum, _ = render_optimized(CStyleRenderer(AVX2), Tensor(x).max(1))
+    assert "#pragma" not in maximum
+    product = (Tensor(x, device=available("CPU")) @ Tensor(w, device="CPU").T).numpy()
+    np.testing.assert_allclose(product, x @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(Tensor(x, device="CPU").max(1).numpy(), x.max(1))
+
+
 def test_llvm_keeps_register_blocks_in_vector_accumulators():
     """The LLVM renderer declares the same vectors: one vector load and one fused multiply-add a row of the block
     per iteration (as the scalar fma of each lane), not scalars left for LLVM's SLP pass to pack."""

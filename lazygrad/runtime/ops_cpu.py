@@ -23,6 +23,7 @@ C_FLAGS = (
     "-fno-math-errno",
     "-fno-trapping-math",
     "-ffp-contract=fast",
+    "-fopenmp-simd",  # (only `#pragma omp simd`: reduce loops whose accumulators may be reassociated)
     "-fwrapv",
     "-shared",
     "-fPIC",

@@ -101,6 +101,10 @@ class CStyleRenderer(Renderer):
     # a register block's accumulators as vectors of GCC's vector extensions (see codegen/vectorize.py), which gcc
     # does not find by itself
     vector_accumulators = True
+    # a reduce loop codegen left to the compiler's vectorizer (VECTORIZE) says, by `#pragma omp simd reduction`,
+    # that its sums and products may be reassociated (what LLVM's `reassoc` flags say to LLVM): gcc vectorizes no
+    # float reduction otherwise, and no flag allows it for these loops alone
+    simd_reductions = True
     register_types = {
         dtypes.bool: "_Bool",
         dtypes.int8: "signed char",
@@ -171,6 +175,7 @@ class CStyleRenderer(Renderer):
         self.vector_loop, self.varying, self.strides = None, set(), {}
         self.choose_vector_loop(program)
         self.choose_accumulator_vectors(program)
+        self.reductions = self.simd_reduction_clauses(program) if self.simd_reductions else {}
         # the op that combines two partial results of each accumulator: the update stored into it
         self.combine_ops = {node.src[0]: node.src[1].op for node in program if node.op is Ops.STORE}
         written = {node.src[0] for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL}
@@ -322,9 +327,33 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         else:
             self.declare(node, f"v{position}", self.render_alu(node))
 
+    @staticmethod
+    def simd_reduction_clauses(program: list[UOp]) -> dict[UOp, str]:
+        """Each reduce loop left to the compiler's vectorizer whose accumulators all add or multiply: the clause
+        naming them for `#pragma omp simd`."""
+        updates: dict[UOp, dict[str, list[str]]] = {}
+        open_loops: list[UOp] = []
+        for node in program:
+            if node.op is Ops.RANGE:
+                open_loops.append(node)
+            elif node.op is Ops.ENDRANGE:
+                open_loops.pop()
+            elif node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
+                for loop in open_loops:
+                    if loop.arg[1] is LoopKind.VECTOR_REDUCE:
+                        symbol = {Ops.ADD: "+", Ops.MUL: "*"}.get(node.src[1].op, "")
+                        updates.setdefault(loop, {}).setdefault(symbol, []).append(f"acc{node.src[0].arg[1]}")
+        return {
+            loop: " ".join(f"reduction({symbol}:{','.join(names)})" for symbol, names in by_op.items())
+            for loop, by_op in updates.items()
+            if "" not in by_op
+        }
+
     def render_range(self, position: int, node: UOp) -> None:
         end = self.value(node.src[0])
         index = self.register_types[dtypes.index]
+        if node in self.reductions:
+            self.emit(f"#pragma omp simd {self.reductions[node]}")
         if node is self.split_loop:
             name = f"gidx{position}"
             self.names[node] = name
@@ -542,6 +571,7 @@ class CUDARenderer(CStyleRenderer):
     kernel_prefix = 'extern "C" __global__ '
     can_join = False  # (its runtime builds a program per kernel)
     vector_accumulators = False
+    simd_reductions = False
     restrict = "__restrict__"
     split_outer_loop = False
     buffer_array = False

@@ -77,6 +77,7 @@ class OpenCLRenderer(CStyleRenderer):
     kernel_prefix = "__kernel "
     can_join = False  # (its runtime builds a program per kernel)
     vector_accumulators = False
+    simd_reductions = False
     buffer_prefix = "__global "
     split_outer_loop = False
     buffer_array = False
