@@ -772,6 +772,21 @@ def test_llvm_keeps_a_sum_of_products_in_vector_accumulators():
     np.testing.assert_allclose(summed("LLVM").numpy(), a @ w1 + b @ w2, rtol=1e-4, atol=1e-4)
 
 
+def test_c_keeps_a_sum_of_products_in_vector_accumulators():
+    """The C renderer too adds the lanes of a whole sum of products to each vector accumulator (C's vector operators,
+    the value every lane shares staying a scalar), leaving no scalar accumulator; values stay NumPy's."""
+    a, b, w1, w2 = numbers(384, 128, seed=25), numbers(384, 128, seed=26), numbers(128, 128, seed=27), numbers(128, 128)
+
+    def summed(device=None):
+        g1, g2 = Tensor(a, device=device).reshape(384, 128, 1), Tensor(b, device=device).reshape(384, 128, 1)
+        return (g1 * Tensor(w1, device=device).reshape(1, 128, 128) + g2 * Tensor(w2, device=device)).sum(1)
+
+    source, _ = render_optimized(CStyleRenderer(AVX2), summed())
+    updates = [line.strip() for line in source.splitlines() if line.strip().startswith("vacc")]
+    assert updates and all(" + " in line and " * " in line for line in updates) and "float acc" not in source
+    np.testing.assert_allclose(summed(available("CPU")).numpy(), a @ w1 + b @ w2, rtol=1e-4, atol=1e-4)
+
+
 def test_llvm_stores_register_blocks_and_copies_as_vectors():
     """After the reduce, a register block's outputs (with a bias and a relu) are computed and stored as vectors, as
     is the PACK's copy of the weights, and a weight updated in place from a product (`w - lr * xᵀ @ g`, each lane

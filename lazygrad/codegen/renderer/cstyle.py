@@ -38,7 +38,13 @@ import numpy as np
 
 from lazygrad.codegen.renderer import TEAM, Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import transcendental_rules
-from lazygrad.codegen.vectorize import AccumulatorVector, accumulator_vectors, lanes_of, replaced_by_vectors
+from lazygrad.codegen.vectorize import (
+    AccumulatorVector,
+    Lanes,
+    accumulator_vectors,
+    lanes_of,
+    replaced_by_vectors,
+)
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import OUTPUT_KINDS, WMMA_SOURCES, LoopKind, Ops, UOp
@@ -390,10 +396,13 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         """Set `accumulator_vectors`, `lane_of` (accumulator -> (its vector's number, its lane)) and `replaced`
         (the scalar updates the vectors stand in for, and the values only those read)."""
         width = self.target.vector_width if self.vector_accumulators else 1
-        self.accumulator_vectors = accumulator_vectors(program, width) if width > 1 else []
+        # (with the vectors that add a computation's lanes, a sum of products, where C's vector operators compute it)
+        vectors = accumulator_vectors(program, width, trees=True) if width > 1 else []
+        self.accumulator_vectors = [v for v in vectors if v.value is None or self.renders_lanes(v.value)]
         self.lane_of = lanes_of(self.accumulator_vectors)
         self.replaced = replaced_by_vectors(program, self.accumulator_vectors)
-        self.vector_reads: dict[UOp, str] = {}  # the first load of a vector -> the vector's name
+        # the first load of a vector (with the loops of a computation's lanes that read it) -> the vector's name
+        self.vector_reads: dict[object, str] = {}
 
     def accumulator_vector_type(self, vector: AccumulatorVector) -> str:
         dtype = vector.accumulators[0].dtype
@@ -418,6 +427,9 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
                 self.emit(f"{self.accumulator_vector_type(vector)} {name} = {{{start}}};")
         elif len(node.src) == 1:
             self.declare(node, f"v{position}", f"{name}[{lane}]")
+        elif lane == 0 and vector.value is not None:  # (a computation's lanes, added as each lane's was)
+            added = self.render_lanes(vector.value, self.accumulator_vector_type(vector), position, vector.loops)
+            self.emit(f"{name} += {added};")
         elif lane == 0:
             first = vector.loads[0]
             read = self.vector_reads.get(first)
@@ -428,6 +440,35 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
                 self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
             product = read if vector.common is None else f"{read} * {self.value(vector.common)}"
             self.emit(f"{name} += {product};")
+
+    # the ops of a computation's lanes that C's vector operators compute as each lane did
+    LANE_OPERATORS = {Ops.ADD: "({a} + {b})", Ops.MUL: "({a} * {b})", Ops.NEG: "(-{a})"}
+
+    def renders_lanes(self, lanes: Lanes) -> bool:
+        """Whether `render_lanes` computes `lanes` (loads, values the same in every lane, constants, and the
+        LANE_OPERATORS on them)."""
+        if lanes.kind == "op":
+            return lanes.nodes[0].op in self.LANE_OPERATORS and all(map(self.renders_lanes, lanes.sources))
+        return lanes.kind in ("same", "constants", "load")
+
+    def render_lanes(self, lanes: Lanes, vector_type: str, position: int, loops: tuple[UOp, ...]) -> str:
+        """`lanes` as an expression of `vector_type` (a value the same in every lane stays a scalar: C converts it);
+        a load is one read of the first lane's address, shared by the vectors in the same `loops` that read it."""
+        first = lanes.nodes[0]
+        if lanes.kind == "same":
+            return self.value(first)
+        if lanes.kind == "constants":
+            return f"({vector_type}){{{', '.join(self.render_const(n.arg, n.dtype) for n in lanes.nodes)}}}"
+        if lanes.kind == "load":
+            read = self.vector_reads.get((loops, first))
+            if read is None:
+                read = self.vector_reads[(loops, first)] = f"vread{position}_{len(self.vector_reads)}"
+                self.emit(f"{vector_type} {read};")
+                address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
+                self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
+            return read
+        operands = [self.render_lanes(source, vector_type, position, loops) for source in lanes.sources]
+        return self.LANE_OPERATORS[first.op].format(**dict(zip("ab", operands)))
 
     # ---- vectors (only languages with vector types render them) -------------------------------------------------
 
