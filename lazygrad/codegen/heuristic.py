@@ -595,10 +595,12 @@ def stash_costly_values(plan: Plan, target: Target) -> None:
     outputs then only scale them)."""
     if not target.pack_bytes:
         return
-    used = loops_used(plan.sink)
+    used, tried = loops_used(plan.sink), set()
     for reduce in reduce_nodes(plan.sink):
         loop, *others = reduce.src[1:]
-        if not others and _work_along(reduce.src[0], loop, used) >= STASH_COST:
+        # (a register block's reduces share their loop: one try each loop, a failed try costs a rewrite)
+        if not others and loop not in tried and _work_along(reduce.src[0], loop, used) >= STASH_COST:
+            tried.add(loop)
             if plan.try_apply(Opt(OptOp.STASH, loop.arg[0])):
                 return
 
