@@ -333,10 +333,10 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         else:
             self.declare(node, f"v{position}", self.render_alu(node))
 
-    @staticmethod
-    def simd_reduction_clauses(program: list[UOp]) -> dict[UOp, str]:
-        """Each reduce loop left to the compiler's vectorizer whose accumulators all add or multiply: the clause
-        naming them for `#pragma omp simd`."""
+    def simd_reduction_clauses(self, program: list[UOp]) -> dict[UOp, str]:
+        """Each reduce loop left to the compiler's vectorizer whose accumulators all add or multiply, as scalars:
+        the clause naming them for `#pragma omp simd` (which promises that they are its only dependences from one
+        iteration to the next)."""
         updates: dict[UOp, dict[str, list[str]]] = {}
         open_loops: list[UOp] = []
         for node in program:
@@ -347,7 +347,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             elif node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
                 for loop in open_loops:
                     if loop.arg[1] is LoopKind.VECTOR_REDUCE:
-                        symbol = {Ops.ADD: "+", Ops.MUL: "*"}.get(node.src[1].op, "")
+                        scalar = node.src[0] not in self.lane_of  # (a vector accumulator has no clause)
+                        symbol = {Ops.ADD: "+", Ops.MUL: "*"}.get(node.src[1].op, "") if scalar else ""
                         updates.setdefault(loop, {}).setdefault(symbol, []).append(f"acc{node.src[0].arg[1]}")
         return {
             loop: " ".join(f"reduction({symbol}:{','.join(names)})" for symbol, names in by_op.items())
