@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor, TinyJit, dtypes
-from lazygrad.device import Compiler, DeviceUnavailable
+from lazygrad.device import CORES, Compiler, DeviceUnavailable
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.helpers import DEVICE_ENV_VARS, MOCKCUDA, Context
@@ -731,6 +731,7 @@ def test_the_device_report_says_why_cuda_is_unavailable(tmp_path):
         "kernels with NVRTC and run them on the CPU"
     )
     assert report["LLVM"] == "available" and report["default:"] == "LLVM"
+    assert report["cores:"].startswith(f"{CORES} (this process's;")
 
 
 def test_a_gpu_that_cannot_be_opened_says_why(monkeypatch, nvrtc):
