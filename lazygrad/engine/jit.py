@@ -11,7 +11,7 @@ from lazygrad.device import Buffer, Device
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of, buffers_made_from_now, is_buffer_view
 from lazygrad.engine.rng import is_random_source, redraw
-from lazygrad.helpers import DEBUG, JIT, GlobalCounters
+from lazygrad.helpers import DEBUG, JIT
 
 
 class JitError(RuntimeError):
@@ -201,9 +201,6 @@ def launch_graph(graph: Any, launches: list[realize.Launch], buffers: list[list[
     measured = graph([[buffer.handle for buffer in bound] for _, bound in kernels])
     # a device that times its own work (events at DEBUG>=2) returns the seconds
     elapsed = measured if isinstance(measured, float) else time.perf_counter() - start
-    GlobalCounters.kernel_count += len(kernels)
-    GlobalCounters.global_ops += sum(kernel.ops for kernel, _ in kernels)
-    GlobalCounters.global_mem += sum(kernel.memory for kernel, _ in kernels)
-    GlobalCounters.time_sum_s += elapsed
+    realize.count_launched([kernel for kernel, _ in kernels], elapsed)
     if DEBUG >= 2:
         print(f"*** {launches[0].device:6s} graph of {len(kernels)} kernels, one launch {elapsed * 1e3:9.3f} ms")

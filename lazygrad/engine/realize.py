@@ -497,16 +497,21 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
     measured = kernel.program(*[buffer.handle for buffer in buffers])
     # a device that times its own launches (GPU profiling events at DEBUG>=2) returns the seconds
     elapsed = measured if isinstance(measured, float) else time.perf_counter() - start
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += kernel.ops
-    GlobalCounters.global_mem += kernel.memory
-    GlobalCounters.time_sum_s += elapsed
+    count_launched([kernel], elapsed)
     if DEBUG.value >= 2:
         print(
             f"*** {Device[device_name].name:6s} {GlobalCounters.kernel_count:4d} {kernel.name:28s} global {kernel.global_size:<10d} "
             f"{elapsed * 1e3:9.3f} ms {kernel.ops / elapsed / 1e9 if elapsed else 0:8.2f} GFLOP/s "
             f"{kernel.memory / elapsed / 1e9 if elapsed else 0:8.2f} GB/s"
         )
+
+
+def count_launched(kernels: list[CompiledKernel], seconds: float) -> None:
+    """Count kernels that ran (one launch each, or one graph launch for all) and the seconds they took."""
+    GlobalCounters.kernel_count += len(kernels)
+    GlobalCounters.global_ops += sum(kernel.ops for kernel in kernels)
+    GlobalCounters.global_mem += sum(kernel.memory for kernel in kernels)
+    GlobalCounters.time_sum_s += seconds
 
 
 def run_as_graph(plan: Any, kernels: list[tuple[ProgramKey, list[int], str]], buffers: list[UOp]) -> bool:
@@ -535,11 +540,8 @@ def run_as_graph(plan: Any, kernels: list[tuple[ProgramKey, list[int], str]], bu
         _programs.move_to_end(key)
     start = time.perf_counter()
     graph(handles)
-    GlobalCounters.time_sum_s += time.perf_counter() - start
+    count_launched(compiled, time.perf_counter() - start)
     GlobalCounters.compile_cache_hits += len(compiled)
-    GlobalCounters.kernel_count += len(compiled)
-    GlobalCounters.global_ops += sum(kernel.ops for kernel in compiled)
-    GlobalCounters.global_mem += sum(kernel.memory for kernel in compiled)
     return True
 
 

@@ -317,7 +317,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         elif node in self.replaced:
             pass  # (its vector's update stands in for it)
         elif op is Ops.DEFINE_ACC:
-            self.declare(node, f"acc{node.arg[1]}", self.render_const(node.arg[0], node.dtype))
+            self.declare(node, self.accumulator_name(node), self.render_const(node.arg[0], node.dtype))
         elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
             self.render_accumulator_read(f"v{position}", node)
         elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
@@ -332,6 +332,11 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             self.declare(node, f"v{position}", self.render_bitcast(self.value(src[0]), src[0].dtype, node.dtype))
         else:
             self.declare(node, f"v{position}", self.render_alu(node))
+
+    @staticmethod
+    def accumulator_name(accumulator: UOp) -> str:
+        """The variable of an accumulator (a DEFINE_ACC) rendered as a scalar (or a tensor-core fragment)."""
+        return f"acc{accumulator.arg[1]}"
 
     def simd_reduction_clauses(self, program: list[UOp]) -> dict[UOp, str]:
         """Each reduce loop left to the compiler's vectorizer whose accumulators all add or multiply, as scalars:
@@ -349,7 +354,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
                     if loop.arg[1] is LoopKind.VECTOR_REDUCE:
                         scalar = node.src[0] not in self.lane_of  # (a vector accumulator has no clause)
                         symbol = {Ops.ADD: "+", Ops.MUL: "*"}.get(node.src[1].op, "") if scalar else ""
-                        updates.setdefault(loop, {}).setdefault(symbol, []).append(f"acc{node.src[0].arg[1]}")
+                        updates.setdefault(loop, {}).setdefault(symbol, []).append(self.accumulator_name(node.src[0]))
         return {
             loop: " ".join(f"reduction({symbol}:{','.join(names)})" for symbol, names in by_op.items())
             for loop, by_op in updates.items()
@@ -680,9 +685,9 @@ class CUDARenderer(CStyleRenderer):
             self.loaded_fragments = {}
         if op is Ops.DEFINE_ACC and node in self.fragments:
             m, n, k = self.fragments[node].arg[:3]
-            self.names[node] = f"acc{node.arg[1]}"
-            self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> acc{node.arg[1]};")
-            self.emit(f"{WMMA}fill_fragment(acc{node.arg[1]}, {self.render_const(node.arg[0], node.dtype)});")
+            name = self.names[node] = self.accumulator_name(node)
+            self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> {name};")
+            self.emit(f"{WMMA}fill_fragment({name}, {self.render_const(node.arg[0], node.dtype)});")
         elif node in self.fragment_values and op is Ops.LOAD:
             self.names[node] = self.names[src[0]]
         elif op is Ops.STORE and src[0] in self.fragments:  # (the WMMA updated the accumulator in place)
