@@ -28,15 +28,16 @@ VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
 @dataclass(frozen=True)
 class AccumulatorVector:
     """`width` accumulators (DEFINE_ACC, in lane order) updated as one vector: each iteration of `loops` adds `loads`
-    (in lane order, consecutive elements of one buffer; the first's index is where the vector is read) times `common`
-    (None: the loads themselves); or, where `value` is given (and `loads` empty), that computation's lanes (a sum of
-    products: `x @ w1 + y @ w2` in one reduce)."""
+    (in lane order, elements `stride` apart in one buffer; the first's index is where the vector is read) times
+    `common` (None: the loads themselves); or, where `value` is given (and `loads` empty), that computation's lanes
+    (a sum of products: `x @ w1 + y @ w2` in one reduce)."""
 
     accumulators: tuple[UOp, ...]
     loads: tuple[UOp, ...]
     common: UOp | None
     loops: tuple[UOp, ...]
     value: Lanes | None = None
+    stride: int = 1
 
 
 def _offset(index: UOp) -> tuple[UOp | None, int]:
@@ -72,10 +73,16 @@ def _plain_loads(value: UOp) -> list[UOp]:
     return loads
 
 
-def accumulator_vectors(program: list[UOp], width: int, trees: bool = False) -> list[AccumulatorVector]:
+def accumulator_vectors(
+    program: list[UOp], width: int, trees: bool = False, strided: bool = False
+) -> list[AccumulatorVector]:
     """The accumulators of `program` (a linear program) that run as vectors of `width` float32 lanes (half as many
     float64 lanes), each accumulator in one vector at most. With `trees`, also those that add any computation that
-    is one lane by lane (`Lanes`), not only a load or a load times a common value."""
+    is one lane by lane (`Lanes`), not only a load or a load times a common value. With `strided`, also loads of
+    elements a fixed stride apart (a register block of a convolution's output channels reads one weight per
+    channel, a whole filter apart), for a renderer that gathers them: each lane's scalar update would be its own
+    multiply-add; a gather is kept where other vectors of the block share it (one alone does worse than a loop
+    the compiler vectorizes along the reduce)."""
     updates: dict[UOp, tuple[UOp, UOp]] = {}  # accumulator -> (its read in the loop, the value each iteration adds)
     for node in program:
         if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
@@ -98,26 +105,46 @@ def accumulator_vectors(program: list[UOp], width: int, trees: bool = False) -> 
             rest, offset = _offset(load.src[1])
             candidates.setdefault((current.src[1:], load.src[0], common, rest), {}).setdefault(offset, (node, load))
     lanes = {dtypes.float32: width, dtypes.float64: width // 2}
-    vectors, taken = [], set()
-    for (loops, _, common, _), by_offset in candidates.items():
-        offsets = sorted(by_offset)
-        position = 0
-        while position < len(offsets):
-            first = offsets[position]
-            size = lanes[by_offset[first][0].dtype]
-            run = [first + lane for lane in range(size)]
-            members = [by_offset.get(offset) for offset in run]
-            if size > 1 and all(member is not None and member[0] not in taken for member in members):
-                accumulators, loads = tuple(m[0] for m in members), tuple(m[1] for m in members)
-                vectors.append(AccumulatorVector(accumulators, loads, common, loops))
-                taken.update(m[0] for m in members)
-                position += size
+    vectors: list[AccumulatorVector] = []
+    taken: set[UOp] = set()
+    _runs(candidates, lanes, taken, vectors, strided=False)  # vector loads first: a gather only where none is
+    if strided:
+        gathers: list[AccumulatorVector] = []
+        _runs(candidates, lanes, taken, gathers, strided=True)
+        shared: dict[UOp, int] = {}
+        for vector in gathers:
+            shared[vector.loads[0]] = shared.get(vector.loads[0], 0) + 1
+        for vector in gathers:
+            if shared[vector.loads[0]] > 1:
+                vectors.append(vector)
             else:
-                position += 1
+                taken.difference_update(vector.accumulators)
     if trees:
         left = {a: update for a, update in updates.items() if a not in taken and a.dtype in VECTOR_DTYPES}
         vectors += _computed_vectors(left, lanes)
     return vectors
+
+
+def _runs(candidates: dict, lanes: dict, taken: set[UOp], vectors: list[AccumulatorVector], strided: bool) -> None:
+    """Add the vectors of each candidate group (offset -> (accumulator, load)) whose loads are consecutive, or
+    (`strided`) a fixed stride apart, to `vectors`; their accumulators to `taken`."""
+    for (loops, _, common, _), by_offset in candidates.items():
+        offsets = sorted(by_offset)
+        for at, first in enumerate(offsets):
+            size = lanes[by_offset[first][0].dtype]
+            if size < 2 or by_offset[first][0] in taken:
+                continue
+            if strided:
+                if at + 1 == len(offsets) or offsets[at + 1] - first == 1:
+                    continue
+                step = offsets[at + 1] - first
+            else:
+                step = 1
+            members = [by_offset.get(first + lane * step) for lane in range(size)]
+            if all(member is not None and member[0] not in taken for member in members):
+                accumulators, loads = tuple(m[0] for m in members), tuple(m[1] for m in members)
+                vectors.append(AccumulatorVector(accumulators, loads, common, loops, stride=step))
+                taken.update(accumulators)
 
 
 def _computed_vectors(updates: dict[UOp, tuple[UOp, UOp]], lanes: dict) -> list[AccumulatorVector]:

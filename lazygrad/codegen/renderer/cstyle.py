@@ -403,7 +403,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         (the scalar updates the vectors stand in for, and the values only those read)."""
         width = self.target.vector_width if self.vector_accumulators else 1
         # (with the vectors that add a computation's lanes, a sum of products, where C's vector operators compute it)
-        vectors = accumulator_vectors(program, width, trees=True) if width > 1 else []
+        vectors = accumulator_vectors(program, width, trees=True, strided=True) if width > 1 else []
         self.accumulator_vectors = [v for v in vectors if v.value is None or self.renders_lanes(v.value)]
         self.lane_of = lanes_of(self.accumulator_vectors)
         self.replaced = replaced_by_vectors(program, self.accumulator_vectors)
@@ -437,13 +437,19 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             added = self.render_lanes(vector.value, self.accumulator_vector_type(vector), position, vector.loops)
             self.emit(f"{name} += {added};")
         elif lane == 0:
-            first = vector.loads[0]
-            read = self.vector_reads.get(first)
+            first, vector_type = vector.loads[0], self.accumulator_vector_type(vector)
+            read = self.vector_reads.get((first, vector.stride))
             if read is None:
-                read = self.vector_reads[first] = f"vread{position}"
+                read = self.vector_reads[(first, vector.stride)] = f"vread{position}"
                 address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
-                self.emit(f"{self.accumulator_vector_type(vector)} {read};")
-                self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
+                if vector.stride == 1:
+                    self.emit(f"{vector_type} {read};")
+                    self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
+                else:  # a gather, of the lanes' elements
+                    element = self.register_types[first.dtype]
+                    self.emit(f"const {element}* {read}_at = {address};")
+                    lanes = ", ".join(f"{read}_at[{lane * vector.stride}]" for lane in range(len(vector.loads)))
+                    self.emit(f"{vector_type} {read} = {{{lanes}}};")
             product = read if vector.common is None else f"{read} * {self.value(vector.common)}"
             self.emit(f"{name} += {product};")
 
