@@ -837,6 +837,29 @@ def test_llvm_stores_register_blocks_and_copies_as_vectors():
     np.testing.assert_allclose(step.numpy(), w - 0.01 * (x.T @ g), rtol=1e-4, atol=1e-4)
 
 
+def test_c_stores_register_blocks_and_copies_as_vectors():
+    """The C renderer too stores a register block's outputs (with a bias) and the PACK's copy of the weights as
+    vectors, and a weight updated in place from a product: gcc stored each lane alone, taken out of its vector.
+    No scalar store is left; values stay NumPy's."""
+    target = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+
+    def scalar_stores(tensor: Tensor) -> list[str]:
+        source, _ = render_optimized(CStyleRenderer(target), tensor)
+        assert "__builtin_memcpy(&data0[" in source
+        return [line for line in source.splitlines() if line.strip().startswith(("data0[", "shared0["))]
+
+    x, w, b, g = numbers(256, 784, seed=50), numbers(784, 512, seed=51), numbers(512, seed=52), numbers(256, 512)
+    layer = Tensor(x) @ Tensor(w) + Tensor(b)
+    assert "__builtin_memcpy(&shared0[" in render_optimized(CStyleRenderer(target), layer)[0]
+    assert scalar_stores(layer) == []
+    weight = Tensor(w, device=available("CPU")).realize()
+    step = weight.assign(weight - 0.01 * (Tensor(x, device="CPU").T @ Tensor(g, device="CPU")))
+    assert scalar_stores(step) == []
+    result = (Tensor(x, device="CPU") @ Tensor(w, device="CPU") + Tensor(b, device="CPU")).numpy()
+    np.testing.assert_allclose(result, x @ w + b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(step.numpy(), w - 0.01 * (x.T @ g), rtol=1e-4, atol=1e-4)
+
+
 def test_llvm_stores_an_elementwise_kernel_upcast_along_memory_as_vectors():
     """An elementwise kernel whose innermost output loop is upcast by a vector's width (here a convolution over 3
     input channels, its taps unrolled) stores each run of lanes as one vector, and the loop around those stores is

@@ -39,11 +39,12 @@ import numpy as np
 from lazygrad.codegen.renderer import TEAM, Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import transcendental_rules
 from lazygrad.codegen.vectorize import (
-    AccumulatorVector,
     Lanes,
+    StoreVector,
     accumulator_vectors,
     lanes_of,
     replaced_by_vectors,
+    store_vectors,
 )
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
@@ -193,7 +194,7 @@ class CStyleRenderer(Renderer):
             index = self.register_types[dtypes.index]
             signature += [f"{index} start", f"{index} end"]
         header = self.preamble + (self.render_half_preamble() if self.uses_half else "")
-        header += "".join(sorted({self.accumulator_vector_typedef(vector) for vector in self.accumulator_vectors}))
+        header += "".join(sorted({self.vector_typedef(*shape) for shape in self.vector_shapes}))
         body = "\n".join(self.lines)
         if not self.buffer_array:
             return f"{header}{self.kernel_prefix}void {name}({', '.join(signature)}) {{\n{body}\n}}\n"
@@ -312,8 +313,11 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             self.render_vector_node(position, node)
         elif op is Ops.RANGE:
             self.render_range(position, node)
+        elif node in self.stored_at:
+            self.render_store_vector(position, self.stored_at[node])
         elif node in self.lane_of or (op is Ops.LOAD and src and src[0] in self.lane_of):
-            self.render_vector_accumulator(position, node)
+            if not (node in self.replaced and len(src) == 1):  # (a read after the loop only vector stores used)
+                self.render_vector_accumulator(position, node)
         elif node in self.replaced:
             pass  # (its vector's update stands in for it)
         elif op is Ops.DEFINE_ACC:
@@ -399,26 +403,33 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
     # ---- accumulators in vectors (C: GCC's vector extensions) ---------------------------------------------------
 
     def choose_accumulator_vectors(self, program: list[UOp]) -> None:
-        """Set `accumulator_vectors`, `lane_of` (accumulator -> (its vector's number, its lane)) and `replaced`
-        (the scalar updates the vectors stand in for, and the values only those read)."""
+        """Set `accumulator_vectors`, `lane_of` (accumulator -> (its vector's number, its lane)), `stored_at` (the
+        last store of each group of stores written as one vector store -> the group), `vector_shapes` (the vector
+        types these use, as (dtype, lanes)) and `replaced` (the scalar updates and stores the vectors stand in for,
+        and the values only those read)."""
         width = self.target.vector_width if self.vector_accumulators else 1
         # (with the vectors that add a computation's lanes, a sum of products, where C's vector operators compute it)
         vectors = accumulator_vectors(program, width, trees=True, strided=True) if width > 1 else []
         self.accumulator_vectors = [v for v in vectors if v.value is None or self.renders_lanes(v.value)]
         self.lane_of = lanes_of(self.accumulator_vectors)
-        self.replaced = replaced_by_vectors(program, self.accumulator_vectors)
+        # the stores after them (a block's outputs, a copy's elements) as vector stores: gcc stores a block's lanes
+        # one by one, each taken out of its vector
+        stored = store_vectors(program, width, self.accumulator_vectors) if width > 1 else []
+        stored = [group for group in stored if self.renders_lanes(group.value)]
+        self.stored_at = {group.last: group for group in stored}
+        self.vector_shapes = {(v.accumulators[0].dtype, len(v.accumulators)) for v in self.accumulator_vectors}
+        self.vector_shapes |= {(group.value.nodes[0].dtype, len(group.stores)) for group in stored}
+        self.replaced = replaced_by_vectors(program, self.accumulator_vectors, stored)
         # the first load of a vector (with the loops of a computation's lanes that read it) -> the vector's name
         self.vector_reads: dict[object, str] = {}
 
-    def accumulator_vector_type(self, vector: AccumulatorVector) -> str:
-        dtype = vector.accumulators[0].dtype
-        return f"lg_{self.register_types[dtype]}{len(vector.accumulators)}"
+    def vector_type(self, dtype: DType, lanes: int) -> str:
+        return f"lg_{self.register_types[dtype]}{lanes}"
 
-    def accumulator_vector_typedef(self, vector: AccumulatorVector) -> str:
-        """The vector type's declaration (C allows the same typedef again: kernels compiled together each have it)."""
-        element, size = self.register_types[vector.accumulators[0].dtype], vector.accumulators[0].dtype.itemsize
-        vector_size = f"__attribute__((vector_size({size * len(vector.accumulators)})))"
-        return f"typedef {element} {self.accumulator_vector_type(vector)} {vector_size};\n"
+    def vector_typedef(self, dtype: DType, lanes: int) -> str:
+        """A vector type's declaration (C allows the same typedef again: kernels compiled together each have it)."""
+        vector_size = f"__attribute__((vector_size({dtype.itemsize * lanes})))"
+        return f"typedef {self.register_types[dtype]} {self.vector_type(dtype, lanes)} {vector_size};\n"
 
     def render_vector_accumulator(self, position: int, node: UOp) -> None:
         """An accumulator of a vector: lane 0 declares the vector, lane 0's read in the loop updates it (every value
@@ -427,17 +438,18 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         accumulator = node if node.op is Ops.DEFINE_ACC else node.src[0]
         number, lane = self.lane_of[accumulator]
         vector, name = self.accumulator_vectors[number], f"vacc{number}"
+        vector_type = self.vector_type(accumulator.dtype, len(vector.accumulators))
         if node.op is Ops.DEFINE_ACC:
             if lane == 0:
                 start = ", ".join(self.render_const(a.arg[0], a.dtype) for a in vector.accumulators)
-                self.emit(f"{self.accumulator_vector_type(vector)} {name} = {{{start}}};")
+                self.emit(f"{vector_type} {name} = {{{start}}};")
         elif len(node.src) == 1:
             self.declare(node, f"v{position}", f"{name}[{lane}]")
         elif lane == 0 and vector.value is not None:  # (a computation's lanes, added as each lane's was)
-            added = self.render_lanes(vector.value, self.accumulator_vector_type(vector), position, vector.loops)
+            added = self.render_lanes(vector.value, vector_type, position, vector.loops)
             self.emit(f"{name} += {added};")
         elif lane == 0:
-            first, vector_type = vector.loads[0], self.accumulator_vector_type(vector)
+            first = vector.loads[0]
             read = self.vector_reads.get((first, vector.stride))
             if read is None:
                 read = self.vector_reads[(first, vector.stride)] = f"vread{position}"
@@ -457,11 +469,11 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
     LANE_OPERATORS = {Ops.ADD: "({a} + {b})", Ops.MUL: "({a} * {b})", Ops.NEG: "(-{a})"}
 
     def renders_lanes(self, lanes: Lanes) -> bool:
-        """Whether `render_lanes` computes `lanes` (loads, values the same in every lane, constants, and the
-        LANE_OPERATORS on them)."""
+        """Whether `render_lanes` computes `lanes` (loads, values the same in every lane, constants, the lanes of an
+        accumulator vector or scalar accumulators, and the LANE_OPERATORS on them)."""
         if lanes.kind == "op":
             return lanes.nodes[0].op in self.LANE_OPERATORS and all(map(self.renders_lanes, lanes.sources))
-        return lanes.kind in ("same", "constants", "load")
+        return lanes.kind in ("same", "constants", "load", "accumulators", "scalars")
 
     def render_lanes(self, lanes: Lanes, vector_type: str, position: int, loops: tuple[UOp, ...]) -> str:
         """`lanes` as an expression of `vector_type` (a value the same in every lane stays a scalar: C converts it);
@@ -471,6 +483,10 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             return self.value(first)
         if lanes.kind == "constants":
             return f"({vector_type}){{{', '.join(self.render_const(n.arg, n.dtype) for n in lanes.nodes)}}}"
+        if lanes.kind == "accumulators":
+            return f"vacc{lanes.vector}"
+        if lanes.kind == "scalars":
+            return f"({vector_type}){{{', '.join(map(self.value, lanes.nodes))}}}"
         if lanes.kind == "load":
             read = self.vector_reads.get((loops, first))
             if read is None:
@@ -481,6 +497,19 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             return read
         operands = [self.render_lanes(source, vector_type, position, loops) for source in lanes.sources]
         return self.LANE_OPERATORS[first.op].format(**dict(zip("ab", operands)))
+
+    def render_store_vector(self, position: int, group: StoreVector) -> None:
+        """The stores of `group` as one vector store of its value's lanes, computed with C's vector operators (a
+        value the same in every lane is put in each)."""
+        first, value = group.stores[0], group.value
+        vector_type = self.vector_type(value.nodes[0].dtype, len(group.stores))
+        if value.kind == "same":
+            stored = f"({vector_type}){{{', '.join([self.value(value.nodes[0])] * len(group.stores))}}}"
+        else:
+            stored = self.render_lanes(value, vector_type, position, ("stores", *group.loops))
+        self.emit(f"{vector_type} vstore{position} = {stored};")
+        address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
+        self.emit(f"__builtin_memcpy({address}, &vstore{position}, sizeof(vstore{position}));")
 
     # ---- vectors (only languages with vector types render them) -------------------------------------------------
 
