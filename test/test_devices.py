@@ -760,6 +760,24 @@ def test_c_gathers_the_weights_a_convolution_block_shares():
     assert "_at[" not in source and "#pragma omp simd" in source
 
 
+def test_c_collapses_a_short_reduce_loop_with_the_reduce_loops_around_it():
+    """A convolution's weight gradient reduces over a window whose innermost loop is short: gcc adds the lanes of
+    each vector of partial sums at every exit of the loop it vectorizes, so the pragma collapses the nest of reduce
+    loops into one (ResNet18's stem: 8.4 -> 5.3 ms on one core); values stay NumPy's."""
+    x, w, g = numbers(4, 3, 16, 16, seed=60), numbers(8, 3, 7, 7, seed=61), numbers(4, 8, 8, 8, seed=62)
+
+    def weight_gradient(device=None):
+        weight = Tensor(w, device=device, requires_grad=True)
+        (Tensor(x, device=device).conv2d(weight, stride=2, padding=3) * Tensor(g, device=device)).sum().backward()
+        return weight.grad
+
+    source, _ = render_optimized(CStyleRenderer(AVX2), weight_gradient())
+    assert "#pragma omp simd collapse(" in source
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (3, 3), (3, 3))), (7, 7), (2, 3))
+    expected = np.einsum("ncyxhw,noyx->ochw", windows[:, :, ::2, ::2], g)
+    np.testing.assert_allclose(weight_gradient(available("CPU")).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_llvm_keeps_register_blocks_in_vector_accumulators():
     """The LLVM renderer declares the same vectors: one vector load and one fused multiply-add a row of the block
     per iteration (as the scalar fma of each lane), not scalars left for LLVM's SLP pass to pack."""

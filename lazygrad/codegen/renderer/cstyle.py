@@ -359,11 +359,34 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
                         scalar = node.src[0] not in self.lane_of  # (a vector accumulator has no clause)
                         symbol = {Ops.ADD: "+", Ops.MUL: "*"}.get(node.src[1].op, "") if scalar else ""
                         updates.setdefault(loop, {}).setdefault(symbol, []).append(self.accumulator_name(node.src[0]))
-        return {
+        clauses = {
             loop: " ".join(f"reduction({symbol}:{','.join(names)})" for symbol, names in by_op.items())
             for loop, by_op in updates.items()
             if "" not in by_op
         }
+        # A short loop's vectors of partial sums are added up across their lanes at each exit. Where it is the
+        # innermost of reduce loops with nothing else between them (a convolution's window), the pragma collapses
+        # them into one loop, whose sums are added up once (ResNet18's stem weight gradient: 8.4 -> 5.3 ms).
+        position = {node: number for number, node in enumerate(program)}
+        after_end = {node.src[0]: number + 1 for number, node in enumerate(program) if node.op is Ops.ENDRANGE}
+        collapsed = {}
+        for loop, clause in clauses.items():
+            outermost, count = loop, 1
+            if loop.src[0].op is Ops.CONST and loop.src[0].arg <= 4 * self.target.vector_width:
+                while True:
+                    before, after = program[position[outermost] - 1], after_end[outermost]
+                    if not (
+                        before.op is Ops.RANGE
+                        and before.arg[1] is LoopKind.REDUCE
+                        and before.src[0].op is Ops.CONST
+                        and after < len(program)
+                        and program[after].op is Ops.ENDRANGE
+                        and program[after].src[0] is before
+                    ):
+                        break
+                    outermost, count = before, count + 1
+            collapsed[outermost] = clause if count == 1 else f"collapse({count}) {clause}"
+        return collapsed
 
     def render_range(self, position: int, node: UOp) -> None:
         end = self.value(node.src[0])
