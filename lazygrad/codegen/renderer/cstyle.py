@@ -102,7 +102,22 @@ class CStyleRenderer(Renderer):
     buffer_array = True
     # libm's exp2f/log2f/sinf are scalar calls that stop gcc vectorizing a loop: use polynomials, as LLVM does
     rewrites = transcendental_rules
-    preamble = "#include <math.h>\n"
+    preamble = "#include <math.h>\n" + "".join(
+        f"static inline {t} {name}({t} a, {t} b) {{\n"
+        f"  {t} m = a > b ? a : b;\n"
+        f"  {u} bits_a, bits_m, nan = -({u})(a != a);\n"
+        "  __builtin_memcpy(&bits_a, &a, sizeof a);\n"
+        "  __builtin_memcpy(&bits_m, &m, sizeof m);\n"
+        "  bits_m = (bits_a & nan) | (bits_m & ~nan);\n"
+        "  __builtin_memcpy(&m, &bits_m, sizeof m);\n"
+        "  return m;\n"
+        "}\n"
+        for t, u, name in (("float", "unsigned int", "lg_maxf"), ("double", "unsigned long long", "lg_max"))
+    )
+    # the float max of two values, a NaN in `a` or `b` the result, for the types that compute floats: gcc compiles
+    # the template's `(a > b || a != a) ? a : b` to compares and jumps, which also stop it vectorizing a loop
+    # (ResNet18's max-pool on CPU=1: 1.4 -> 0.13 ms); the preamble's functions select the NaN with bit masks
+    float_max = {"float": "lg_maxf", "double": "lg_max"}
     half_preamble = ""
     can_join = True  # several kernels compile as one translation unit: one run of the compiler (see `join`)
     # a register block's accumulators as vectors of GCC's vector extensions (see codegen/vectorize.py), which gcc
@@ -607,6 +622,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         operand_dtype = node.src[-1].dtype
         operands = dict(zip("abc", (self.value(source) for source in node.src)))
         template = self.integer_template(node) or ALU_TEMPLATES[node.op][operand_dtype.kind]
+        if node.op is Ops.MAX and (function := self.float_max.get(self.register_types.get(operand_dtype, ""))):
+            template = function + "({a}, {b})"
         functions = self.double_math_functions if operand_dtype.itemsize == 8 else self.math_functions
         expression = template.format(**operands, **functions)
         if node.dtype == dtypes.float16:
@@ -686,6 +703,7 @@ class CUDARenderer(CStyleRenderer):
     shared_prefix = "__shared__ "
     barrier = "__syncthreads();"
     preamble = ""
+    float_max: dict[str, str] = {}  # (a select of floats costs no branch on a GPU)
     half_preamble = "#include <cuda_fp16.h>\n"
     register_types = CStyleRenderer.register_types | {dtypes.bool: "bool"}
     memory_types = register_types | {dtypes.bool: "unsigned char", dtypes.float16: "half"}

@@ -88,6 +88,7 @@ class OpenCLRenderer(CStyleRenderer):
     shared_prefix = "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     preamble = ""
+    float_max: dict[str, str] = {}  # (a select of floats costs no branch on a GPU)
     # private `half` variables need cl_khr_fp16, but a pointer to half does not: round through 16-bit slots
     half_rounding = (
         "float{width} round_to_half{width}(float{width} value) {{\n"
