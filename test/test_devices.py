@@ -778,6 +778,49 @@ def test_c_collapses_a_short_reduce_loop_with_the_reduce_loops_around_it():
     np.testing.assert_allclose(weight_gradient(available("CPU")).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_c_takes_float_maxima_without_branches_and_keeps_their_nans():
+    """gcc compiled the max template `(a > b || a != a) ? a : b` to compares and jumps (a max-pool on CPU=1 took 1.4
+    ms, 0.13 without them): the C device calls the preamble's lg_maxf / lg_max, which select a NaN with bit masks.
+    A NaN in either operand is the result, as in NumPy; values stay NumPy's, for float32 and float64."""
+    x = numbers(4, 8, 16, 16, seed=66)
+    x[0, 0, 0, :3] = np.nan
+    x[1, 2, 5, 7] = -np.inf
+    source, _ = render_optimized(CStyleRenderer(AVX2), Tensor(x).max_pool2d(2))
+    assert "lg_maxf(" in source and "||" not in source.split("E_")[-1]
+    pooled = Tensor(x, device=available("CPU")).max_pool2d(2).numpy()
+    np.testing.assert_array_equal(pooled, x.reshape(4, 8, 8, 2, 8, 2).max(axis=(3, 5)))
+    wide = x.astype(np.float64)
+    np.testing.assert_array_equal(Tensor(wide, device="CPU").max(axis=3).numpy(), wide.max(axis=3))
+    pairs = np.array([np.nan, 1.0, -0.0, 0.0, -np.inf], np.float32)
+    maxima = Tensor(pairs, device="CPU").maximum(Tensor(pairs[::-1].copy(), device="CPU")).numpy()
+    np.testing.assert_array_equal(maxima, np.maximum(pairs, pairs[::-1]))
+
+
+def test_llvm_leaves_no_loop_to_its_vectorizer_that_it_would_scatter_stores_along():
+    """A copy of 3x3 windows into rows of 9 (ResNet18's E_16_8_8_64) stores 9 elements apart along its innermost
+    loop: LLVM vectorized it with AVX-512 scatters and gathers, 5x slower than scalar code, so no loop of it is
+    left to the vectorizer. A max-pool gradient's 2x2 blocks (stores 2 apart, at both offsets) are an interleaved
+    group LLVM writes with shuffles: that loop stays; so does a plain elementwise loop. Values stay NumPy's."""
+    from lazygrad.codegen.renderer.llvmir import vectorized_loops
+
+    target = Target(vector_width=16, vector_registers=32)
+    data = numbers(4, 64, 10, 10, seed=63)
+
+    def windows(device=None):
+        return Tensor(data, device=device)._pool((3, 3), (1, 1), (1, 1)).permute(0, 2, 3, 1, 4, 5).contiguous()
+
+    (program,) = optimized_programs(windows(), target)
+    assert sum(node.op is Ops.STORE for node in program) == 9 and not vectorized_loops(program)
+    x = Tensor(numbers(16, 64, 16, 16, seed=64), requires_grad=True)
+    (x.max_pool2d(3, 2, padding=1) * Tensor(numbers(16, 64, 8, 8, seed=65))).sum().backward()
+    (blocks,) = [p for p in optimized_programs(x.grad, target) if sum(n.op is Ops.STORE for n in p) == 4]
+    innermost = [node for node in blocks if node.op is Ops.RANGE][-1]
+    assert innermost in vectorized_loops(blocks)
+    assert vectorized_loops(optimized_programs(Tensor(data) * 2, target)[0])
+    expected = np.lib.stride_tricks.sliding_window_view(data, (3, 3), (2, 3)).transpose(0, 2, 3, 1, 4, 5)
+    np.testing.assert_allclose(windows("LLVM").numpy(), expected)
+
+
 def test_llvm_keeps_register_blocks_in_vector_accumulators():
     """The LLVM renderer declares the same vectors: one vector load and one fused multiply-add a row of the block
     per iteration (as the scalar fma of each lane), not scalars left for LLVM's SLP pass to pack."""

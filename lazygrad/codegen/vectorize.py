@@ -40,7 +40,7 @@ class AccumulatorVector:
     stride: int = 1
 
 
-def _offset(index: UOp) -> tuple[UOp | None, int]:
+def split_offset(index: UOp) -> tuple[UOp | None, int]:
     """`index` as (the rest, a constant it adds)."""
     if index.op is Ops.CONST:
         return None, index.arg
@@ -102,7 +102,7 @@ def accumulator_vectors(
         else:
             continue
         for load, common in roles:
-            rest, offset = _offset(load.src[1])
+            rest, offset = split_offset(load.src[1])
             candidates.setdefault((current.src[1:], load.src[0], common, rest), {}).setdefault(offset, (node, load))
     lanes = {dtypes.float32: width, dtypes.float64: width // 2}
     vectors: list[AccumulatorVector] = []
@@ -156,7 +156,7 @@ def _computed_vectors(updates: dict[UOp, tuple[UOp, UOp]], lanes: dict) -> list[
     for accumulator, (current, value) in updates.items():
         if value.op is Ops.MUL or value.op not in ALU:
             continue
-        loads = [(load.src[0], *_offset(load.src[1])) for load in _plain_loads(value)]
+        loads = [(load.src[0], *split_offset(load.src[1])) for load in _plain_loads(value)]
         if loads:
             key = (current.src[1:], accumulator.dtype, tuple((buffer, rest) for buffer, rest, _ in loads))
             shapes.setdefault(key, {}).setdefault(tuple(offset for _, _, offset in loads), accumulator)
@@ -255,8 +255,8 @@ def _lanes(
             if buffer in written:
                 in_place = buffer is stores[0].src[0] and all(n.src[1] is s.src[1] for n, s in zip(nodes, stores))
                 return Lanes("load", nodes) if in_place else None
-            rest, start = _offset(first.src[1])
-            offsets = [_offset(node.src[1]) for node in nodes]
+            rest, start = split_offset(first.src[1])
+            offsets = [split_offset(node.src[1]) for node in nodes]
             if all(r is rest and offset == start + lane for lane, (r, offset) in enumerate(offsets)):
                 return Lanes("load", nodes)
         if all(len(node.src) == 1 and node.src[0].op is Ops.DEFINE_ACC for node in nodes):  # after their loop
@@ -291,7 +291,7 @@ def store_vectors(program: list[UOp], width: int, vectors: list[AccumulatorVecto
     for node in stores:
         buffer, index, value = node.src
         if buffer.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL) and value.dtype in VECTOR_DTYPES:
-            rest, offset = _offset(index)
+            rest, offset = split_offset(index)
             candidates.setdefault((buffer, rest, nests[node], value.dtype), {}).setdefault(offset, node)
     found = []
     for (_, _, loops, dtype), by_offset in candidates.items():
