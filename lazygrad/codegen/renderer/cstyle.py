@@ -116,7 +116,7 @@ class CStyleRenderer(Renderer):
     )
     # the float max of two values, a NaN in `a` or `b` the result, for the types that compute floats: gcc compiles
     # the template's `(a > b || a != a) ? a : b` to compares and jumps, which also stop it vectorizing a loop
-    # (ResNet18's max-pool on CPU=1: 1.4 -> 0.13 ms); the preamble's functions select the NaN with bit masks
+    # (ResNet18's max-pool on CPU=1, one core: 1.4 -> 0.13 ms); the preamble's functions select the NaN with bit masks
     float_max = {"float": "lg_maxf", "double": "lg_max"}
     half_preamble = ""
     can_join = True  # several kernels compile as one translation unit: one run of the compiler (see `join`)
