@@ -261,9 +261,9 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
       loop, by up to half the vector registers of rows that share them (`block_interleaved`).
 
     Where an input is reused along one short output loop only (a batch of 16 rows through a wide layer), a product
-    with contiguous outputs takes that loop whole instead, so the other, larger input is read once. Other products (strided along every loop) get a
-    scalar block: 4 by 4 outputs sharing each load. Reduces one after
-    another over different loops (a softmax's) only get their contiguous loops vectorized.
+    with contiguous outputs takes that loop whole instead, so the other, larger input is read once. Other products
+    (strided along every loop) get a scalar block: 4 by 4 outputs sharing each load. Reduces one after another over
+    different loops (a softmax's) only get their contiguous loops vectorized.
     `blocking` (from BEAM search) overrides the sizes these rules pick; `shape` is the kernel's `matrix_shape`.
     """
     reduces = reduce_nodes(plan.sink)
@@ -277,8 +277,6 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
                 plan.apply(Opt(OptOp.VECTORIZE, loop.arg[0]))
         return
     loops = output_loops(plan.sink)  # (`shape` is None as well for an elementwise kernel whose reduces unroll whole)
-    rows = loops[:-1] if shape == "contiguous outputs" else loops
-    whole = None if blocking else short_reused_loop(plan.sink, rows, target)
     if shape == "contiguous reduce":
         # (never a short loop whole: its rows of the small operand, as long as the reduce, would be read again for
         # every output of the other loop, from L2 at best; ResNet18's 16 x 4608 @ 4608 x 512 took 0.63 ms with its
@@ -326,6 +324,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], part))
                 fill_block(plan, [loop.arg[0] for loop in loops[:-1]], vector * target.vector_registers // 4 // part)
                 return
+        whole = None if blocking else short_reused_loop(plan.sink, loops[:-1], target)
         if whole is not None and vector > 1 and inner.src[0].arg % vector == 0:
             plan.apply(Opt(OptOp.UPCAST, inner.arg[0], vector))
             plan.apply(Opt(OptOp.UPCAST, whole.arg[0], whole.src[0].arg))

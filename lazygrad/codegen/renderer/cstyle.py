@@ -379,6 +379,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             for loop, by_op in updates.items()
             if "" not in by_op
         }
+        if not clauses:
+            return clauses
         # A short loop's vectors of partial sums are added up across their lanes at each exit. Where it is the
         # innermost of reduce loops with nothing else between them (a convolution's window), the pragma collapses
         # them into one loop, whose sums are added up once (ResNet18's stem weight gradient: 8.4 -> 5.3 ms).
