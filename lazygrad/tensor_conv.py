@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lazygrad.codegen.heuristic import UNROLL_LIMIT
 from lazygrad.dtype import dtypes, integer_range
 
 if TYPE_CHECKING:
@@ -19,6 +18,9 @@ if TYPE_CHECKING:
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "trilinear": 3}
+# a window of at most this many taps is a stack of shifted slices (see `_window`), each read under a gate that folds
+# away where codegen unrolls the tap loop: it unrolls reduce loops this short (test_opt checks that it still does)
+STACKED_TAPS = 4
 
 
 def _pair(value, count: int, name: str) -> tuple[int, ...]:
@@ -64,7 +66,7 @@ class ConvMixin:
             x = x.shrink(tuple((0, out * stride) if i == axis else None for i in range(self.ndim)))
             x = x.reshape(*before, out, stride, *after)
             return x.shrink(tuple((0, kernel) if i == axis + 1 else None for i in range(x.ndim)))
-        if kernel <= UNROLL_LIMIT:
+        if kernel <= STACKED_TAPS:
             span = (out - 1) * stride + 1
             taps = []
             for tap in range(kernel):

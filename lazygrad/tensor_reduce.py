@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lazygrad.device import CORES
 from lazygrad.dtype import DType, dtypes, is_small_int, to_dtype
-from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
-
-SPLIT_REDUCE_LENGTH = 1 << 18  # reduces at least this long into fewer than CORES outputs are split
-
-
-def _split_parts(outputs: int, length: int) -> int:
-    """Into how many pieces to split a reduce of `length` elements into each of `outputs` values (1: not at all)."""
-    if outputs >= CORES or length < SPLIT_REDUCE_LENGTH:
-        return 1
-    return next((parts for parts in (256, 128, 64, 32, 16) if length % parts == 0), 1)
 
 
 def _refuse_torch_max(keywords: dict, op_name: str) -> None:
@@ -58,17 +47,7 @@ class ReduceMixin:
         axes = self._axes(axis, op_name)
         if self.ndim == 0:
             return self
-        kept_shape = tuple(1 if i in axes else size for i, size in enumerate(self.shape))
-        if (parts := _split_parts(prod(kept_shape), prod(self.shape) // max(prod(kept_shape), 1))) > 1:
-            # a long reduce into one or a few values runs on one core: reduce `parts` pieces of it first (a kernel
-            # whose loop over the pieces the cores share), then those partial results
-            kept = [i for i in range(self.ndim) if i not in axes]
-            flat = self.permute((*kept, *axes)).reshape(*(self.shape[i] for i in kept), parts, -1)
-            partial = flat._new(UOp(Ops.REDUCE, self.dtype, (flat.uop,), (op, (flat.ndim - 1,))))
-            reduced = partial._new(UOp(Ops.REDUCE, self.dtype, (partial.uop,), (op, (flat.ndim - 2,))))
-            reduced = reduced.reshape(kept_shape)
-        else:
-            reduced = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes))) if axes else self
+        reduced = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes))) if axes else self
         if keepdim:
             return reduced
         return reduced.reshape(tuple(size for i, size in enumerate(self.shape) if i not in axes))

@@ -79,6 +79,9 @@ class FakeDriver:
     def compute_capability(self, device):
         return 9, 0
 
+    def multiprocessors(self, device):
+        return 132
+
     def primary_context(self, device):
         return PRIMARY
 

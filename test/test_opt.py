@@ -162,6 +162,20 @@ def test_the_heuristic_blocks_a_product_and_its_list_is_printed_at_debug_3(capfd
     assert " ".join(map(str, opts)) in capfd.readouterr().out
 
 
+def test_the_taps_of_a_window_stacked_from_slices_are_unrolled():
+    # a window of up to STACKED_TAPS taps is built from shifted slices, each under a gate that only folds away where
+    # the tap loops are unrolled whole: the heuristic must unroll loops that short
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.tensor_conv import STACKED_TAPS
+
+    x, _ = realized(2, 3, 16, 16)
+    w, _ = realized(8, 3, STACKED_TAPS, STACKED_TAPS)
+    kernel = kernel_of(x.conv2d(w))
+    taps = [axis for axis, loop in loops_by_axis(kernel).items() if loop.src[0].arg == STACKED_TAPS]
+    unrolled = {opt.axis for opt in heuristic_opts(kernel, Target()) if opt.op is R and opt.amount == STACKED_TAPS}
+    assert len(taps) == 2 and unrolled == set(taps)
+
+
 def test_the_register_block_follows_the_target():
     from lazygrad.codegen.renderer import Target
 

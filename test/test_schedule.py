@@ -471,6 +471,24 @@ def test_long_reduce_into_one_value_is_split_across_cores():
     assert kernels(rand(1000).sum()) == 1 and kernels(rand(512, 1024).sum(1)) == 1
 
 
+def test_the_scheduler_splits_every_long_reduce_into_fewer_values_than_cores():
+    # the graph holds one reduce (the split is the device's choice, made when scheduling), and a reduce that autograd
+    # builds (a broadcast weight's gradient) is split as a sum is
+    values = np.random.default_rng(1).random((2, 1 << 19), dtype=np.float32)
+    x = Tensor(values)
+    assert [node.op for node in x.sum().uop.toposort].count(Ops.REDUCE) == 1
+    weight = Tensor(np.float32([1.5]), requires_grad=True)
+    (x * weight).sum().backward()
+    expected_kernels = 2 if Device[Device.DEFAULT].renderer.target.cores > 1 else 1
+    assert kernels(weight.grad) == expected_kernels
+    np.testing.assert_allclose(weight.grad.numpy(), [values.astype(np.float64).sum()], rtol=1e-6)
+    # on a device with more cores than outputs (a GPU's multiprocessors), a reduce into a few values is split too
+    from lazygrad.codegen.renderer import Target
+
+    assert Target(cores=132).reduce_parts(16, 1 << 20) == 256 and Target(cores=2).reduce_parts(16, 1 << 20) == 1
+    assert Target(cores=132).reduce_parts(1, 1000) == 1  # a short reduce is not worth a kernel more
+
+
 @pytest.mark.parametrize("name", ["mish", "erf", "atan", "asin", "acosh", "selu", "hardswish", "logsigmoid", "sinh"])
 def test_composed_elementwise_math_is_one_kernel(abc, name):
     # every select, series and range reduction inside these ops fuses into the one elementwise kernel

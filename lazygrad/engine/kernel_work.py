@@ -1,5 +1,6 @@
 """How much work the scheduler puts into one kernel: a very long chain of fused operations is cut into kernels of at
-most KERNEL_WORK_LIMIT work each.
+most KERNEL_WORK_LIMIT work each, and a long reduce into fewer values than the device has cores is split in two
+(`split_reduces`), so that all of them share it.
 
 Why: a compiler's time per operation grows with the size of the loop body it optimizes (LLVM's loop vectorizer is
 quadratic in it: 2,000 chained multiply-adds in one kernel took 4.6 s to compile, 4,000 took 18 s), while a cut
@@ -13,6 +14,9 @@ exact, from the set of nodes, where the sum over sources could overcount).
 
 from __future__ import annotations
 
+from typing import Callable
+
+from lazygrad.helpers import prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
 # the work per kernel past which a kernel is cut: about where LLVM's compile time per operation starts to grow
@@ -114,3 +118,36 @@ def _members(node: UOp, read: set[UOp], members: dict[UOp, frozenset[UOp]]) -> f
             stack.extend(current.src)
     members[node] = frozenset(found)
     return members[node]
+
+
+def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int], int]) -> dict[UOp, UOp]:
+    """The graph of `nodes` (sources first) with every reduce that `parts_of(outputs, length)` splits into more than
+    one part reduced in two steps: its parts first (one kernel, whose outputs the cores share), then the parts (a
+    small kernel). Returns what each changed node (a split reduce, and the nodes above it) becomes."""
+    done: dict[UOp, UOp] = {}
+    for node in nodes:
+        new = node
+        if done and any(source in done for source in node.src):
+            new = node.replace(src=tuple(done.get(source, source) for source in node.src))
+        if node.op is Ops.REDUCE:
+            shape, axes = new.src[0].shape, new.arg[1]
+            kept = tuple(axis for axis in range(len(shape)) if axis not in axes)
+            outputs = prod(shape[axis] for axis in kept)
+            if (parts := parts_of(outputs, prod(shape) // max(outputs, 1))) > 1:
+                new = _reduced_in_parts(new, kept, parts)
+        if new is not node:
+            done[node] = new
+    return done
+
+
+def _reduced_in_parts(reduce: UOp, kept: tuple[int, ...], parts: int) -> UOp:
+    """`reduce` as a reduce of `parts` pieces of each output's values, then of the pieces' results."""
+    source, (op, axes), dtype = reduce.src[0], reduce.arg, reduce.dtype
+    order = (*kept, *axes)
+    if order != tuple(range(len(order))):
+        source = UOp(Ops.PERMUTE, dtype, (source,), order)
+    sizes = tuple(source.shape[: len(kept)])
+    pieces = UOp(Ops.RESHAPE, dtype, (source,), (*sizes, parts, prod(source.shape[len(kept) :]) // parts))
+    partial = UOp(Ops.REDUCE, dtype, (pieces,), (op, (len(sizes) + 1,)))
+    total = UOp(Ops.REDUCE, dtype, (partial,), (op, (len(sizes),)))
+    return UOp(Ops.RESHAPE, dtype, (total,), reduce.shape)

@@ -35,7 +35,7 @@ from typing import Any
 from lazygrad.device import Device
 from lazygrad.dtype import DType
 from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
-from lazygrad.engine.kernel_work import long_chain_cuts
+from lazygrad.engine.kernel_work import long_chain_cuts, split_reduces
 from lazygrad.engine.rng import is_random_source
 from lazygrad.helpers import DEBUG, prod
 from lazygrad.uop.ops import ALU, MOVEMENT, Ops, UOp, _const_key
@@ -659,9 +659,17 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
 
 def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> Plan:
     """Schedule a graph and abstract the result over its buffers."""
+    # A long reduce into fewer values than the device has cores is split in two (see kernel_work.split_reduces): its
+    # parts are computed for its kernel alone, so no graph node stands for them.
+    split = split_reduces(nodes, Device[device].renderer.target.reduce_parts)
+    position = {split.get(node, node): index for index, node in enumerate(nodes)}
+    if split:
+        sink = UOp(Ops.SINK, src=tuple(split.get(output, output) for output in sink.src))
+        sink_nodes = sink.toposort
+    else:
+        sink_nodes = [*nodes, sink]  # sink.toposort, without walking the graph again
     # Kernels that wait on each other in a cycle get parts computed apart first (see `_computed_apart`).
     forced: frozenset[UOp] = frozenset()
-    sink_nodes = [*nodes, sink]  # sink.toposort, without walking the graph again
     while True:
         roots, schedule, buffer_views = _build_schedule(sink, sink_nodes, forced, device)
         ordered = _order(schedule)
@@ -681,9 +689,10 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> P
         if buffer not in slots:
             slots[buffer] = len(slots)
             new_buffers.append((buffer.arg[2], buffer.arg[1], buffer.dtype))
-    position = {node: index for index, node in enumerate(nodes)}
     views = []
     for root, view in buffer_views.items():
+        if root not in position:
+            continue
         moves = []
         while view.op in _STORED_VIEW_OPS:
             moves.append((view.op, view.arg))
@@ -693,7 +702,7 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> P
         [(item.ast, [slots[buffer] for buffer in item.buffers], item.device, item.kind) for item in ordered],
         new_buffers,
         views,
-        tuple(position[node] for node in _reusable(sink_nodes, roots, buffer_views)),
+        tuple(position[node] for node in _reusable(sink_nodes, roots, buffer_views) if node in position),
         [slots[root.src[0].base] for root in roots if root.op is Ops.ASSIGN],
         any(view.op is Ops.EXPAND for view in buffer_views.values()),
     )

@@ -22,6 +22,7 @@ from lazygrad.device import DeviceUnavailable
 LIBRARY = "libcuda.so.1"
 SUCCESS, OUT_OF_MEMORY, INVALID_CONTEXT = 0, 2, 201
 COMPUTE_CAPABILITY_MAJOR, COMPUTE_CAPABILITY_MINOR = 75, 76
+MULTIPROCESSOR_COUNT = 16
 STREAM_NON_BLOCKING = 1  # the stream does not wait for the legacy default stream (other libraries' work)
 
 
@@ -182,6 +183,9 @@ class CUDADriver:
         major = self.out("cuDeviceGetAttribute", c_int, COMPUTE_CAPABILITY_MAJOR, device)
         minor = self.out("cuDeviceGetAttribute", c_int, COMPUTE_CAPABILITY_MINOR, device)
         return major, minor
+
+    def multiprocessors(self, device: int) -> int:
+        return self.out("cuDeviceGetAttribute", c_int, MULTIPROCESSOR_COUNT, device)
 
     def primary_context(self, device: int) -> int:
         return self.out("cuDevicePrimaryCtxRetain", c_void_p, device)

@@ -71,6 +71,9 @@ class MockDriver:
     def compute_capability(self, device: int) -> tuple[int, int]:
         return 8, 0
 
+    def multiprocessors(self, device: int) -> int:
+        return 108  # an A100's, as the compute capability is
+
     def primary_context(self, device: int) -> int:
         return PRIMARY_CONTEXT
 

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from lazygrad.codegen.renderer import Target
+from lazygrad.device import CORES
 
 # x86-64 CPUs by their widest vectors. AVX-512: 16 floats a vector and 32 vector registers; AVX and AVX2: 8 floats
 # and 16 registers; the rest of x86-64 (SSE): 4 floats and 16 registers.
@@ -78,7 +79,9 @@ class HostCPU:
         # a copy of an input (PACK) takes half of a core's L2 cache (the rows it meets there need the other half), and
         # at most STACK_COPY_LIMIT: it lives on the stack of whichever thread runs the kernel
         pack_bytes = min(l2_cache_bytes() // 2, STACK_COPY_LIMIT)
-        return Target(vector_width=self.vector_width, vector_registers=self.vector_registers, pack_bytes=pack_bytes)
+        return Target(
+            vector_width=self.vector_width, vector_registers=self.vector_registers, pack_bytes=pack_bytes, cores=CORES
+        )
 
     def describe(self) -> str:
         source = "this machine's" if self.native else "LAZYGRAD_CPU"

@@ -372,7 +372,7 @@ class CUDADevice(Compiled):
         with self.current():
             self.stream = driver.stream_create()
             self.timing_events = (driver.event_create(), driver.event_create())
-        renderer = CUDARenderer.for_architecture(architecture)
+        renderer = CUDARenderer.for_architecture(architecture, driver.multiprocessors(driver.device(ordinal)))
         super().__init__("CUDA", CUDAAllocator(self), renderer, compiler, self.load_program, max_buffers)
 
     def current(self) -> CurrentContext:

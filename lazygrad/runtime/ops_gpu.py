@@ -37,7 +37,11 @@ def device_target(device: Any) -> Target:
     aim = 64 if vector_width > 1 else 256
     block_threads = 1 << (min(max_threads, aim).bit_length() - 1)
     return Target(
-        vector_width, max_threads=max_threads, block_threads=block_threads, shared_memory=device.local_mem_size
+        vector_width,
+        max_threads=max_threads,
+        block_threads=block_threads,
+        shared_memory=device.local_mem_size,
+        cores=device.max_compute_units,
     )
 
 

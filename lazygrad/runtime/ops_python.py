@@ -34,6 +34,7 @@ class PythonRenderer(Renderer):
         max_threads=64,
         block_threads=8,
         shared_memory=1 << 16,
+        cores=4,  # (few, as its blocks are small: a reduce into one value is split, as on a GPU)
         tensor_cores=(  # CUDA's, emulated
             TensorCore((16, 16, 16), dtypes.float16),
             TensorCore((16, 16, 16), dtypes.bfloat16),

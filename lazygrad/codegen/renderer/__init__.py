@@ -64,6 +64,9 @@ class TensorCore:
     threads: int = WARP
 
 
+SPLIT_REDUCE_LENGTH = 1 << 18  # the shortest reduce worth a kernel more to share it (see `Target.reduce_parts`)
+
+
 @dataclass(frozen=True)
 class Target:
     """What the optimization heuristics know of the device a renderer writes for."""
@@ -80,6 +83,17 @@ class Target:
     # a CPU: the bytes of the stack buffers a kernel may copy an input into (codegen's PACK; 0: none), about half
     # of a core's L2 cache, where the copy stays while the loops inside read it again and again
     pack_bytes: int = 0
+    # the processors that share a kernel's work: a CPU's cores (its outer loop's chunks), a GPU's multiprocessors
+    # (its blocks). A reduce into fewer values than this is split so that all of them share it (`reduce_parts`)
+    cores: int = 1
+
+    def reduce_parts(self, outputs: int, length: int) -> int:
+        """Into how many parts the scheduler splits a reduce of `length` values into each of `outputs` (1: none). A
+        kernel's cores share its outputs, so a long reduce into fewer outputs than cores reduces its parts first (a
+        kernel with `outputs * parts` outputs), then the parts (a small kernel)."""
+        if outputs >= self.cores or length < SPLIT_REDUCE_LENGTH:
+            return 1
+        return next((parts for parts in (256, 128, 64, 32, 16) if length % parts == 0), 1)
 
 
 class Renderer(ABC):

@@ -732,11 +732,12 @@ class CUDARenderer(CStyleRenderer):
     )
 
     @classmethod
-    def for_architecture(cls, architecture: int) -> CUDARenderer:
+    def for_architecture(cls, architecture: int, multiprocessors: int = 1) -> CUDARenderer:
         """A renderer for code compiled for compute capability `architecture` (major*10 + minor; 0: without
-        mma.h, so without tensor cores): its target has the tensor cores that architecture has."""
-        cores = tuple(c for c in cls.tensor_cores if architecture >= cls.tensor_core_architectures[c.input])
-        return cls(replace(cls.target, tensor_cores=cores))
+        mma.h, so without tensor cores) on a GPU with `multiprocessors`: its target has the tensor cores that
+        architecture has."""
+        tensor_cores = tuple(c for c in cls.tensor_cores if architecture >= cls.tensor_core_architectures[c.input])
+        return cls(replace(cls.target, tensor_cores=tensor_cores, cores=multiprocessors))
 
     def render(self, name: str, program: list[UOp]) -> str:
         # the fragment accumulators (updated by a WMMA), their reads, and the shared memory of matrix types
