@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import array
 import ctypes
-import functools
 import hashlib
 import importlib
 import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
@@ -405,16 +403,20 @@ def packed_addresses(addresses: list[int]) -> tuple[array.array, int]:
 
 class Team:
     """Runs a table of kernels through a host device's kernel runner (one native call) with a worker on each other
-    core, started from the thread pool for the call, which joins each shared kernel it finds open and takes chunks
-    of its outer loop (see codegen's TeamLayout). A worker spins while it waits, so a run of small kernels costs
-    the other cores no wake-up each (a thread pool's wake-up costs tens of microseconds), and one that starts late
-    only misses the kernels before it."""
+    core, which joins each shared kernel it finds open and takes chunks of its outer loop (see codegen's TeamLayout).
+    A worker spins while it waits within a call, so a run of small kernels costs the other cores no wake-up each, and
+    one that starts late only misses the kernels before it. Between calls a worker sleeps on a lock of its own, and a
+    call wakes it by releasing that lock: a thread pool's submit cost a call some 10 us of Python."""
 
     CHUNKS = 2  # chunks of a shared kernel per thread (more balance the threads' work better, fewer cost less)
 
     def __init__(self, runner: HostProgram, worker: HostProgram, layout: Any):
         self.runner, self.worker, self.layout = runner, worker, layout
         self.workers = CORES - 1
+        self.wakes: list[threading.Lock] = []  # each worker thread's (started at the first shared call)
+        self.words: array.array | None = None  # the shared words of the latest call, which a woken worker joins
+        if hasattr(os, "register_at_fork"):  # (a forked child has none of the threads: it starts its own)
+            os.register_at_fork(after_in_child=self.wakes.clear)
 
     def chunk(self, program: HostProgram, work: int) -> int:
         """The chunk size `program`'s outer loop is shared in where it runs `work` innermost statements or more
@@ -429,15 +431,39 @@ class Team:
         words = array.array("q", [0]) * self.layout.words
         words[self.layout.state] = self.layout.closed
         try:
-            for _ in range(self.workers if shared else 0):
-                thread_pool().submit(self._work, words)
+            if shared and self.workers:
+                self.words = words
+                self._wake()
             self.runner.function(table, words.buffer_info()[0], count)
         finally:
             words[self.layout.stop] = 1
 
-    def _work(self, words: array.array) -> None:
-        """A worker's part of a call (the words stay alive until it returns)."""
-        self.worker.function(None, words.buffer_info()[0], 0)
+    def _wake(self) -> None:
+        """Wake every worker that sleeps (one still busy with an earlier call joins this one when it comes back)."""
+        if not self.wakes:
+            for number in range(self.workers):
+                wake = threading.Lock()
+                wake.acquire()
+                threading.Thread(
+                    target=self._serve, args=(wake,), name=f"lazygrad-worker-{number}", daemon=True
+                ).start()
+                self.wakes.append(wake)
+        for wake in self.wakes:
+            if wake.locked():
+                try:
+                    wake.release()
+                except RuntimeError:  # another thread's call woke it just now
+                    pass
+
+    def _serve(self, wake: threading.Lock) -> None:
+        """A worker thread: each time it is woken, it takes part in the latest call (its words stay alive while it
+        does: the local reference holds them)."""
+        while True:
+            wake.acquire()
+            words = self.words
+            if words is not None:
+                self.worker.function(None, words.buffer_info()[0], 0)
+            words = None
 
 
 class HostGraph:
@@ -524,9 +550,3 @@ def usable_cores() -> int:
 
 
 CORES = usable_cores()
-
-
-@functools.cache
-def thread_pool() -> ThreadPoolExecutor:
-    """The threads the workers of a `Team` run on."""
-    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="lazygrad")

@@ -340,9 +340,38 @@ def test_a_host_graph_shares_the_outer_loops_of_large_kernels_with_spinning_work
     assert words[layout.state] == layout.epoch_unit + layout.closed  # one kernel shared, closed, nobody inside
 
 
+def test_each_shared_call_wakes_the_same_worker_threads():
+    """The team's workers are threads of its own that sleep between calls: a call wakes each (no thread pool's
+    submit, ~10 us of Python), and every call that waits for them is shared by the same threads."""
+    import array
+    import threading
+
+    from lazygrad.device import CORES
+
+    if CORES < 2:
+        pytest.skip("one core: no worker to share with")
+    team = Device[available("LLVM")].team()
+    kernel_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    calls: list[set[int]] = []
+
+    @kernel_type
+    def record(buffers, start, end):
+        calls[-1].add(threading.get_ident())
+        time.sleep(0.002)  # (long enough that the worker wakes and takes some)
+
+    outer = 200
+    table = array.array("Q", [ctypes.cast(record, ctypes.c_void_p).value, 0, outer, 1])
+    for _ in range(3):
+        calls.append(set())
+        team.run(table.buffer_info()[0], 1)
+    assert all(len(threads) == CORES for threads in calls) and calls[0] == calls[1] == calls[2]
+    workers = {thread.ident for thread in threading.enumerate() if thread.name.startswith("lazygrad-worker-")}
+    assert calls[0] - {threading.get_ident()} <= workers
+
+
 @pytest.mark.parametrize("name", ["LLVM", "CPU"])
 def test_a_large_kernel_outside_a_replay_is_shared_with_the_other_cores(name):
-    """A kernel with enough work shares its outer loop with workers started for its call (they join when they
+    """A kernel with enough work shares its outer loop with the worker threads it wakes (they join when they
     wake up): a large row sum's values are the same, whichever thread ran each chunk."""
     from lazygrad.device import CORES, HostProgram
     from lazygrad.engine.realize import get_kernel
@@ -354,7 +383,7 @@ def test_a_large_kernel_outside_a_replay_is_shared_with_the_other_cores(name):
     (item,) = rows.schedule()
     program = get_kernel(device, item.ast).program
     assert program.work >= HostProgram.PARALLEL_WORK and program.outer > 1 and CORES > 1
-    for _ in range(3):  # (the first call's worker may join no chunk; later ones find the pool's thread awake sooner)
+    for _ in range(3):  # (the first call's worker may join no chunk: it starts late)
         np.testing.assert_allclose((x.sum(1) * 1.5).numpy(), data.sum(1) * 1.5, rtol=1e-5, atol=1e-4)
 
 
