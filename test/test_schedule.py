@@ -489,6 +489,31 @@ def test_the_scheduler_splits_every_long_reduce_into_fewer_values_than_cores():
     assert Target(cores=132).reduce_parts(1, 1000) == 1  # a short reduce is not worth a kernel more
 
 
+def test_a_graph_with_detached_values_is_walked_once_and_planned_as_without_them(monkeypatch):
+    # kernels read a DETACH as its source: the graph is walked once (an optimizer step detaches every parameter), its
+    # plan is the one of the same graph without the DETACH nodes, and a tensor holding one is switched to its buffer
+    import lazygrad.engine.schedule as schedule
+
+    walks = []
+    original = schedule._structure
+    monkeypatch.setattr(schedule, "_structure", lambda *args: walks.append(1) or original(*args))
+    for seed in (2, 3):  # the same graph over another buffer: the plan found cached
+        data = np.random.default_rng(seed).random((4, 8), dtype=np.float32)
+        weight = Tensor(data).realize()
+        detached = weight.detach()
+        out = (detached * 3 + weight).exp2()
+        Tensor.realize_all(out, detached)
+        np.testing.assert_allclose(out.numpy(), np.exp2(data * 4), rtol=1e-6)
+        np.testing.assert_array_equal(detached.numpy(), data)
+    assert len(walks) == 2 + 1  # the first realize planned on the graph without DETACH (a walk more), the second not
+    assert kernels((weight.detach() * 5 + weight).exp2()) == 1
+    # dropping the DETACH nodes makes `x.detach() * 2` and `x * 2` one node: still right, from a plan of its own
+    twice = (weight.detach() * 2, weight * 2)
+    Tensor.realize_all(*twice)
+    for tensor in twice:
+        np.testing.assert_allclose(tensor.numpy(), data * 2, rtol=1e-6)
+
+
 @pytest.mark.parametrize("name", ["mish", "erf", "atan", "asin", "acosh", "selu", "hardswish", "logsigmoid", "sinh"])
 def test_composed_elementwise_math_is_one_kernel(abc, name):
     # every select, series and range reduction inside these ops fuses into the one elementwise kernel

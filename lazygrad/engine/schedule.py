@@ -482,18 +482,20 @@ def _reads_target_elsewhere(assign: UOp, targets: tuple[dict[UOp, int], dict[UOp
     return False
 
 
-def _prepare(nodes: list[UOp]) -> dict[UOp, UOp]:
+def _prepare(nodes: list[UOp], aliases: dict[UOp, UOp]) -> dict[UOp, UOp]:
     """The nodes (sources first) that kernels see differently, mapped to what they see: nodes realized earlier read
-    from their buffers, DETACH dropped, and the nodes above those rebuilt. Empty for a graph kernels see as it is."""
+    from their buffers, DETACH nodes (`aliases`, which `_structure` leaves out of `nodes`) as their sources, and the
+    nodes above those rebuilt."""
     done: dict[UOp, UOp] = {}
     key = realized.key
     for node in nodes:
         if (view := node.__dict__.get(key)) is not None:
             done[node] = view
-        elif node.op is Ops.DETACH:
-            done[node] = done.get(node.src[0], node.src[0])
-        elif done and any(source in done for source in node.src):
-            done[node] = node.replace(src=tuple(done.get(source, source) for source in node.src))
+        elif any(source in done or source in aliases for source in node.src):
+            sources = (aliases.get(source, source) for source in node.src)
+            done[node] = node.replace(src=tuple(done.get(source, source) for source in sources))
+    for detach, source in aliases.items():
+        done[detach] = done.get(source, source)
     return done
 
 
@@ -539,15 +541,17 @@ _plans: dict[tuple, Plan] = {}
 PLAN_CACHE_SIZE = 4096
 
 
-def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[UOp], bool]:
+def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[UOp], dict[UOp, UOp], bool]:
     """Walk a graph once for what its schedule depends on. Returns its nodes, sources first; the key: each node's op,
     dtype, argument and sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN
     dropped (a buffer used twice is one node, so positions still tell it from two buffers), and the outputs'
-    positions; the buffers in order; and whether kernels see the graph as it is (no node in it was realized
-    earlier, and no DETACH is to be dropped: see `_prepare`)."""
+    positions; the buffers in order; each DETACH node mapped to the node it stands for (kernels read a DETACH as
+    its source, so it takes its source's position and is not among the nodes); and whether no node in it was
+    realized earlier (else kernels see the graph differently: see `_prepare`)."""
     order: list[UOp] = []
     position: dict[UOp, int] = {}  # (also the visited set: a node popped again was finished before, as the graph
     buffers: list[UOp] = []  # has no cycles and its own sources lie above it on the stack)
+    aliases: dict[UOp, UOp] = {}
     entries: list[Any] = [device]
     as_is = True
     realized_key = realized.key  # (`realized.get` inlined: this walk runs on every realize)
@@ -557,7 +561,11 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
         node, sources_done = pop()
         if sources_done:
             op, arg = node.op, node.arg
-            if as_is and (op is Ops.DETACH or node.__dict__.get(realized_key) is not None):
+            if op is Ops.DETACH:
+                at = position[node] = position[node.src[0]]
+                aliases[node] = order[at]
+                continue
+            if as_is and node.__dict__.get(realized_key) is not None:
                 as_is = False
             if op in _UNIQUE_ARGS:
                 arg = None
@@ -593,7 +601,7 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
         position[node] = len(order)
         order.append(node)
     entries.append(tuple(map(position.__getitem__, outputs)))
-    return order, tuple(entries), buffers, as_is
+    return order, tuple(entries), buffers, aliases, as_is
 
 
 def _leaf_entry(node: UOp) -> tuple:
@@ -616,18 +624,28 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
     start = time.perf_counter()
-    nodes, key, inputs, as_is = _structure(outputs, device)
-    # graphs may contain nodes realized earlier: read those from their buffers
-    prepared = {} if as_is else _prepare(nodes)
-    kernel_outputs = outputs
-    if prepared:
+    nodes, key, inputs, aliases, as_is = _structure(outputs, device)
+    # a DETACH is read as its source: it takes its source's position, so the key (and the plan) of a graph is the one
+    # of the graph without its DETACH nodes
+    prepared, kernel_outputs = aliases, outputs
+    if not as_is:  # graphs may contain nodes realized earlier: read those from their buffers
+        prepared = _prepare(nodes, aliases)
         kernel_outputs = [prepared.get(output, output) for output in outputs]
-        nodes, key, inputs, _ = _structure(kernel_outputs, device)
+        nodes, key, inputs, aliases, _ = _structure(kernel_outputs, device)
     plan = _plans.get(key)
+    if plan is None and aliases:
+        # plan the graph without its DETACH nodes: it has the same key, unless dropping them made two nodes one
+        # (`x.detach() * 2` beside `x * 2`): then the graph without them is scheduled, as a prepared one is
+        stripped = _prepare(nodes, aliases)
+        kernel_outputs = [stripped.get(output, output) for output in outputs]
+        stripped_nodes, stripped_key, stripped_inputs, _, _ = _structure(kernel_outputs, device)
+        if stripped_key == key:
+            plan = _new_plan(key, kernel_outputs, stripped_nodes, stripped_inputs, device)
+        else:
+            prepared, nodes, key, inputs = stripped, stripped_nodes, stripped_key, stripped_inputs
+            plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _make_plan(UOp(Ops.SINK, src=tuple(kernel_outputs)), nodes, inputs, device)
-        if len(_plans) > PLAN_CACHE_SIZE:
-            del _plans[next(iter(_plans))]
+        plan = _new_plan(key, kernel_outputs, nodes, inputs, device)
     buffers = inputs
     if plan.new_buffers:
         buffers = inputs.copy()
@@ -655,6 +673,14 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
     if DEBUG.value >= 1:
         print(f"scheduled {len(plan.kernels)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
     return schedule, becomes, remember
+
+
+def _new_plan(key: tuple, outputs: list[UOp], nodes: list[UOp], inputs: list[UOp], device: str) -> Plan:
+    """Plan the graph of `outputs` (`nodes`, its buffers `inputs`) and keep the plan under `key`."""
+    plan = _plans[key] = _make_plan(UOp(Ops.SINK, src=tuple(outputs)), nodes, inputs, device)
+    if len(_plans) > PLAN_CACHE_SIZE:
+        del _plans[next(iter(_plans))]
+    return plan
 
 
 def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> Plan:
