@@ -30,7 +30,7 @@ class TeamLayout:
     meanwhile), and the runner and the workers in it take chunks of the outer loop by atomic adds on `next` until
     none is left; a worker then leaves (subtracts one). The runner, out of chunks, closes the kernel (sets the
     `closed` bit) and waits until every worker in it has left, before it writes the next job. A worker that starts
-    late (a thread pool's wake-up takes tens of microseconds) just joins a later kernel, or none. `stop` ends the
+    late (a sleeping thread's wake-up takes tens of microseconds) just joins a later kernel, or none. `stop` ends the
     workers' wait. (`table` and `spins` are not words: see below.)"""
 
     state: int = 0  # epoch * `epoch_unit` + `closed` + the workers in the kernel
