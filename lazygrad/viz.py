@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from lazygrad.engine.buffers import with_history
-from lazygrad.engine.schedule import kernel_roots
+from lazygrad.engine.fusion import kernel_roots
 from lazygrad.uop.ops import Ops, UOp
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from lazygrad import Device, GlobalCounters, Tensor
 from lazygrad.engine.kernel_work import KERNEL_WORK_LIMIT
-from lazygrad.uop.ops import Ops
+from lazygrad.uop.ops import Ops, UOp
 
 
 def kernels(*tensors: Tensor) -> int:
@@ -660,7 +660,7 @@ def test_kernel_facts_kept_between_rounds_give_the_plan_walking_every_kernel_aga
     node they touched changed. On a convolution, batch norm, pool and linear layer's training step that takes several
     rounds, the nodes realized are those found walking every kernel again each round, and fewer walks are made."""
     from lazygrad import nn
-    from lazygrad.engine import schedule
+    from lazygrad.engine import fusion
 
     Tensor.manual_seed(0)
     conv, norm, linear = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Linear(8 * 4 * 4, 10)
@@ -669,19 +669,19 @@ def test_kernel_facts_kept_between_rounds_give_the_plan_walking_every_kernel_aga
         out = linear(norm(conv(x)).relu().max_pool2d().flatten(1)).log_softmax().mean()
     out.backward()
     outputs = [out.uop, conv.weight.grad.uop, norm.weight.grad.uop, linear.weight.grad.uop]
-    sink = schedule.UOp(Ops.SINK, src=tuple(outputs))
-    walks, unsafe_reduces = [], schedule._unsafe_reduces
+    sink = UOp(Ops.SINK, src=tuple(outputs))
+    walks, unsafe_reduces = [], fusion._unsafe_reduces
 
     def counted(roots, to_realize, random_leaves, known=None):
         walks.append((len(roots) - len(known), len(roots)))  # (kernels walked this round, kernels)
         return unsafe_reduces(roots, to_realize, random_leaves, known)
 
-    monkeypatch.setattr(schedule, "_unsafe_reduces", counted)
-    kept = schedule.kernel_roots(sink, outputs)
+    monkeypatch.setattr(fusion, "_unsafe_reduces", counted)
+    kept = fusion.kernel_roots(sink, outputs)
     monkeypatch.setattr(
-        schedule,
+        fusion,
         "_unsafe_reduces",
         lambda roots, to_realize, random_leaves, known=None: unsafe_reduces(roots, to_realize, random_leaves),
     )
-    assert schedule.kernel_roots(sink, outputs) == kept
+    assert fusion.kernel_roots(sink, outputs) == kept
     assert len(walks) > 2 and sum(walked for walked, _ in walks) < sum(kernels for _, kernels in walks)
