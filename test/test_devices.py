@@ -807,6 +807,23 @@ def test_c_collapses_a_short_reduce_loop_with_the_reduce_loops_around_it():
     np.testing.assert_allclose(weight_gradient(available("CPU")).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_c_names_in_each_loop_pragma_only_the_accumulators_that_loop_updates():
+    """The same reduce loop can open twice in a kernel (once before the outputs' loops, for a padded row whose sum
+    is the same everywhere, and again inside them): each opening's pragma names the accumulators updated there (the
+    first named one not declared yet, and cc failed to compile); values stay NumPy's."""
+    a = numbers(3, 9, 10, seed=70)
+    padded = np.pad(1 / (a * a + 1), ((2, 1), (1, 0), (3, 3)))[:, :2]
+
+    def rows(device=None):
+        x = Tensor(a, device=device)
+        return 2.0 - (1 / (x * x + 1)).pad(((2, 1), (1, -8), (3, 3))).sum(axis=2, keepdim=True)
+
+    source, _ = render_optimized(CStyleRenderer(AVX2), rows())
+    pragmas = [line.strip() for line in source.splitlines() if line.strip().startswith("#pragma omp simd")]
+    assert len(pragmas) == 2 and pragmas[0] != pragmas[1]
+    np.testing.assert_allclose(rows(available("CPU")).numpy(), 2.0 - padded.sum(axis=2, keepdims=True), rtol=1e-5)
+
+
 def test_c_takes_float_maxima_without_branches_and_keeps_their_nans():
     """gcc compiled the max template `(a > b || a != a) ? a : b` to compares and jumps (a max-pool on CPU=1 took 1.4
     ms, 0.13 without them): the C device calls the preamble's lg_maxf / lg_max, which select a NaN with bit masks.

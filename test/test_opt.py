@@ -176,6 +176,15 @@ def test_the_taps_of_a_window_stacked_from_slices_are_unrolled():
     assert len(taps) == 2 and unrolled == set(taps)
 
 
+def test_an_output_loop_of_prime_length_read_every_other_element_gets_a_scalar_block():
+    # a max over padded rows of two, each read every other element along 31 output rows: no vector width divides
+    # 31, so the block is a scalar one (the heuristic asked for an upcast by 1, an error)
+    a, data = realized(30, 2)
+    out = a.pad((1, 2, 1, 0), value=2.0).sin().max(axis=1, keepdim=True)
+    expected = np.sin(np.pad(data, ((1, 0), (1, 2)), constant_values=2.0)).max(axis=1, keepdims=True)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+
+
 def test_the_register_block_follows_the_target():
     from lazygrad.codegen.renderer import Target
 

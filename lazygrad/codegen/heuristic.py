@@ -298,8 +298,11 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
         )
         if shape == "interleaved reduce":
             plan.apply(Opt(OptOp.VECTORIZE, along.arg[0]))
-        else:
-            plan.apply(Opt(OptOp.UPCAST, along.arg[0], largest_divisor(along.src[0].arg, target.vector_width)))
+        elif (lanes := largest_divisor(along.src[0].arg, target.vector_width)) > 1:
+            plan.apply(Opt(OptOp.UPCAST, along.arg[0], lanes))
+        else:  # (a loop of a prime length past the vector width has no vectors: a scalar block, as when strided)
+            upcast_reused(plan, loops, (4, 4))
+            return
         block_interleaved(plan, interleaved, blocking[1] if blocking else target.vector_registers // 2)
     elif shape == "contiguous outputs":
         inner, vector = loops[-1], target.vector_width

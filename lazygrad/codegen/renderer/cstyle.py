@@ -357,59 +357,58 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         """The variable of an accumulator (a DEFINE_ACC) rendered as a scalar (or a tensor-core fragment)."""
         return f"acc{accumulator.arg[1]}"
 
-    def simd_reduction_clauses(self, program: list[UOp]) -> dict[UOp, str]:
+    def simd_reduction_clauses(self, program: list[UOp]) -> dict[int, str]:
         """Each reduce loop left to the compiler's vectorizer whose accumulators all add or multiply, as scalars:
         the clause naming them for `#pragma omp simd` (which promises that they are its only dependences from one
-        iteration to the next)."""
-        updates: dict[UOp, dict[str, list[str]]] = {}
-        open_loops: list[UOp] = []
-        for node in program:
+        iteration to the next), by the loop's position in `program` (the same loop node can open twice: a reduce
+        computed once before the outputs' loops, and again inside them)."""
+        updates: dict[int, dict[str, list[str]]] = {}
+        open_loops: list[int] = []
+        end_of: dict[int, int] = {}  # a loop's position -> its ENDRANGE's
+        for number, node in enumerate(program):
             if node.op is Ops.RANGE:
-                open_loops.append(node)
+                open_loops.append(number)
             elif node.op is Ops.ENDRANGE:
-                open_loops.pop()
+                end_of[open_loops.pop()] = number
             elif node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
-                for loop in open_loops:
-                    if loop.arg[1] is LoopKind.VECTOR_REDUCE:
+                for opened in open_loops:
+                    if program[opened].arg[1] is LoopKind.VECTOR_REDUCE:
                         scalar = node.src[0] not in self.lane_of  # (a vector accumulator has no clause)
                         symbol = {Ops.ADD: "+", Ops.MUL: "*"}.get(node.src[1].op, "") if scalar else ""
-                        updates.setdefault(loop, {}).setdefault(symbol, []).append(self.accumulator_name(node.src[0]))
+                        names = updates.setdefault(opened, {}).setdefault(symbol, [])
+                        if (name := self.accumulator_name(node.src[0])) not in names:
+                            names.append(name)
         clauses = {
-            loop: " ".join(f"reduction({symbol}:{','.join(names)})" for symbol, names in by_op.items())
-            for loop, by_op in updates.items()
+            opened: " ".join(f"reduction({symbol}:{','.join(names)})" for symbol, names in by_op.items())
+            for opened, by_op in updates.items()
             if "" not in by_op
         }
-        if not clauses:
-            return clauses
         # A short loop's vectors of partial sums are added up across their lanes at each exit. Where it is the
         # innermost of reduce loops with nothing else between them (a convolution's window), the pragma collapses
         # them into one loop, whose sums are added up once (ResNet18's stem weight gradient: 8.4 -> 5.3 ms).
-        position = {node: number for number, node in enumerate(program)}
-        after_end = {node.src[0]: number + 1 for number, node in enumerate(program) if node.op is Ops.ENDRANGE}
         collapsed = {}
-        for loop, clause in clauses.items():
-            outermost, count = loop, 1
+        for opened, clause in clauses.items():
+            outermost, count = opened, 1
+            loop = program[opened]
             if loop.src[0].op is Ops.CONST and loop.src[0].arg <= 4 * self.target.vector_width:
-                while True:
-                    before, after = program[position[outermost] - 1], after_end[outermost]
+                while outermost > 0:
+                    before = program[outermost - 1]
                     if not (
                         before.op is Ops.RANGE
                         and before.arg[1] is LoopKind.REDUCE
                         and before.src[0].op is Ops.CONST
-                        and after < len(program)
-                        and program[after].op is Ops.ENDRANGE
-                        and program[after].src[0] is before
+                        and end_of[outermost - 1] == end_of[outermost] + 1
                     ):
                         break
-                    outermost, count = before, count + 1
+                    outermost, count = outermost - 1, count + 1
             collapsed[outermost] = clause if count == 1 else f"collapse({count}) {clause}"
         return collapsed
 
     def render_range(self, position: int, node: UOp) -> None:
         end = self.value(node.src[0])
         index = self.register_types[dtypes.index]
-        if node in self.reductions:
-            self.emit(f"#pragma omp simd {self.reductions[node]}")
+        if position in self.reductions:
+            self.emit(f"#pragma omp simd {self.reductions[position]}")
         if node is self.split_loop:
             name = f"gidx{position}"
             self.names[node] = name
