@@ -290,6 +290,20 @@ def test_a_reduce_the_same_for_every_output_channel_runs_once_before_their_loop(
     np.testing.assert_allclose(run_with(gradient, opts), expected, rtol=1e-5, atol=1e-4)
 
 
+def test_a_reduce_loop_opened_again_computes_its_indices_again():
+    # two upcast copies of a max over the same loop: one runs before the output loop (its row is padding), the other
+    # inside it, opening the loop again; what was computed from the loop's index the first time lived in that loop
+    # (LLVM: "Instruction does not dominate all uses!", C: an undeclared variable)
+    values = np.arange(-4.0, 1.25, 0.03125, dtype=np.float32).reshape(7, 6, 4)
+    other = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 1, 4)
+    rows = Tensor.arange(-4.0, 1.25, 0.03125).reshape(7, 6, 4).max(axis=1, keepdim=True)[-5:-1:3]
+    chosen = (rows > -0.703125).where(Tensor([[[0.5]]]), 3.0)
+    out = (Tensor(other) + chosen).reshape(4, 2).pad(((3, 1), (1, 0)), value=-0.75)
+    picked = np.where(values.max(axis=1, keepdims=True)[-5:-1:3] > -0.703125, 0.5, 3.0)
+    expected = np.pad((other + picked).reshape(4, 2), ((3, 1), (1, 0)), constant_values=-0.75)
+    np.testing.assert_allclose(out.numpy(), expected)
+
+
 def test_a_split_numbers_the_inner_loop_next_and_moves_the_others_up():
     a, _ = realized(8, 12)
     b, _ = realized(12, 16)

@@ -145,6 +145,13 @@ class Linearizer:
                 # over them before every thread has read them
                 self.program.append(UOp(Ops.BARRIER))
             self.close_loop(loop)
+        # what was computed from these loops' indices lives inside them: a reduce over the same loops that opens
+        # them again later (one that needs an output loop not open yet) computes it again there
+        inside = [
+            node for node in self.linear if node.op is not Ops.RANGE and self.used.get(node, frozenset()) & loop_set
+        ]
+        for inner in inside:
+            del self.linear[inner]
         for member, accumulator in zip(group, accumulators):
             self.linear[member] = UOp(Ops.LOAD, member.dtype, (accumulator,))
             self.program.append(self.linear[member])
