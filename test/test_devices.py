@@ -824,6 +824,34 @@ def test_c_names_in_each_loop_pragma_only_the_accumulators_that_loop_updates():
     np.testing.assert_allclose(rows(available("CPU")).numpy(), 2.0 - padded.sum(axis=2, keepdims=True), rtol=1e-5)
 
 
+def test_c_keeps_in_order_sums_that_read_several_elements_an_iteration_from_gccs_vectorizer():
+    """A sum of a flipped (25, 6) array is one reduce loop over rows around a short one over the row, backwards. gcc
+    12 unrolled the short loop and vectorized the rows' loop as an in-order sum, with the row's reads in the wrong
+    order: some elements added twice (GCC bug 110381; 11295 instead of 11175 for 0..149). Such a loop says
+    `#pragma omp simd if(0)`; a register block's loop (each accumulator updated once an iteration) does not. Sums of
+    flipped, strided and permuted rows, float32 and float64, are NumPy's."""
+    rows = Tensor(np.arange(150, dtype=np.float32)).reshape(25, 6).flip(1).sum()
+    lines = [line.strip() for line in render_optimized(CStyleRenderer(AVX2), rows)[0].splitlines()]
+    (at,) = [number for number, line in enumerate(lines) if line.startswith("#pragma")]
+    assert lines[at] == "#pragma omp simd if(0)" and "< 25ll" in lines[at + 1]
+    x, w = numbers(64, 200, seed=25), numbers(200, 96, seed=26)
+    assert "if(0)" not in render_optimized(CStyleRenderer(AVX2), Tensor(x) @ Tensor(w))[0]
+    cpu = available("CPU")
+    for dtype in (np.float32, np.float64):
+        a = np.arange(150, dtype=dtype).reshape(5, 5, 6)
+        cases = {
+            "flipped rows": (lambda t: t.reshape(25, 6).flip(1).sum(), lambda n: n.sum()),
+            "flipped middle axis, times 3": (lambda t: (t.flip(1) * 3).sum(), lambda n: 3 * n.sum()),
+            "every other element": (lambda t: t.reshape(25, 6)[:, ::2].sum(), lambda n: n.reshape(25, 6)[:, ::2].sum()),
+            "rows of a transpose": (
+                lambda t: t.permute(0, 2, 1).flip(2).sum(axis=(1, 2)),
+                lambda n: n.sum(axis=(1, 2)),
+            ),
+        }
+        for name, (lazy, reference) in cases.items():
+            np.testing.assert_allclose(lazy(Tensor(a, device=cpu)).numpy(), reference(a), rtol=1e-6, err_msg=name)
+
+
 def test_c_takes_float_maxima_without_branches_and_keeps_their_nans():
     """gcc compiled the max template `(a > b || a != a) ? a : b` to compares and jumps (a max-pool on CPU=1 took 1.4
     ms, 0.13 without them): the C device calls the preamble's lg_maxf / lg_max, which select a NaN with bit masks.

@@ -125,7 +125,8 @@ class CStyleRenderer(Renderer):
     vector_accumulators = True
     # a reduce loop codegen left to the compiler's vectorizer (VECTORIZE) says, by `#pragma omp simd reduction`,
     # that its sums and products may be reassociated (what LLVM's `reassoc` flags say to LLVM): gcc vectorizes no
-    # float reduction otherwise, and no flag allows it for these loops alone
+    # float reduction otherwise, and no flag allows it for these loops alone; loops whose float sums stay in order
+    # say `if(0)` where gcc 12 would vectorize them wrongly (see `simd_reduction_clauses`)
     simd_reductions = True
     register_types = {
         dtypes.bool: "_Bool",
@@ -358,26 +359,45 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         return f"acc{accumulator.arg[1]}"
 
     def simd_reduction_clauses(self, program: list[UOp]) -> dict[int, str]:
-        """Each reduce loop left to the compiler's vectorizer whose accumulators all add or multiply, as scalars:
-        the clause naming them for `#pragma omp simd` (which promises that they are its only dependences from one
-        iteration to the next), by the loop's position in `program` (the same loop node can open twice: a reduce
-        computed once before the outputs' loops, and again inside them)."""
+        """The `#pragma omp simd` clauses of the reduce loops, by the loop's position in `program` (the same loop node
+        can open twice: a reduce computed once before the outputs' loops, and again inside them).
+
+        A reduce loop left to the compiler's vectorizer whose accumulators all add or multiply, as scalars, names
+        them in reduction clauses (a promise that they are its only dependences from one iteration to the next,
+        which may be reassociated). Any other reduce loop that carries a float accumulator updated more than once
+        an iteration (an unrolled reduce, or a loop inside it) says `if(0)`: gcc 12 must not vectorize it. Its
+        in-order vectorization of such a chain of updates merges the order of the chain's reads into the chain
+        and adds some elements twice (GCC bug 110381: the sum of a flipped (25, 6) array came out 120 too large).
+        A loop whose accumulators are updated once an iteration each (a register block) stays gcc's to vectorize:
+        each accumulator is a lane of its own, still added up in order."""
         updates: dict[int, dict[str, list[str]]] = {}
+        in_order: set[int] = set()
+        updated: set[tuple[int, UOp]] = set()  # (a loop, an accumulator it carries updated in its own body)
         open_loops: list[int] = []
         end_of: dict[int, int] = {}  # a loop's position -> its ENDRANGE's
+        defined_at: dict[UOp, int] = {}  # an accumulator -> its DEFINE_ACC's position
         for number, node in enumerate(program):
             if node.op is Ops.RANGE:
                 open_loops.append(number)
             elif node.op is Ops.ENDRANGE:
                 end_of[open_loops.pop()] = number
+            elif node.op is Ops.DEFINE_ACC:
+                defined_at[node] = number
             elif node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
+                accumulator = node.src[0]
+                scalar = accumulator not in self.lane_of  # (a vector accumulator adds lane by lane: no clause)
                 for opened in open_loops:
-                    if program[opened].arg[1] is LoopKind.VECTOR_REDUCE:
-                        scalar = node.src[0] not in self.lane_of  # (a vector accumulator has no clause)
+                    kind = program[opened].arg[1]
+                    if kind is LoopKind.VECTOR_REDUCE:
                         symbol = {Ops.ADD: "+", Ops.MUL: "*"}.get(node.src[1].op, "") if scalar else ""
                         names = updates.setdefault(opened, {}).setdefault(symbol, [])
-                        if (name := self.accumulator_name(node.src[0])) not in names:
+                        if (name := self.accumulator_name(accumulator)) not in names:
                             names.append(name)
+                    elif kind is LoopKind.REDUCE and scalar and accumulator.dtype.is_float:
+                        if defined_at[accumulator] < opened:  # (one defined inside starts again each iteration)
+                            if opened != open_loops[-1] or (opened, accumulator) in updated:
+                                in_order.add(opened)
+                            updated.add((opened, accumulator))
         clauses = {
             opened: " ".join(f"reduction({symbol}:{','.join(names)})" for symbol, names in by_op.items())
             for opened, by_op in updates.items()
@@ -401,8 +421,9 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
                     ):
                         break
                     outermost, count = outermost - 1, count + 1
+            in_order.difference_update(range(outermost, opened))  # (their sums are the collapsed loop's)
             collapsed[outermost] = clause if count == 1 else f"collapse({count}) {clause}"
-        return collapsed
+        return collapsed | {opened: "if(0)" for opened in in_order}
 
     def render_range(self, position: int, node: UOp) -> None:
         end = self.value(node.src[0])
