@@ -11,8 +11,10 @@ these motifs, in turn, which are hard for a scheduler or code generator to get r
 - a reduce of an expanded tensor;
 - two reduces in a chain;
 - a select on loaded values combined with a second array, read as rows of 1 to 4 elements through a pad of every
-  dim: codegen repeats the small row loop in registers, and the outer pad gates every copy's loads (every third
-  seed, since the kernels it stands for are the narrowest class).
+  dim: codegen repeats the small row loop in registers, and the outer pad gates every copy's loads (every fourth
+  seed, since the kernels it stands for are the narrowest class);
+- a matrix product with a new array, 2-D or batched, either operand possibly transposed (register blocks);
+- a 2-D convolution with a new weight: kernel sides up to 3, stride, padding, dilation and groups.
 
 The lazygrad side stays lazy until the end (apart from an occasional ``realize()`` in the middle);
 then the final value and often one intermediate value (sometimes realized together in one schedule) are
@@ -138,6 +140,62 @@ def motif_padded_rows(program: Program, x: Value) -> Value:
     return op_realize(program, padded) if rng.random() < 0.6 else padded
 
 
+def motif_product(program: Program, x: Value) -> Value:
+    """A matrix product of the value with a new array: 2-D or with a batch axis (the second operand batched too, or
+    broadcast), either operand possibly read transposed (x @ wᵀ, attention's products), inner length up to 64 —
+    the register-blocked kernels of matrix products."""
+    rng = program.rng
+    size = x.array.size
+    inner = int(rng.choice([d for d in range(1, min(size, 64) + 1) if size % d == 0]))
+    rows = size // inner
+    batch = int(rng.choice([d for d in range(1, min(rows, 4) + 1) if rows % d == 0])) if rng.random() < 0.4 else 1
+    lead = (batch,) if batch > 1 else ()
+    if rng.random() < 0.3:  # the left operand stored inner-major
+        x = reshape_to(program, x, (*lead, inner, rows // batch))
+        x = program.apply(f"{x.name}.transpose(-1, -2)", x.tensor.transpose(-1, -2), np.swapaxes(x.array, -1, -2))
+    else:
+        x = reshape_to(program, x, (*lead, rows // batch, inner))
+    columns = int(rng.integers(1, 25))
+    weight_lead = lead if lead and rng.random() < 0.5 else ()
+    if rng.random() < 0.4:  # the right operand stored column-major (x @ wᵀ)
+        w = program.add_input((*weight_lead, columns, inner))
+        w = program.apply(f"{w.name}.transpose(-1, -2)", w.tensor.transpose(-1, -2), np.swapaxes(w.array, -1, -2))
+    else:
+        w = program.add_input((*weight_lead, inner, columns))
+    product = np.matmul(x.array.astype(np.float64), w.array.astype(np.float64)).astype(np.float32)
+    return program.apply(f"{x.name} @ {w.name}", x.tensor @ w.tensor, product)
+
+
+def motif_convolution(program: Program, x: Value) -> Value:
+    """A 2-D convolution of the value, as (batch, channels, height, width), with a new weight: kernel sides 1 to 3,
+    stride 1 or 2, padding 0 to 2, dilation 1 or 2, sometimes in groups — the forward kernels of a CNN."""
+    rng = program.rng
+    size = x.array.size
+    channels = int(rng.choice([d for d in (1, 2, 3, 4, 6) if size % d == 0]))
+    batch = 2 if (size // channels) % 2 == 0 and size // channels >= 8 and rng.random() < 0.4 else 1
+    height, width = random_two_dims(rng, size // channels // batch)
+    x = reshape_to(program, x, (batch, channels, height, width))
+    groups = channels if channels > 1 and rng.random() < 0.25 else 1
+    out_channels = groups * int(rng.integers(1, 4))
+    dilation = 2 if rng.random() < 0.2 else 1
+    padding = int(rng.integers(0, 3))
+    sides = [int(rng.integers(1, 4)) for _ in range(2)]
+    # a kernel side fits in its padded image
+    sides = [min(side, (extent + 2 * padding - 1) // dilation + 1) for side, extent in zip(sides, (height, width))]
+    stride = int(rng.choice([1, 1, 2]))
+    w = program.add_input((out_channels, channels // groups, *sides))
+    padded = np.pad(x.array.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    spans = [dilation * (side - 1) + 1 for side in sides]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, spans, axis=(2, 3))[..., ::dilation, ::dilation]
+    windows = windows[:, :, ::stride, ::stride]  # (batch, channels, rows, columns, kh, kw)
+    by_group = windows.reshape(batch, groups, channels // groups, *windows.shape[2:])
+    weights = w.array.astype(np.float64).reshape(groups, out_channels // groups, channels // groups, *sides)
+    result = np.einsum("ngcyxhw,gochw->ngoyx", by_group, weights).reshape(batch, out_channels, *windows.shape[2:4])
+    code = f"{x.name}.conv2d({w.name}, groups={groups}, stride={stride}, dilation={dilation}, padding={padding})"
+    tensor = x.tensor.conv2d(w.tensor, groups=groups, stride=stride, dilation=dilation, padding=padding)
+    return program.apply(code, tensor, result.astype(np.float32))
+
+
 def random_two_dims(rng: np.random.Generator, size: int) -> tuple[int, ...]:
     """A two-dim shape with ``size`` elements (``(size, 1)`` when size is prime)."""
     divisors = [d for d in range(1, size + 1) if size % d == 0]
@@ -153,6 +211,8 @@ MOTIFS: list[Callable[[Program, Value], Value] | None] = [
     motif_reduce_of_expanded,
     motif_padded_rows,
     motif_reduce_chain,
+    motif_product,
+    motif_convolution,
 ]
 
 

@@ -159,6 +159,27 @@ def test_div_mod_recombine_below_zero():
             assert simplify(replace(expression, point)).arg == simplify(replace(expected, point)).arg
 
 
+def test_div_mod_recombine_only_the_whole_coefficient_of_a_term():
+    """(f//6)*6 + f%6 for f = (k//6)*10 + k%6 + 12: the quotient splits into k//6 + 2 + (4(k//6) + k%6)//6, so the
+    flattened sum holds (k//6)*6 and, inside the remainder's sum, (k//6)*4. The recombining rule matched k//6 by the
+    coefficient of one of its terms and dropped both: k + 12 instead of f (a (5, 6) array reshaped to (3, 10),
+    shrunk to (2, 6) and reshaped to (3, 4) read the wrong rows on every device)."""
+    from lazygrad.uop.pattern import substitute as replace
+
+    k = loop(3, 0) * 4 + loop(4, 1)
+    f = (k // 6) * 10 + k % 6 + 12
+    for expression in ((f // 6) * 6 + f % 6, ((f // 6) % 5) * 6 + f % 6):
+        simplified = simplify(expression)
+        assert simplified is simplify(f)
+        for i in range(3):
+            for j in range(4):
+                point = {loop(3, 0): UOp.const(INDEX, i), loop(4, 1): UOp.const(INDEX, j)}
+                assert simplify(replace(simplified, point)).arg == 12 + (4 * i + j) % 6 + 10 * ((4 * i + j) // 6)
+    b = np.arange(30, dtype=np.float32).reshape(5, 6)
+    got = Tensor(b).reshape(3, 10)[1:3, 2:8].reshape(3, 4).numpy()
+    np.testing.assert_array_equal(got, b.reshape(3, 10)[1:3, 2:8].reshape(3, 4))
+
+
 def test_comparisons_from_ranges():
     r = loop(8)
     assert simplify(r.lt(8)) is UOp.const(dtypes.bool, True)

@@ -102,9 +102,14 @@ def build_sum(dtype, terms: list[tuple[UOp | None, int]]) -> UOp:
 
 
 def canonical_sum(node: UOp) -> UOp | None:
-    terms = [split_term(term) for term in sum_terms(node)]
+    # like terms first combined: a rule below replaces a base's whole coefficient (a sum can hold (x//6)*6 and
+    # (x//6)*4 once a term that was itself a sum is flattened into it)
+    combined: dict[UOp | None, int] = {}
+    for base, coefficient in map(split_term, sum_terms(node)):
+        combined[base] = combined.get(base, 0) + coefficient
+    terms = list(combined.items())
     # (x//c)*c + x%c is x, whatever x's sign: division truncates toward zero and the remainder takes x's sign
-    bases = {base: coefficient for base, coefficient in terms if base is not None}
+    bases = {base: coefficient for base, coefficient in terms if base is not None and coefficient != 0}
     for base, coefficient in list(bases.items()):
         if base.op is Ops.IDIV and base.src[1].op is Ops.CONST and base.src[1].arg > 0:
             remainder = base.src[0].alu(Ops.MOD, base.src[1])
