@@ -907,6 +907,28 @@ def test_llvm_keeps_register_blocks_in_vector_accumulators():
     np.testing.assert_allclose((Tensor(x, device="LLVM") @ Tensor(w, device="LLVM")).numpy(), x @ w, 1e-4, 1e-4)
 
 
+def test_multiply_adds_fuse_the_same_way_in_every_kernel():
+    """A compiler left to contract multiply-adds fused `t * t + 0.5` in one kernel and not in another that
+    recomputed it, so a max's gradient, which compares the recomputed value with the stored maximum, found no
+    maximum (the gradient fuzzer's seed 4421 in test_gradient.py: 2.40 instead of 12.68). LLVM fuses no elementwise
+    multiply-add (only accumulator updates, by an explicit `llvm.fma`); the C-style renderers write every one as a
+    fused multiply-add (C leaves its accumulator updates to gcc; CUDA compiles with --fmad=false)."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+    from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+    from lazygrad.codegen.renderer.opencl import OpenCLRenderer
+
+    t = Tensor(numbers(64, seed=8))
+    (program,) = optimized_programs((t * t + 0.5).log(), AVX2)
+    assert "contract" not in LLVMRenderer(AVX2).render(kernel_name(program), program)
+    x, w = numbers(16, 32, seed=9), numbers(32, 8, seed=10)
+    (program,) = optimized_programs(Tensor(x) @ Tensor(w), AVX2)
+    assert "@llvm.fma." in LLVMRenderer(AVX2).render(kernel_name(program), program)
+    squares = t * t + 0.5
+    assert "lg_fmaf(" in render_optimized(CStyleRenderer(AVX2), squares)[0]
+    assert "fmaf(" in render_optimized(CUDARenderer(), squares)[0]
+    assert "fma(" in render_optimized(OpenCLRenderer(GPU_TARGET), 0.5 - t * t)[0]
+
+
 def test_llvm_keeps_a_sum_of_products_in_vector_accumulators():
     """A reduce that adds several products a step (the gradient of an input that several layers read: g1 @ w1 +
     g2 @ w2 summed before the reduce) keeps its register block in vector accumulators, each adding the lanes of the
@@ -937,7 +959,8 @@ def test_c_keeps_a_sum_of_products_in_vector_accumulators():
 
     source, _ = render_optimized(CStyleRenderer(AVX2), summed())
     updates = [line.strip() for line in source.splitlines() if line.strip().startswith("vacc")]
-    assert updates and all(" + " in line and " * " in line for line in updates) and "float acc" not in source
+    # (a*b + c*d is one fused multiply-add of the second product with the first, as everywhere in C kernels)
+    assert updates and all("_fma(" in line and " * " in line for line in updates) and "float acc" not in source
     np.testing.assert_allclose(summed(available("CPU")).numpy(), a @ w1 + b @ w2, rtol=1e-4, atol=1e-4)
 
 

@@ -26,7 +26,15 @@ from lazygrad.device import Compiler, DeviceUnavailable
 INSTALL_HINT = "pip install 'lazygrad[cuda]'"
 TOOLKIT = "/usr/local/cuda"
 SHIM_PATH = os.path.join(os.path.dirname(__file__), "cuda_shim.h")
-SHIM_FLAGS = ("-std=c++17", "-O2", "-march=native", "-fwrapv", "-shared", "-fPIC")  # and -fopenmp: see compile
+SHIM_FLAGS = (
+    "-std=c++17",
+    "-O2",
+    "-march=native",
+    "-fwrapv",
+    "-ffp-contract=off",
+    "-shared",
+    "-fPIC",
+)  # and -fopenmp: see compile
 SHIM_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h")  # what cuda_shim.h stands in for
 MOCK_TARGET = "compute_80"  # MOCKCUDA has no GPU: PTX for a fixed architecture checks the source
 
@@ -115,7 +123,8 @@ class NVRTC:
             "nvrtcCreateProgram",
         )
         try:
-            options = [f"--gpu-architecture={target}", f"--include-path={self.include_directory}"]
+            # --fmad=false: the renderer writes the multiply-adds it fuses (CStyleRenderer.fused_multiply_add)
+            options = [f"--gpu-architecture={target}", f"--include-path={self.include_directory}", "--fmad=false"]
             option_array = (ctypes.c_char_p * len(options))(*(option.encode() for option in options))
             status = self.library.nvrtcCompileProgram(program, len(options), option_array)
             if status != 0:

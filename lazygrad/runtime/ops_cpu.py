@@ -22,7 +22,7 @@ C_FLAGS = (
     f"-march={'native' if host_cpu().native else host_cpu().name}",
     "-fno-math-errno",
     "-fno-trapping-math",
-    "-ffp-contract=fast",
+    "-ffp-contract=fast",  # (only accumulator updates are left to it: see CStyleRenderer.fused_multiply_add)
     "-fopenmp-simd",  # (only `#pragma omp simd`: reduce loops whose accumulators may be reassociated)
     "-fwrapv",
     "-shared",

@@ -102,7 +102,14 @@ class CStyleRenderer(Renderer):
     buffer_array = True
     # libm's exp2f/log2f/sinf are scalar calls that stop gcc vectorizing a loop: use polynomials, as LLVM does
     rewrites = transcendental_rules
-    preamble = "#include <math.h>\n" + "".join(
+    preamble = (
+        "#include <math.h>\n"
+        "#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)\n"
+        "#define lg_fmaf(a, b, c) __builtin_fmaf(a, b, c)\n#define lg_fma(a, b, c) __builtin_fma(a, b, c)\n"
+        "#else\n"
+        "#define lg_fmaf(a, b, c) ((a) * (b) + (c))\n#define lg_fma(a, b, c) ((a) * (b) + (c))\n"
+        "#endif\n"
+    ) + "".join(
         f"static inline {t} {name}({t} a, {t} b) {{\n"
         f"  {t} m = a > b ? a : b;\n"
         f"  {u} bits_a, bits_m, nan = -({u})(a != a);\n"
@@ -118,6 +125,15 @@ class CStyleRenderer(Renderer):
     # the template's `(a > b || a != a) ? a : b` to compares and jumps, which also stop it vectorizing a loop
     # (ResNet18's max-pool on CPU=1, one core: 1.4 -> 0.13 ms); the preamble's functions select the NaN with bit masks
     float_max = {"float": "lg_maxf", "double": "lg_max"}
+    # Every float a*b + c is one fused multiply-add, by this function of the type, whatever else reads a*b. A
+    # compiler left to contract multiply-adds itself fuses one where the product has no other reader, so two kernels
+    # that recompute a value could round it differently, and a max's gradient (which finds the maximum by comparing
+    # the recomputed values with the stored one) could find none.
+    fused_multiply_add = {"float": "lg_fmaf", "double": "lg_fma"}
+    # An accumulator's update acc + a*b too; the C device leaves those to gcc (-ffp-contract=fast), which vectorizes
+    # a block of scalar accumulators as a group of sums (not of fused multiply-adds) and fuses them after. What an
+    # update rounds to only changes the reduce's result, which no other kernel computes again.
+    fuses_accumulator_updates = False
     half_preamble = ""
     can_join = True  # several kernels compile as one translation unit: one run of the compiler (see `join`)
     # a register block's accumulators as vectors of GCC's vector extensions (see codegen/vectorize.py), which gcc
@@ -489,7 +505,19 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
     def vector_typedef(self, dtype: DType, lanes: int) -> str:
         """A vector type's declaration (C allows the same typedef again: kernels compiled together each have it)."""
         vector_size = f"__attribute__((vector_size({dtype.itemsize * lanes})))"
-        return f"typedef {self.register_types[dtype]} {self.vector_type(dtype, lanes)} {vector_size};\n"
+        scalar, vector = self.register_types[dtype], self.vector_type(dtype, lanes)
+        typedef = f"typedef {scalar} {vector} {vector_size};\n"
+        if scalar not in self.fused_multiply_add:
+            return typedef
+        # the fused multiply-add of vectors, lane by lane (gcc makes it one vector FMA); kernels compiled together
+        # each define it
+        guard, fused = f"{vector.upper()}_FMA", self.fused_multiply_add[scalar]
+        return typedef + (
+            f"#ifndef {guard}\n#define {guard}\n"
+            f"static inline {vector} {vector}_fma({vector} a, {vector} b, {vector} c) {{\n"
+            f"  {vector} r;\n  for (int i = 0; i < {lanes}; i++) r[i] = {fused}(a[i], b[i], c[i]);\n  return r;\n}}\n"
+            "#endif\n"
+        )
 
     def render_vector_accumulator(self, position: int, node: UOp) -> None:
         """An accumulator of a vector: lane 0 declares the vector, lane 0's read in the loop updates it (every value
@@ -555,8 +583,24 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
                 address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
                 self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
             return read
+        if (fused := self.fused_lanes(lanes)) is not None:  # (as the scalar code does, see fused_operands)
+            zero = f"({vector_type}){{}}"  # (x - 0 puts a scalar in every lane, and is x, even -0: unlike 0 + x)
+            a, b, c = (f"{self.render_lanes(part, vector_type, position, loops)} - {zero}" for part in fused[:3])
+            return f"{vector_type}_fma({'-' if fused[3] else ''}({a}), {b}, {c})"
         operands = [self.render_lanes(source, vector_type, position, loops) for source in lanes.sources]
         return self.LANE_OPERATORS[first.op].format(**dict(zip("ab", operands)))
+
+    def fused_lanes(self, lanes: Lanes) -> tuple[Lanes, Lanes, Lanes, bool] | None:
+        """`fused_operands` of a computation's lanes, where every lane's product is the same source."""
+        if lanes.kind != "op" or (fused := self.fused_product(lanes.nodes[0])) is None:
+            return None
+        position, negated = fused
+        product = lanes.sources[position]
+        if negated:
+            product = product.sources[0] if product.kind == "op" else product
+        if product.kind != "op" or product.nodes[0].op is not Ops.MUL:
+            return None
+        return product.sources[0], product.sources[1], lanes.sources[1 - position], negated
 
     def render_store_vector(self, position: int, group: StoreVector) -> None:
         """The stores of `group` as one vector store of its value's lanes, computed with C's vector operators (a
@@ -641,6 +685,10 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         return f"((union {{ {from_type} from; {to_type} to; }}){{.from = {value}}}).to"
 
     def render_alu(self, node: UOp) -> str:
+        if (fused := self.fused_operands(node)) is not None:
+            a, b, c, negated = fused
+            function = self.fused_multiply_add[self.register_types[node.dtype]]
+            return f"{function}({'-' if negated else ''}{self.value(a)}, {self.value(b)}, {self.value(c)})"
         operand_dtype = node.src[-1].dtype
         operands = dict(zip("abc", (self.value(source) for source in node.src)))
         template = self.integer_template(node) or ALU_TEMPLATES[node.op][operand_dtype.kind]
@@ -651,6 +699,31 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         if node.dtype == dtypes.float16:
             return self.half_round.format(a=expression)
         return expression
+
+    def fused_operands(self, node: UOp) -> tuple[UOp, UOp, UOp, bool] | None:
+        """(a, b, c, negated) where `node` is the float sum c + a*b (or c - a*b, negated) rendered as one fused
+        multiply-add (`fused_multiply_add`), else None."""
+        if (fused := self.fused_product(node)) is None:
+            return None
+        position, negated = fused
+        product = node.src[position].src[0] if negated else node.src[position]
+        return product.src[0], product.src[1], node.src[1 - position], negated
+
+    def fused_product(self, node: UOp) -> tuple[int, bool] | None:
+        """Which source of the float sum `node` is the product a fused multiply-add takes (the second if both are),
+        and whether it is negated; None where `node` is no such sum (or an accumulator's update it leaves alone)."""
+        if node.op is not Ops.ADD or node.dtype not in (dtypes.float32, dtypes.float64):
+            return None
+        if not self.fuses_accumulator_updates and any(
+            source.op is Ops.LOAD and source.src[0].op is Ops.DEFINE_ACC for source in node.src
+        ):
+            return None
+        for position in (1, 0):
+            product = node.src[position]
+            negated = product.op is Ops.NEG
+            if (product.src[0] if negated else product).op is Ops.MUL:
+                return position, negated
+        return None
 
     def wrapping(self, op: Ops, dtype: DType) -> str:
         """The template of a signed op computed in the unsigned type of the same width."""
@@ -726,6 +799,8 @@ class CUDARenderer(CStyleRenderer):
     barrier = "__syncthreads();"
     preamble = ""
     float_max: dict[str, str] = {}  # (a select of floats costs no branch on a GPU)
+    fused_multiply_add = {"float": "fmaf", "double": "fma"}  # (NVRTC compiles with --fmad=false)
+    fuses_accumulator_updates = True
     half_preamble = "#include <cuda_fp16.h>\n"
     register_types = CStyleRenderer.register_types | {dtypes.bool: "bool"}
     memory_types = register_types | {dtypes.bool: "unsigned char", dtypes.float16: "half"}

@@ -49,13 +49,13 @@ MEMORY_TYPES = LLVM_TYPES | {dtypes.bool: "i8", dtypes.bfloat16: "i16"}
 # op -> template per kind ("float", "int" for signed, "uint", "bool"); {a} {b} {c} operands, {t} the type
 ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.ADD: {
-        "float": "fadd contract {t} {a}, {b}",
+        "float": "fadd {t} {a}, {b}",
         "int": "add {t} {a}, {b}",
         "uint": "add {t} {a}, {b}",
         "bool": "or i1 {a}, {b}",
     },
     Ops.MUL: {
-        "float": "fmul contract {t} {a}, {b}",
+        "float": "fmul {t} {a}, {b}",
         "int": "mul {t} {a}, {b}",
         "uint": "mul {t} {a}, {b}",
         "bool": "and i1 {a}, {b}",

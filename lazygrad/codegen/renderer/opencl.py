@@ -87,8 +87,10 @@ class OpenCLRenderer(CStyleRenderer):
     special_indices = {"block": "get_group_id(0)", "thread": "get_local_id(0)"}
     shared_prefix = "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
-    preamble = ""
+    preamble = "#pragma OPENCL FP_CONTRACT OFF\n"  # (the fused multiply-adds are written: see fused_multiply_add)
     float_max: dict[str, str] = {}  # (a select of floats costs no branch on a GPU)
+    fused_multiply_add = {"float": "fma", "double": "fma"}
+    fuses_accumulator_updates = True
     # private `half` variables need cl_khr_fp16, but a pointer to half does not: round through 16-bit slots
     half_rounding = (
         "float{width} round_to_half{width}(float{width} value) {{\n"
@@ -343,6 +345,9 @@ class OpenCLRenderer(CStyleRenderer):
         operand_dtype = src[-1].dtype
         if op is Ops.WHERE:
             return f"{self.condition(src[0], node.dtype)} ? {self.lanes(src[1])} : {self.lanes(src[2])}"
+        if (fused := self.fused_operands(node)) is not None:
+            a, b, c, negated = fused
+            return f"fma({'-' if negated else ''}{self.lanes(a)}, {self.lanes(b)}, {self.lanes(c)})"
         operands = dict(zip("abc", (self.lanes(source) for source in src)))
         if operand_dtype == dtypes.bool:
             return VECTOR_BOOL_TEMPLATES[op].format(**operands)
