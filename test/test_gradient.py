@@ -771,8 +771,8 @@ def test_fuzz_gradients_against_torch(seed: int):
 def test_fuzz_gradients_the_fuzzer_once_found_wrong(seed: int):
     """Seeds beyond the ones above that failed: 2221, a pad's gradient (a shrink) between two reshapes read the wrong
     rows on every device (the simplifier dropped a term of an index); 4421, a max's gradient found no maximum on
-    LLVM, where a multiply-add fused in one kernel and not in another that recomputed it rounded the value
-    differently from the stored maximum."""
+    LLVM, CPU=1 and CUDA, where a multiply-add the compiler fused in one kernel and not in another that recomputed
+    it rounded the value differently from the stored maximum."""
     test_fuzz_gradients_against_torch(seed)
 
 

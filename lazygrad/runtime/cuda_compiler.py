@@ -26,15 +26,8 @@ from lazygrad.device import Compiler, DeviceUnavailable
 INSTALL_HINT = "pip install 'lazygrad[cuda]'"
 TOOLKIT = "/usr/local/cuda"
 SHIM_PATH = os.path.join(os.path.dirname(__file__), "cuda_shim.h")
-SHIM_FLAGS = (
-    "-std=c++17",
-    "-O2",
-    "-march=native",
-    "-fwrapv",
-    "-ffp-contract=off",
-    "-shared",
-    "-fPIC",
-)  # and -fopenmp: see compile
+# (and -fopenmp: see compile; no contraction, as NVRTC's --fmad=false: the renderer writes the fused multiply-adds)
+SHIM_FLAGS = ("-std=c++17", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-shared", "-fPIC")
 SHIM_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h")  # what cuda_shim.h stands in for
 MOCK_TARGET = "compute_80"  # MOCKCUDA has no GPU: PTX for a fixed architecture checks the source
 
