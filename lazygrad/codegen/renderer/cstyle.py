@@ -32,6 +32,7 @@ gate. OpenCL on CPU drivers also computes a loop in vector types (see opencl.py)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -583,7 +584,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
                 address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
                 self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
             return read
-        if (fused := self.fused_lanes(lanes)) is not None:  # (as the scalar code does, see fused_operands)
+        if (fused := self.fused_lanes(lanes)) is not None:  # (as the scalar code does, see render_fused)
             zero = f"({vector_type}){{}}"  # (x - 0 puts a scalar in every lane, and is x, even -0: unlike 0 + x)
             a, b, c = (f"{self.render_lanes(part, vector_type, position, loops)} - {zero}" for part in fused[:3])
             return f"{vector_type}_fma({'-' if fused[3] else ''}({a}), {b}, {c})"
@@ -591,7 +592,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         return self.LANE_OPERATORS[first.op].format(**dict(zip("ab", operands)))
 
     def fused_lanes(self, lanes: Lanes) -> tuple[Lanes, Lanes, Lanes, bool] | None:
-        """`fused_operands` of a computation's lanes, where every lane's product is the same source."""
+        """(a, b, c, negated) of a computation's lanes that `render_fused` fuses, where every lane's product is the
+        same source."""
         if lanes.kind != "op" or (fused := self.fused_product(lanes.nodes[0])) is None:
             return None
         position, negated = fused
@@ -685,10 +687,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         return f"((union {{ {from_type} from; {to_type} to; }}){{.from = {value}}}).to"
 
     def render_alu(self, node: UOp) -> str:
-        if (fused := self.fused_operands(node)) is not None:
-            a, b, c, negated = fused
-            function = self.fused_multiply_add[self.register_types[node.dtype]]
-            return f"{function}({'-' if negated else ''}{self.value(a)}, {self.value(b)}, {self.value(c)})"
+        if (fused := self.render_fused(node, self.value)) is not None:
+            return fused
         operand_dtype = node.src[-1].dtype
         operands = dict(zip("abc", (self.value(source) for source in node.src)))
         template = self.integer_template(node) or ALU_TEMPLATES[node.op][operand_dtype.kind]
@@ -700,14 +700,15 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             return self.half_round.format(a=expression)
         return expression
 
-    def fused_operands(self, node: UOp) -> tuple[UOp, UOp, UOp, bool] | None:
-        """(a, b, c, negated) where `node` is the float sum c + a*b (or c - a*b, negated) rendered as one fused
-        multiply-add (`fused_multiply_add`), else None."""
+    def render_fused(self, node: UOp, operand: Callable[[UOp], str]) -> str | None:
+        """The float sum `node`, c + a*b (or c - a*b), as one fused multiply-add (`fused_multiply_add`) of its
+        operands rendered by `operand`; None where `node` is no such sum."""
         if (fused := self.fused_product(node)) is None:
             return None
         position, negated = fused
         product = node.src[position].src[0] if negated else node.src[position]
-        return product.src[0], product.src[1], node.src[1 - position], negated
+        a, b, c = (operand(source) for source in (*product.src, node.src[1 - position]))
+        return f"{self.fused_multiply_add[self.register_types[node.dtype]]}({'-' if negated else ''}{a}, {b}, {c})"
 
     def fused_product(self, node: UOp) -> tuple[int, bool] | None:
         """Which source of the float sum `node` is the product a fused multiply-add takes (the second if both are),

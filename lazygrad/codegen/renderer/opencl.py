@@ -345,9 +345,8 @@ class OpenCLRenderer(CStyleRenderer):
         operand_dtype = src[-1].dtype
         if op is Ops.WHERE:
             return f"{self.condition(src[0], node.dtype)} ? {self.lanes(src[1])} : {self.lanes(src[2])}"
-        if (fused := self.fused_operands(node)) is not None:
-            a, b, c, negated = fused
-            return f"fma({'-' if negated else ''}{self.lanes(a)}, {self.lanes(b)}, {self.lanes(c)})"
+        if (fused := self.render_fused(node, self.lanes)) is not None:
+            return fused
         operands = dict(zip("abc", (self.lanes(source) for source in src)))
         if operand_dtype == dtypes.bool:
             return VECTOR_BOOL_TEMPLATES[op].format(**operands)
