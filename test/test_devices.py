@@ -9,6 +9,7 @@ across two processes.
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -910,23 +911,32 @@ def test_llvm_keeps_register_blocks_in_vector_accumulators():
 def test_multiply_adds_fuse_the_same_way_in_every_kernel():
     """A compiler left to contract multiply-adds fused `t * t + 0.5` in one kernel and not in another that
     recomputed it, so a max's gradient, which compares the recomputed value with the stored maximum, found no
-    maximum (the gradient fuzzer's seed 4421 in test_gradient.py: 2.40 instead of 12.68). LLVM fuses no elementwise
-    multiply-add (only accumulator updates, by an explicit `llvm.fma`); the C-style renderers write every one as a
-    fused multiply-add (C leaves its accumulator updates to gcc; CUDA compiles with --fmad=false)."""
+    maximum (the gradient fuzzer's seed 4421 in test_gradient.py: 2.40 instead of 12.68). Every renderer writes each
+    float multiply-add as a fused one, in scalar and in vector code, and lets the compiler contract nothing (the C
+    device leaves its accumulator updates to gcc; CUDA compiles with --fmad=false)."""
     from lazygrad.codegen.renderer.cstyle import CUDARenderer
     from lazygrad.codegen.renderer.llvmir import LLVMRenderer
     from lazygrad.codegen.renderer.opencl import OpenCLRenderer
 
     t = Tensor(numbers(64, seed=8))
     (program,) = optimized_programs((t * t + 0.5).log(), AVX2)
-    assert "contract" not in LLVMRenderer(AVX2).render(kernel_name(program), program)
-    x, w = numbers(16, 32, seed=9), numbers(32, 8, seed=10)
-    (program,) = optimized_programs(Tensor(x) @ Tensor(w), AVX2)
-    assert "@llvm.fma." in LLVMRenderer(AVX2).render(kernel_name(program), program)
+    source = LLVMRenderer(AVX2).render(kernel_name(program), program)
+    assert "contract" not in source and "call float @llvm.fma.f32(" in source
     squares = t * t + 0.5
     assert "lg_fmaf(" in render_optimized(CStyleRenderer(AVX2), squares)[0]
     assert "fmaf(" in render_optimized(CUDARenderer(), squares)[0]
     assert "fma(" in render_optimized(OpenCLRenderer(GPU_TARGET), 0.5 - t * t)[0]
+    # a register block's outputs as vectors: a product of its lanes, and one the same in every lane (a scalar's)
+    x, w, b, s = numbers(16, 32, seed=9), numbers(32, 8, seed=10), numbers(8, seed=11), numbers(1, seed=12)
+    for output, expected in (
+        (lambda: (Tensor(x) @ Tensor(w)) * 2 + Tensor(b), (x @ w) * 2 + b),
+        (lambda: Tensor(x) @ Tensor(w) - Tensor(s) * Tensor(s), x @ w - s * s),
+    ):
+        (program,) = optimized_programs(output(), AVX2)
+        llvm_lines = LLVMRenderer(AVX2).render(kernel_name(program), program).splitlines()
+        assert any("call <8 x float> @llvm.fma.v8f32(" in line and "_new =" not in line for line in llvm_lines)
+        assert re.search(r"vstore\d+ = lg_float8_fma\(", render_optimized(CStyleRenderer(AVX2), output())[0])
+        np.testing.assert_allclose(output().numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_llvm_keeps_a_sum_of_products_in_vector_accumulators():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from lazygrad.codegen.vectorize import Lanes
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import OUTPUT_KINDS, Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher
@@ -106,9 +107,47 @@ class Renderer(ABC):
     can_join = False
     team = TEAM  # where a host device's kernel runner and its workers share their state (its `render_kernel_runner`)
 
+    # Every float a*b + c (and c - a*b) is written as one fused multiply-add, whatever else reads a*b, in scalar and
+    # in vector code. A compiler left to contract multiply-adds itself fuses one where the product has no other
+    # reader, so two kernels that recompute a value could round it differently, and a max's gradient (which finds
+    # the maximum by comparing the recomputed values with the stored one) could find none. An accumulator's update
+    # acc + a*b only changes the reduce's result, which no other kernel computes again: a renderer may leave those.
+    fuses_accumulator_updates = True
+
     def __init__(self, target: Target | None = None):
         if target is not None:
             self.target = target
+
+    def fused_product(self, node: UOp) -> tuple[int, bool] | None:
+        """Which source of the float sum `node` is the product its fused multiply-add takes (the second if both are),
+        and whether it is negated; None where `node` is no such sum (or an accumulator's update left alone)."""
+        if node.op is not Ops.ADD or node.dtype not in (dtypes.float32, dtypes.float64):
+            return None
+        # (an update reads its accumulator inside its loops: a LOAD of it with the loops as sources)
+        reads_inside = (s.op is Ops.LOAD and s.src[0].op is Ops.DEFINE_ACC and len(s.src) > 1 for s in node.src)
+        if not self.fuses_accumulator_updates and any(reads_inside):
+            return None
+        for position in (1, 0):
+            product = node.src[position]
+            negated = product.op is Ops.NEG
+            if (product.src[0] if negated else product).op is Ops.MUL:
+                return position, negated
+        return None
+
+    def fused_lanes(self, lanes: Lanes) -> tuple[Lanes, Lanes, Lanes, bool] | None:
+        """(a, b, c, negated) of a computation's lanes that each lane's `fused_product` fuses. (Lanes of one op have
+        the same op at each source in every lane, so every lane fuses the same source.)"""
+        if lanes.kind != "op" or (fused := self.fused_product(lanes.nodes[0])) is None:
+            return None
+        position, negated = fused
+        product = lanes.sources[position]
+        if negated:  # (the negation, and then the product, are lanes of an op or one value in every lane)
+            product = product.sources[0] if product.kind == "op" else Lanes("same", (product.nodes[0].src[0],))
+        if product.kind == "same":
+            a, b = (Lanes("same", (source,) * len(lanes.nodes)) for source in product.nodes[0].src)
+        else:
+            a, b = product.sources
+        return a, b, lanes.sources[1 - position], negated
 
     @abstractmethod
     def render(self, name: str, program: list[UOp]) -> str:

@@ -126,14 +126,10 @@ class CStyleRenderer(Renderer):
     # the template's `(a > b || a != a) ? a : b` to compares and jumps, which also stop it vectorizing a loop
     # (ResNet18's max-pool on CPU=1, one core: 1.4 -> 0.13 ms); the preamble's functions select the NaN with bit masks
     float_max = {"float": "lg_maxf", "double": "lg_max"}
-    # Every float a*b + c is one fused multiply-add, by this function of the type, whatever else reads a*b. A
-    # compiler left to contract multiply-adds itself fuses one where the product has no other reader, so two kernels
-    # that recompute a value could round it differently, and a max's gradient (which finds the maximum by comparing
-    # the recomputed values with the stored one) could find none.
+    # the function of each type that a fused multiply-add (see Renderer.fused_product) is written with
     fused_multiply_add = {"float": "lg_fmaf", "double": "lg_fma"}
-    # An accumulator's update acc + a*b too; the C device leaves those to gcc (-ffp-contract=fast), which vectorizes
-    # a block of scalar accumulators as a group of sums (not of fused multiply-adds) and fuses them after. What an
-    # update rounds to only changes the reduce's result, which no other kernel computes again.
+    # The C device leaves accumulator updates to gcc (-ffp-contract=fast), which vectorizes a block of scalar
+    # accumulators as a group of sums (not of fused multiply-adds) and fuses them after.
     fuses_accumulator_updates = False
     half_preamble = ""
     can_join = True  # several kernels compile as one translation unit: one run of the compiler (see `join`)
@@ -591,19 +587,6 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         operands = [self.render_lanes(source, vector_type, position, loops) for source in lanes.sources]
         return self.LANE_OPERATORS[first.op].format(**dict(zip("ab", operands)))
 
-    def fused_lanes(self, lanes: Lanes) -> tuple[Lanes, Lanes, Lanes, bool] | None:
-        """(a, b, c, negated) of a computation's lanes that `render_fused` fuses, where every lane's product is the
-        same source."""
-        if lanes.kind != "op" or (fused := self.fused_product(lanes.nodes[0])) is None:
-            return None
-        position, negated = fused
-        product = lanes.sources[position]
-        if negated:
-            product = product.sources[0] if product.kind == "op" else product
-        if product.kind != "op" or product.nodes[0].op is not Ops.MUL:
-            return None
-        return product.sources[0], product.sources[1], lanes.sources[1 - position], negated
-
     def render_store_vector(self, position: int, group: StoreVector) -> None:
         """The stores of `group` as one vector store of its value's lanes, computed with C's vector operators (a
         value the same in every lane is put in each)."""
@@ -709,22 +692,6 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         product = node.src[position].src[0] if negated else node.src[position]
         a, b, c = (operand(source) for source in (*product.src, node.src[1 - position]))
         return f"{self.fused_multiply_add[self.register_types[node.dtype]]}({'-' if negated else ''}{a}, {b}, {c})"
-
-    def fused_product(self, node: UOp) -> tuple[int, bool] | None:
-        """Which source of the float sum `node` is the product a fused multiply-add takes (the second if both are),
-        and whether it is negated; None where `node` is no such sum (or an accumulator's update it leaves alone)."""
-        if node.op is not Ops.ADD or node.dtype not in (dtypes.float32, dtypes.float64):
-            return None
-        if not self.fuses_accumulator_updates and any(
-            source.op is Ops.LOAD and source.src[0].op is Ops.DEFINE_ACC for source in node.src
-        ):
-            return None
-        for position in (1, 0):
-            product = node.src[position]
-            negated = product.op is Ops.NEG
-            if (product.src[0] if negated else product).op is Ops.MUL:
-                return position, negated
-        return None
 
     def wrapping(self, op: Ops, dtype: DType) -> str:
         """The template of a signed op computed in the unsigned type of the same width."""

@@ -203,6 +203,8 @@ class LLVMRenderer(Renderer):
 
     rewrites = transcendental_rules
     can_join = True
+    # (an accumulator's update is written by `render_accumulate`: reassociated in loops left to LLVM's vectorizer)
+    fuses_accumulator_updates = False
 
     def render(self, name: str, program: list[UOp]) -> str:
         names: dict[UOp, str] = {}
@@ -322,6 +324,12 @@ class LLVMRenderer(Renderer):
                 lines.append(f"  {out} = bitcast {LLVM_TYPES[src[0].dtype]} {value(src[0])} to {LLVM_TYPES[dtype]}")
             elif op in (Ops.IDIV, Ops.MOD):
                 lines += self.render_division(out, node, value)
+            elif (fused := self.fused_product(node)) is not None:
+                position, negated = fused
+                product = src[position].src[0] if negated else src[position]
+                a, b, c = (value(source) for source in (*product.src, src[1 - position]))
+                t = LLVM_TYPES[dtype]
+                lines += self.render_fma(out, t, INTRINSIC_NAMES[t], a, b, c, negated, declarations)
             else:
                 operand_dtype = src[-1].dtype
                 t = LLVM_TYPES[operand_dtype]
@@ -533,6 +541,16 @@ declare i32 @sched_yield()
         return first + "".join(functions) + "\n".join(shared) + "\n"
 
     @staticmethod
+    def render_fma(
+        out: str, t: str, tn: str, a: str, b: str, c: str, negated: bool, declarations: set[str]
+    ) -> list[str]:
+        """out = a*b + c (c - a*b if `negated`) of type `t` (`tn` its intrinsic suffix), rounded once."""
+        declarations.add(f"declare {t} @llvm.fma.{tn}({t}, {t}, {t})")
+        negation = [f"  {out}_neg = fneg {t} {a}"] if negated else []
+        a = f"{out}_neg" if negated else a
+        return [*negation, f"  {out} = call {t} @llvm.fma.{tn}({t} {a}, {t} {b}, {t} {c})"]
+
+    @staticmethod
     def render_accumulate(out: str, node: UOp, value, vectorized: set[UOp], declarations: set[str]) -> list[str]:
         """acc = acc (op) x. In a loop left to LLVM's vectorizer, the update may be reassociated (a reduce is computed
         in one kernel only, so this never makes two kernels disagree); elsewhere acc + a*b is one fused
@@ -563,9 +581,8 @@ declare i32 @sched_yield()
             return [f"  {out} = call {t} @llvm.maximum.{tn}({t} {value(current)}, {t} {value(update)})"]
         return [f"  {out} = {'fadd' if node.op is Ops.ADD else 'fmul'} {t} {value(current)}, {value(update)}"]
 
-    @staticmethod
     def render_vector_accumulator(
-        out: str, node: UOp, vector, name: str, lane: int, value, names, reads, allocas, declarations
+        self, out: str, node: UOp, vector, name: str, lane: int, value, names, reads, allocas, declarations
     ) -> list[str]:
         """An accumulator of a vector: lane 0 declares the vector and its read in the loop updates it (every value
         it adds is computed by then: the linearizer emits a block's values before its updates) with one vector load
@@ -587,7 +604,7 @@ declare i32 @sched_yield()
             lines: list[str] = []
             # (the vectors of one loop body share what they read: rows of a block read the same vector of weights)
             rendered = reads.setdefault(vector.loops, {})
-            added = LLVMRenderer.render_lanes(out, vector.value, value, names, declarations, lines, rendered)
+            added = self.render_lanes(out, vector.value, value, names, declarations, lines, rendered)
             return [
                 *lines,
                 f"  {out}_sum = load {vt}, ptr {name}",
@@ -613,17 +630,18 @@ declare i32 @sched_yield()
             lines.append(f"  {out}_new = call {vt} @llvm.fma.{tn}({vt} {read}, {vt} {out}_all, {vt} {out}_sum)")
         return [*lines, f"  store {vt} {out}_new, ptr {name}"]
 
-    @staticmethod
-    def render_lanes(out: str, lanes: Lanes, value, names, declarations: set[str], lines: list[str], rendered) -> str:
+    def render_lanes(
+        self, out: str, lanes: Lanes, value, names, declarations: set[str], lines: list[str], rendered
+    ) -> str:
         """`lanes` computed as one vector (see codegen/vectorize.py: `Lanes`): its instructions go to `lines`, named
         after `out`; returns the operand (a register's name, or a constant). `rendered` holds what is computed."""
         if (found := rendered.get(lanes.nodes)) is not None:
             return found
         first, count = lanes.nodes[0], len(lanes.nodes)
         t = LLVM_TYPES[first.dtype]
-        operands = [
-            LLVMRenderer.render_lanes(out, s, value, names, declarations, lines, rendered) for s in lanes.sources
-        ]
+        fused = self.fused_lanes(lanes)
+        parts = lanes.sources if fused is None else fused[:3]
+        operands = [self.render_lanes(out, s, value, names, declarations, lines, rendered) for s in parts]
         vt, name = f"<{count} x {t}>", f"{out}_{len(rendered)}"
         if lanes.kind == "constants" or (lanes.kind == "same" and first.op is Ops.CONST):
             name = "<" + ", ".join(f"{t} {render_const(node.arg, node.dtype)}" for node in lanes.nodes) + ">"
@@ -642,6 +660,8 @@ declare i32 @sched_yield()
                 lines.append(f"  {name}_{lane} = insertelement {vt} {built}, {t} {value(node)}, i64 {lane}")
                 built = f"{name}_{lane}"
             name = built
+        elif fused is not None:
+            lines += self.render_fma(name, vt, f"v{count}{INTRINSIC_NAMES[t]}", *operands, fused[3], declarations)
         else:
             operand_dtype = first.src[-1].dtype
             ot = LLVM_TYPES[operand_dtype]
@@ -655,13 +675,14 @@ declare i32 @sched_yield()
         rendered[lanes.nodes] = name
         return name
 
-    @staticmethod
-    def render_store_vector(out: str, group: StoreVector, value, names, declarations: set[str], reads) -> list[str]:
+    def render_store_vector(
+        self, out: str, group: StoreVector, value, names, declarations: set[str], reads
+    ) -> list[str]:
         """The stores of `group` as one vector store of its value's lanes, computed as vectors (those of one loop
         nest share what they compute: the rows of a block add the same vector of biases)."""
         lines: list[str] = []
         rendered = reads.setdefault(("stores", group.loops), {})
-        stored = LLVMRenderer.render_lanes(out, group.value, value, names, declarations, lines, rendered)
+        stored = self.render_lanes(out, group.value, value, names, declarations, lines, rendered)
         first = group.stores[0]
         dtype = first.src[2].dtype
         t = MEMORY_TYPES[dtype]
