@@ -29,11 +29,12 @@ def run(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("device", ["LLVM", "CPU"])
-def test_code_for_an_avx2_cpu_computes_the_same_values(device, tmp_path):
-    result = run(PRODUCT, LAZYGRAD_CPU="haswell", LAZYGRAD_CACHE=str(tmp_path), **{device: "1"})
+@pytest.mark.parametrize("cpu, described", [("haswell", "16 registers, FMA"), ("sandybridge", "16 registers, no FMA")])
+def test_code_for_an_avx_cpu_computes_the_same_values(device, cpu, described, tmp_path):
+    result = run(PRODUCT, LAZYGRAD_CPU=cpu, LAZYGRAD_CACHE=str(tmp_path), **{device: "1"})
     assert result.returncode == 0, result.stderr
     # (its weights are copied onto the stack, as much as this machine's L2 cache allows)
-    assert "haswell (LAZYGRAD_CPU; 8 floats a vector, 16 registers; this machine's L2 cache" in result.stdout
+    assert f"{cpu} (LAZYGRAD_CPU; 8 floats a vector, {described}; this machine's L2 cache" in result.stdout
 
 
 def test_the_stack_copies_take_half_of_this_machines_l2_cache_at_most_256_kib(monkeypatch):
@@ -55,6 +56,8 @@ def test_cpu_names_and_their_vectors():
     assert (named_cpu("skylake-avx512").vector_width, named_cpu("skylake-avx512").vector_registers) == (16, 32)
     assert (named_cpu("znver3").vector_width, named_cpu("znver3").vector_registers) == (8, 16)
     assert named_cpu("x86-64").vector_width == 4
+    assert named_cpu("haswell").fma and named_cpu("bdver1").fma  # (AMD's FMA4)
+    assert not named_cpu("ivybridge").fma and not named_cpu("x86-64-v2").fma
 
 
 def test_an_unknown_cpu_name_is_an_error_naming_the_variable(tmp_path):

@@ -63,6 +63,8 @@ AVX_CPUS = {
     "x86-64-v3",
 }
 SSE_CPUS = {"x86-64", "x86-64-v2", "nehalem", "westmere", "core2", "penryn", "silvermont", "goldmont", "tremont"}
+# the CPUs above without a fused multiply-add instruction (FMA3, or AMD's FMA4)
+NO_FMA_CPUS = SSE_CPUS | {"sandybridge", "ivybridge", "btver2"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class HostCPU:
     native: bool
     vector_width: int  # floats in a vector register
     vector_registers: int
+    fma: bool = True  # a fused multiply-add instruction
 
     @property
     def target(self) -> Target:
@@ -80,13 +83,18 @@ class HostCPU:
         # at most STACK_COPY_LIMIT: it lives on the stack of whichever thread runs the kernel
         pack_bytes = min(l2_cache_bytes() // 2, STACK_COPY_LIMIT)
         return Target(
-            vector_width=self.vector_width, vector_registers=self.vector_registers, pack_bytes=pack_bytes, cores=CORES
+            vector_width=self.vector_width,
+            vector_registers=self.vector_registers,
+            fma=self.fma,
+            pack_bytes=pack_bytes,
+            cores=CORES,
         )
 
     def describe(self) -> str:
         source = "this machine's" if self.native else "LAZYGRAD_CPU"
         return (
-            f"{self.name} ({source}; {self.vector_width} floats a vector, {self.vector_registers} registers; "
+            f"{self.name} ({source}; {self.vector_width} floats a vector, {self.vector_registers} registers, "
+            f"{'' if self.fma else 'no '}FMA; "
             f"this machine's L2 cache {l2_cache_bytes() // 1024} KiB a core)"
         )
 
@@ -113,12 +121,13 @@ def l2_cache_bytes() -> int:
 
 def named_cpu(name: str) -> HostCPU:
     """The CPU `LAZYGRAD_CPU` names; ValueError naming the variable and what it takes for a name it does not know."""
+    fma = name not in NO_FMA_CPUS
     if name in AVX512_CPUS:
-        return HostCPU(name, False, 16, 32)
+        return HostCPU(name, False, 16, 32, fma)
     if name in AVX_CPUS:
-        return HostCPU(name, False, 8, 16)
+        return HostCPU(name, False, 8, 16, fma)
     if name in SSE_CPUS:
-        return HostCPU(name, False, 4, 16)
+        return HostCPU(name, False, 4, 16, fma)
     known = ", ".join(sorted(AVX512_CPUS | AVX_CPUS | SSE_CPUS))
     raise ValueError(
         f"environment variable LAZYGRAD_CPU={name!r} is not an x86-64 CPU lazygrad knows: LAZYGRAD_CPU takes an "
@@ -136,11 +145,12 @@ def native_cpu() -> HostCPU:
         features = {flag[1:] for flag in flags.split(",") if flag.startswith("+")}
     except ImportError:
         name, features = "native", cpuinfo_flags()
+    fma = bool(features & {"fma", "fma4"})
     if "avx512f" in features:
-        return HostCPU(name, True, 16, 32)
+        return HostCPU(name, True, 16, 32, fma)
     if "avx" in features:
-        return HostCPU(name, True, 8, 16)
-    return HostCPU(name, True, 4, 16)
+        return HostCPU(name, True, 8, 16, fma)
+    return HostCPU(name, True, 4, 16, fma)
 
 
 def cpuinfo_flags() -> set[str]:

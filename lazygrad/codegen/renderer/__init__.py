@@ -74,6 +74,7 @@ class Target:
 
     vector_width: int = 16  # floats in a vector register (1: the renderer computes in scalars)
     vector_registers: int = 32
+    fma: bool = True  # a fused multiply-add instruction (without one, LLVM's llvm.fma is a call of libm's fma)
     # devices with threads (GPUs, OpenCL): the most threads a block may have (0: none, a CPU: output loops stay
     # loops, the outermost split across the cores), the threads per block heuristics aim for, and the bytes of
     # memory the threads of a block share
@@ -110,8 +111,9 @@ class Renderer(ABC):
     # Every float a*b + c (and c - a*b) is written as one fused multiply-add, whatever else reads a*b, in scalar and
     # in vector code. A compiler left to contract multiply-adds itself fuses one where the product has no other
     # reader, so two kernels that recompute a value could round it differently, and a max's gradient (which finds
-    # the maximum by comparing the recomputed values with the stored one) could find none. An accumulator's update
-    # acc + a*b only changes the reduce's result, which no other kernel computes again: a renderer may leave those.
+    # the maximum by comparing the recomputed values with the stored one) could find none. (On a target without the
+    # instruction, each is a product then a sum, in every kernel alike.) An accumulator's update acc + a*b only
+    # changes the reduce's result, which no other kernel computes again: a renderer may leave those.
     fuses_accumulator_updates = True
 
     def __init__(self, target: Target | None = None):

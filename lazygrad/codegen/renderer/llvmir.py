@@ -540,18 +540,19 @@ declare i32 @sched_yield()
         first = NOTHING_TO_VECTORIZE if all(source.startswith(NOTHING_TO_VECTORIZE) for source in sources) else ""
         return first + "".join(functions) + "\n".join(shared) + "\n"
 
-    @staticmethod
     def render_fma(
-        out: str, t: str, tn: str, a: str, b: str, c: str, negated: bool, declarations: set[str]
+        self, out: str, t: str, tn: str, a: str, b: str, c: str, negated: bool, declarations: set[str]
     ) -> list[str]:
-        """out = a*b + c (c - a*b if `negated`) of type `t` (`tn` its intrinsic suffix), rounded once."""
-        declarations.add(f"declare {t} @llvm.fma.{tn}({t}, {t}, {t})")
+        """out = a*b + c (c - a*b if `negated`) of type `t` (`tn` its intrinsic suffix), rounded once; on a target
+        without the instruction (where llvm.fma is a call of libm's) the product, then the sum."""
         negation = [f"  {out}_neg = fneg {t} {a}"] if negated else []
         a = f"{out}_neg" if negated else a
+        if not self.target.fma:
+            return [*negation, f"  {out}_product = fmul {t} {a}, {b}", f"  {out} = fadd {t} {out}_product, {c}"]
+        declarations.add(f"declare {t} @llvm.fma.{tn}({t}, {t}, {t})")
         return [*negation, f"  {out} = call {t} @llvm.fma.{tn}({t} {a}, {t} {b}, {t} {c})"]
 
-    @staticmethod
-    def render_accumulate(out: str, node: UOp, value, vectorized: set[UOp], declarations: set[str]) -> list[str]:
+    def render_accumulate(self, out: str, node: UOp, value, vectorized: set[UOp], declarations: set[str]) -> list[str]:
         """acc = acc (op) x. In a loop left to LLVM's vectorizer, the update may be reassociated (a reduce is computed
         in one kernel only, so this never makes two kernels disagree); elsewhere acc + a*b is one fused
         multiply-add, so a block of accumulators gets vector FMAs."""
@@ -574,8 +575,7 @@ declare i32 @sched_yield()
             ]
         if product:
             a, b = (value(s) for s in update.src)
-            declarations.add(f"declare {t} @llvm.fma.{tn}({t}, {t}, {t})")
-            return [f"  {out} = call {t} @llvm.fma.{tn}({t} {a}, {t} {b}, {t} {value(current)})"]
+            return self.render_fma(out, t, tn, a, b, value(current), False, declarations)
         if node.op is Ops.MAX:
             declarations.add(f"declare {t} @llvm.maximum.{tn}({t}, {t})")
             return [f"  {out} = call {t} @llvm.maximum.{tn}({t} {value(current)}, {t} {value(update)})"]
@@ -624,10 +624,9 @@ declare i32 @sched_yield()
             lines.append(f"  {out}_new = fadd {vt} {out}_sum, {read}")
         else:
             tn = f"v{lanes}{INTRINSIC_NAMES[t]}"
-            declarations.add(f"declare {vt} @llvm.fma.{tn}({vt}, {vt}, {vt})")
             lines.append(f"  {out}_one = insertelement {vt} poison, {t} {value(vector.common)}, i64 0")
             lines.append(f"  {out}_all = shufflevector {vt} {out}_one, {vt} poison, <{lanes} x i32> zeroinitializer")
-            lines.append(f"  {out}_new = call {vt} @llvm.fma.{tn}({vt} {read}, {vt} {out}_all, {vt} {out}_sum)")
+            lines += self.render_fma(f"{out}_new", vt, tn, read, f"{out}_all", f"{out}_sum", False, declarations)
         return [*lines, f"  store {vt} {out}_new, ptr {name}"]
 
     def render_lanes(
