@@ -702,6 +702,25 @@ def test_the_heuristic_packs_the_weights_of_large_products_on_cpus():
     assert {OptOp.PACK in {opt.op for opt in opts} for opts in candidate_opts(kernel_of(a @ a), avx2)} == {True, False}
 
 
+def test_the_heuristic_reads_transposed_rows_a_cache_line_at_a_time_where_they_share_cache_sets():
+    from lazygrad.codegen.renderer import Target
+
+    avx2 = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+    # rows 1 KiB apart and more (256 floats, 128 doubles): the outer loop upcast by a line's elements
+    a, x = realized(512, 256)
+    assert heuristic_opts(kernel_of(a.T + 1), avx2) == (Opt(U, 0, 16),)
+    assert heuristic_opts(kernel_of(Tensor(x.astype(np.float64)).realize().T * 2), avx2) == (Opt(U, 0, 8),)
+    np.testing.assert_array_equal((a.T + 1).numpy(), x.T + 1)
+    # a permute moving the last axis first reads it rows apart, and the merged rest in order
+    b, y = realized(2, 16, 8, 32)
+    assert heuristic_opts(kernel_of(b.permute(0, 2, 3, 1) * 1), avx2) == (Opt(M, 1), Opt(U, 1, 16))
+    np.testing.assert_array_equal(b.permute(0, 2, 3, 1).numpy(), y.transpose(0, 2, 3, 1))
+    # rows that spread over the cache sets (1000 floats apart), reads in order, and a reduce: unchanged
+    c, _ = realized(500, 1000)
+    assert heuristic_opts(kernel_of(c.T + 1), avx2) == ()
+    assert heuristic_opts(kernel_of(a + 1), avx2) == (Opt(M, 0),)
+
+
 # ---- values kept on the stack (STASH): the host devices -------------------------------------------------------------
 
 H = OptOp.STASH

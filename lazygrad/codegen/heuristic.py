@@ -65,6 +65,8 @@ FMA_CHAINS = 8
 # the reduce iterations staged in shared memory at a time (at most)
 TILE_REGISTERS, TILE_DEPTH = 4, 16
 PACK_REUSE = 8  # a copy of an input onto the stack pays for itself once the loops inside read it this many times
+CACHE_LINE = 64  # bytes
+CACHE_SETS_APART = 1024  # rows of memory a multiple of this many bytes apart share few of a cache's sets
 STASH_COST = 8  # operations per value that keeping it on the stack saves computing again (an exp2 is about 30)
 TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS})
 
@@ -622,6 +624,33 @@ def _work_along(value: UOp, loop: UOp, used: dict[UOp, set[UOp]]) -> int:
     return work
 
 
+def block_transposed_reads(plan: Plan) -> None:
+    """For a kernel without a reduce that writes along its innermost output loop but reads some input rows of memory
+    apart along it (a transpose, a permute that moves the last axis), where the rows fall into few cache sets (they
+    are a multiple of CACHE_SETS_APART bytes apart, as a power-of-two width's are): upcast an outer output loop along
+    which that input is contiguous by a cache line's elements. Each line read then serves a line's outputs at once,
+    instead of one output each and leaving the cache before the next row's outputs come back for the rest (a 2048²
+    transpose: 14.2 -> 3.0 ms). Rows that spread over the cache sets stay in the cache between those visits and run
+    faster without the copies (a 1000² transpose: 0.27 ms, 0.35 upcast)."""
+    loops = output_loops(plan.sink)
+    if reduce_nodes(plan.sink) or len(loops) < 2:
+        return
+    inner = loops[-1]
+    if any(stride(index, inner) != 1 for index in memory_indices(plan.sink, Ops.STORE)):
+        return
+    for load in kernel_nodes(plan.sink):
+        if load.op is not Ops.LOAD or load.src[0].op is not Ops.DEFINE_GLOBAL:
+            continue
+        apart = abs(stride(load.src[1], inner) or 0) * load.dtype.itemsize
+        if apart < CACHE_LINE or apart % CACHE_SETS_APART:
+            continue
+        line = CACHE_LINE // load.dtype.itemsize
+        for loop in reversed(loops[:-1]):
+            if stride(load.src[1], loop) == 1 and (amount := largest_divisor(loop.src[0].arg, line, True)) >= 4:
+                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], amount))
+                return
+
+
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, pack: bool = True) -> tuple[Opt, ...]:
     """The default actions for the prepared kernel `sink` on `target` (with the register block `blocking` where
     one applies and is given; copying a shared input onto the stack unless `pack` is False)."""
@@ -631,6 +660,7 @@ def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, 
     loop_around_reduces(plan)
     shape = matrix_shape(plan.sink, target)
     block_registers(plan, target, blocking, shape)
+    block_transposed_reads(plan)
     unroll_small_reduces(plan, target)
     if pack:
         pack_shared_input(plan, target, shape)
