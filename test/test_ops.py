@@ -1901,6 +1901,18 @@ def test_api_scans_against_torch(shape, axis):
 
 
 @needs_torch
+@pytest.mark.parametrize("shape, axis", [((3, 1500), 1), ((2100,), 0), ((1100, 2, 4), 0)])
+def test_api_long_scans_go_by_blocks_against_torch(shape, axis):
+    # rows whose prefixes are more than DIRECT_SCAN_WORK values: blocks' prefixes, then the blocks' running totals
+    x = data(*shape, low=-1.5, high=1.5)
+    against_torch(lambda x: x.cumsum(axis), lambda x: x.cumsum(axis), x, rtol=1e-4, atol=1e-4)
+    against_torch(lambda x: (x * 0.001 + 1).cumprod(axis), lambda x: (x * 0.001 + 1).cumprod(axis), x, rtol=1e-4)
+    against_torch(lambda x: x.logcumsumexp(axis), lambda x: x.logcumsumexp(axis), x, rtol=1e-5, atol=1e-5)
+    ints = data(*shape, dtype=np.int32, low=-3, high=4)
+    assert_tensor(Tensor(ints).cumsum(axis), torch.tensor(ints).cumsum(axis).numpy(), dtype=dtypes.int64)
+
+
+@needs_torch
 def test_api_scans_edge_values():
     special = np.array([1.0, 3.0, 3.0, 2.0, -np.inf, 5.0, 5.0, 0.0], np.float32)
     against_torch(lambda x: x.cummax(0), lambda x: tuple(torch.cummax(x, 0)), special, grad=False)

@@ -535,6 +535,8 @@ def test_scans_and_sort():
     assert kernels(x.cumsum(1)) == 1
     assert kernels(x.cumprod(1)) == 1
     assert kernels(x.logcumsumexp(1)) == 2
+    # a long one: the blocks' prefixes, the running totals of the blocks, and the two combined
+    assert kernels(rand(4, 2048).cumsum(1)) == 3
     # sort: the ranks (a count of the elements before each), then the values (a select of the input by rank)
     assert kernels(x.sort(1)[0]) == 2
     assert kernels(*x.sort(1)) == 3
