@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import DType, dtypes, is_small_int, to_dtype
-from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_shape
+from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_node, broadcast_shape
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
@@ -24,6 +24,21 @@ def _refuse_torch_max(keywords: dict, op_name: str) -> None:
         )
     if keywords:
         raise TypeError(f"{op_name}: unexpected keyword arguments {sorted(keywords)}; it takes axis and keepdim")
+
+
+def product_node(a: UOp, b: UOp) -> UOp:
+    """The graph `dot` builds for two float matrices (or batches of them) of one dtype, built on the nodes: the same
+    nodes as the steps through tensors (a matrix product is the most common heavy op, and those steps took 37 us of
+    Python a product, against 3 for an add)."""
+    dtype, a_shape, b_shape = a.dtype, a.shape, b.shape
+    x = UOp(Ops.RESHAPE, dtype, (a,), (*a_shape[:-1], 1, a_shape[-1]))
+    w = UOp(Ops.RESHAPE, dtype, (b,), (*b_shape[:-2], 1, *b_shape[-2:]))
+    order = (*range(len(b_shape) - 1), len(b_shape), len(b_shape) - 1)  # (the transpose of its last two axes)
+    w = UOp(Ops.PERMUTE, dtype, (w,), order)
+    shape = broadcast_shape("mul", x.shape, w.shape)
+    products = broadcast_node(x, shape).alu(Ops.MUL, broadcast_node(w, shape))
+    reduced = UOp(Ops.REDUCE, dtype, (products,), (Ops.ADD, (len(shape) - 1,)))
+    return UOp(Ops.RESHAPE, dtype, (reduced,), shape[:-1])
 
 
 class ReduceMixin:
@@ -248,6 +263,14 @@ class ReduceMixin:
                 f"matmul: batch dimensions of {self.shape} @ {other.shape} ({batch_self} and {batch_other}) cannot be "
                 "broadcast together; each must be equal or 1"
             ) from None
+        if (
+            self.ndim > 1
+            and other.ndim > 1
+            and self.dtype == other.dtype
+            and self.dtype in (dtypes.float32, dtypes.float64)
+        ):
+            if self.device == other.device:  # (else the product below says they differ)
+                return self._new(product_node(self.uop, other.uop))
         x = self.reshape(*self.shape[:-1], 1, self.shape[-1])
         w = (
             other.reshape(*other.shape[:-2], 1, *other.shape[-2:])

@@ -1350,6 +1350,16 @@ def test_matmul_spellings(lazy_fn):
     check(lazy_fn, np.matmul, data(2, 3), data(3, 4, seed=1), atol=1e-5)
 
 
+@pytest.mark.parametrize("shapes", [s for s in MATMUL_SHAPES if len(s[0]) > 1 and len(s[1]) > 1], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_of_float_matrices_builds_the_graph_of_its_steps(shapes, dtype):
+    # `dot` builds a float product's nodes directly: they are the very nodes its steps through tensors make
+    a, b = Tensor(data(*shapes[0], dtype=dtype)), Tensor(data(*shapes[1], dtype=dtype, seed=1))
+    x = a.reshape(*a.shape[:-1], 1, a.shape[-1])
+    w = b.reshape(*b.shape[:-2], 1, *b.shape[-2:]).transpose(-1, -2)
+    assert (a @ b).uop is (x * w).sum(-1).uop
+
+
 def test_matmul_float16():
     a, b = data(3, 8, dtype=np.float16), data(8, 2, dtype=np.float16, seed=1)
     result = Tensor(a) @ Tensor(b)
