@@ -333,8 +333,9 @@ def test_a_host_graph_shares_the_outer_loops_of_large_kernels_with_spinning_work
     worker = threading.Thread(target=team.worker.function, args=(None, address, 0))
     worker.start()
     time.sleep(0.05)
+    assert worker.is_alive()  # (no call has ended: it waits for a kernel however long)
     team.runner.function(table.buffer_info()[0], address, 1)
-    words[layout.stop] = 1
+    words[layout.idle] = 1  # the call ended: it lingers a little, then returns
     worker.join(timeout=30)
     assert not worker.is_alive() and len(threads) == 2
     assert sorted(chunks) == [(start, min(start + chunk, outer)) for start in range(0, outer, chunk)]
@@ -343,7 +344,8 @@ def test_a_host_graph_shares_the_outer_loops_of_large_kernels_with_spinning_work
 
 def test_each_shared_call_wakes_the_same_worker_threads():
     """The team's workers are threads of its own that sleep between calls: a call wakes each (no thread pool's
-    submit, ~10 us of Python), and every call that waits for them is shared by the same threads."""
+    submit, ~10 us of Python), and every call that waits for them is shared by the same threads. After a call a
+    worker lingers in native code a little, where the next call finds it awake, then sleeps."""
     import array
     import threading
 
@@ -368,6 +370,11 @@ def test_each_shared_call_wakes_the_same_worker_threads():
     assert all(len(threads) == CORES for threads in calls) and calls[0] == calls[1] == calls[2]
     workers = {thread.ident for thread in threading.enumerate() if thread.name.startswith("lazygrad-worker-")}
     assert calls[0] - {threading.get_ident()} <= workers
+    assert all(team.inside)  # lingering, awake for a next call
+    deadline = time.perf_counter() + 20
+    while any(team.inside) and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    assert not any(team.inside) and all(wake.locked() for wake in team.wakes)  # asleep until a call wakes it
 
 
 @pytest.mark.parametrize("name", ["LLVM", "CPU"])

@@ -31,13 +31,15 @@ class TeamLayout:
     meanwhile), and the runner and the workers in it take chunks of the outer loop by atomic adds on `next` until
     none is left; a worker then leaves (subtracts one). The runner, out of chunks, closes the kernel (sets the
     `closed` bit) and waits until every worker in it has left, before it writes the next job. A worker that starts
-    late (a sleeping thread's wake-up takes tens of microseconds) just joins a later kernel, or none. `stop` ends the
-    workers' wait. (`table` and `spins` are not words: see below.)"""
+    late (a sleeping thread's wake-up takes tens of microseconds) just joins a later kernel, or none. The words stay
+    from call to call: `idle` is set while no call runs, and a worker that then finds no kernel open for `linger`
+    more tries returns (to sleep until a call wakes it); one that finds the next call's first kernel sooner joins it
+    at once. (`table`, `spins` and `linger` are not words: see below.)"""
 
     state: int = 0  # epoch * `epoch_unit` + `closed` + the workers in the kernel
     next: int = 8
     job: int = 16  # four words: function, buffers, outer loop's end, chunk
-    stop: int = 24
+    idle: int = 24
     words: int = 32
     closed: int = 1 << 16
     epoch_unit: int = 1 << 17
@@ -47,6 +49,9 @@ class TeamLayout:
     # a wait spins this many times (a pause each, ~100 cycles) before it gives the core away at each try: a thread
     # it waits for may need the core (more threads than cores, another process)
     spins: int = 32
+    # the tries a worker waits once a call has ended (each a yield of the core past the spins: 0.75 ms in all on a
+    # 2-vCPU Zen 5) before it sleeps: a run of eager ops, one call each with Python between them, finds it awake
+    linger: int = 2000
 
 
 TEAM = TeamLayout()

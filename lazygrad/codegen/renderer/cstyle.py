@@ -279,11 +279,12 @@ void {name}(void **table, {index} team_address, {index} count) {{
   }}
 }}
 void {name}_worker(void *unused, {index} team_address, {index} number) {{
-  {index} *team = ({index} *)team_address, last = 0, spins = 0;
+  {index} *team = ({index} *)team_address, last = 0, spins = 0, lingered = 0;
   for (;;) {{
     {index} state = __atomic_load_n(&team[{t.state}], __ATOMIC_ACQUIRE), epoch = state / {t.epoch_unit};
     if ((state & {t.closed}) || epoch == last) {{
-      if (__atomic_load_n(&team[{t.stop}], __ATOMIC_RELAXED)) return;
+      if (!__atomic_load_n(&team[{t.idle}], __ATOMIC_RELAXED)) lingered = 0;
+      else if (lingered++ >= {t.linger}) return;
       lg_wait(&spins);
       continue;
     }}
@@ -292,7 +293,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
     {name}_chunks(&team[{t.next}], (lg_kernel)team[{t.job}], (void **)team[{t.job} + 1], team[{t.job} + 2],
                   team[{t.job} + 3]);
     __atomic_fetch_sub(&team[{t.state}], 1, __ATOMIC_RELEASE);
-    last = epoch, spins = 0;
+    last = epoch, spins = 0, lingered = 0;
   }}
 }}
 """

@@ -388,14 +388,14 @@ class LLVMRenderer(Renderer):
         """`void name(ptr table, i64 team, i64 count)` runs the `count` kernels of a table (TeamLayout.table words
         each) one after another, sharing the outer loop of each kernel with a chunk size with the workers of the
         team at address `team`; `void name_worker(ptr unused, i64 team, i64 number)` is a worker, which returns once
-        the team's `stop` word is set (see TeamLayout)."""
+        it has waited `linger` tries with the team's `idle` word set (see TeamLayout)."""
         t = TEAM
         pause = "  call void @llvm.x86.sse2.pause()\n" if platform.machine().lower() in ("x86_64", "amd64") else ""
         declare = "declare void @llvm.x86.sse2.pause()\n" if pause else ""
         team = f"""  %team = inttoptr i64 %team_address to ptr
   %state_at = getelementptr inbounds i64, ptr %team, i64 {t.state}
   %next_at = getelementptr inbounds i64, ptr %team, i64 {t.next}
-  %stop_at = getelementptr inbounds i64, ptr %team, i64 {t.stop}
+  %idle_at = getelementptr inbounds i64, ptr %team, i64 {t.idle}
   %job_at = getelementptr inbounds i64, ptr %team, i64 {t.job}
   %job_buffers_at = getelementptr inbounds ptr, ptr %job_at, i64 1
   %job_outer_at = getelementptr inbounds i64, ptr %job_at, i64 2
@@ -490,6 +490,7 @@ entry:
 look:
   %last = phi i64 [0, %entry], [%last, %idle_spin], [%last, %idle_yield], [%last, %join], [%epoch, %work]
   %spins = phi i64 [0, %entry], [%idle_more_spins, %idle_spin], [%idle_more_spins, %idle_yield], [%spins, %join], [0, %work]
+  %lingered = phi i64 [0, %entry], [%lingered_next, %idle_spin], [%lingered_next, %idle_yield], [%lingered, %join], [0, %work]
   %state = load atomic i64, ptr %state_at acquire, align 8
   %epoch = udiv i64 %state, {t.epoch_unit}
   %closed_bit = and i64 %state, {t.closed}
@@ -511,9 +512,13 @@ work:
   %leaving = atomicrmw sub ptr %state_at, i64 1 release, align 8
   br label %look
 check:
-  %stop = load atomic i64, ptr %stop_at monotonic, align 8
-  %stopped = icmp ne i64 %stop, 0
-  br i1 %stopped, label %exit, label %idle
+  %idle_word = load atomic i64, ptr %idle_at monotonic, align 8
+  %between_calls = icmp ne i64 %idle_word, 0
+  %lingered_more = add i64 %lingered, 1
+  %lingered_next = select i1 %between_calls, i64 %lingered_more, i64 0
+  %waited = icmp uge i64 %lingered, {t.linger}
+  %leave = and i1 %between_calls, %waited
+  br i1 %leave, label %exit, label %idle
 idle:
 {backoff("idle", "%spins", "look")}
 exit:
