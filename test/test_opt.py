@@ -721,6 +721,24 @@ def test_the_heuristic_reads_transposed_rows_a_cache_line_at_a_time_where_they_s
     assert heuristic_opts(kernel_of(a + 1), avx2) == (Opt(M, 0),)
 
 
+def test_the_heuristic_takes_a_row_of_up_to_four_vectors_whole_in_blocks_of_two_rows_at_least():
+    from lazygrad.codegen.renderer import Target
+
+    torch = pytest.importorskip("torch")
+    avx512 = Target(vector_width=16, vector_registers=32, pack_bytes=1 << 18)
+    avx2 = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+    w, weights = realized(8, 8, 3, 3)
+    for side, target, rows in ((56, avx512, 2), (28, avx2, 2), (28, avx512, 4)):
+        x, _ = realized(2, 8, side, side)
+        kernel = prepare(lower_kernel(x.conv2d(w, padding=1).schedule()[-1].ast))  # (after the padded copy)
+        assert heuristic_opts(kernel, target)[:2] == (Opt(U, 3, side), Opt(U, 2, rows))
+    # a row past 4 vectors: its largest part of at most two
+    x, image = realized(2, 8, 72, 72)
+    assert heuristic_opts(prepare(lower_kernel(x.conv2d(w, padding=1).schedule()[-1].ast)), avx512)[0] == Opt(U, 3, 24)
+    expected = torch.nn.functional.conv2d(torch.tensor(image), torch.tensor(weights), padding=1).numpy()
+    np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 # ---- values kept on the stack (STASH): the host devices -------------------------------------------------------------
 
 H = OptOp.STASH
