@@ -423,7 +423,7 @@ class Team:
     def _forget_threads(self) -> None:
         self.calling = threading.Lock()  # held by the call that shares the words
         self.wakes: list[threading.Lock] = []  # each worker thread's (started at the first shared call)
-        self.inside: list[bool] = []  # whether each worker is in the native worker function (so needs no wake)
+        self.inside: list[bool] = []  # whether each worker is in the native worker function (what it last said)
         self.words = self.closed_words()  # the words every shared call uses
         self.words[self.layout.idle] = 1
 
@@ -454,7 +454,8 @@ class Team:
             self.calling.release()
 
     def _wake(self) -> None:
-        """Wake every worker that sleeps (one still waiting in native code since the last call needs no wake)."""
+        """Wake every worker that sleeps. (A lock released for a worker still lingering in native code lets it
+        linger once more when it comes out: whether it has come out is written under the GIL, too late to ask.)"""
         if not self.wakes:
             for number in range(self.workers):
                 wake = threading.Lock()
@@ -464,8 +465,8 @@ class Team:
                 threading.Thread(
                     target=self._serve, args=(number, wake), name=f"lazygrad-worker-{number}", daemon=True
                 ).start()
-        for number, wake in enumerate(self.wakes):
-            if not self.inside[number] and wake.locked():
+        for wake in self.wakes:
+            if wake.locked():
                 try:
                     wake.release()
                 except RuntimeError:  # another thread's call woke it just now
