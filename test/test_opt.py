@@ -25,7 +25,7 @@ from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.realize import build_candidate
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 
-U, R, M, V, S = OptOp.UPCAST, OptOp.UNROLL, OptOp.MERGE, OptOp.VECTORIZE, OptOp.SPLIT
+U, R, M, V, S, D = OptOp.UPCAST, OptOp.UNROLL, OptOp.MERGE, OptOp.VECTORIZE, OptOp.SPLIT, OptOp.PAD
 rng = np.random.default_rng(0)
 
 
@@ -732,11 +732,13 @@ def test_the_heuristic_takes_a_row_of_up_to_four_vectors_whole_in_blocks_of_two_
         x, _ = realized(2, 8, side, side)
         kernel = prepare(lower_kernel(x.conv2d(w, padding=1).schedule()[-1].ast))  # (after the padded copy)
         assert heuristic_opts(kernel, target)[:2] == (Opt(U, 3, side), Opt(U, 2, rows))
-    # a row past 4 vectors: its largest part of at most two
-    x, image = realized(2, 8, 72, 72)
-    assert heuristic_opts(prepare(lower_kernel(x.conv2d(w, padding=1).schedule()[-1].ast)), avx512)[0] == Opt(U, 3, 24)
-    expected = torch.nn.functional.conv2d(torch.tensor(image), torch.tensor(weights), padding=1).numpy()
-    np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), expected, rtol=1e-4, atol=1e-4)
+    # a row past 4 vectors: its largest part of at most two vectors (the image's rows are not padded: its loads
+    # along them, gated, would be no vector loads)
+    for side, first in ((72, Opt(U, 3, 24)), (65, Opt(U, 3, 13))):
+        x, image = realized(2, 8, side, side)
+        assert heuristic_opts(prepare(lower_kernel(x.conv2d(w, padding=1).schedule()[-1].ast)), avx512)[0] == first
+        expected = torch.nn.functional.conv2d(torch.tensor(image), torch.tensor(weights), padding=1).numpy()
+        np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
 # ---- values kept on the stack (STASH): the host devices -------------------------------------------------------------
@@ -804,3 +806,63 @@ def test_the_quick_division_test_of_a_merge_agrees_with_the_whole_rewrite():
             assert adds_divisions(kernel, replacements) == whole
             verdicts.append(whole)
     assert True in verdicts and False in verdicts  # both answers were checked
+
+
+# ---- loops run to a multiple (PAD) -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        (Opt(D, 0, 4), Opt(U, 0, 4)),  # 127 rows as 128, 4 at a time
+        (Opt(D, 1, 8), Opt(U, 1, 8)),  # 65 columns as 72: a part of a vector past the end
+        (Opt(D, 1, 16), Opt(U, 1, 16), Opt(D, 0, 4), Opt(U, 0, 4), Opt(K, 0)),  # both, the weights copied
+        (Opt(D, 0, 2),),  # padded, not upcast
+    ],
+    ids=str,
+)
+def test_pad_keeps_the_product_and_writes_nothing_past_it(host, opts):
+    x, y = rng.standard_normal((127, 33)).astype(np.float32), rng.standard_normal((33, 65)).astype(np.float32)
+    a, b = on(host, x, y)
+    np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-5, atol=1e-5)
+    # the stores of the iterations past the end are made only where they are inside it
+    from lazygrad.codegen.linearize import linearize
+    from lazygrad.codegen.renderer import kernel_name
+    from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+
+    program = linearize(apply_opts(kernel_of(a @ b), opts, Device[host].renderer.target))
+    source = LLVMRenderer().render(kernel_name(program), program)
+    assert "_store:" in source and "_join:" in source
+
+
+def test_a_pad_that_does_not_fit_is_an_error():
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 16)
+    with pytest.raises(KernelOptError, match="PAD"):
+        apply_opts(kernel_of(a @ b), (Opt(D, 0, 4),))  # 4 divides 8 already
+    with pytest.raises(KernelOptError, match="PAD"):
+        apply_opts(kernel_of(a.sum(1)), (Opt(D, 1, 5),))  # a reduce loop
+
+
+def test_the_heuristic_pads_loops_a_block_nearly_divides():
+    from lazygrad.codegen.renderer import Target
+
+    avx512 = Target(vector_width=16, vector_registers=32, pack_bytes=1 << 18)
+    # a product's rows (each row's input read one value at a time): 197 tokens as 200, 4 rows at a time
+    # (5.4 -> 1.6 ms for 197 x 768 @ 768 x 2304), and 127 rows as 133 beside a row of 255 in parts of 17
+    for rows, columns, block in (
+        (197, 256, (Opt(U, 1, 32), Opt(D, 0, 4), Opt(U, 0, 4))),
+        (127, 255, (Opt(U, 1, 17), Opt(D, 0, 7), Opt(U, 0, 7))),
+    ):
+        a, x = realized(rows, 96)
+        b, y = realized(96, columns)
+        assert heuristic_opts(kernel_of(a @ b), avx512)[:3] == block
+        np.testing.assert_allclose((a @ b).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+    # padding that would add more than an eighth (6 rows as 8) is not done, nor that of rows read as vectors (x @ wᵀ
+    # reads each row along the reduce)
+    c, _ = realized(6, 64)
+    d, _ = realized(64, 70)
+    assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(c @ d), avx512)}
+    e, _ = realized(197, 64)
+    f, _ = realized(256, 64)
+    assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(e @ f.T), avx512)}

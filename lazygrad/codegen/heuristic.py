@@ -65,6 +65,7 @@ FMA_CHAINS = 8
 # the reduce iterations staged in shared memory at a time (at most)
 TILE_REGISTERS, TILE_DEPTH = 4, 16
 PACK_REUSE = 8  # a copy of an input onto the stack pays for itself once the loops inside read it this many times
+PAD_WASTE = 8  # an output loop is padded to a multiple of a block only where that adds at most 1/8 of its iterations
 CACHE_LINE = 64  # bytes
 CACHE_SETS_APART = 1024  # rows of memory a multiple of this many bytes apart share few of a cache's sets
 STASH_COST = 8  # operations per value that keeping it on the stack saves computing again (an exp2 is about 30)
@@ -208,14 +209,30 @@ def matrix_shape(sink: UOp, target: Target) -> str | None:
     return "contiguous outputs" if contiguous_outputs else "strided"
 
 
-def upcast_reused(plan: Plan, loops: list[UOp], factors: tuple[int, ...]) -> None:
-    """Upcast `loops` along which some input is reused (stride 0), innermost first, by `factors` in turn (a loop
-    the next factor does not divide is passed over)."""
+def gates_no_vector_load(sink: UOp, loop: UOp, along: UOp | None) -> bool:
+    """Whether padding `loop` (PAD) would gate no load that vectors read along loop `along` (a gated load is no
+    vector load): the rows of a product, each row's input read one value at a time anyway, but not a convolution's
+    image rows, each read as vectors along the row."""
+    loads = memory_indices(sink, Ops.LOAD)
+    return along is None or all(stride(index, along) == 0 for index in loads if stride(index, loop) != 0)
+
+
+def upcast_reused(
+    plan: Plan, loops: list[UOp], factors: tuple[int, ...], paddable: frozenset[int] = frozenset()
+) -> None:
+    """Upcast `loops` along which some input is reused (stride 0), innermost first, by `factors` in turn. A loop the
+    next factor does not divide is padded to a multiple (PAD) where its axis is `paddable` and that adds at most
+    1/PAD_WASTE of its iterations (a product of 127 rows blocks 4 rows at a time as 128), else passed over."""
     factors = list(factors)
     for loop in reversed(loops):
-        if factors and loop.src[0].arg % factors[0] == 0:
-            if any(stride(index, loop) == 0 for index in memory_indices(plan.sink, Ops.LOAD)):
-                plan.apply(Opt(OptOp.UPCAST, loop.arg[0], factors.pop(0)))
+        if not factors or not any(stride(index, loop) == 0 for index in memory_indices(plan.sink, Ops.LOAD)):
+            continue
+        size, factor = loop.src[0].arg, factors[0]
+        if size % factor and (loop.arg[0] not in paddable or (-size % factor) * PAD_WASTE > size):
+            continue
+        if size % factor:
+            plan.apply(Opt(OptOp.PAD, loop.arg[0], factor))
+        plan.apply(Opt(OptOp.UPCAST, loop.arg[0], factors.pop(0)))
 
 
 def reused_buffers(sink: UOp, loop: UOp) -> frozenset[int]:
@@ -227,10 +244,11 @@ def reused_buffers(sink: UOp, loop: UOp) -> frozenset[int]:
     )
 
 
-def fill_block(plan: Plan, axes: list[int], outputs: int) -> None:
+def fill_block(plan: Plan, axes: list[int], outputs: int, paddable: frozenset[int] = frozenset()) -> None:
     """Upcast output loops (of `axes`, outermost first) along which an input is reused until the register block
     grows `outputs` times: first the loops that reuse an input no chosen loop reuses yet, so that every input's
-    loads are shared (a convolution's weights across pixels, its pixels across output channels), innermost first."""
+    loads are shared (a convolution's weights across pixels, its pixels across output channels), innermost first.
+    A loop no factor up to `outputs` divides well is padded to a multiple of `outputs` where upcast_reused would."""
     covered: set[int] = set()
     for _ in axes:
         loops = loops_by_axis(plan.sink)
@@ -244,6 +262,9 @@ def fill_block(plan: Plan, axes: list[int], outputs: int) -> None:
         size = loops[axis].src[0].arg
         factor = max(d for d in range(1, min(size, outputs) + 1) if size % d == 0)
         covered |= reused
+        if 2 * factor <= outputs and axis in paddable and (-size % outputs) * PAD_WASTE <= size:
+            plan.apply(Opt(OptOp.PAD, axis, outputs))
+            factor = outputs
         if factor > 1:
             plan.apply(Opt(OptOp.UPCAST, axis, factor))
             outputs //= factor
@@ -279,6 +300,13 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
                 plan.apply(Opt(OptOp.VECTORIZE, loop.arg[0]))
         return
     loops = output_loops(plan.sink)  # (`shape` is None as well for an elementwise kernel whose reduces unroll whole)
+    # the output loops a block may pad to a multiple of its size: those whose loads no vector reads (upcast_reused)
+    along = {"contiguous reduce": rolled_reduce_loop(reduces[0]), "contiguous outputs": loops[-1] if loops else None}
+    paddable = frozenset(
+        loop.arg[0]
+        for loop in loops
+        if loop.arg[1] is LoopKind.GLOBAL and gates_no_vector_load(plan.sink, loop, along.get(shape or ""))
+    )
     if shape == "contiguous reduce":
         # (never a short loop whole: its rows of the small operand, as long as the reduce, would be read again for
         # every output of the other loop, from L2 at best; ResNet18's 16 x 4608 @ 4608 x 512 took 0.63 ms with its
@@ -286,7 +314,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
         plan.apply(Opt(OptOp.VECTORIZE, rolled_reduce_loop(reduces[0]).arg[0]))
         # a vector accumulator per output: half the registers of them (4 by 4 with 32 registers, 2 by 4 with 16)
         inner = max(1, min(4, target.vector_registers // 8))
-        upcast_reused(plan, loops, (blocking[1],) * 2 if blocking else (inner, 4) if inner > 1 else (4,))
+        upcast_reused(plan, loops, (blocking[1],) * 2 if blocking else (inner, 4) if inner > 1 else (4,), paddable)
     elif shape == "strided":
         # no vector loads: scalar register blocking, each loaded value used by several outputs
         upcast_reused(plan, loops, (4, 4))
@@ -331,7 +359,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
             if part > 1:
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], part))
                 rows = max(2, vector * target.vector_registers // 4 // part)
-                fill_block(plan, [loop.arg[0] for loop in loops[:-1]], rows)
+                fill_block(plan, [loop.arg[0] for loop in loops[:-1]], rows, paddable)
                 return
         whole = None if blocking else short_reused_loop(plan.sink, loops[:-1], target)
         if whole is not None and vector > 1 and inner.src[0].arg % vector == 0:
@@ -341,7 +369,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
         for width, rows in choices:
             if width > 1 and inner.src[0].arg % width == 0:  # (a target of scalars: no vectors across)
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
-                upcast_reused(plan, loops[:-1], (rows,))
+                upcast_reused(plan, loops[:-1], (rows,), paddable)
                 return
 
 

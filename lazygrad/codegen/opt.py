@@ -90,6 +90,7 @@ class OptOp(Kinds):
     PACK = auto()
     STASH = auto()
     TC = auto()
+    PAD = auto()
 
 
 THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP, OptOp.TILE})  # the actions for targets with threads
@@ -302,6 +303,28 @@ def unroll(sink: UOp, loop: UOp, factor: int) -> UOp:
         rest = tuple(outer if r is loop else r for r in node.src[1:] if r is not loop or outer is not None)
         replacements[node] = node.replace(src=(combined, *rest)) if rest else combined
     return replace_ranges(sink, replacements, {})
+
+
+def pad(sink: UOp, loop: UOp, amount: int) -> UOp:
+    """Output loop `loop` run to the next multiple of `amount` iterations (so that an UPCAST by `amount` divides it):
+    in the iterations past its size, the loads that depend on it read nothing (a gated load's zero) and the stores
+    write nothing."""
+    size = loop.src[0].arg
+    longer = new_loop(loop, -(-size // amount) * amount)
+    inside = longer.alu(Ops.CMPLT, UOp.const(longer.dtype, size))
+    sink = replace_ranges(sink, {loop: longer}, {}, simplified=False)
+    used, done = loops_used(sink), {}
+    for node in kernel_nodes(sink):
+        new_src = tuple([done[source] for source in node.src])
+        new = node if new_src == node.src else node.replace(src=new_src)
+        if node.op in (Ops.LOAD, Ops.STORE) and node.src[0].op is Ops.DEFINE_GLOBAL and longer in used[node.src[1]]:
+            if node.op is Ops.STORE:
+                new = gated(new, inside)
+            else:
+                gate = inside if len(new.src) < 3 else new.src[2].alu(Ops.AND, inside)
+                new = new.replace(src=(*new.src[:2], gate))
+        done[node] = new
+    return simplify(done[sink])
 
 
 def split(sink: UOp, loop: UOp, amount: int, inner_kind: LoopKind | None = None) -> UOp:
@@ -720,6 +743,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
         if opt.amount:
             raise KernelOptError(f"{opt}: PACK takes no amount (the copies hold the whole reduce)")
         return pack(sink, loop, target)
+    if opt.op is OptOp.PAD:
+        if kind is not LoopKind.GLOBAL or opt.amount < 2 or size % opt.amount == 0:
+            raise KernelOptError(f"{opt}: PAD takes an output loop and an amount of 2 or more that its {size} misses")
+        return pad(sink, loop, opt.amount)
     if opt.amount < 2 or size % opt.amount:
         raise KernelOptError(f"{opt}: the amount must be at least 2 and divide the loop's {size} iterations")
     if opt.op is OptOp.SPLIT:

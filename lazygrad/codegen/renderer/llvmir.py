@@ -314,10 +314,16 @@ class LLVMRenderer(Renderer):
                 if src[2].dtype == dtypes.bool:
                     lines.append(f"  {out}_byte = zext i1 {stored} to i8")
                     stored = f"{out}_byte"
+                if len(src) > 3:  # a gated store (a PAD's iterations past the loop's size): made where the gate holds
+                    lines.append(f"  br i1 {value(src[3])}, label %{out[1:]}_store, label %{out[1:]}_join")
+                    lines.append(f"{out[1:]}_store:")
                 lines.append(
                     f"  {out}_ptr = getelementptr inbounds {memory_type}, ptr {names[src[0]]}, i64 {value(src[1])}"
                 )
                 lines.append(f"  store {memory_type} {stored}, ptr {out}_ptr")
+                if len(src) > 3:
+                    lines += [f"  br label %{out[1:]}_join", f"{out[1:]}_join:"]
+                    block = f"{out[1:]}_join"
             elif op is Ops.CAST:
                 lines.append(f"  {out} = {cast_instruction(value(src[0]), src[0].dtype, dtype)}")
             elif op is Ops.BITCAST:
