@@ -263,14 +263,9 @@ class ReduceMixin:
                 f"matmul: batch dimensions of {self.shape} @ {other.shape} ({batch_self} and {batch_other}) cannot be "
                 "broadcast together; each must be equal or 1"
             ) from None
-        if (
-            self.ndim > 1
-            and other.ndim > 1
-            and self.dtype == other.dtype
-            and self.dtype in (dtypes.float32, dtypes.float64)
-        ):
-            if self.device == other.device:  # (else the product below says they differ)
-                return self._new(product_node(self.uop, other.uop))
+        floats = self.dtype == other.dtype and self.dtype in (dtypes.float32, dtypes.float64)
+        if floats and self.ndim > 1 and other.ndim > 1 and self.device == other.device:  # (else the steps below)
+            return self._new(product_node(self.uop, other.uop))
         x = self.reshape(*self.shape[:-1], 1, self.shape[-1])
         w = (
             other.reshape(*other.shape[:-2], 1, *other.shape[-2:])

@@ -141,6 +141,14 @@ class Renderer(ABC):
                 return position, negated
         return None
 
+    def fused_operands(self, node: UOp) -> tuple[UOp, UOp, UOp, bool] | None:
+        """(a, b, c, negated) of the float sum `node` that `fused_product` fuses: c + a*b, or c - a*b; else None."""
+        if (fused := self.fused_product(node)) is None:
+            return None
+        position, negated = fused
+        product = node.src[position].src[0] if negated else node.src[position]
+        return product.src[0], product.src[1], node.src[1 - position], negated
+
     def fused_lanes(self, lanes: Lanes) -> tuple[Lanes, Lanes, Lanes, bool] | None:
         """(a, b, c, negated) of a computation's lanes that each lane's `fused_product` fuses. (Lanes of one op have
         the same op at each source in every lane, so every lane fuses the same source.)"""

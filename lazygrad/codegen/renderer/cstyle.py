@@ -687,12 +687,10 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
     def render_fused(self, node: UOp, operand: Callable[[UOp], str]) -> str | None:
         """The float sum `node`, c + a*b (or c - a*b), as one fused multiply-add (`fused_multiply_add`) of its
         operands rendered by `operand`; None where `node` is no such sum."""
-        if (fused := self.fused_product(node)) is None:
+        if (fused := self.fused_operands(node)) is None:
             return None
-        position, negated = fused
-        product = node.src[position].src[0] if negated else node.src[position]
-        a, b, c = (operand(source) for source in (*product.src, node.src[1 - position]))
-        return f"{self.fused_multiply_add[self.register_types[node.dtype]]}({'-' if negated else ''}{a}, {b}, {c})"
+        a, b, c = map(operand, fused[:3])
+        return f"{self.fused_multiply_add[self.register_types[node.dtype]]}({'-' if fused[3] else ''}{a}, {b}, {c})"
 
     def wrapping(self, op: Ops, dtype: DType) -> str:
         """The template of a signed op computed in the unsigned type of the same width."""

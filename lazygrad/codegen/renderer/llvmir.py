@@ -330,12 +330,9 @@ class LLVMRenderer(Renderer):
                 lines.append(f"  {out} = bitcast {LLVM_TYPES[src[0].dtype]} {value(src[0])} to {LLVM_TYPES[dtype]}")
             elif op in (Ops.IDIV, Ops.MOD):
                 lines += self.render_division(out, node, value)
-            elif (fused := self.fused_product(node)) is not None:
-                position, negated = fused
-                product = src[position].src[0] if negated else src[position]
-                a, b, c = (value(source) for source in (*product.src, src[1 - position]))
+            elif (fused := self.fused_operands(node)) is not None:
                 t = LLVM_TYPES[dtype]
-                lines += self.render_fma(out, t, INTRINSIC_NAMES[t], a, b, c, negated, declarations)
+                lines += self.render_fma(out, t, INTRINSIC_NAMES[t], *map(value, fused[:3]), fused[3], declarations)
             else:
                 operand_dtype = src[-1].dtype
                 t = LLVM_TYPES[operand_dtype]
