@@ -779,17 +779,17 @@ def test_c_reduce_loops_left_to_the_compiler_may_reassociate_their_sums():
 
 
 def test_c_gathers_the_weights_a_convolution_block_shares():
-    """A register block of a stride-2 convolution (ResNet's stem) reads one weight per output channel, a filter
-    apart, and its input through a gate: the C renderer gathers the channels' weights into one vector that every
-    output position of the block multiplies by its input (a Zen 5: 11 -> 0.8 ms, as LLVM's), values NumPy's. A
-    gather that only one vector would read stays a loop gcc vectorizes along the reduce (x @ wᵀ)."""
-    x, w = numbers(4, 3, 16, 16, seed=40), numbers(32, 3, 7, 7, seed=41)
-    source, _ = render_optimized(CStyleRenderer(AVX2), Tensor(x).conv2d(Tensor(w), stride=2, padding=3))
+    """A register block of a stride-2 convolution (ResNet's stem, its input padded) reads every other pixel of a
+    row: the C renderer gathers them into one vector that every output channel of the block multiplies by its weight
+    (a gated input made it gather the channels' weights instead: a Zen 5, 11 -> 0.8 ms, as LLVM's), values NumPy's.
+    A gather that only one vector would read stays a loop gcc vectorizes along the reduce (x @ wᵀ)."""
+    x, w = np.pad(numbers(4, 3, 16, 16, seed=40), ((0, 0), (0, 0), (3, 3), (3, 3))), numbers(32, 3, 7, 7, seed=41)
+    source, _ = render_optimized(CStyleRenderer(AVX2), Tensor(x).conv2d(Tensor(w), stride=2))
     gathers = [line.split()[1] for line in source.splitlines() if line.strip().startswith("lg_float8 vread")]
     assert gathers and all(source.count(f"+= {gather} * ") > 1 for gather in gathers)
-    assert "_at[147]" in source  # the next output channel's weight: 3 * 7 * 7 floats on
-    result = Tensor(x, device=available("CPU")).conv2d(Tensor(w, device="CPU"), stride=2, padding=3).numpy()
-    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (3, 3), (3, 3))), (7, 7), (2, 3))
+    assert "_at[2]" in source  # the next output column's pixel: a stride on
+    result = Tensor(x, device=available("CPU")).conv2d(Tensor(w, device="CPU"), stride=2).numpy()
+    windows = np.lib.stride_tricks.sliding_window_view(x, (7, 7), (2, 3))
     expected = np.einsum("ncyxhw,ochw->noyx", windows[:, :, ::2, ::2], w)
     np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
     rows, weights = numbers(8, 600, seed=42), numbers(96, 600, seed=43)
@@ -800,17 +800,18 @@ def test_c_gathers_the_weights_a_convolution_block_shares():
 def test_c_collapses_a_short_reduce_loop_with_the_reduce_loops_around_it():
     """A convolution's weight gradient reduces over a window whose innermost loop is short: gcc adds the lanes of
     each vector of partial sums at every exit of the loop it vectorizes, so the pragma collapses the nest of reduce
-    loops into one (ResNet18's stem: 8.4 -> 5.3 ms on one core); values stay NumPy's."""
-    x, w, g = numbers(4, 3, 16, 16, seed=60), numbers(8, 3, 7, 7, seed=61), numbers(4, 8, 8, 8, seed=62)
+    loops into one (ResNet18's stem, its input padded: 8.4 -> 5.3 ms on one core); values stay NumPy's."""
+    x = np.pad(numbers(4, 3, 16, 16, seed=60), ((0, 0), (0, 0), (3, 3), (3, 3)))
+    w, g = numbers(8, 3, 7, 7, seed=61), numbers(4, 8, 8, 8, seed=62)
 
     def weight_gradient(device=None):
         weight = Tensor(w, device=device, requires_grad=True)
-        (Tensor(x, device=device).conv2d(weight, stride=2, padding=3) * Tensor(g, device=device)).sum().backward()
+        (Tensor(x, device=device).conv2d(weight, stride=2) * Tensor(g, device=device)).sum().backward()
         return weight.grad
 
     source, _ = render_optimized(CStyleRenderer(AVX2), weight_gradient())
     assert "#pragma omp simd collapse(" in source
-    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (3, 3), (3, 3))), (7, 7), (2, 3))
+    windows = np.lib.stride_tricks.sliding_window_view(x, (7, 7), (2, 3))
     expected = np.einsum("ncyxhw,noyx->ochw", windows[:, :, ::2, ::2], g)
     np.testing.assert_allclose(weight_gradient(available("CPU")).numpy(), expected, rtol=1e-4, atol=1e-4)
 

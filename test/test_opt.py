@@ -222,28 +222,53 @@ def test_a_row_that_vectors_do_not_cover_is_blocked_in_parts():
 def test_a_stride_2_convolution_vectorizes_along_its_every_other_element():
     # a 7x7 stride-2 stem: the forward product in vectors of 16 output columns (each loads every other input
     # element) by 16 output channels sharing them; the weight's gradient vectorizes its reduce over those columns
-    # the same way, by 16 output channels; the 3 input channels stay a loop (a block this large is not unrolled)
+    # the same way, by 16 output channels; the 3 input channels stay a loop (a block this large is not unrolled).
+    # (Its input padded beforehand, as the scheduler realizes a pad such windows read: see test_schedule)
     torch = pytest.importorskip("torch")
     from lazygrad.codegen.renderer import Target
 
     target = Target(vector_width=16, vector_registers=32)
-    x, x_data = realized(2, 3, 32, 32)
+    x, x_data = realized(2, 3, 38, 38)
     w, w_data = realized(32, 3, 7, 7)
     g, g_data = realized(2, 32, 16, 16)
-    forward = x.conv2d(w, stride=2, padding=3)
+    forward = x.conv2d(w, stride=2)
     opts = heuristic_opts(kernel_of(forward), target)
     assert opts == (Opt(U, 3, 16), Opt(U, 1, 16))
-    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(w_data), stride=2, padding=3)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(w_data), stride=2)
     np.testing.assert_allclose(run_with(forward, opts), expected.numpy(), rtol=1e-4, atol=1e-4)
 
     (weight_gradient,) = (forward * g).sum().gradient(w)
     opts = heuristic_opts(kernel_of(weight_gradient), target)
     assert opts[:2] == (Opt(V, 6), Opt(U, 0, 16))
     torch_w = torch.from_numpy(w_data).requires_grad_()
-    torch.nn.functional.conv2d(torch.from_numpy(x_data), torch_w, stride=2, padding=3).backward(
-        torch.from_numpy(g_data)
-    )
+    torch.nn.functional.conv2d(torch.from_numpy(x_data), torch_w, stride=2).backward(torch.from_numpy(g_data))
     np.testing.assert_allclose(run_with(weight_gradient, opts), torch_w.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_a_stride_2_convolutions_stacked_taps_unroll_into_vectors_of_every_other_element():
+    # a 3x3 convolution stacks its taps, each read under a gate that picks it; rolled, every tap's value was a sum
+    # of three gated loads. Its tap loops unroll even where the block (16 columns by 16 channels) is full, and LLVM
+    # reads a tap's every other pixel as one load of the span they cover and a shuffle
+    torch = pytest.importorskip("torch")
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.engine.realize import render_kernel
+
+    x, x_data = realized(2, 8, 33, 33)
+    w, w_data = realized(16, 8, 3, 3)
+    forward = x.conv2d(w, stride=2)
+    assert heuristic_opts(kernel_of(forward), Target(vector_width=16, vector_registers=32)) == (
+        Opt(U, 3, 16),
+        Opt(U, 1, 16),
+        Opt(R, 5, 3),
+        Opt(R, 6, 3),
+    )
+    llvm = Device["LLVM"]
+    (item,) = forward.schedule()
+    opts = heuristic_opts(kernel_of(forward), llvm.renderer.target)
+    source = render_kernel(llvm, item.ast, apply_opts(kernel_of(forward), opts, llvm.renderer.target), opts).source
+    assert "_span = load" in source and "shufflevector" in source
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(w_data), stride=2)
+    np.testing.assert_allclose(run_with(forward, opts), expected.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_loops_choosing_between_loads_are_upcast_within_a_budget_of_copies():

@@ -392,8 +392,13 @@ def test_padded_input_read_by_many_taps_is_realized():
     x, weight = rand(2, 3, 8, 8), rand(4, 3, 3, 3)
     assert kernels(x.conv2d(weight, padding=1)) == 2
     assert kernels(x.conv2d(weight)) == 1
-    # a pad read through one view stays fused
+    # so do the windows of a padded 7x7 convolution, which repeat the padded input and read it shifted by each tap
+    x, weight = rand(2, 3, 16, 16), rand(4, 3, 7, 7)
+    assert kernels(x.conv2d(weight, stride=2, padding=3)) == 2
+    assert kernels(x.conv2d(weight, stride=2)) == 1
+    # a pad read through one view stays fused, and so does a padded operand of a product (it is only broadcast)
     assert kernels(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).relu() * 2) == 1
+    assert kernels(rand(8, 8).pad(((0, 0), (2, 2))) @ rand(12, 16)) == 1
 
 
 def test_value_padded_input_read_by_many_taps_is_realized():
@@ -535,8 +540,9 @@ def test_scans_and_sort():
     assert kernels(x.cumsum(1)) == 1
     assert kernels(x.cumprod(1)) == 1
     assert kernels(x.logcumsumexp(1)) == 2
-    # a long one: the blocks' prefixes, the running totals of the blocks, and the two combined
-    assert kernels(rand(4, 2048).cumsum(1)) == 3
+    # a long one: the blocks' values padded for their prefixes' windows, the blocks' prefixes, the running totals
+    # of the blocks, and the two combined
+    assert kernels(rand(4, 2048).cumsum(1)) == 4
     # sort: the ranks (a count of the elements before each), then the values (a select of the input by rank)
     assert kernels(x.sort(1)[0]) == 2
     assert kernels(*x.sort(1)) == 3

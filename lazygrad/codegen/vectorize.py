@@ -74,7 +74,7 @@ def _plain_loads(value: UOp) -> list[UOp]:
 
 
 def accumulator_vectors(
-    program: list[UOp], width: int, trees: bool = False, strided: bool = False
+    program: list[UOp], width: int, trees: bool = False, strided: bool = False, interleaved: bool = False
 ) -> list[AccumulatorVector]:
     """The accumulators of `program` (a linear program) that run as vectors of `width` float32 lanes (half as many
     float64 lanes), each accumulator in one vector at most. With `trees`, also those that add any computation that
@@ -82,7 +82,9 @@ def accumulator_vectors(
     elements a fixed stride apart (a register block of a convolution's output channels reads one weight per
     channel, a whole filter apart), for a renderer that gathers them: each lane's scalar update would be its own
     multiply-add; a gather is kept where other vectors of the block share it (one alone does worse than a loop
-    the compiler vectorizes along the reduce)."""
+    the compiler vectorizes along the reduce). With `interleaved`, also loads of every other element (a convolution
+    with stride 2: a block's outputs along an image row read its pixels two apart), for a renderer that reads them
+    as contiguous vectors and a shuffle."""
     updates: dict[UOp, tuple[UOp, UOp]] = {}  # accumulator -> (its read in the loop, the value each iteration adds)
     for node in program:
         if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_ACC:
@@ -107,10 +109,12 @@ def accumulator_vectors(
     lanes = {dtypes.float32: width, dtypes.float64: width // 2}
     vectors: list[AccumulatorVector] = []
     taken: set[UOp] = set()
-    _runs(candidates, lanes, taken, vectors, strided=False)  # vector loads first: a gather only where none is
+    _runs(candidates, lanes, taken, vectors, steps={1})  # vector loads first: a gather only where none is
+    if interleaved:
+        _runs(candidates, lanes, taken, vectors, steps=set(LOAD_STRIDES[1:]))
     if strided:
         gathers: list[AccumulatorVector] = []
-        _runs(candidates, lanes, taken, gathers, strided=True)
+        _runs(candidates, lanes, taken, gathers, steps=None)
         shared: dict[UOp, int] = {}
         for vector in gathers:
             shared[vector.loads[0]] = shared.get(vector.loads[0], 0) + 1
@@ -121,25 +125,24 @@ def accumulator_vectors(
                 taken.difference_update(vector.accumulators)
     if trees:
         left = {a: update for a, update in updates.items() if a not in taken and a.dtype in VECTOR_DTYPES}
-        vectors += _computed_vectors(left, lanes)
+        vectors += _computed_vectors(left, lanes, LOAD_STRIDES if interleaved else (1,))
     return vectors
 
 
-def _runs(candidates: dict, lanes: dict, taken: set[UOp], vectors: list[AccumulatorVector], strided: bool) -> None:
-    """Add the vectors of each candidate group (offset -> (accumulator, load)) whose loads are consecutive, or
-    (`strided`) a fixed stride apart, to `vectors`; their accumulators to `taken`."""
+def _runs(
+    candidates: dict, lanes: dict, taken: set[UOp], vectors: list[AccumulatorVector], steps: set[int] | None
+) -> None:
+    """Add the vectors of each candidate group (offset -> (accumulator, load)) whose loads are a fixed stride apart,
+    a stride of `steps` (None: any but 1), to `vectors`; their accumulators to `taken`."""
     for (loops, _, common, _), by_offset in candidates.items():
         offsets = sorted(by_offset)
         for at, first in enumerate(offsets):
             size = lanes[by_offset[first][0].dtype]
-            if size < 2 or by_offset[first][0] in taken:
+            if size < 2 or by_offset[first][0] in taken or at + 1 == len(offsets):
                 continue
-            if strided:
-                if at + 1 == len(offsets) or offsets[at + 1] - first == 1:
-                    continue
-                step = offsets[at + 1] - first
-            else:
-                step = 1
+            step = offsets[at + 1] - first
+            if step not in steps if steps is not None else step == 1:
+                continue
             members = [by_offset.get(first + lane * step) for lane in range(size)]
             if all(member is not None and member[0] not in taken for member in members):
                 accumulators, loads = tuple(m[0] for m in members), tuple(m[1] for m in members)
@@ -147,11 +150,13 @@ def _runs(candidates: dict, lanes: dict, taken: set[UOp], vectors: list[Accumula
                 taken.update(accumulators)
 
 
-def _computed_vectors(updates: dict[UOp, tuple[UOp, UOp]], lanes: dict) -> list[AccumulatorVector]:
+def _computed_vectors(
+    updates: dict[UOp, tuple[UOp, UOp]], lanes: dict, strides: tuple[int, ...]
+) -> list[AccumulatorVector]:
     """Vectors of accumulators that each add a computation (not a product: its scalar update is one fused
     multiply-add) that is one lane by lane. Lane neighbours read the same buffers at the same places but for loads
-    that move by one from lane to lane: accumulators are grouped by the buffers and places their loads read, and
-    a vector is a run whose loads' offsets step by the same 0s and 1s."""
+    that move by one of `strides` from lane to lane: accumulators are grouped by the buffers and places their loads
+    read, and a vector is a run whose loads' offsets step by the same amounts."""
     shapes: dict[tuple, dict[tuple[int, ...], UOp]] = {}
     for accumulator, (current, value) in updates.items():
         if value.op is Ops.MUL or value.op not in ALU:
@@ -168,7 +173,7 @@ def _computed_vectors(updates: dict[UOp, tuple[UOp, UOp]], lanes: dict) -> list[
                 continue
             for other in offsets:
                 step = tuple(b - a for a, b in zip(first, other))
-                if not (set(step) <= {0, 1} and 1 in step):
+                if not (set(step) <= {0, *strides} and any(step)):
                     continue
                 run = [by_offsets.get(tuple(a + lane * d for a, d in zip(first, step))) for lane in range(size)]
                 if any(member is None or member in taken for member in run):
@@ -185,7 +190,7 @@ def _computed_vectors(updates: dict[UOp, tuple[UOp, UOp]], lanes: dict) -> list[
 @dataclass(frozen=True)
 class Lanes:
     """One value per lane, computed as one vector: `kind` "same" (one node in every lane), "constants", "load"
-    (consecutive elements of one buffer, read at the first lane's index), "accumulators" (the lanes of one
+    (elements `stride` apart in one buffer, consecutive or every other, read from the first lane's index), "accumulators" (the lanes of one
     `AccumulatorVector`, in order: `vector` is its position), "scalars" (scalar accumulators read after their loop,
     put together) or "op" (one op in every lane, on `sources`)."""
 
@@ -193,6 +198,7 @@ class Lanes:
     nodes: tuple[UOp, ...]
     sources: tuple[Lanes, ...] = ()
     vector: int = -1
+    stride: int = 1
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,9 @@ LANE_OPS = {
     Ops.XOR,
 }
 LANE_DTYPES = (*VECTOR_DTYPES, dtypes.bool)
+# the strides of a vector load: consecutive elements, or every other one (the pixels a convolution with stride 2
+# reads along an image row, two loads and a shuffle)
+LOAD_STRIDES = (1, 2)
 
 
 def _loop_nests(program: list[UOp]) -> dict[UOp, tuple[UOp, ...]]:
@@ -257,8 +266,9 @@ def _lanes(
                 return Lanes("load", nodes) if in_place else None
             rest, start = split_offset(first.src[1])
             offsets = [split_offset(node.src[1]) for node in nodes]
-            if all(r is rest and offset == start + lane for lane, (r, offset) in enumerate(offsets)):
-                return Lanes("load", nodes)
+            for step in LOAD_STRIDES:
+                if all(r is rest and offset == start + lane * step for lane, (r, offset) in enumerate(offsets)):
+                    return Lanes("load", nodes, stride=step)
         if all(len(node.src) == 1 and node.src[0].op is Ops.DEFINE_ACC for node in nodes):  # after their loop
             if all(node.src[0] not in lane_of for node in nodes):
                 return Lanes("scalars", nodes)

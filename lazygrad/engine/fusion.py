@@ -198,8 +198,21 @@ def _kernel_facts(root: UOp, to_realize: set[UOp], random_leaves: set[UOp], cost
             loops = None
         source_view = (*view, node) if node.op in MOVEMENT else ()
         stack.extend((source, where, source_view, loops, in_random, inside) for source in node.src)
-    facts.unsafe.update(node for node, ways in views.items() if len(ways) > 1)
+    # a pad read through two views (a padded convolution's stacked taps) or through windows (a large kernel's, a
+    # scan's: each element read once per tap) is realized, so that the reads need no gate
+    facts.unsafe.update(
+        node
+        for node, ways in views.items()
+        if len(ways) > 1 or ((node.op is Ops.PAD or _pads_with_value(node)) and any(map(_windows, ways)))
+    )
     return facts
+
+
+def _windows(view: tuple[UOp, ...]) -> bool:
+    """Whether movement ops (`view`, from the reader down) reshape an expanded value: a window that repeats an axis
+    and reads the copies as one longer axis, each shifted by a tap (see tensor_conv's `_window`)."""
+    expanded = [at for at, op in enumerate(view) if _expands(op)]
+    return bool(expanded) and any(op.op is Ops.RESHAPE for op in view[: expanded[-1]])
 
 
 def _pads_with_value(node: UOp) -> bool:

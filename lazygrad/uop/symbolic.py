@@ -218,8 +218,8 @@ def gate_load(c: UOp, load: UOp, zero: UOp) -> UOp | None:
         return None
     if len(load.src) == 2:
         return load.replace(src=(*load.src, c))
-    present = set(_clauses(load.src[2]))
-    missing = [clause for clause in _clauses(c) if clause not in present]
+    present = set(gate_clauses(load.src[2]))
+    missing = [clause for clause in gate_clauses(c) if clause not in present]
     return load.replace(src=(*load.src[:2], _all_of([load.src[2], *missing]))) if missing else load
 
 
@@ -346,7 +346,7 @@ def _simplify_given(index: UOp, valid: UOp) -> UOp:
     coefficient 1) is rewritten as v - (s - r), which is exact, so the other loops of s cancel wherever the index
     uses s as a whole (a padded window's `h + kh`). After simplifying, v is turned back into s."""
     bounds: dict[UOp, list[int]] = {}
-    for clause in _clauses(valid):
+    for clause in gate_clauses(valid):
         if (bound := _sum_bound(clause)) is not None:
             expression, low, high = bound
             current = bounds.setdefault(expression, [expression.vmin, expression.vmax])
@@ -375,7 +375,8 @@ def _simplify_given(index: UOp, valid: UOp) -> UOp:
     return simplify(substitute(simplify(substitute(index, replacements)), back))
 
 
-def _clauses(valid: UOp) -> list[UOp]:
+def gate_clauses(valid: UOp) -> list[UOp]:
+    """The conditions a gate ands together."""
     clauses, stack = [], [valid]
     while stack:
         clause = stack.pop()
@@ -403,7 +404,7 @@ def _simplify_gate(valid: UOp) -> UOp:
     # One clause after another, each given the others as they stand: the later ones as they are, the earlier ones
     # as simplified. Given all the others as they were, two clauses that say the same in different forms (a pad's
     # `x - 3 < 9` and an inner pad's `x - 6 < 6`) would each vanish given the other, and the gate lose both.
-    clauses = list(dict.fromkeys(_clauses(valid)))  # each once: a clause given itself would vanish
+    clauses = list(dict.fromkeys(gate_clauses(valid)))  # each once: a clause given itself would vanish
     if len(clauses) == 1:
         return clauses[0]
     for position, clause in enumerate(clauses):

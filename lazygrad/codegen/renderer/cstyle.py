@@ -555,11 +555,13 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
     LANE_OPERATORS = {Ops.ADD: "({a} + {b})", Ops.MUL: "({a} * {b})", Ops.NEG: "(-{a})"}
 
     def renders_lanes(self, lanes: Lanes) -> bool:
-        """Whether `render_lanes` computes `lanes` (loads, values the same in every lane, constants, the lanes of an
+        """Whether `render_lanes` computes `lanes` (loads of consecutive elements, values the same in every lane, constants, the lanes of an
         accumulator vector or scalar accumulators, and the LANE_OPERATORS on them)."""
         if lanes.kind == "op":
             return lanes.nodes[0].op in self.LANE_OPERATORS and all(map(self.renders_lanes, lanes.sources))
-        return lanes.kind in ("same", "constants", "load", "accumulators", "scalars")
+        if lanes.kind == "load":
+            return lanes.stride == 1
+        return lanes.kind in ("same", "constants", "accumulators", "scalars")
 
     def render_lanes(self, lanes: Lanes, vector_type: str, position: int, loops: tuple[UOp, ...]) -> str:
         """`lanes` as an expression of `vector_type` (a value the same in every lane stays a scalar: C converts it);

@@ -108,6 +108,20 @@ VECTORIZED_RUNS = 1 << 14
 NOTHING_TO_VECTORIZE = "; nothing for LLVM's vectorizers\n"
 
 
+def render_vector_load(name: str, t: str, lanes: int, stride: int, itemsize: int) -> list[str]:
+    """`name` = a vector of `lanes` elements of type `t`, `stride` apart from the address `{name}_ptr`: one load
+    where they are consecutive, else a load of the span they cover (no further: the span may end the buffer) and a
+    shuffle that picks them."""
+    if stride == 1:
+        return [f"  {name} = load <{lanes} x {t}>, ptr {name}_ptr, align {itemsize}"]
+    span = f"<{(lanes - 1) * stride + 1} x {t}>"
+    picked = ", ".join(f"i32 {lane * stride}" for lane in range(lanes))
+    return [
+        f"  {name}_span = load {span}, ptr {name}_ptr, align {itemsize}",
+        f"  {name} = shufflevector {span} {name}_span, {span} poison, <{lanes} x i32> <{picked}>",
+    ]
+
+
 def vectorized_loops(program: list[UOp]) -> set[UOp]:
     """The loops LLVM's loop vectorizer may work on: loops with no reduce inside (every loop of an elementwise
     kernel; the row loop of a softmax after its max and sum), and reduce loops that codegen found contiguous, where
@@ -221,7 +235,7 @@ class LLVMRenderer(Renderer):
         # vector per row of the block to keep in a register, not scalars for its SLP pass to pack, and far less IR
         vectors = [
             vector
-            for vector in accumulator_vectors(program, self.target.vector_width, trees=True)
+            for vector in accumulator_vectors(program, self.target.vector_width, trees=True, interleaved=True)
             if not vectorized.intersection(vector.loops)
         ]
         lane_of = lanes_of(vectors)
@@ -626,7 +640,7 @@ declare i32 @sched_yield()
             lines.append(
                 f"  {read}_ptr = getelementptr inbounds {t}, ptr {names[first.src[0]]}, i64 {value(first.src[1])}"
             )
-            lines.append(f"  {read} = load {vt}, ptr {read}_ptr, align {dtype.itemsize}")
+            lines += render_vector_load(read, t, lanes, vector.stride, dtype.itemsize)
         lines.append(f"  {out}_sum = load {vt}, ptr {name}")
         if vector.common is None:
             lines.append(f"  {out}_new = fadd {vt} {out}_sum, {read}")
@@ -658,7 +672,7 @@ declare i32 @sched_yield()
         elif lanes.kind == "load":
             address = names[first.src[0]]
             lines.append(f"  {name}_ptr = getelementptr inbounds {t}, ptr {address}, i64 {value(first.src[1])}")
-            lines.append(f"  {name} = load {vt}, ptr {name}_ptr, align {first.dtype.itemsize}")
+            lines += render_vector_load(name, t, count, lanes.stride, first.dtype.itemsize)
         elif lanes.kind == "accumulators":
             lines.append(f"  {name} = load {vt}, ptr %vacc{lanes.vector}")
         elif lanes.kind == "scalars":
