@@ -800,9 +800,10 @@ def test_c_gathers_the_weights_a_convolution_block_shares():
 def test_c_collapses_a_short_reduce_loop_with_the_reduce_loops_around_it():
     """A convolution's weight gradient reduces over a window whose innermost loop is short: gcc adds the lanes of
     each vector of partial sums at every exit of the loop it vectorizes, so the pragma collapses the nest of reduce
-    loops into one (ResNet18's stem, its input padded: 8.4 -> 5.3 ms on one core); values stay NumPy's."""
-    x = np.pad(numbers(4, 3, 16, 16, seed=60), ((0, 0), (0, 0), (3, 3), (3, 3)))
-    w, g = numbers(8, 3, 7, 7, seed=61), numbers(4, 8, 8, 8, seed=62)
+    loops into one (ResNet18's stem, its input padded: 8.4 -> 5.3 ms on one core); values stay NumPy's. (Rows of
+    12: a row of whole vectors runs in lanes instead, see test_opt)"""
+    x = np.pad(numbers(4, 3, 24, 24, seed=60), ((0, 0), (0, 0), (3, 3), (3, 3)))
+    w, g = numbers(8, 3, 7, 7, seed=61), numbers(4, 8, 12, 12, seed=62)
 
     def weight_gradient(device=None):
         weight = Tensor(w, device=device, requires_grad=True)

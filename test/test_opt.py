@@ -26,6 +26,7 @@ from lazygrad.engine.realize import build_candidate
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 U, R, M, V, S, D = OptOp.UPCAST, OptOp.UNROLL, OptOp.MERGE, OptOp.VECTORIZE, OptOp.SPLIT, OptOp.PAD
+LANES = OptOp.LANES
 rng = np.random.default_rng(0)
 
 
@@ -79,6 +80,8 @@ def test_product_loops_are_numbered_in_order():
         (Opt(S, 2, 4),),
         (Opt(S, 1, 4), Opt(U, 2, 4), Opt(S, 0, 2), Opt(R, 4, 3)),
         (Opt(S, 2, 3), Opt(V, 3), Opt(R, 2, 4)),
+        (Opt(S, 2, 4), Opt(LANES, 3), Opt(U, 1, 4)),
+        (Opt(U, 0, 2), Opt(LANES, 2)),
     ],
     ids=lambda opts: " ".join(map(str, opts)) or "none",
 )
@@ -123,6 +126,8 @@ def test_partial_unroll_of_a_max_reduce():
         (Opt(M, 2), "no loop inside it of its kind"),
         (Opt(S, 2, 12), "must be less than the loop's 12 iterations"),
         (Opt(S, 0, 3), "must be at least 2 and divide the loop's 8 iterations"),
+        (Opt(LANES, 0), "takes a reduce loop and no amount"),
+        (Opt(LANES, 2, 4), "takes a reduce loop and no amount"),
     ],
     ids=str,
 )
@@ -221,8 +226,9 @@ def test_a_row_that_vectors_do_not_cover_is_blocked_in_parts():
 
 def test_a_stride_2_convolution_vectorizes_along_its_every_other_element():
     # a 7x7 stride-2 stem: the forward product in vectors of 16 output columns (each loads every other input
-    # element) by 16 output channels sharing them; the weight's gradient vectorizes its reduce over those columns
-    # the same way, by 16 output channels; the 3 input channels stay a loop (a block this large is not unrolled).
+    # element) by 16 output channels sharing them; the 3 input channels stay a loop (a block this large is not
+    # unrolled). The weight's gradient reduces over those 16 columns inside the loops over images and rows: in lanes
+    # (a vector of partial sums), by 7 taps (sharing the output gradient's vector) and 4 output channels.
     # (Its input padded beforehand, as the scheduler realizes a pad such windows read: see test_schedule)
     torch = pytest.importorskip("torch")
     from lazygrad.codegen.renderer import Target
@@ -239,7 +245,7 @@ def test_a_stride_2_convolution_vectorizes_along_its_every_other_element():
 
     (weight_gradient,) = (forward * g).sum().gradient(w)
     opts = heuristic_opts(kernel_of(weight_gradient), target)
-    assert opts[:2] == (Opt(V, 6), Opt(U, 0, 16))
+    assert opts[:3] == (Opt(U, 3, 7), Opt(U, 0, 4), Opt(OptOp.LANES, 6))
     torch_w = torch.from_numpy(w_data).requires_grad_()
     torch.nn.functional.conv2d(torch.from_numpy(x_data), torch_w, stride=2).backward(torch.from_numpy(g_data))
     np.testing.assert_allclose(run_with(weight_gradient, opts), torch_w.grad.numpy(), rtol=1e-4, atol=1e-3)
@@ -269,6 +275,32 @@ def test_a_stride_2_convolutions_stacked_taps_unroll_into_vectors_of_every_other
     assert "_span = load" in source and "shufflevector" in source
     expected = torch.nn.functional.conv2d(torch.from_numpy(x_data), torch.from_numpy(w_data), stride=2)
     np.testing.assert_allclose(run_with(forward, opts), expected.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["LLVM", "CPU"])
+def test_a_short_reduce_loop_inside_others_runs_in_lanes_of_vectors(device):
+    # a sum over images, rows and a row of 16 (a convolution's weight gradient): the heuristic makes the row's
+    # iterations lanes, so each output keeps a vector of partial sums across the whole reduce (a compiler that
+    # vectorizes the row adds the lanes up at every exit from it), and the renderers keep them in vector registers
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.engine.realize import render_kernel
+
+    device = available(device)
+    data = [rng.standard_normal(shape).astype(np.float32) for shape in ((8, 5, 16), (8, 12, 5, 34))]
+    a, b = (Tensor(d, device=device).realize() for d in data)
+    # 12 outputs, each over 8 x 5 x 16; the second input read every other element (a stride-2 convolution's input)
+    product = (a[:, None] * b[:, :, :, :32:2]).sum((0, 2, 3))
+    kernel = kernel_of(product)
+    assert Opt(LANES, 3) in heuristic_opts(kernel, Target(vector_width=16, vector_registers=32))
+    narrow = heuristic_opts(kernel, Target(vector_width=8, vector_registers=16))  # (two vectors of 8 lanes)
+    assert [opt for opt in narrow if opt.op in (S, LANES)] == [Opt(S, 3, 8), Opt(LANES, 4)]
+    renderer = Device[device]
+    opts = heuristic_opts(kernel, renderer.renderer.target)
+    (item,) = product.schedule()
+    source = render_kernel(renderer, item.ast, apply_opts(kernel, opts, renderer.renderer.target), opts).source
+    assert "vacc" in source
+    expected = np.einsum("btk,bjtk->j", data[0], data[1][:, :, :, :32:2])
+    np.testing.assert_allclose(run_with(product, opts), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_loops_choosing_between_loads_are_upcast_within_a_budget_of_copies():

@@ -14,6 +14,10 @@ The actions:
 - UNROLL(axis, amount): the same for a reduce loop: `amount` copies of the reduced value per iteration, combined
   in straight-line code;
 - VECTORIZE(axis): mark a reduce loop for the compiler's vectorizer (its inputs are contiguous or fixed along it);
+- LANES(axis): each iteration of a reduce loop (which goes) gets an accumulator of its own, updated by the reduce's
+  other loops; the accumulators are combined, in order, once those are done. A vector of partial sums then stays in
+  a register across the other loops: a compiler that vectorizes a short innermost loop adds up its lanes at every
+  exit (a convolution's weight gradient, whose innermost reduce loop runs along an image row of 16);
 - SPLIT(axis, amount): run the loop as two of its kind, an outer one and an inner one of `amount` iterations numbered
   axis + 1 (the loops numbered after it move up by one). A loop that a reshape merged from two axes, indexed
   through `// amount` and `% amount`, reads memory by plain strides again once split.
@@ -82,6 +86,7 @@ class OptOp(Kinds):
     UPCAST = auto()
     UNROLL = auto()
     VECTORIZE = auto()
+    LANES = auto()
     SPLIT = auto()
     LOCAL = auto()
     LOOP = auto()
@@ -302,6 +307,22 @@ def unroll(sink: UOp, loop: UOp, factor: int) -> UOp:
             combined = copy if combined is None else combined.alu(node.arg, copy)
         rest = tuple(outer if r is loop else r for r in node.src[1:] if r is not loop or outer is not None)
         replacements[node] = node.replace(src=(combined, *rest)) if rest else combined
+    return replace_ranges(sink, replacements, {})
+
+
+def lanes(sink: UOp, loop: UOp) -> UOp:
+    """Every reduce over `loop` as one reduce over its other loops per iteration of `loop`, combined in order."""
+    copies = copies_along(sink, loop, [UOp.const(loop.dtype, part) for part in range(loop.src[0].arg)])
+    replacements: dict[UOp, UOp] = {}
+    for node in reduces_over(sink, loop):
+        rest = tuple(r for r in node.src[1:] if r is not loop)
+        parts = [done.get(node.src[0], node.src[0]) for done in copies]
+        if rest:
+            parts = [node.replace(src=(part, *rest)) for part in parts]
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = combined.alu(node.arg, part)
+        replacements[node] = combined
     return replace_ranges(sink, replacements, {})
 
 
@@ -735,6 +756,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
         if kind is not LoopKind.REDUCE:
             raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
         return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
+    if opt.op is OptOp.LANES:
+        if kind not in (LoopKind.REDUCE, LoopKind.VECTOR_REDUCE) or opt.amount:
+            raise KernelOptError(f"{opt}: LANES takes a reduce loop and no amount (every iteration is a lane)")
+        return lanes(sink, loop)
     if opt.op is OptOp.STASH:
         if opt.amount:
             raise KernelOptError(f"{opt}: STASH takes no amount (the buffer holds the whole reduce)")

@@ -125,7 +125,8 @@ def accumulator_vectors(
                 taken.difference_update(vector.accumulators)
     if trees:
         left = {a: update for a, update in updates.items() if a not in taken and a.dtype in VECTOR_DTYPES}
-        vectors += _computed_vectors(left, lanes, LOAD_STRIDES if interleaved else (1,))
+        # (a renderer that reads every other element, or gathers, reads a computation's lanes so too)
+        vectors += _computed_vectors(left, lanes, LOAD_STRIDES if interleaved or strided else (1,))
     return vectors
 
 
@@ -159,7 +160,7 @@ def _computed_vectors(
     read, and a vector is a run whose loads' offsets step by the same amounts."""
     shapes: dict[tuple, dict[tuple[int, ...], UOp]] = {}
     for accumulator, (current, value) in updates.items():
-        if value.op is Ops.MUL or value.op not in ALU:
+        if value.op not in ALU:
             continue
         loads = [(load.src[0], *split_offset(load.src[1])) for load in _plain_loads(value)]
         if loads:

@@ -539,29 +539,31 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             read = self.vector_reads.get((first, vector.stride))
             if read is None:
                 read = self.vector_reads[(first, vector.stride)] = f"vread{position}"
-                address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
-                if vector.stride == 1:
-                    self.emit(f"{vector_type} {read};")
-                    self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
-                else:  # a gather, of the lanes' elements
-                    element = self.register_types[first.dtype]
-                    self.emit(f"const {element}* {read}_at = {address};")
-                    lanes = ", ".join(f"{read}_at[{lane * vector.stride}]" for lane in range(len(vector.loads)))
-                    self.emit(f"{vector_type} {read} = {{{lanes}}};")
+                self.emit_vector_read(read, vector_type, first, vector.stride, len(vector.loads))
             product = read if vector.common is None else f"{read} * {self.value(vector.common)}"
             self.emit(f"{name} += {product};")
+
+    def emit_vector_read(self, read: str, vector_type: str, first: UOp, stride: int, lanes: int) -> None:
+        """Declare `read`: the `lanes` elements `stride` apart from where the load `first` reads (one copy where
+        they are consecutive, else a gather)."""
+        address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
+        if stride == 1:
+            self.emit(f"{vector_type} {read};")
+            self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
+            return
+        self.emit(f"const {self.register_types[first.dtype]}* {read}_at = {address};")
+        elements = ", ".join(f"{read}_at[{lane * stride}]" for lane in range(lanes))
+        self.emit(f"{vector_type} {read} = {{{elements}}};")
 
     # the ops of a computation's lanes that C's vector operators compute as each lane did
     LANE_OPERATORS = {Ops.ADD: "({a} + {b})", Ops.MUL: "({a} * {b})", Ops.NEG: "(-{a})"}
 
     def renders_lanes(self, lanes: Lanes) -> bool:
-        """Whether `render_lanes` computes `lanes` (loads of consecutive elements, values the same in every lane, constants, the lanes of an
+        """Whether `render_lanes` computes `lanes` (loads, values the same in every lane, constants, the lanes of an
         accumulator vector or scalar accumulators, and the LANE_OPERATORS on them)."""
         if lanes.kind == "op":
             return lanes.nodes[0].op in self.LANE_OPERATORS and all(map(self.renders_lanes, lanes.sources))
-        if lanes.kind == "load":
-            return lanes.stride == 1
-        return lanes.kind in ("same", "constants", "accumulators", "scalars")
+        return lanes.kind in ("same", "constants", "load", "accumulators", "scalars")
 
     def render_lanes(self, lanes: Lanes, vector_type: str, position: int, loops: tuple[UOp, ...]) -> str:
         """`lanes` as an expression of `vector_type` (a value the same in every lane stays a scalar: C converts it);
@@ -579,9 +581,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             read = self.vector_reads.get((loops, first))
             if read is None:
                 read = self.vector_reads[(loops, first)] = f"vread{position}_{len(self.vector_reads)}"
-                self.emit(f"{vector_type} {read};")
-                address = f"&{self.names[first.src[0]]}[{self.value(first.src[1])}]"
-                self.emit(f"__builtin_memcpy(&{read}, {address}, sizeof({read}));")
+                self.emit_vector_read(read, vector_type, first, lanes.stride, len(lanes.nodes))
             return read
         if (fused := self.fused_lanes(lanes)) is not None:  # (as the scalar code does, see render_fused)
             zero = f"({vector_type}){{}}"  # (x - 0 puts a scalar in every lane, and is x, even -0: unlike 0 + x)
