@@ -166,7 +166,8 @@ def Context(**settings: int):
 
 class _Counters:
     """Totals since the last `reset()`: kernels run, floating ops and bytes moved, kernel time, compiles, kernels
-    generated (lowered, optimized, linearized and rendered: their count, total and slowest time); and the bytes of
+    generated (lowered, optimized, linearized and rendered: their count, and the total and slowest of the generating
+    thread's CPU time, and of its wall time, which also grows with the cores the compile threads take); and the bytes of
     device memory live buffers hold, now (`memory_used`, never reset) and at most since (`memory_peak`).
     (One instance with slots: every launch adds to these, and a slot is quicker to write than a class attribute.)"""
 
@@ -180,6 +181,8 @@ class _Counters:
         "generate_count",
         "generate_time_s",
         "generate_max_s",
+        "generate_wall_s",
+        "generate_wall_max_s",
         "memory_used",
         "memory_peak",
     )
@@ -192,7 +195,7 @@ class _Counters:
         self.kernel_count = self.global_ops = self.global_mem = 0
         self.time_sum_s = 0.0
         self.compile_count = self.compile_cache_hits = self.generate_count = 0
-        self.generate_time_s = self.generate_max_s = 0.0
+        self.generate_time_s = self.generate_max_s = self.generate_wall_s = self.generate_wall_max_s = 0.0
         self.memory_peak = self.memory_used
 
 
