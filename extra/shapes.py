@@ -65,6 +65,10 @@ CASES = {
     "layer norm 8192x768": (layer_norm, [(8192, 768)]),
     "conv 3x3 16x64x56x56 -> 64": (lambda x, w: conv(x, w, padding=1), [(16, 64, 56, 56), (64, 64, 3, 3)]),
     "conv 7x7/2 8x3x224x224 -> 64": (lambda x, w: conv(x, w, stride=2, padding=3), [(8, 3, 224, 224), (64, 3, 7, 7)]),
+    "conv 3x3/2 16x64x32x32 -> 128": (
+        lambda x, w: conv(x, w, stride=2, padding=1),
+        [(16, 64, 32, 32), (128, 64, 3, 3)],
+    ),
     "conv 1x1 32x256x14x14 -> 512": (conv, [(32, 256, 14, 14), (512, 256, 1, 1)]),
     "depthwise conv 3x3 16x128x32x32": (
         lambda x, w: conv(x, w, padding=1, groups=128),

@@ -797,6 +797,16 @@ def test_c_gathers_the_weights_a_convolution_block_shares():
     assert "_at[" not in source and "#pragma omp simd" in source
 
 
+def test_c_reads_a_load_once_per_stride_of_the_vectors_it_starts():
+    """A register block of a 2x2 convolution (33 outputs along a row, 3 rows) has vectors of consecutive outputs
+    and of every other one, and the same pixel starts one of each: the C renderer kept one read per first pixel and
+    gave the every-other vector the consecutive read (wrong values); values NumPy's."""
+    x, w = numbers(2, 8, 14, 32, seed=80), numbers(4, 8, 2, 2, seed=81)
+    result = Tensor(x, device=available("CPU")).conv2d(Tensor(w, device="CPU"), padding=1).numpy()
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (2, 2), (2, 3))
+    np.testing.assert_allclose(result, np.einsum("ncyxhw,ochw->noyx", windows, w), rtol=1e-4, atol=1e-4)
+
+
 def test_c_collapses_a_short_reduce_loop_with_the_reduce_loops_around_it():
     """A convolution's weight gradient reduces over a window whose innermost loop is short: gcc adds the lanes of
     each vector of partial sums at every exit of the loop it vectorizes, so the pragma collapses the nest of reduce

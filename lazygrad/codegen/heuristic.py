@@ -12,7 +12,8 @@ Target, in the order they apply:
   and mark a reduce loop along which every input is contiguous (or fixed, or every other element: a stride-2
   convolution) for the compiler to vectorize, or, where that loop is short and inside other loops of the reduce,
   make its iterations lanes of partial sums (`reduce_in_lanes`);
-- unroll small reduce loops into straight-line code (unless the block is large and a loop of the reduce stays);
+- unroll small reduce loops into straight-line code (unless the block is large and a loop of the reduce stays; a
+  window's stacked taps always);
 - on a CPU, copy the weights of a product `x @ w` onto the stack where the reduce reads them rows of memory apart
   (`pack_shared_input`), and keep a reduce's costly values there where the outputs compute them again (a softmax's
   exponentials: `stash_costly_values`).

@@ -154,8 +154,8 @@ def _runs(
 def _computed_vectors(
     updates: dict[UOp, tuple[UOp, UOp]], lanes: dict, strides: tuple[int, ...]
 ) -> list[AccumulatorVector]:
-    """Vectors of accumulators that each add a computation (not a product: its scalar update is one fused
-    multiply-add) that is one lane by lane. Lane neighbours read the same buffers at the same places but for loads
+    """Vectors of accumulators that each add a computation that is one lane by lane (a product of two loads that
+    both move from lane to lane too, where `_runs` found no common factor). Lane neighbours read the same buffers at the same places but for loads
     that move by one of `strides` from lane to lane: accumulators are grouped by the buffers and places their loads
     read, and a vector is a run whose loads' offsets step by the same amounts."""
     shapes: dict[tuple, dict[tuple[int, ...], UOp]] = {}
@@ -172,8 +172,9 @@ def _computed_vectors(
         for first in offsets if size > 1 else ():
             if by_offsets[first] in taken:
                 continue
-            for other in offsets:
-                step = tuple(b - a for a, b in zip(first, other))
+            # (consecutive loads before every other one: a row of outputs is read by plain vectors where it can be)
+            steps = {tuple(b - a for a, b in zip(first, other)) for other in offsets}
+            for step in sorted(steps, key=lambda step: (max(step), step)):
                 if not (set(step) <= {0, *strides} and any(step)):
                     continue
                 run = [by_offsets.get(tuple(a + lane * d for a, d in zip(first, step))) for lane in range(size)]
@@ -191,9 +192,9 @@ def _computed_vectors(
 @dataclass(frozen=True)
 class Lanes:
     """One value per lane, computed as one vector: `kind` "same" (one node in every lane), "constants", "load"
-    (elements `stride` apart in one buffer, consecutive or every other, read from the first lane's index), "accumulators" (the lanes of one
-    `AccumulatorVector`, in order: `vector` is its position), "scalars" (scalar accumulators read after their loop,
-    put together) or "op" (one op in every lane, on `sources`)."""
+    (elements `stride` apart in one buffer, consecutive or every other, read from the first lane's index),
+    "accumulators" (the lanes of one `AccumulatorVector`, in order: `vector` is its position), "scalars" (scalar
+    accumulators read after their loop, put together) or "op" (one op in every lane, on `sources`)."""
 
     kind: str
     nodes: tuple[UOp, ...]

@@ -8,8 +8,8 @@ kernels). The one exception is a reduce over the last axes read back along its r
 computes it once per row, before the row's other loops, so it fuses. Elementwise work read through an expand is
 computed once per element of the expand: where that repeats more work than a kernel launch costs (a layer norm's
 output read by the products after it), it gets a buffer of its own. A pad read through several views (a padded
-convolution's taps, a padded max pool's, whose pad with -inf is a where over two pads) is realized, so the taps
-read memory without bounds checks. So is a random value (computed from random sources alone, such as a fresh
+convolution's taps, a padded max pool's, whose pad with -inf is a where over two pads), or through a large window
+that repeats it (a 7x7 convolution's, a long scan's), is realized, so the taps read memory without bounds checks. So is a random value (computed from random sources alone, such as a fresh
 layer's weights) that a kernel would compute more than once, or that two kernels read: it is drawn once.
 Outputs, CONTIGUOUS, COPY and ASSIGN are always realized. Where a device limits how many buffers a kernel takes
 (OpenCL and CUDA limit the bytes of its parameters), parts of a kernel that would read more are computed apart first.
@@ -90,9 +90,9 @@ def _unsafe_reduces(
     """Reduces that must become buffers: reached from more than one kernel, inside the loop of another reduce or
     below an expand in the kernel that would fuse them, or read there through two different views (a padded copy
     beside another): each would compute the reduce several times per output. Also pads read through two different
-    views (the taps of a padded convolution): realized, the taps read memory without a bounds check each. And
-    random values (the outermost node of a computation from random sources, such as a fresh layer's weights) in
-    any of those places: a weight read by a convolution is drawn once, not once per output.
+    views (the taps of a padded convolution) or through windows: realized, the taps read memory without a bounds
+    check each. And random values (the outermost node of a computation from random sources, such as a fresh
+    layer's weights) in any of those places: a weight read by a convolution is drawn once, not once per output.
 
     One expand is fine: that of a reduce over the last axes back to the loops around it, as a softmax reads its row's
     max and sum. Codegen computes such a reduce once per row, before the row's inner loops (and the loop of any

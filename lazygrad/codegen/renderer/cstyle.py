@@ -578,9 +578,10 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         if lanes.kind == "scalars":
             return f"({vector_type}){{{', '.join(map(self.value, lanes.nodes))}}}"
         if lanes.kind == "load":
-            read = self.vector_reads.get((loops, first))
+            key = (loops, first, lanes.stride)  # (one load may start a vector of each stride)
+            read = self.vector_reads.get(key)
             if read is None:
-                read = self.vector_reads[(loops, first)] = f"vread{position}_{len(self.vector_reads)}"
+                read = self.vector_reads[key] = f"vread{position}_{len(self.vector_reads)}"
                 self.emit_vector_read(read, vector_type, first, lanes.stride, len(lanes.nodes))
             return read
         if (fused := self.fused_lanes(lanes)) is not None:  # (as the scalar code does, see render_fused)

@@ -634,9 +634,9 @@ declare i32 @sched_yield()
                 f"  store {vt} {out}_new, ptr {name}",
             ]
         lines, first = [], vector.loads[0]
-        read = reads.get(first)
+        read = reads.get((first, vector.stride))  # (one load may start a vector of each stride)
         if read is None:
-            read = reads[first] = f"{out}_read"
+            read = reads[(first, vector.stride)] = f"{out}_read"
             lines.append(
                 f"  {read}_ptr = getelementptr inbounds {t}, ptr {names[first.src[0]]}, i64 {value(first.src[1])}"
             )
