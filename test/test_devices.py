@@ -778,7 +778,7 @@ def test_c_reduce_loops_left_to_the_compiler_may_reassociate_their_sums():
     np.testing.assert_allclose(Tensor(x, device="CPU").max(1).numpy(), x.max(1))
 
 
-def test_c_gathers_the_weights_a_convolution_block_shares():
+def test_c_gathers_the_pixels_a_convolution_block_shares():
     """A register block of a stride-2 convolution (ResNet's stem, its input padded) reads every other pixel of a
     row: the C renderer gathers them into one vector that every output channel of the block multiplies by its weight
     (a gated input made it gather the channels' weights instead: a Zen 5, 11 -> 0.8 ms, as LLVM's), values NumPy's.

@@ -245,7 +245,7 @@ def test_a_stride_2_convolution_vectorizes_along_its_every_other_element():
 
     (weight_gradient,) = (forward * g).sum().gradient(w)
     opts = heuristic_opts(kernel_of(weight_gradient), target)
-    assert opts[:3] == (Opt(U, 3, 7), Opt(U, 0, 4), Opt(OptOp.LANES, 6))
+    assert opts[:3] == (Opt(U, 3, 7), Opt(U, 0, 4), Opt(LANES, 6))
     torch_w = torch.from_numpy(w_data).requires_grad_()
     torch.nn.functional.conv2d(torch.from_numpy(x_data), torch_w, stride=2).backward(torch.from_numpy(g_data))
     np.testing.assert_allclose(run_with(weight_gradient, opts), torch_w.grad.numpy(), rtol=1e-4, atol=1e-3)
@@ -294,10 +294,10 @@ def test_a_short_reduce_loop_inside_others_runs_in_lanes_of_vectors(device):
     assert Opt(LANES, 3) in heuristic_opts(kernel, Target(vector_width=16, vector_registers=32))
     narrow = heuristic_opts(kernel, Target(vector_width=8, vector_registers=16))  # (two vectors of 8 lanes)
     assert [opt for opt in narrow if opt.op in (S, LANES)] == [Opt(S, 3, 8), Opt(LANES, 4)]
-    renderer = Device[device]
-    opts = heuristic_opts(kernel, renderer.renderer.target)
+    host = Device[device]
+    opts = heuristic_opts(kernel, host.renderer.target)
     (item,) = product.schedule()
-    source = render_kernel(renderer, item.ast, apply_opts(kernel, opts, renderer.renderer.target), opts).source
+    source = render_kernel(host, item.ast, apply_opts(kernel, opts, host.renderer.target), opts).source
     assert "vacc" in source
     expected = np.einsum("btk,bjtk->j", data[0], data[1][:, :, :, :32:2])
     np.testing.assert_allclose(run_with(product, opts), expected, rtol=1e-4, atol=1e-4)
