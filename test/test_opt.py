@@ -301,6 +301,10 @@ def test_a_short_reduce_loop_inside_others_runs_in_lanes_of_vectors(device):
     assert "vacc" in source
     expected = np.einsum("btk,bjtk->j", data[0], data[1][:, :, :, :32:2])
     np.testing.assert_allclose(run_with(product, opts), expected, rtol=1e-4, atol=1e-4)
+    # read contiguously, the product has register blocks for BEAM to time: the list in lanes comes first
+    contiguous = kernel_of((a[:, None] * b[:, :, :, :16]).sum((0, 2, 3)))
+    offered = candidate_opts(contiguous, Target(vector_width=16, vector_registers=32))
+    assert len(offered) > 1 and Opt(LANES, 3) in offered[0]
 
 
 def test_loops_choosing_between_loads_are_upcast_within_a_budget_of_copies():

@@ -765,7 +765,8 @@ def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
 
 
 def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
-    """The action lists BEAM times for this prepared kernel: one per register block on a CPU, one per block size
+    """The action lists BEAM times for this prepared kernel: the default and one per register block on a CPU (where
+    it offers blocks), one per block size
     (32 threads up to the device's most: a matrix product's tiles follow it) on a device with threads, one per
     number of tensor-core tiles per block, and one without tiles; duplicates removed, the default list first."""
     if target.max_threads:
@@ -777,5 +778,7 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
         offered.append(thread_opts(sink, target, tiles=False, tensor_cores=False))
     else:
         blocks = register_blocks(sink, target)
-        offered = [heuristic_opts(sink, target, blocking, pack) for pack in (True, False) for blocking in blocks]
+        # (the default list too where the blocks offered do not make it: a reduce run in lanes)
+        offered = [heuristic_opts(sink, target)] if blocks else []
+        offered += [heuristic_opts(sink, target, blocking, pack) for pack in (True, False) for blocking in blocks]
     return list(dict.fromkeys(offered))
