@@ -304,6 +304,8 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
             if contiguous_along(plan.sink, loop):
                 plan.apply(Opt(OptOp.VECTORIZE, loop.arg[0]))
         return
+    if shape in ("contiguous reduce", "interleaved reduce") and not blocking and reduce_in_lanes(plan, target):
+        return
     loops = output_loops(plan.sink)  # (`shape` is None as well for an elementwise kernel whose reduces unroll whole)
     # the output loops a block may pad to a multiple of its size: those whose loads no vector reads (upcast_reused)
     along = {"contiguous reduce": rolled_reduce_loop(reduces[0]), "contiguous outputs": loops[-1] if loops else None}
@@ -312,8 +314,6 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
         for loop in loops
         if loop.arg[1] is LoopKind.GLOBAL and gates_no_vector_load(plan.sink, loop, along.get(shape or ""))
     )
-    if shape in ("contiguous reduce", "interleaved reduce") and not blocking and reduce_in_lanes(plan, target):
-        return
     if shape == "contiguous reduce":
         # (never a short loop whole: its rows of the small operand, as long as the reduce, would be read again for
         # every output of the other loop, from L2 at best; ResNet18's 16 x 4608 @ 4608 x 512 took 0.63 ms with its
@@ -429,16 +429,18 @@ def short_reused_loop(sink: UOp, loops: list[UOp], target: Target) -> UOp | None
     return None
 
 
-def selects_taps(sink: UOp, loop: UOp) -> bool:
-    """Whether some load is gated on `loop` alone: a short window's taps, stacked (see tensor_conv), each read
-    under a gate that picks its tap. Unrolled, the loop folds those gates away; rolled, every tap's value is a
-    sum of gated loads of all the taps."""
+def tap_loops(sink: UOp) -> set[UOp]:
+    """The loops some load is gated on alone: a short window's taps, stacked (see tensor_conv), each read under a
+    gate that picks its tap. Unrolled, such a loop folds those gates away; rolled, every tap's value is a sum of
+    gated loads of all the taps."""
+    loops: set[UOp] = set()
     for node in kernel_nodes(sink):
         if node.op is Ops.LOAD and len(node.src) == 3:
             for clause in gate_clauses(node.src[2]):
-                if {n for n in clause.toposort if n.op is Ops.RANGE} == {loop}:
-                    return True
-    return False
+                ranges = [n for n in clause.toposort if n.op is Ops.RANGE]
+                if len(ranges) == 1:
+                    loops.add(ranges[0])
+    return loops
 
 
 def unroll_small_reduces(plan: Plan, target: Target) -> None:
@@ -448,15 +450,13 @@ def unroll_small_reduces(plan: Plan, target: Target) -> None:
     even so: a 3x3 convolution with stride 2 of 64 channels, 16 by 16 outputs, took 24 ms rolled, 4.3 unrolled."""
     block = prod(opt.amount for opt in plan.opts if opt.op is OptOp.UPCAST)
     full = block >= target.vector_width * target.vector_registers // 2
+    taps = tap_loops(plan.sink) if full else set()
     small = {
         loop
         for node in reduce_nodes(plan.sink)
         for loop in node.src[1:]
         if loop.src[0].arg <= UNROLL_LIMIT
-        and (
-            not (full and any(other.src[0].arg > UNROLL_LIMIT for other in node.src[1:]))
-            or selects_taps(plan.sink, loop)
-        )
+        and (loop in taps or not (full and any(other.src[0].arg > UNROLL_LIMIT for other in node.src[1:])))
     }
     for loop in sorted(small, key=lambda loop: loop.arg[0]):
         plan.apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
