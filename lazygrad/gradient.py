@@ -8,7 +8,7 @@ import math
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import Ops, UOp, toposort
 from lazygrad.uop.pattern import PatternMatcher, UPat
 
 
@@ -147,20 +147,25 @@ def rule_for(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
     if node.op in NO_GRADIENT:
         return (None,) * len(node.src)
     for pattern, rule, _ in derivative_rules.by_op.get(node.op, ()):
+        if pattern.is_leaf:  # (an op and a name at most, as every rule's: it matches the node, nothing to bind)
+            return rule(grad=grad, out=node) if pattern.name == "out" else rule(grad=grad)
         for bindings in pattern.match(node, {}):
             arguments = {name: value for name, value in bindings.items() if name == "out"}
             return rule(grad=grad, **arguments)
     return (None,) * len(node.src)
 
 
-def compute_gradients(seeds: dict[UOp, UOp], targets: list[UOp]) -> tuple[dict[UOp, UOp], dict[UOp, UOp]]:
+def compute_gradients(
+    seeds: dict[UOp, UOp], targets: list[UOp], order: list[UOp] | None = None
+) -> tuple[dict[UOp, UOp], dict[UOp, UOp]]:
     """Gradients of the sum of (root · seed) over `seeds` with respect to each target, as new UOps, and for each
-    gradient contribution the forward node whose rule made it (for the backward-graph dump)."""
-    sink = UOp(Ops.SINK, src=tuple(seeds))
+    gradient contribution the forward node whose rule made it (for the backward-graph dump). `order` is
+    `toposort(list(seeds))` where the caller has it."""
     target_set = set(targets)
     # only nodes with a path to a target need a gradient
     leads_to_target: dict[UOp, bool] = {}
-    order = sink.toposort
+    if order is None:
+        order = toposort(list(seeds))
     for node in order:
         leads_to_target[node] = node in target_set or any(leads_to_target[s] for s in node.src)
     grads: dict[UOp, UOp] = {}

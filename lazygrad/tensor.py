@@ -44,7 +44,7 @@ from lazygrad.tensor_movement import MovementMixin
 from lazygrad.tensor_nn import NNMixin
 from lazygrad.tensor_reduce import ReduceMixin
 from lazygrad.tensor_scan import ScanMixin
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import Ops, UOp, toposort
 
 Scalar = int | float | bool
 _contiguous_ids = itertools.count()
@@ -365,19 +365,22 @@ class Tensor(
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are off (Tensor.no_grad is set); turn it off to call backward")
         # gradients are taken on the computations behind realized views, so realizing never cuts the history
-        expanded = with_history([r.uop for r in roots])
-        in_graph = set(UOp(Ops.SINK, src=tuple(expanded[r.uop] for r in roots)).toposort)
+        nodes = [r.uop for r in roots]
+        expanded = with_history(nodes) if history else {}  # (no view has a history to expand: the graph as it is)
+        expanded_roots = [expanded.get(node, node) for node in nodes]
+        order = toposort(expanded_roots)
+        in_graph = set(order)
         # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
         views = [view for view, reference in history.items() if reference() in in_graph]
-        graph = set(UOp(Ops.SINK, src=tuple(r.uop for r in roots)).toposort) | in_graph
+        # (where no root changed, nothing below one did: the graph as built is the expanded one)
+        graph = in_graph if expanded_roots == nodes else set(toposort(nodes)) | in_graph
         candidates = tensors_holding([*graph, *views])
         node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
         targets = [t for t, node in node_of.items() if node in in_graph]
         combined: dict[UOp, UOp] = {}
-        for root, seed in zip(roots, seeds):
-            node = expanded[root.uop]
+        for node, seed in zip(expanded_roots, seeds):
             combined[node] = combined[node] + seed if node in combined else seed
-        grads, _ = compute_gradients(combined, list({node_of[t]: None for t in targets}))
+        grads, _ = compute_gradients(combined, list({node_of[t]: None for t in targets}), order)
         for tensor in targets:
             if node_of[tensor] in grads:
                 grad = Tensor(grads[node_of[tensor]], device=tensor.device, requires_grad=False)

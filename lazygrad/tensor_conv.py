@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes, integer_range
+from lazygrad.tensor_elementwise import broadcast_node
+from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -46,63 +48,19 @@ class ConvMixin:
     # ---- windows -----------------------------------------------------------------------------------------------
 
     def _window(self: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
-        """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view.
-
-        Windows that do not overlap (stride >= kernel, no dilation) are rows of a reshape: (out, stride), cut to
-        (out, kernel). A small kernel stacks one strided slice per tap: kernels index it with plain sums (h + kh) under a gate
-        that folds away once codegen unrolls the tap loop, and its gradient adds shifted copies. A larger kernel
-        repeats the axis and re-reads it with rows of length R = m*i + dilation: row k then starts at element
-        k*dilation (mod i), so a plain reshape and shrink line the windows up without a gate per tap (at the
-        price of `%` in the index, and in the gradient)."""
+        """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view
+        (see `window_node`)."""
         size = self.shape[axis]
-        out = (size - dilation * (kernel - 1) - 1) // stride + 1
-        if out <= 0:
+        if (size - dilation * (kernel - 1) - 1) // stride + 1 <= 0:
             raise ValueError(
                 f"pool/conv: window {kernel} (dilation {dilation}) does not fit an axis of size {size} in {self.shape}"
             )
-        before, after = self.shape[:axis], self.shape[axis + 1 :]
-        if stride >= kernel and dilation == 1:
-            x = self.pad(tuple((0, max(0, out * stride - size)) if i == axis else None for i in range(self.ndim)))
-            x = x.shrink(tuple((0, out * stride) if i == axis else None for i in range(self.ndim)))
-            x = x.reshape(*before, out, stride, *after)
-            return x.shrink(tuple((0, kernel) if i == axis + 1 else None for i in range(x.ndim)))
-        if kernel <= STACKED_TAPS:
-            span = (out - 1) * stride + 1
-            taps = []
-            for tap in range(kernel):
-                start = tap * dilation
-                x = self.shrink(tuple((start, start + span) if i == axis else None for i in range(self.ndim)))
-                if stride > 1:  # every stride-th element: pad to out*stride, fold into (out, stride), keep column 0
-                    x = x.pad(tuple((0, out * stride - span) if i == axis else None for i in range(self.ndim)))
-                    x = x.reshape(*before, out, stride, *after)
-                    x = x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim)))
-                    x = x.reshape(*before, out, *after)
-                taps.append(x)
-            return taps[0].stack(*taps[1:], dim=axis + 1)
-        row = size + dilation
-        while row < out * stride:
-            row += size
-        repeats = math.ceil(kernel * row / size)
-        x = self.unsqueeze(axis).expand(*self.shape[:axis], repeats, *self.shape[axis:])
-        x = x.reshape(*before, repeats * size, *after)
-        x = x.shrink(tuple((0, kernel * row) if i == axis else None for i in range(x.ndim)))
-        x = x.reshape(*before, kernel, row, *after)
-        x = x.shrink(tuple((0, out * stride) if i == axis + 1 else None for i in range(x.ndim)))
-        x = x.reshape(*before, kernel, out, stride, *after)
-        x = x.shrink(tuple((0, 1) if i == axis + 2 else None for i in range(x.ndim)))
-        x = x.reshape(*before, kernel, out, *after)
-        return x.transpose(axis, axis + 1)
+        return self._new(window_node(self.uop, axis, kernel, stride, dilation))
 
     def _pool(self: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-        """(..., *spatial) → (..., *out, *kernel): every window of the last len(kernel) axes."""
-        count = len(kernel)
-        x = self
-        first = self.ndim - count
-        for number in range(count):
-            # earlier spatial axes have become (out, kernel) pairs
-            x = x._window(first + 2 * number, kernel[number], stride[number], dilation[number])
-        order = list(range(first)) + [first + 2 * n for n in range(count)] + [first + 2 * n + 1 for n in range(count)]
-        return x.permute(order)
+        """(..., *spatial) → (..., *out, *kernel): every window of the last len(kernel) axes (callers check that
+        each window fits)."""
+        return self._new(pool_node(self.uop, kernel, stride, dilation))
 
     def _padding(self: Tensor, padding, count: int, op_name: str = "conv") -> tuple[tuple[int, int], ...]:
         """(before, after) per spatial axis from an int, one int per axis, or torch's flat order (last axis first)."""
@@ -172,18 +130,37 @@ class ConvMixin:
                     f"{op_name}: kernel {tuple(kernel)} (dilation {dilation}) does not fit the padded input "
                     f"{x.shape}: spatial axis {axis} has {size} elements; pad the input or use a smaller kernel"
                 )
-        windows = x._pool(tuple(kernel), stride, dilation)
+        windows = pool_node(x.uop, tuple(kernel), stride, dilation)
         out = windows.shape[2 : 2 + count]
         per_group = channels_out // groups
         # positions before channels and taps: where the windows get a buffer of their own (an im2col, when they are
         # costly to compute twice, or shared by the forward pass and the weight's gradient), each position's
         # channels and taps lie in a row, so every product over them (forward, the weight's and the windows'
         # gradients) reads or writes that row contiguously, whatever the image size
-        windows = windows.reshape(batch, groups, group_channels, *out, *kernel)
-        windows = windows.permute(0, 1, *range(3, 3 + count), 2, *range(3 + count, 3 + 2 * count))
-        windows = windows.reshape(batch, groups, 1, *out, group_channels, *kernel)
-        weights = weight.reshape(1, groups, per_group, *(1,) * count, group_channels, *kernel)
-        result = (windows * weights)._sum_unwidened(tuple(range(-1 - count, 0))).reshape(batch, channels_out, *out)
+        windows = _reshape(windows, (batch, groups, group_channels, *out, *kernel))
+        windows = _permute(windows, (0, 1, *range(3, 3 + count), 2, *range(3 + count, 3 + 2 * count)))
+        windows = _reshape(windows, (batch, groups, 1, *out, group_channels, *kernel))
+        weights = _reshape(weight.uop, (1, groups, per_group, *(1,) * count, group_channels, *kernel))
+        taps = tuple(range(3 + count, 4 + 2 * count))  # each output's channels and taps
+        dtype = self.dtype
+        if (
+            dtype in (dtypes.float32, dtypes.float64)
+            and weight.dtype == dtype
+            and weight.device == self.device
+            and (bias is None or (bias.dtype == dtype and bias.shape == (channels_out,) and bias.device == self.device))
+        ):
+            # (the common case, built on the nodes: the very nodes of the steps below, at a third of their Python)
+            full = (batch, groups, per_group, *out, group_channels, *kernel)
+            products = UOp(Ops.MUL, dtype, (broadcast_node(windows, full), broadcast_node(weights, full)))
+            reduced = UOp(Ops.REDUCE, dtype, (products,), (Ops.ADD, taps))
+            reduced = UOp(Ops.RESHAPE, dtype, (reduced,), full[: 3 + count])
+            result = UOp(Ops.RESHAPE, dtype, (reduced,), (batch, channels_out, *out))
+            if bias is not None:
+                shaped = UOp(Ops.RESHAPE, dtype, (bias.uop,), (1, channels_out, *(1,) * count))
+                result = UOp(Ops.ADD, dtype, (result, broadcast_node(shaped, result.shape)))
+            return self._new(result)
+        products = x._new(windows) * weight._new(weights)
+        result = products._sum_unwidened(taps).reshape(batch, channels_out, *out)
         return result if bias is None else result + bias.reshape(1, -1, *(1,) * count)
 
     def _named_padding(self: Tensor, padding: str, kernel, stride, dilation, op_name: str):
@@ -510,3 +487,90 @@ class ConvMixin:
                 head, tail = part(size - before, size), part(0, after)
             x = head.cat(x, tail, dim=axis)
         return x
+
+
+# ---- windows, built on the nodes ------------------------------------------------------------------------------------
+# (movement ops only, whose shapes the window arithmetic guarantees: built without a tensor and its checks per step,
+# as windows are the bulk of a convolution's graph)
+
+
+def _shrink_axis(node: UOp, axis: int, start: int, end: int) -> UOp:
+    shape = node.shape
+    if start == 0 and end == shape[axis]:
+        return node
+    arg = tuple((start, end) if i == axis else (0, size) for i, size in enumerate(shape))
+    return UOp(Ops.SHRINK, node.dtype, (node,), arg)
+
+
+def _pad_axis(node: UOp, axis: int, before: int, after: int) -> UOp:
+    if before == 0 and after == 0:
+        return node
+    return UOp(
+        Ops.PAD, node.dtype, (node,), tuple((before, after) if i == axis else (0, 0) for i in range(len(node.shape)))
+    )
+
+
+def _reshape(node: UOp, shape: tuple[int, ...]) -> UOp:
+    return node if shape == node.shape else UOp(Ops.RESHAPE, node.dtype, (node,), shape)
+
+
+def _permute(node: UOp, order: tuple[int, ...]) -> UOp:
+    return node if order == tuple(range(len(order))) else UOp(Ops.PERMUTE, node.dtype, (node,), order)
+
+
+def window_node(x: UOp, axis: int, kernel: int, stride: int, dilation: int) -> UOp:
+    """Axis `axis` of size i becomes two axes (out, kernel) with [o, k] = x[o*stride + k*dilation], as a view (the
+    window must fit: out >= 1).
+
+    Windows that do not overlap (stride >= kernel, no dilation) are rows of a reshape: (out, stride), cut to
+    (out, kernel). A small kernel stacks one strided slice per tap: kernels index it with plain sums (h + kh) under a
+    gate that folds away once codegen unrolls the tap loop, and its gradient adds shifted copies. A larger kernel
+    repeats the axis and re-reads it with rows of length R = m*i + dilation: row k then starts at element
+    k*dilation (mod i), so a plain reshape and shrink line the windows up without a gate per tap (at the price of
+    `%` in the index, and in the gradient)."""
+    shape = x.shape
+    size = shape[axis]
+    out = (size - dilation * (kernel - 1) - 1) // stride + 1
+    before, after = shape[:axis], shape[axis + 1 :]
+    if stride >= kernel and dilation == 1:
+        x = _shrink_axis(_pad_axis(x, axis, 0, max(0, out * stride - size)), axis, 0, out * stride)
+        return _shrink_axis(_reshape(x, (*before, out, stride, *after)), axis + 1, 0, kernel)
+    if kernel <= STACKED_TAPS:
+        # the taps stacked along a new axis: each slice gets that axis, padded to the kernel's length, and added
+        span = (out - 1) * stride + 1
+        join = Ops.OR if x.dtype == dtypes.bool else Ops.ADD
+        stacked = None
+        for tap in range(kernel):
+            start = tap * dilation
+            tap_values = _shrink_axis(x, axis, start, start + span)
+            if stride > 1:  # every stride-th element: pad to out*stride, fold into (out, stride), keep column 0
+                tap_values = _pad_axis(tap_values, axis, 0, out * stride - span)
+                tap_values = _reshape(tap_values, (*before, out, stride, *after))
+                tap_values = _shrink_axis(tap_values, axis + 1, 0, 1)
+                tap_values = _reshape(tap_values, (*before, out, *after))
+            tap_values = _pad_axis(_reshape(tap_values, (*before, out, 1, *after)), axis + 1, tap, kernel - tap - 1)
+            stacked = tap_values if stacked is None else UOp(join, x.dtype, (stacked, tap_values))
+        return stacked
+    row = size + dilation
+    while row < out * stride:
+        row += size
+    repeats = math.ceil(kernel * row / size)
+    x = UOp(Ops.EXPAND, x.dtype, (_reshape(x, (*before, 1, *shape[axis:])),), (*before, repeats, *shape[axis:]))
+    x = _shrink_axis(_reshape(x, (*before, repeats * size, *after)), axis, 0, kernel * row)
+    x = _shrink_axis(_reshape(x, (*before, kernel, row, *after)), axis + 1, 0, out * stride)
+    x = _shrink_axis(_reshape(x, (*before, kernel, out, stride, *after)), axis + 2, 0, 1)
+    x = _reshape(x, (*before, kernel, out, *after))
+    order = list(range(len(x.shape)))
+    order[axis], order[axis + 1] = axis + 1, axis
+    return _permute(x, tuple(order))
+
+
+def pool_node(x: UOp, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> UOp:
+    """(..., *spatial) → (..., *out, *kernel): every window of the last len(kernel) axes."""
+    count = len(kernel)
+    first = len(x.shape) - count
+    for number in range(count):
+        # earlier spatial axes have become (out, kernel) pairs
+        x = window_node(x, first + 2 * number, kernel[number], stride[number], dilation[number])
+    order = list(range(first)) + [first + 2 * n for n in range(count)] + [first + 2 * n + 1 for n in range(count)]
+    return _permute(x, tuple(order))

@@ -65,6 +65,21 @@ def test_conv_nd(spatial, kernel, options, groups):
     )
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("groups, bias", [(1, True), (2, False)])
+def test_float_convolution_builds_the_graph_of_its_steps(dtype, groups, bias):
+    # a float convolution builds its product on the nodes: they are the very nodes its steps through tensors make
+    x, w = Tensor(data(2, 4, 7, 6, dtype=dtype)), Tensor(data(6, 4 // groups, 3, 2, dtype=dtype, seed=1))
+    b = Tensor(data(6, dtype=dtype, seed=2)) if bias else None
+    windows = x.pad(((0, 0), (0, 0), (1, 1), (1, 1)))._pool((3, 2), (2, 1), (1, 1))  # (2, 4, 4, 7, 3, 2)
+    windows = windows.reshape(2, groups, 4 // groups, 4, 7, 3, 2).permute(0, 1, 3, 4, 2, 5, 6)
+    windows = windows.reshape(2, groups, 1, 4, 7, 4 // groups, 3, 2)
+    weights = w.reshape(1, groups, 6 // groups, 1, 1, 4 // groups, 3, 2)
+    expected = (windows * weights).sum((-3, -2, -1)).reshape(2, 6, 4, 7)
+    expected = expected + b.reshape(1, -1, 1, 1) if bias else expected
+    assert x.conv2d(w, b, groups=groups, stride=(2, 1), padding=1).uop is expected.uop
+
+
 def test_conv_errors():
     x = Tensor(data(2, 4, 7))
     with pytest.raises(

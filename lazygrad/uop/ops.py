@@ -262,8 +262,15 @@ class UOp:
     @property
     def shape(self) -> tuple[int, ...] | None:
         """The shape of a tensor-graph node; None for kernel nodes."""
-        cached = self.__dict__.get("shape", _MISSING)  # (read on every op built: the cached case first, inline)
-        return cached if cached is not _MISSING else self._derive("shape", _shape_of)
+        facts = self.__dict__
+        cached = facts.get("shape", _MISSING)  # (read on every op built: the cached case first, inline)
+        if cached is not _MISSING:
+            return cached
+        for source in self.src:  # (then a node built on known ones, inline too: `_derive` walks for the rest)
+            if "shape" not in source.__dict__:
+                return self._derive("shape", _shape_of)
+        shape = facts["shape"] = _shape_of(self)
+        return shape
 
     def device(self, default: str) -> str:
         """The device this node's value is computed on: that of the buffers below it, a COPY below it counting
