@@ -93,7 +93,9 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: dict
             if not is_buffer_view(node):
                 pending[node] = None
     tensor = None  # (no reference of a loop may keep a tensor alive)
-    stale = set(read_before_overwrite(list(pending), overwritten, written_now)) if pending else set()
+    # (in the order the tensors were made, not a set's: the readers join the schedule's outputs, and a step that
+    # makes the same tensors again must give the same graph, so its plan is found again instead of made anew)
+    stale = dict.fromkeys(read_before_overwrite(list(pending), overwritten, written_now)) if pending else {}
     if not stale:
         return []
     for reference in list(_made.values()):

@@ -276,6 +276,33 @@ def test_plan_reused_for_a_graph_over_new_buffers():
     assert len(schedule._plans) == plans
 
 
+def test_plan_reused_when_pending_values_read_a_buffer_before_an_overwrite():
+    # running statistics updated beside a training step read the weight the step overwrites: they join its schedule,
+    # in the order they were made, so the same step built again finds its plan (a set's order made a new plan, and
+    # scheduled a ResNet18 step from scratch, every step)
+    from lazygrad.engine import schedule
+
+    weight = Tensor(np.ones(4, dtype=np.float32)).realize()
+    statistics = [Tensor.zeros(4).contiguous().realize() for _ in range(8)]
+    expected_weight, expected = np.ones(4, dtype=np.float32), np.zeros((8, 4), dtype=np.float32)
+
+    def step():
+        for number, value in enumerate(statistics):
+            value.assign(value * 0.5 + weight * (number + 1))
+        weight.assign(weight - 0.25)
+        weight.realize()
+
+    for count in range(6):
+        if count == 2:
+            plans = len(schedule._plans)
+        step()
+        expected = expected * 0.5 + expected_weight * np.arange(1, 9, dtype=np.float32)[:, None]
+        expected_weight = expected_weight - 0.25
+    assert len(schedule._plans) == plans
+    np.testing.assert_allclose(np.stack([value.numpy() for value in statistics]), expected, rtol=1e-6)
+    np.testing.assert_array_equal(weight.numpy(), expected_weight)
+
+
 def test_plan_tells_one_buffer_used_twice_from_two():
     # a + a and a + b have the same shape of graph, but in the first both operands are one buffer
     x, y = np.arange(6, dtype=np.float32), np.ones(6, dtype=np.float32)
