@@ -140,8 +140,8 @@ class MathMixin:
         number = exponent if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
         if number is not None and math.isfinite(number) and (abs(number) != 1 if reverse else number != 0):
             # a finite number as the base (not +-1) or the exponent (not 0) has none of the cases below: a smaller
-            # graph (Adam's b1 ** steps)
-            return base._finite_pow(exp)
+            # graph; a positive base none of `_finite_pow`'s either (Adam's b1 ** steps)
+            return (exp * math.log2(number)).exp2() if reverse and number > 0 else base._finite_pow(exp)
         # x**0 for an infinite or NaN x, 1**y for an infinite or NaN y and (-1)**+-inf are 1 (C's pow, as in
         # torch), where exp2(y * log2|x|) would meet 0 * inf; the rest computes 1**1 there, so its slopes stay finite
         power_zero = (exp == 0) & ~base.isfinite()
