@@ -111,14 +111,17 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
     dtype, argument and sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN
     dropped (a buffer used twice is one node, so positions still tell it from two buffers), and the outputs'
     positions; the buffers in order; each DETACH node mapped to the node it stands for (kernels read a DETACH as
-    its source, so it takes its source's position and is not among the nodes); and whether no node in it was
-    realized earlier (else kernels see the graph differently: see `_prepare`)."""
+    its source, so it takes its source's position and is not among the nodes; so does a node that is an earlier one
+    once DETACH nodes are read as their sources, `x.detach() * 2` beside `x * 2`: the key is the one of the graph
+    without DETACH nodes); and whether no node in it was realized earlier (else kernels see the graph differently:
+    see `_prepare`)."""
     order: list[UOp] = []
     position: dict[UOp, int] = {}  # (also the visited set: a node popped again was finished before, as the graph
     buffers: list[UOp] = []  # has no cycles and its own sources lie above it on the stack)
     aliases: dict[UOp, UOp] = {}
     entries: list[Any] = [device]
     as_is = True
+    merged: dict[tuple, int] | None = None  # once a DETACH is seen: each computed node's entry -> its position
     realized_key = realized.key  # (`realized.get` inlined: this walk runs on every realize)
     stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(outputs)]
     pop, push = stack.pop, stack.append
@@ -129,6 +132,8 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
             if op is Ops.DETACH:
                 at = position[node] = position[node.src[0]]
                 aliases[node] = order[at]
+                if merged is None:
+                    merged = _computed_positions(order, entries)
                 continue
             if as_is and node.__dict__.get(realized_key) is not None:
                 as_is = False
@@ -137,7 +142,14 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
             elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
                 arg = _const_key(arg)
             # (map over the dict's own method: a comprehension costs a frame of its own)
-            entries.append((op, node.dtype, arg, tuple(map(position.__getitem__, node.src))))
+            entry = (op, node.dtype, arg, tuple(map(position.__getitem__, node.src)))
+            if merged is not None and op not in _UNIQUE_ARGS:
+                at = merged.setdefault(entry, len(order))
+                if at != len(order):  # an earlier node, once the DETACH nodes below are read as their sources
+                    position[node] = at
+                    aliases[node] = order[at]
+                    continue
+            entries.append(entry)
         elif node in position:
             continue
         elif node.src:
@@ -145,19 +157,28 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
             for source in reversed(node.src):
                 if source in position:
                     continue
-                if source.src:
+                leaf = source
+                while leaf.op is Ops.DETACH:  # (a DETACH of a leaf is the leaf, numbered where it alone would be)
+                    leaf = leaf.src[0]
+                if leaf.src:
                     push((source, False))
                     continue
                 # a leaf is numbered at once (small graphs are mostly leaves), its entry kept with its cached facts:
                 # it depends on the leaf alone (buffers and constants outlive graphs)
-                entry = source.__dict__.get("structure_entry")
-                if entry is None:
-                    entry = source.__dict__["structure_entry"] = _leaf_entry(source)
-                if source.op is Ops.BUFFER:
-                    buffers.append(source)
-                entries.append(entry)
-                position[source] = len(order)
-                order.append(source)
+                if leaf not in position:
+                    entry = leaf.__dict__.get("structure_entry")
+                    if entry is None:
+                        entry = leaf.__dict__["structure_entry"] = _leaf_entry(leaf)
+                    if leaf.op is Ops.BUFFER:
+                        buffers.append(leaf)
+                    entries.append(entry)
+                    position[leaf] = len(order)
+                    order.append(leaf)
+                while source is not leaf:
+                    position[source], aliases[source] = position[leaf], leaf
+                    if merged is None:
+                        merged = _computed_positions(order, entries)
+                    source = source.src[0]
             continue
         else:  # a leaf as an output
             if node.op is Ops.BUFFER:
@@ -167,6 +188,16 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
         order.append(node)
     entries.append(tuple(map(position.__getitem__, outputs)))
     return order, tuple(entries), buffers, aliases, as_is
+
+
+def _computed_positions(order: list[UOp], entries: list[Any]) -> dict[tuple, int]:
+    """The position of each computed node walked so far by its entry (`entries` holds the device first, then one
+    entry per node of `order`); a node with an argument made unique is left out: equal entries are two nodes."""
+    return {
+        entry: at
+        for at, (node, entry) in enumerate(zip(order, entries[1:]))
+        if node.src and node.op not in _UNIQUE_ARGS
+    }
 
 
 def _leaf_entry(node: UOp) -> tuple:
@@ -199,8 +230,9 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
         nodes, key, inputs, aliases, _ = _structure(kernel_outputs, device)
     plan = _plans.get(key)
     if plan is None and aliases:
-        # plan the graph without its DETACH nodes: it has the same key, unless dropping them made two nodes one
-        # (`x.detach() * 2` beside `x * 2`): then the graph without them is scheduled, as a prepared one is
+        # plan the graph without its DETACH nodes: `_structure` numbers the nodes as it would, so it has the same key
+        # (and a repeated graph finds its plan in one walk). Were the keys to differ, the graph without them is
+        # scheduled under its own, as a prepared one is.
         stripped = _prepare(nodes, aliases)
         kernel_outputs = [stripped.get(output, output) for output in outputs]
         stripped_nodes, stripped_key, stripped_inputs, _, _ = _structure(kernel_outputs, device)
