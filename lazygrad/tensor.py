@@ -436,7 +436,7 @@ class Tensor(
         if schedule.plan.overwritten:
             overwritten = {schedule.buffers[slot] for slot in schedule.plan.overwritten}
             if readers := _values_to_keep(outputs, overwritten, becomes):
-                schedule, becomes, remember = create_schedule(outputs + readers, device)
+                schedule, becomes, remember = create_schedule(outputs + readers, device, schedule.walk)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.

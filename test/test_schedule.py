@@ -276,11 +276,20 @@ def test_plan_reused_for_a_graph_over_new_buffers():
     assert len(schedule._plans) == plans
 
 
-def test_plan_reused_when_pending_values_read_a_buffer_before_an_overwrite():
+def test_plan_reused_when_pending_values_read_a_buffer_before_an_overwrite(monkeypatch):
     # running statistics updated beside a training step read the weight the step overwrites: they join its schedule,
     # in the order they were made, so the same step built again finds its plan (a set's order made a new plan, and
-    # scheduled a ResNet18 step from scratch, every step)
+    # scheduled a ResNet18 step from scratch, every step); the walk of the step's graph is continued for them
     from lazygrad.engine import schedule
+
+    continued = []
+    original = schedule._structure
+
+    def structure(outputs, device, walked=None):
+        continued.append(walked is not None and walked.roots == outputs[: len(walked.roots)])
+        return original(outputs, device, walked)
+
+    monkeypatch.setattr(schedule, "_structure", structure)
 
     weight = Tensor(np.ones(4, dtype=np.float32)).realize()
     statistics = [Tensor.zeros(4).contiguous().realize() for _ in range(8)]
@@ -299,6 +308,7 @@ def test_plan_reused_when_pending_values_read_a_buffer_before_an_overwrite():
         expected = expected * 0.5 + expected_weight * np.arange(1, 9, dtype=np.float32)[:, None]
         expected_weight = expected_weight - 0.25
     assert len(schedule._plans) == plans
+    assert continued[-2:] == [False, True]  # (the step's outputs walked, then that walk continued for the readers)
     np.testing.assert_allclose(np.stack([value.numpy() for value in statistics]), expected, rtol=1e-6)
     np.testing.assert_array_equal(weight.numpy(), expected_weight)
 

@@ -86,6 +86,7 @@ class Schedule:
 
     plan: Plan
     buffers: list[UOp]  # by slot
+    walk: _Walk | None = None  # the walk of its graph, where it read no node realized earlier (see `_structure`)
 
     def forget_overwritten(self) -> None:
         """Before it runs: nodes computed into (or from) the buffers its assigns write no longer read their values
@@ -106,24 +107,45 @@ _plans: dict[tuple, Plan] = {}
 PLAN_CACHE_SIZE = 4096
 
 
-def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[UOp], dict[UOp, UOp], bool]:
+@dataclass
+class _Walk:
+    """What `_structure` found walking a graph from `roots`: a walk of more outputs, these first, continues it."""
+
+    roots: list[UOp]
+    order: list[UOp]
+    position: dict[UOp, int]
+    buffers: list[UOp]
+    aliases: dict[UOp, UOp]
+    entries: list[Any]
+    as_is: bool
+    merged: dict[tuple, int] | None
+
+
+def _structure(
+    outputs: list[UOp], device: str, walked: _Walk | None = None
+) -> tuple[list[UOp], tuple, list[UOp], dict[UOp, UOp], bool, _Walk]:
     """Walk a graph once for what its schedule depends on. Returns its nodes, sources first; the key: each node's op,
     dtype, argument and sources by position, with the ids of buffers and the unique ids of CONTIGUOUS and ASSIGN
     dropped (a buffer used twice is one node, so positions still tell it from two buffers), and the outputs'
     positions; the buffers in order; each DETACH node mapped to the node it stands for (kernels read a DETACH as
     its source, so it takes its source's position and is not among the nodes; so does a node that is an earlier one
     once DETACH nodes are read as their sources, `x.detach() * 2` beside `x * 2`: the key is the one of the graph
-    without DETACH nodes); and whether no node in it was realized earlier (else kernels see the graph differently:
-    see `_prepare`)."""
-    order: list[UOp] = []
-    position: dict[UOp, int] = {}  # (also the visited set: a node popped again was finished before, as the graph
-    buffers: list[UOp] = []  # has no cycles and its own sources lie above it on the stack)
-    aliases: dict[UOp, UOp] = {}
-    entries: list[Any] = [device]
-    as_is = True
-    merged: dict[tuple, int] | None = None  # once a DETACH is seen: each computed node's entry -> its position
+    without DETACH nodes); whether no node in it was realized earlier (else kernels see the graph differently:
+    see `_prepare`); and the walk, which `walked` continues where it covered the first outputs (values a schedule
+    must compute before an overwrite join its outputs: see Tensor.realize_all)."""
+    if walked is not None and walked.roots == outputs[: len(walked.roots)]:
+        order, position, buffers = walked.order.copy(), walked.position.copy(), walked.buffers.copy()
+        aliases, entries, as_is = walked.aliases.copy(), walked.entries.copy(), walked.as_is
+        merged = None if walked.merged is None else walked.merged.copy()
+        roots = outputs[len(walked.roots) :]
+    else:
+        order, position, buffers, aliases, entries, as_is, merged = [], {}, [], {}, [device], True, None
+        roots = outputs
+    # (`position` is also the visited set: a node popped again was finished before, as the graph has no cycles and
+    # its own sources lie above it on the stack; `merged`, once a DETACH is seen: each computed node's entry -> its
+    # position)
     realized_key = realized.key  # (`realized.get` inlined: this walk runs on every realize)
-    stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(outputs)]
+    stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
     pop, push = stack.pop, stack.append
     while stack:
         node, sources_done = pop()
@@ -186,8 +208,15 @@ def _structure(outputs: list[UOp], device: str) -> tuple[list[UOp], tuple, list[
             entries.append(_leaf_entry(node))
         position[node] = len(order)
         order.append(node)
-    entries.append(tuple(map(position.__getitem__, outputs)))
-    return order, tuple(entries), buffers, aliases, as_is
+    key = (*entries, tuple(map(position.__getitem__, outputs)))
+    return (
+        order,
+        key,
+        buffers,
+        aliases,
+        as_is,
+        _Walk(outputs, order, position, buffers, aliases, entries, as_is, merged),
+    )
 
 
 def _computed_positions(order: list[UOp], entries: list[Any]) -> dict[tuple, int]:
@@ -212,22 +241,24 @@ def _leaf_entry(node: UOp) -> tuple:
 _UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
 
 
-def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, UOp]]:
+def create_schedule(
+    outputs: list[UOp], device: str, walked: _Walk | None = None
+) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, UOp]]:
     """The kernels that compute `outputs`, in order (`.items` lists them); the map from each computed node (and each
     node found realized earlier) to the buffer view that will hold its value; and the part of that map later graphs
-    may reuse.
+    may reuse. `walked` is an earlier schedule's `walk` of the first outputs, continued rather than redone.
 
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
     start = time.perf_counter()
-    nodes, key, inputs, aliases, as_is = _structure(outputs, device)
+    nodes, key, inputs, aliases, as_is, walk = _structure(outputs, device, walked)
     # a DETACH is read as its source: it takes its source's position, so the key (and the plan) of a graph is the one
     # of the graph without its DETACH nodes
     prepared, kernel_outputs = aliases, outputs
     if not as_is:  # graphs may contain nodes realized earlier: read those from their buffers
         prepared = _prepare(nodes, aliases)
         kernel_outputs = [prepared.get(output, output) for output in outputs]
-        nodes, key, inputs, aliases, _ = _structure(kernel_outputs, device)
+        nodes, key, inputs, aliases, _, _ = _structure(kernel_outputs, device)
     plan = _plans.get(key)
     if plan is None and aliases:
         # plan the graph without its DETACH nodes: `_structure` numbers the nodes as it would, so it has the same key
@@ -235,7 +266,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
         # scheduled under its own, as a prepared one is.
         stripped = _prepare(nodes, aliases)
         kernel_outputs = [stripped.get(output, output) for output in outputs]
-        stripped_nodes, stripped_key, stripped_inputs, _, _ = _structure(kernel_outputs, device)
+        stripped_nodes, stripped_key, stripped_inputs, _, _, _ = _structure(kernel_outputs, device)
         if stripped_key == key:
             plan = _new_plan(key, kernel_outputs, stripped_nodes, stripped_inputs, device)
         else:
@@ -248,7 +279,7 @@ def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp
         buffers = inputs.copy()
         for spec in plan.new_buffers:
             buffers.append(new_buffer(*spec))
-    schedule = Schedule(plan, buffers)
+    schedule = Schedule(plan, buffers, walk if as_is else None)
     views = {}
     for position, slot, moves in plan.views:
         view = buffers[slot]
