@@ -32,6 +32,8 @@ The rows:
   and compiles every kernel. How long generating a kernel took (lowering, optimizing, linearizing and rendering
   it, on the main thread while the compiles run beside it) goes below the table: per kernel on average, and the
   slowest kernel's.
+- ``transformer step eager`` and ``resnet18 step eager``: the same steps without ``TinyJit``, as a new user first
+  writes them: each call builds the graph, differentiates it, schedules it (from the plan cache) and runs it.
 - ``mlp step cold``: that MLP's first training step in a new Python process with ``CACHELEVEL=0`` (no disk
   compile cache), from building the model to the loss on the host; it is in the ``lg cold`` column. Each library's
   process loads that library alone (torch is not imported in lazygrad's, as in a new user's). The imports
@@ -566,10 +568,10 @@ def torch_loss(logits: Any, labels: Any) -> Any:
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
 
 
-def lazy_model_workload(library: Any, arrays: list[np.ndarray], model_name: str) -> Workload:
+def lazy_model_workload(library: Any, arrays: list[np.ndarray], model_name: str, jit: bool = True) -> Workload:
     """A training step of one of extra/models.py's models in ``TinyJit`` (Adam for the transformer, SGD with
     momentum for ResNet18), for lazygrad or tinygrad; its check is torch's loss for the weights the step starts
-    from."""
+    from. Without ``jit``, the step runs as written, its graph built, differentiated and scheduled every call."""
     inputs, labels = arrays
     library.Tensor.manual_seed(0)
     model = models.Transformer(library) if model_name == "transformer" else models.ResNet18(library)
@@ -579,7 +581,6 @@ def lazy_model_workload(library: Any, arrays: list[np.ndarray], model_name: str)
     else:
         optimizer = library.nn.optim.SGD(parameters, lr=0.01, momentum=0.9)
 
-    @library.TinyJit
     def step(x, y):
         with library.Tensor.train():
             optimizer.zero_grad()
@@ -587,6 +588,8 @@ def lazy_model_workload(library: Any, arrays: list[np.ndarray], model_name: str)
             loss.backward()
             return loss.realize(*optimizer.schedule_step())
 
+    if jit:
+        step = library.TinyJit(step)
     x, y = library.Tensor(inputs).realize(), library.Tensor(labels).realize()
 
     def call(_):
@@ -812,6 +815,18 @@ def make_cases(quick: bool, device: str, tf32: bool = False) -> list[Case | Step
             partial(torch_model_workload, model_name="resnet18"),
             goals=time_goal(1.5) + on_cpu(Goal("first step", cold_seconds, 10.0, unit="s")) + generation_goals,
             disk_cache=False,
+        ),
+        StepCase(
+            "transformer step eager (no jit)",
+            transformer_inputs,
+            partial(lazy_model_workload, model_name="transformer", jit=False),
+            partial(torch_model_workload, model_name="transformer"),
+        ),
+        StepCase(
+            "resnet18 step eager (no jit)",
+            resnet_inputs,
+            partial(lazy_model_workload, model_name="resnet18", jit=False),
+            partial(torch_model_workload, model_name="resnet18"),
         ),
         ColdCase(
             "mlp step cold (new process, CACHELEVEL=0)",
