@@ -286,7 +286,7 @@ def test_plan_reused_when_pending_values_read_a_buffer_before_an_overwrite(monke
     original = schedule._structure
 
     def structure(outputs, device, walked=None):
-        continued.append(walked is not None and walked.roots == outputs[: len(walked.roots)])
+        continued.append(walked is not None and walked[0] == outputs[: len(walked[0])])
         return original(outputs, device, walked)
 
     monkeypatch.setattr(schedule, "_structure", structure)

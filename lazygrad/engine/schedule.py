@@ -86,7 +86,7 @@ class Schedule:
 
     plan: Plan
     buffers: list[UOp]  # by slot
-    walk: _Walk | None = None  # the walk of its graph, where it read no node realized earlier (see `_structure`)
+    walk: _Walk | None = None  # its graph's walk, where it overwrites a buffer and read no node realized earlier
 
     def forget_overwritten(self) -> None:
         """Before it runs: nodes computed into (or from) the buffers its assigns write no longer read their values
@@ -107,18 +107,10 @@ _plans: dict[tuple, Plan] = {}
 PLAN_CACHE_SIZE = 4096
 
 
-@dataclass
-class _Walk:
-    """What `_structure` found walking a graph from `roots`: a walk of more outputs, these first, continues it."""
-
-    roots: list[UOp]
-    order: list[UOp]
-    position: dict[UOp, int]
-    buffers: list[UOp]
-    aliases: dict[UOp, UOp]
-    entries: list[Any]
-    as_is: bool
-    merged: dict[tuple, int] | None
+# What `_structure` found walking a graph from some outputs, which a walk of more outputs (those first) continues:
+# (outputs, nodes in order, their positions, buffers, aliases, entries, whether none was realized earlier, the merged
+# entries). A plain tuple: every realize makes one.
+_Walk = tuple
 
 
 def _structure(
@@ -133,11 +125,11 @@ def _structure(
     without DETACH nodes); whether no node in it was realized earlier (else kernels see the graph differently:
     see `_prepare`); and the walk, which `walked` continues where it covered the first outputs (values a schedule
     must compute before an overwrite join its outputs: see Tensor.realize_all)."""
-    if walked is not None and walked.roots == outputs[: len(walked.roots)]:
-        order, position, buffers = walked.order.copy(), walked.position.copy(), walked.buffers.copy()
-        aliases, entries, as_is = walked.aliases.copy(), walked.entries.copy(), walked.as_is
-        merged = None if walked.merged is None else walked.merged.copy()
-        roots = outputs[len(walked.roots) :]
+    if walked is not None and walked[0] == outputs[: len(walked[0])]:
+        walked_outputs, *parts, as_is, merged = walked
+        order, position, buffers, aliases, entries = (part.copy() for part in parts)  # (the first walk's stay)
+        merged = None if merged is None else merged.copy()
+        roots = outputs[len(walked_outputs) :]
     else:
         order, position, buffers, aliases, entries, as_is, merged = [], {}, [], {}, [device], True, None
         roots = outputs
@@ -215,7 +207,7 @@ def _structure(
         buffers,
         aliases,
         as_is,
-        _Walk(outputs, order, position, buffers, aliases, entries, as_is, merged),
+        (outputs, order, position, buffers, aliases, entries, as_is, merged),
     )
 
 
@@ -279,7 +271,7 @@ def create_schedule(
         buffers = inputs.copy()
         for spec in plan.new_buffers:
             buffers.append(new_buffer(*spec))
-    schedule = Schedule(plan, buffers, walk if as_is else None)
+    schedule = Schedule(plan, buffers, walk if as_is and plan.overwritten else None)
     views = {}
     for position, slot, moves in plan.views:
         view = buffers[slot]
