@@ -63,9 +63,10 @@ class ReduceMixin:
         if self.ndim == 0:
             return self
         reduced = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes))) if axes else self
-        if keepdim:
+        if keepdim or not axes:
             return reduced
-        return reduced.reshape(tuple(size for i, size in enumerate(self.shape) if i not in axes))
+        # (the reduced axes are 1 now: dropping them is a valid reshape, built without reshape's checks)
+        return reduced._movement(Ops.RESHAPE, tuple(size for i, size in enumerate(self.shape) if i not in axes))
 
     def _accumulated(self: Tensor, dtype) -> tuple[Tensor, Tensor]:
         """The input of a sum or product in the result's dtype (`dtype`; else int64 for bools and ints, as in

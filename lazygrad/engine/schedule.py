@@ -123,8 +123,8 @@ def _structure(
     its source, so it takes its source's position and is not among the nodes; so does a node that is an earlier one
     once DETACH nodes are read as their sources, `x.detach() * 2` beside `x * 2`: the key is the one of the graph
     without DETACH nodes); whether no node in it was realized earlier (else kernels see the graph differently:
-    see `_prepare`); and the walk, which `walked` continues where it covered the first outputs (values a schedule
-    must compute before an overwrite join its outputs: see Tensor.realize_all)."""
+    see `_prepare`); and, for a graph with an assign, the walk, which `walked` continues where it covered the first
+    outputs (values a schedule must compute before an overwrite join its outputs: see Tensor.realize_all)."""
     if walked is not None and walked[0] == outputs[: len(walked[0])]:
         walked_outputs, *parts, as_is, merged = walked
         order, position, buffers, aliases, entries = (part.copy() for part in parts)  # (the first walk's stay)
@@ -133,6 +133,7 @@ def _structure(
     else:
         order, position, buffers, aliases, entries, as_is, merged = [], {}, [], {}, [device], True, None
         roots = outputs
+    assigns = walked is not None  # (whether the graph overwrites a buffer: only such a walk is worth continuing)
     # (`position` is also the visited set: a node popped again was finished before, as the graph has no cycles and
     # its own sources lie above it on the stack; `merged`, once a DETACH is seen: each computed node's entry -> its
     # position)
@@ -153,6 +154,7 @@ def _structure(
                 as_is = False
             if op in _UNIQUE_ARGS:
                 arg = None
+                assigns = assigns or op is Ops.ASSIGN
             elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
                 arg = _const_key(arg)
             # (map over the dict's own method: a comprehension costs a frame of its own)
@@ -201,14 +203,8 @@ def _structure(
         position[node] = len(order)
         order.append(node)
     key = (*entries, tuple(map(position.__getitem__, outputs)))
-    return (
-        order,
-        key,
-        buffers,
-        aliases,
-        as_is,
-        (outputs, order, position, buffers, aliases, entries, as_is, merged),
-    )
+    walk = (outputs, order, position, buffers, aliases, entries, as_is, merged) if assigns else None
+    return order, key, buffers, aliases, as_is, walk
 
 
 def _computed_positions(order: list[UOp], entries: list[Any]) -> dict[tuple, int]:
@@ -271,7 +267,7 @@ def create_schedule(
         buffers = inputs.copy()
         for spec in plan.new_buffers:
             buffers.append(new_buffer(*spec))
-    schedule = Schedule(plan, buffers, walk if as_is and plan.overwritten else None)
+    schedule = Schedule(plan, buffers, walk if as_is else None)
     views = {}
     for position, slot, moves in plan.views:
         view = buffers[slot]
