@@ -120,6 +120,10 @@ class ElementwiseMixin:
     def _operand_nodes(self: Tensor, other: Tensor | Scalar, op_name: str, reverse: bool = False) -> tuple[UOp, UOp]:
         """The nodes of both operands of a binary op, promoted to one dtype and broadcast to one shape."""
         node = self.uop
+        if type(other) is type(self):  # (the common case first: a tensor of the same dtype and shape, on one device)
+            other_node = other.uop
+            if other_node.dtype is node.dtype and other_node.shape == node.shape and other.device == self.device:
+                return (other_node, node) if reverse else (node, other_node)
         if isinstance(other, ElementwiseMixin):
             if other.device != self.device:
                 raise ValueError(
