@@ -109,7 +109,7 @@ PLAN_CACHE_SIZE = 4096
 
 # What `_structure` found walking a graph from some outputs, which a walk of more outputs (those first) continues:
 # (outputs, nodes in order, their positions, buffers, aliases, entries, whether none was realized earlier, the merged
-# entries). A plain tuple: every realize makes one.
+# entries). A plain tuple, made only for a graph that assigns: a realize is on the hot path of every eager op.
 _Walk = tuple
 
 
