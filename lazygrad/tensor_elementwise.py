@@ -17,11 +17,13 @@ if TYPE_CHECKING:
 
 def broadcast_node(node: UOp, shape: tuple[int, ...]) -> UOp:
     """`node` broadcast to `shape` (which `broadcast_shape` checked): leading ones added, then expanded."""
-    if node.shape == shape:
+    current = node.shape
+    if current == shape:
         return node
-    if len(node.shape) < len(shape):
-        node = UOp(Ops.RESHAPE, node.dtype, (node,), (1,) * (len(shape) - len(node.shape)) + node.shape)
-    return node if node.shape == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
+    if len(current) < len(shape):
+        current = (1,) * (len(shape) - len(current)) + current
+        node = UOp(Ops.RESHAPE, node.dtype, (node,), current)
+    return node if current == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
 
 
 _broadcast_consts: dict[tuple, UOp] = {}
@@ -43,7 +45,12 @@ def broadcast_const(dtype: DType, value: Scalar, shape: tuple[int, ...]) -> UOp:
 def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
     first = shapes[0]
-    if all(shape == first or shape == () for shape in shapes[1:]):  # the common cases: equal shapes, a scalar
+    if len(shapes) == 2:  # (the common cases first: two equal shapes, or one a scalar's)
+        if shapes[1] == first or shapes[1] == ():
+            return tuple(first)
+        if first == ():
+            return tuple(shapes[1])
+    elif all(shape == first or shape == () for shape in shapes[1:]):
         return tuple(first)
     ndim = max(len(shape) for shape in shapes)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
