@@ -125,25 +125,36 @@ def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: 
     write would give other values. A root that is only a view of a buffer (movement ops over it) is left out: like
     a PyTorch view, it shows the buffer's contents whenever it is read. An assign in `written_now` (run by the
     same schedule) stands for the new contents; what its value reads is computed before the write."""
+    # (plain loops and lookups: an eager training step walks its whole backward graph here, from the gradients the
+    # optimizer reads)
     reads: dict[UOp, bool] = {}
     stack = [(root, False) for root in roots]
+    pop, push, realized_key = stack.pop, stack.append, realized.key
     while stack:
-        node, sources_done = stack.pop()
+        node, sources_done = pop()
         if node in reads:
             continue
-        sources = node.src[1:] if node.op is Ops.ASSIGN else node.src  # (an assign's target is written, not read)
+        op = node.op
+        sources = node.src[1:] if op is Ops.ASSIGN else node.src  # (an assign's target is written, not read)
         if not sources_done:
-            if node.op is Ops.BUFFER:
+            if op is Ops.BUFFER:
                 reads[node] = node in overwritten
-            elif node.op is Ops.ASSIGN and node in written_now:
+            elif op is Ops.ASSIGN and node in written_now:
                 reads[node] = False
-            elif (view := realized.get(node)) is not None and view.base in overwritten:
+            elif (view := node.__dict__.get(realized_key)) is not None and view.base in overwritten:
                 reads[node] = True  # its value sits in the buffer about to be overwritten
             else:
-                stack.append((node, True))
-                stack.extend((source, False) for source in sources if source not in reads)
+                push((node, True))
+                for source in sources:
+                    if source not in reads:
+                        push((source, False))
             continue
-        reads[node] = any(reads[source] for source in sources)
+        for source in sources:
+            if reads[source]:
+                reads[node] = True
+                break
+        else:
+            reads[node] = False
     return [root for root in roots if reads[root] and not _is_view_of_buffer(root)]
 
 
