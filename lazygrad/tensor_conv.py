@@ -149,7 +149,7 @@ class ConvMixin:
             and weight.device == self.device
             and (bias is None or (bias.dtype == dtype and bias.shape == (channels_out,) and bias.device == self.device))
         ):
-            # (the common case, built on the nodes: the very nodes of the steps below, at a third of their Python)
+            # (the common case, built on the nodes: the very nodes of the steps below, without a tensor per step)
             full = (batch, groups, per_group, *out, group_channels, *kernel)
             products = UOp(Ops.MUL, dtype, (broadcast_node(windows, full), broadcast_node(weights, full)))
             reduced = UOp(Ops.REDUCE, dtype, (products,), (Ops.ADD, taps))
