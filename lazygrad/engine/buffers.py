@@ -105,18 +105,35 @@ def is_buffer_view(node: UOp) -> bool:
     return node.op is Ops.BUFFER
 
 
-def forget_buffer(buffer: UOp) -> None:
-    """Drop every remembered result held in `buffer` or computed from it: it is about to be overwritten, and a
-    graph built later must read (and compute from) the new values."""
+def forget_buffers(buffers: set[UOp]) -> None:
+    """Drop every remembered result held in one of `buffers` or computed from one: they are about to be
+    overwritten, and a graph built later must read (and compute from) the new values."""
+    below: dict[UOp, bool] = {}  # node -> whether one of `buffers` is in its graph (shared by every walk below)
+
+    def reads(root: UOp) -> bool:
+        stack = [(root, False)]
+        while stack:
+            node, sources_done = stack.pop()
+            if node in below:
+                continue
+            if sources_done:
+                below[node] = any(below[source] for source in node.src)
+            elif node in buffers:
+                below[node] = True
+            else:
+                stack.append((node, True))
+                stack.extend((source, False) for source in node.src if source not in below)
+        return below[root]
+
     # (an executed assign stays: it stands for its buffer's current contents)
     for node, view in realized.items():
-        if node.op is not Ops.ASSIGN and (view.base is buffer or buffer in node.toposort):
+        if node.op is not Ops.ASSIGN and (view.base in buffers or reads(node)):
             realized.drop(node)
     # a view of an overwritten buffer, or of a computation that read it, is a leaf now: its values no longer come
     # from that computation, and gradients through it would be taken at the new values
     for view, reference in history.items():
         computation = reference()
-        if computation is None or view.base is buffer or buffer in computation.toposort:
+        if computation is None or view.base in buffers or reads(computation):
             history.drop(view)
 
 

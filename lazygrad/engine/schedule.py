@@ -22,7 +22,7 @@ from typing import Any
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType
-from lazygrad.engine.buffers import forget_buffer, is_buffer_view, new_buffer, realized
+from lazygrad.engine.buffers import forget_buffers, is_buffer_view, new_buffer, realized
 from lazygrad.engine.fusion import kernel_roots
 from lazygrad.engine.kernel_work import split_reduces
 from lazygrad.helpers import DEBUG, prod
@@ -91,8 +91,8 @@ class Schedule:
     def forget_overwritten(self) -> None:
         """Before it runs: nodes computed into (or from) the buffers its assigns write no longer read their values
         there. (Only then: listing a schedule changes nothing.)"""
-        for slot in self.plan.overwritten:
-            forget_buffer(self.buffers[slot])
+        if self.plan.overwritten:
+            forget_buffers({self.buffers[slot] for slot in self.plan.overwritten})
 
     @property
     def items(self) -> list[ScheduleItem]:
