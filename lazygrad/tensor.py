@@ -108,6 +108,24 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: dict
     return [node for node in stale if tensors_holding([node])]
 
 
+def _pending_gradients(outputs: list[UOp], device: str) -> list[Tensor]:
+    """The gradients still pending that a backward from one of `outputs` gave, where no output assigns. A root read on
+    its own (`loss.item()` between `backward()` and `opt.step()`) is computed with them in one schedule: computed
+    apart, the gradients would recompute the forward values the root's kernels kept no buffer for (an eager ResNet18
+    step then took twice as long). An optimizer step's outputs are assigns that read the gradients: those are fused
+    into the update's kernels instead."""
+    if any(output.op is Ops.ASSIGN for output in outputs):
+        return []
+    found: dict[int, Tensor] = {}
+    for output in outputs:
+        for reference in output.__dict__.get("gradients", ()):
+            tensor = reference()
+            grad = tensor._grad if tensor is not None else None
+            if isinstance(grad, Tensor) and grad.device == device and not is_buffer_view(grad._uop):
+                found[id(grad)] = grad
+    return list(found.values())
+
+
 class Tensor(
     CreationMixin,
     ElementwiseMixin,
@@ -371,11 +389,12 @@ class Tensor(
         expanded = with_history(nodes) if history else {}  # (no view has a history to expand: the graph as it is)
         expanded_roots = [expanded.get(node, node) for node in nodes]
         order = toposort(expanded_roots)
-        in_graph = set(order)
+        # (dicts, not sets, here: the tensors found come in the graph's order, the same for the same graph)
+        in_graph = dict.fromkeys(order)
         # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
         views = [view for view, reference in history.items() if reference() in in_graph]
         # (where no root changed, nothing below one did: the graph as built is the expanded one)
-        graph = in_graph if expanded_roots == nodes else set(toposort(nodes)) | in_graph
+        graph = in_graph if expanded_roots == nodes else dict.fromkeys(toposort(nodes)) | in_graph
         candidates = tensors_holding([*graph, *views])
         node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
         targets = [t for t, node in node_of.items() if node in in_graph]
@@ -387,6 +406,12 @@ class Tensor(
             if node_of[tensor] in grads:
                 grad = Tensor(grads[node_of[tensor]], device=tensor.device, requires_grad=False)
                 tensor.grad = grad if tensor.grad is None else tensor.grad + grad
+        # a root read alone later (`loss.item()` before `opt.step()`) computes these gradients with it: see
+        # `_pending_gradients`
+        given = [weakref.ref(tensor) for tensor in targets if node_of[tensor] in grads]
+        for root in roots:
+            if not is_buffer_view(root._uop):
+                root._uop.__dict__["gradients"] = given
 
     def backward(self, gradient: Tensor | Any | None = None) -> Tensor:
         """Fill `.grad` of every float tensor this one depends on (accumulating into existing grads). A scalar
@@ -432,6 +457,9 @@ class Tensor(
                 outputs.append(tensor._uop)
         if not outputs:
             return
+        if gradients := _pending_gradients(outputs, device):
+            tensors = (*tensors, *gradients)
+            outputs += [gradient._uop for gradient in gradients]
         schedule, becomes, remember = create_schedule(outputs, device)
         if schedule.plan.overwritten:
             overwritten = {schedule.buffers[slot] for slot in schedule.plan.overwritten}

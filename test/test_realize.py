@@ -193,6 +193,30 @@ def test_loss_and_gradients_after_an_optimizer_step_match_torch():
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5)
 
 
+def test_a_loss_read_before_the_step_computes_its_gradients_with_it():
+    # `loss.item()` between backward() and opt.step() (a PyTorch habit) computes the pending gradients in the same
+    # schedule: apart, they would recompute the forward values that the loss's own kernels kept no buffer for
+    torch = pytest.importorskip("torch")
+    from lazygrad.engine.buffers import is_buffer_view
+    from lazygrad.nn.optim import SGD
+
+    rng = np.random.default_rng(1)
+    x, y, w0 = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 4), (8, 2), (4, 2)))
+    w = Tensor(w0, requires_grad=True)
+    optimizer = SGD([w], lr=0.1)
+    loss = ((Tensor(x) @ w - Tensor(y)).relu() ** 2).mean()
+    loss.backward()
+    value = loss.item()
+    assert is_buffer_view(w.grad.uop)
+    optimizer.step()
+    tw = torch.tensor(w0, requires_grad=True)
+    tl = ((torch.tensor(x) @ tw - torch.tensor(y)).relu() ** 2).mean()
+    tl.backward()
+    np.testing.assert_allclose(value, tl.item(), rtol=1e-5)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)  # still the step's gradient, as in torch
+    np.testing.assert_allclose(w.numpy(), (tw - 0.1 * tw.grad).detach().numpy(), rtol=1e-5)
+
+
 def test_compile_cache_is_hit():
     a = Tensor(np.arange(8, dtype=np.float32))
     (a * 7 - 1).realize()
