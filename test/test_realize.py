@@ -158,14 +158,19 @@ def test_values_built_before_an_assign_keep_their_values():
     np.testing.assert_allclose(w.numpy(), [11.0, 12.0, 13.0])
 
 
-def test_loss_and_gradients_after_an_optimizer_step_match_torch():
-    torch = pytest.importorskip("torch")
+def _regression(seed: int):
+    """A small least-squares problem: inputs, targets, first weights, and the weight tensor with SGD (lr 0.1)."""
     from lazygrad.nn.optim import SGD
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     x, y, w0 = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 4), (8, 2), (4, 2)))
     w = Tensor(w0, requires_grad=True)
-    optimizer = SGD([w], lr=0.1)
+    return x, y, w0, w, SGD([w], lr=0.1)
+
+
+def test_loss_and_gradients_after_an_optimizer_step_match_torch():
+    torch = pytest.importorskip("torch")
+    x, y, w0, w, optimizer = _regression(0)
     inputs = Tensor(x)
     loss = ((inputs @ w - Tensor(y)) ** 2).mean()
     loss.backward()
@@ -198,12 +203,8 @@ def test_a_loss_read_before_the_step_computes_its_gradients_with_it():
     # schedule: apart, they would recompute the forward values that the loss's own kernels kept no buffer for
     torch = pytest.importorskip("torch")
     from lazygrad.engine.buffers import is_buffer_view
-    from lazygrad.nn.optim import SGD
 
-    rng = np.random.default_rng(1)
-    x, y, w0 = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 4), (8, 2), (4, 2)))
-    w = Tensor(w0, requires_grad=True)
-    optimizer = SGD([w], lr=0.1)
+    x, y, w0, w, optimizer = _regression(1)
     loss = ((Tensor(x) @ w - Tensor(y)).relu() ** 2).mean()
     loss.backward()
     value = loss.item()
