@@ -547,6 +547,8 @@ def window_node(x: UOp, axis: int, kernel: int, stride: int, dilation: int) -> U
                 tap_values = _pad_axis(tap_values, axis, 0, out * stride - span)
                 tap_values = _reshape(tap_values, (*before, out, stride, *after))
                 tap_values = _shrink_axis(tap_values, axis + 1, 0, 1)
+                # (a reshape the next one makes redundant, kept: without it two of ResNet18's kernels come out
+                # shaped differently, and these nodes stay those of the steps through tensors)
                 tap_values = _reshape(tap_values, (*before, out, *after))
             tap_values = _pad_axis(_reshape(tap_values, (*before, out, 1, *after)), axis + 1, tap, kernel - tap - 1)
             stacked = tap_values if stacked is None else UOp(join, x.dtype, (stacked, tap_values))

@@ -155,9 +155,9 @@ def _computed_vectors(
     updates: dict[UOp, tuple[UOp, UOp]], lanes: dict, strides: tuple[int, ...]
 ) -> list[AccumulatorVector]:
     """Vectors of accumulators that each add a computation that is one lane by lane (a product of two loads that
-    both move from lane to lane too, where `_runs` found no common factor). Lane neighbours read the same buffers at the same places but for loads
-    that move by one of `strides` from lane to lane: accumulators are grouped by the buffers and places their loads
-    read, and a vector is a run whose loads' offsets step by the same amounts."""
+    both move from lane to lane too, where `_runs` found no common factor). Lane neighbours read the same buffers at
+    the same places but for loads that move by one of `strides` from lane to lane: accumulators are grouped by the
+    buffers and places their loads read, and a vector is a run whose loads' offsets step by the same amounts."""
     shapes: dict[tuple, dict[tuple[int, ...], UOp]] = {}
     for accumulator, (current, value) in updates.items():
         if value.op not in ALU:
