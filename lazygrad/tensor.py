@@ -29,7 +29,7 @@ from lazygrad.engine.buffers import (
     remember_history,
     with_history,
 )
-from lazygrad.engine.realize import realize_lock, run_schedule
+from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
 from lazygrad.engine.schedule import ScheduleItem, create_schedule
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, Context, GlobalCounters, prod
@@ -384,34 +384,35 @@ class Tensor(
         """Accumulate d(sum of root·seed)/d(t) into `.grad` of every live tensor `t` in the roots' graphs."""
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are off (Tensor.no_grad is set); turn it off to call backward")
-        # gradients are taken on the computations behind realized views, so realizing never cuts the history
-        nodes = [r.uop for r in roots]
-        expanded = with_history(nodes) if history else {}  # (no view has a history to expand: the graph as it is)
-        expanded_roots = [expanded.get(node, node) for node in nodes]
-        order = toposort(expanded_roots)
-        # (dicts, not sets, here: the tensors found come in the graph's order, the same for the same graph)
-        in_graph = dict.fromkeys(order)
-        # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
-        views = [view for view, reference in history.items() if reference() in in_graph]
-        # (where no root changed, nothing below one did: the graph as built is the expanded one)
-        graph = in_graph if expanded_roots == nodes else dict.fromkeys(toposort(nodes)) | in_graph
-        candidates = tensors_holding([*graph, *views])
-        node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
-        targets = [t for t, node in node_of.items() if node in in_graph]
-        combined: dict[UOp, UOp] = {}
-        for node, seed in zip(expanded_roots, seeds):
-            combined[node] = combined[node] + seed if node in combined else seed
-        grads, _ = compute_gradients(combined, list({node_of[t]: None for t in targets}), order)
-        for tensor in targets:
-            if node_of[tensor] in grads:
-                grad = Tensor(grads[node_of[tensor]], device=tensor.device, requires_grad=False)
-                tensor.grad = grad if tensor.grad is None else tensor.grad + grad
-        # a root read alone later (`loss.item()` before `opt.step()`) computes these gradients with it: see
-        # `_pending_gradients`
-        given = [weakref.ref(tensor) for tensor in targets if node_of[tensor] in grads]
-        for root in roots:
-            if not is_buffer_view(root._uop):
-                root._uop.__dict__["gradients"] = given
+        with collector_paused():  # (it builds a graph as large as the forward one: see collector_paused)
+            # gradients are taken on the computations behind realized views, so realizing never cuts the history
+            nodes = [r.uop for r in roots]
+            expanded = with_history(nodes) if history else {}  # (no view has a history to expand: the graph as it is)
+            expanded_roots = [expanded.get(node, node) for node in nodes]
+            order = toposort(expanded_roots)
+            # (dicts, not sets, here: the tensors found come in the graph's order, the same for the same graph)
+            in_graph = dict.fromkeys(order)
+            # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
+            views = [view for view, reference in history.items() if reference() in in_graph]
+            # (where no root changed, nothing below one did: the graph as built is the expanded one)
+            graph = in_graph if expanded_roots == nodes else dict.fromkeys(toposort(nodes)) | in_graph
+            candidates = tensors_holding([*graph, *views])
+            node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
+            targets = [t for t, node in node_of.items() if node in in_graph]
+            combined: dict[UOp, UOp] = {}
+            for node, seed in zip(expanded_roots, seeds):
+                combined[node] = combined[node] + seed if node in combined else seed
+            grads, _ = compute_gradients(combined, list({node_of[t]: None for t in targets}), order)
+            for tensor in targets:
+                if node_of[tensor] in grads:
+                    grad = Tensor(grads[node_of[tensor]], device=tensor.device, requires_grad=False)
+                    tensor.grad = grad if tensor.grad is None else tensor.grad + grad
+            # a root read alone later (`loss.item()` before `opt.step()`) computes these gradients with it: see
+            # `_pending_gradients`
+            given = [weakref.ref(tensor) for tensor in targets if node_of[tensor] in grads]
+            for root in roots:
+                if not is_buffer_view(root._uop):
+                    root._uop.__dict__["gradients"] = given
 
     def backward(self, gradient: Tensor | Any | None = None) -> Tensor:
         """Fill `.grad` of every float tensor this one depends on (accumulating into existing grads). A scalar
@@ -443,7 +444,7 @@ class Tensor(
     def realize_all(*tensors: Tensor) -> None:
         """Compute `tensors` in one schedule. Threads realize one after another: scheduling, running and switching
         tensors to their buffers is one step, so a pending assign two threads share runs once."""
-        with realize_lock:
+        with realize_lock, collector_paused():  # (the graphs it frees are no cyclic garbage: see collector_paused)
             Tensor._realize_all(tensors)
 
     @staticmethod

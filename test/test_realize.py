@@ -279,6 +279,44 @@ def test_the_collector_waits_until_a_schedules_kernels_are_generated(monkeypatch
 THRESHOLDS = gc.get_threshold()
 
 
+def test_the_collector_is_paused_while_a_step_builds_or_frees_its_graph(monkeypatch):
+    # a step's graph is acyclic: the collector finds nothing in it, but, triggered by its size, scans it, and once
+    # it has outlived a few collections, every object of the process (~0.1 s beside torch, every few steps)
+    import lazygrad.tensor
+    from lazygrad.nn.optim import SGD
+
+    x, y, w0, w, optimizer = _regression(1)
+    loss = ((Tensor(x) @ w - Tensor(y)) ** 2).mean()
+    enabled: dict[str, bool] = {}
+
+    def noting(name, function):
+        def noted(*args, **kwargs):
+            enabled[name] = gc.isenabled()
+            return function(*args, **kwargs)
+
+        return noted
+
+    for module, name in [(lazygrad.tensor, "compute_gradients"), (SGD, "_updates"), (lazygrad.tensor, "run_schedule")]:
+        monkeypatch.setattr(module, name, noting(name, getattr(module, name)))
+    monkeypatch.setattr(lazygrad.tensor, "tensors_holding", noting("switching tensors", lazygrad.tensor.tensors_holding))
+    loss.backward()
+    Tensor.realize_all(loss, *optimizer.schedule_step())
+    assert enabled == dict.fromkeys(["compute_gradients", "switching tensors", "_updates", "run_schedule"], False)
+    assert gc.isenabled()
+    gradient = 2 * x.T @ (x @ w0 - y) / y.size
+    np.testing.assert_allclose(loss.item(), ((x @ w0 - y) ** 2).mean(), rtol=1e-5)
+    np.testing.assert_allclose(w.numpy(), w0 - 0.1 * gradient, rtol=1e-5, atol=1e-6)
+
+
+def test_a_realize_leaves_a_collector_the_user_turned_off_off():
+    gc.disable()
+    try:
+        np.testing.assert_allclose((Tensor([1.5]) + 1).numpy(), [2.5])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_constants_realized_on_one_device_stay_there():
     # a broadcast constant has no buffer and so no device: realizing it on one device must not hand that buffer to
     # the same constant used on another

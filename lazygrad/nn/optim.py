@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from lazygrad.engine.realize import collector_paused
 from lazygrad.tensor import Tensor
 
 
@@ -51,7 +52,8 @@ class Optimizer(ABC):
     def schedule_step(self) -> list[Tensor]:
         """The tensors to realize for one update. Realize them together with e.g. the loss
         (`Tensor.realize_all(loss, *opt.schedule_step())`): in one schedule, everything reads the old weights."""
-        return self._updates()
+        with collector_paused():  # (an update is a few nodes per parameter, many in all: see collector_paused)
+            return self._updates()
 
     @abstractmethod
     def _updates(self) -> list[Tensor]:
