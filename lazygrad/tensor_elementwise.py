@@ -45,11 +45,24 @@ def broadcast_const(dtype: DType, value: Scalar, shape: tuple[int, ...]) -> UOp:
 def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting: shapes are right-aligned, and each dimension must match or be 1."""
     first = shapes[0]
-    if len(shapes) == 2:  # (the common cases first: two equal shapes, or one a scalar's)
-        if shapes[1] == first or shapes[1] == ():
+    if len(shapes) == 2:  # (the common cases first: two equal shapes, or one a scalar's; then any two, by plain loops)
+        second = shapes[1]
+        if second == first or second == ():
             return tuple(first)
         if first == ():
-            return tuple(shapes[1])
+            return tuple(second)
+        missing = len(first) - len(second)
+        first, second = (1,) * -missing + tuple(first), (1,) * missing + tuple(second)
+        result = []
+        for size, other in zip(first, second):
+            if size == other or other == 1:
+                result.append(size)
+            elif size == 1:
+                result.append(other)
+            else:
+                break
+        else:
+            return tuple(result)
     elif all(shape == first or shape == () for shape in shapes[1:]):
         return tuple(first)
     ndim = max(len(shape) for shape in shapes)
@@ -136,7 +149,12 @@ class ElementwiseMixin:
                 raise ValueError(
                     f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
                 )
-            dtype, other_node = least_upper_dtype(node.dtype, other.dtype, op_name=op_name), other.uop
+            other_node = other.uop
+            dtype = (
+                node.dtype
+                if other_node.dtype is node.dtype
+                else least_upper_dtype(node.dtype, other.dtype, op_name=op_name)
+            )
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
             # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
