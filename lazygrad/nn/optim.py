@@ -124,9 +124,15 @@ class LAMB(Optimizer):
         self.second = [self._state(p) for p in self.params]
 
     def _updates(self) -> list[Tensor]:
-        # the step count lives on the device so a JIT replay advances the bias corrections too
+        # the step count lives on the device so a JIT replay advances the bias corrections too. They are two numbers
+        # per step, as in torch: the first moment's scale (with Adam's learning rate in it: LAMB's trust ratio needs
+        # the update unscaled) and the second's, so a parameter's update broadcasts two numbers, not three
         self.steps.assign(self.steps + 1)
-        correction1, correction2 = 1 - self.b1**self.steps, 1 - self.b2**self.steps
+        first_scale = (1 - self.b1**self.steps).reciprocal()
+        second_scale = (1 - self.b2**self.steps).rsqrt()
+        if self.adam:
+            first_scale = first_scale * self.lr
+        decay = self.lr * self.weight_decay if self.adam else self.weight_decay
         updated = [self.steps]
         for param, first, second in zip(self.params, self.first, self.second):
             grad = self._gradient(param)
@@ -134,14 +140,14 @@ class LAMB(Optimizer):
                 continue
             first.assign(self.b1 * first + (1 - self.b1) * grad)
             second.assign(self.b2 * second + (1 - self.b2) * grad * grad)
-            update = (first / correction1) / ((second / correction2).sqrt() + self.eps)
+            update = first * first_scale / (second.sqrt() * second_scale + self.eps)
             if self.weight_decay:
-                update = update + self.weight_decay * param.detach()
+                update = update + decay * param.detach()
             if not self.adam:
                 weight_norm, update_norm = param.detach().square().sum().sqrt(), update.square().sum().sqrt()
                 trust = ((weight_norm > 0) & (update_norm > 0)).where(weight_norm / update_norm, 1.0)
-                update = update * trust
-            param.assign(param.detach() - self.lr * update)
+                update = update * (trust * self.lr)
+            param.assign(param.detach() - update)
             updated.extend([first, second, param])
         return updated
 
