@@ -30,7 +30,7 @@ from lazygrad.engine.buffers import (
     with_history,
 )
 from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
-from lazygrad.engine.schedule import ScheduleItem, create_schedule
+from lazygrad.engine.schedule import ScheduleItem, bind, create_schedule, plan_graph
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, Context, GlobalCounters, prod
 from lazygrad.tensor_activation import ActivationMixin
@@ -75,7 +75,7 @@ def _prune_made() -> None:
 _RELEASED = "released"  # `.grad` of a tensor whose gradient an assign invalidated (see `_values_to_keep`)
 
 
-def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: dict[UOp, UOp]) -> list[UOp]:
+def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
     """The nodes of live pending tensors (besides `outputs` and what this schedule computes) that read the old
     contents of an `overwritten` buffer: the schedule computes them too, before the write, so a value keeps the
     meaning it had when it was built (`loss.item()` after `opt.step()` is the loss before the step).
@@ -461,11 +461,11 @@ class Tensor(
         if gradients := _pending_gradients(outputs, device):
             tensors = (*tensors, *gradients)
             outputs += [gradient._uop for gradient in gradients]
-        schedule, becomes, remember = create_schedule(outputs, device)
-        if schedule.plan.overwritten:
-            overwritten = {schedule.buffers[slot] for slot in schedule.plan.overwritten}
-            if readers := _values_to_keep(outputs, overwritten, becomes):
-                schedule, becomes, remember = create_schedule(outputs + readers, device, schedule.walk)
+        planned = plan_graph(outputs, device)
+        if planned.plan.overwritten:  # (buffers are allocated only for the final plan)
+            if readers := _values_to_keep(outputs, planned.overwritten(), planned.computed()):
+                planned = plan_graph(outputs + readers, device, planned.walk)
+        schedule, becomes, remember = bind(planned)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the weak `realized` map lets deeper graphs that still contain the node read it too.

@@ -137,7 +137,7 @@ def forget_buffers(buffers: set[UOp]) -> None:
             history.drop(view)
 
 
-def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: dict[UOp, Any]) -> list[UOp]:
+def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
     """The roots whose values depend on the current contents of an `overwritten` buffer: computing them after the
     write would give other values. A root that is only a view of a buffer (movement ops over it) is left out: like
     a PyTorch view, it shows the buffer's contents whenever it is read. An assign in `written_now` (run by the

@@ -86,7 +86,6 @@ class Schedule:
 
     plan: Plan
     buffers: list[UOp]  # by slot
-    walk: _Walk | None = None  # its graph's walk, where it overwrites a buffer and read no node realized earlier
 
     def forget_overwritten(self) -> None:
         """Before it runs: nodes computed into (or from) the buffers its assigns write no longer read their values
@@ -229,12 +228,38 @@ def _leaf_entry(node: UOp) -> tuple:
 _UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
 
 
-def create_schedule(
-    outputs: list[UOp], device: str, walked: _Walk | None = None
-) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, UOp]]:
-    """The kernels that compute `outputs`, in order (`.items` lists them); the map from each computed node (and each
-    node found realized earlier) to the buffer view that will hold its value; and the part of that map later graphs
-    may reuse. `walked` is an earlier schedule's `walk` of the first outputs, continued rather than redone.
+@dataclass
+class PlannedGraph:
+    """A graph with its plan found (or made), before any buffer is allocated: `bind` makes it a schedule. A realize
+    that overwrites buffers first asks it which values read them (see Tensor.realize_all), and may plan more."""
+
+    plan: Plan
+    nodes: list[UOp]  # the graph's nodes as planned, by position
+    inputs: list[UOp]  # its buffers, the plan's first slots
+    prepared: dict[UOp, UOp]  # a node of the original graph -> the node planned in its place (see `_prepare`)
+    walk: _Walk | None  # the walk of a graph that overwrites a buffer and read no node realized earlier
+
+    def overwritten(self) -> set[UOp]:
+        """The buffers its assigns write (an assign writes a buffer of the graph: one of its inputs)."""
+        return {self.inputs[slot] for slot in self.plan.overwritten}
+
+    def computed(self) -> set[UOp]:
+        """The nodes whose values it will hold in buffers: the keys of `bind`'s map, without making the views."""
+        views = {self.nodes[position] for position, _, moves in _kept_views(self.plan)}
+        return views | {original for original, new in self.prepared.items() if new in views or is_buffer_view(new)}
+
+
+def _kept_views(plan: Plan) -> list[tuple[int, int, tuple]]:
+    """The plan's views a tensor may be switched to: all, unless values are stored once along axes they are uniform
+    on, where a tensor is switched only to memory that holds it in order (later graphs read the rest too)."""
+    if not plan.stored_once:
+        return plan.views
+    return [view for view in plan.views if not (view[2] and view[2][-1][0] is Ops.EXPAND)]
+
+
+def plan_graph(outputs: list[UOp], device: str, walked: _Walk | None = None) -> PlannedGraph:
+    """The plan of the graph that computes `outputs`, found by its structure or made. `walked` is an earlier
+    `PlannedGraph.walk` of the first outputs, continued rather than redone.
 
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
@@ -262,12 +287,21 @@ def create_schedule(
             plan = _plans.get(key)
     if plan is None:
         plan = _new_plan(key, kernel_outputs, nodes, inputs, device)
-    buffers = inputs
+    if DEBUG.value >= 1:
+        print(f"scheduled {len(plan.kernels)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+    return PlannedGraph(plan, nodes, inputs, prepared, walk if as_is else None)
+
+
+def bind(planned: PlannedGraph) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, UOp]]:
+    """The schedule of a planned graph, with its new buffers allocated; the map from each computed node (and each
+    node found realized earlier) to the buffer view that will hold its value; and the part of that map later graphs
+    may reuse."""
+    plan, nodes, prepared = planned.plan, planned.nodes, planned.prepared
+    buffers = planned.inputs
     if plan.new_buffers:
-        buffers = inputs.copy()
+        buffers = buffers.copy()
         for spec in plan.new_buffers:
             buffers.append(new_buffer(*spec))
-    schedule = Schedule(plan, buffers, walk if as_is else None)
     views = {}
     for position, slot, moves in plan.views:
         view = buffers[slot]
@@ -275,8 +309,8 @@ def create_schedule(
             view = UOp(op, view.dtype, (view,), arg)
         views[nodes[position]] = view
     remember = {nodes[position]: views[nodes[position]] for position in plan.remember}
-    if plan.stored_once:  # a tensor is switched to memory that holds it in order; later graphs read the rest too
-        views = {node: view for node, view in views.items() if view.op is not Ops.EXPAND}
+    if plan.stored_once:
+        views = {nodes[position]: views[nodes[position]] for position, _, _ in _kept_views(plan)}
     if prepared:
         # a node of the original graph found realized, or with a computed node in its place, goes to that buffer view
         becomes = {
@@ -286,9 +320,12 @@ def create_schedule(
         becomes |= views
     else:
         becomes = views
-    if DEBUG.value >= 1:
-        print(f"scheduled {len(plan.kernels)} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
-    return schedule, becomes, remember
+    return Schedule(plan, buffers), becomes, remember
+
+
+def create_schedule(outputs: list[UOp], device: str) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, UOp]]:
+    """The kernels that compute `outputs`, in order (`.items` lists them), with the maps `bind` returns."""
+    return bind(plan_graph(outputs, device))
 
 
 def _new_plan(key: tuple, outputs: list[UOp], nodes: list[UOp], inputs: list[UOp], device: str) -> Plan:
