@@ -217,12 +217,16 @@ class NNMixin:
 
     def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Cross-entropy of logits (N, C, …) against class indices (N, …) or probabilities (N, C, …), like torch."""
-        logits = self.transpose(1, -1) if self.ndim > 2 else self
+        # the class axis goes last, the others keep their order: (N, C, H, W) -> (N, H, W, C)
+        logits = self.movedim(1, -1) if self.ndim > 2 else self
         if not Y.dtype.is_float:
             return logits._label_crossentropy(Y, -100, label_smoothing, reduction, "cross_entropy")
-        probs = Y.transpose(1, -1) if Y.ndim > 2 else Y
-        if probs.shape != logits.shape:
-            raise ValueError(f"cross_entropy: probabilities {Y.shape} must match logits {self.shape}")
+        if Y.shape != self.shape:
+            raise ValueError(
+                f"cross_entropy: probabilities {Y.shape} must have the logits' shape {self.shape} (N, C, ...); "
+                "pass class indices as an int tensor of shape (N, ...)"
+            )
+        probs = Y.movedim(1, -1) if Y.ndim > 2 else Y
         classes = logits.shape[-1]
         probs = probs * (1 - label_smoothing) + label_smoothing / classes
         loss = -(probs * logits.log_softmax(-1)).sum(-1)

@@ -328,8 +328,23 @@ def test_cross_entropy_spatial_and_ignored(torch):
     )
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("spatial", [(3, 3), (2, 4)])
+def test_cross_entropy_of_images_per_pixel(torch, reduction, spatial):
+    # segmentation: logits (N, C, H, W) against labels (N, H, W); square images once gave a loss of the wrong pixels
+    F = torch.nn.functional
+    labels = np.random.default_rng(2).integers(0, 3, (2, *spatial)).astype(np.int32)
+    check_function(
+        torch,
+        lambda x, y: x.cross_entropy(y, reduction=reduction),
+        lambda x, y: F.cross_entropy(x, y, reduction=reduction),
+        rand(2, 3, *spatial, low=-3, high=3),
+        labels,
+    )
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
-@pytest.mark.parametrize("shape", [(4, 5), (2, 5, 3)])
+@pytest.mark.parametrize("shape", [(4, 5), (2, 5, 3), (2, 3, 2, 4)])
 def test_cross_entropy_probabilities(torch, smoothing, shape):
     F = torch.nn.functional
     probs = np.exp(rand(*shape, seed=1, low=-2, high=2))
