@@ -277,12 +277,10 @@ class NNMixin:
             raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
         if not hasattr(target, "uop"):
             raise TypeError(f"nll_loss: target must be an integer Tensor, got {type(target).__name__}")
-        log_probs = self.transpose(1, -1) if self.ndim > 2 else self
+        log_probs = self.movedim(1, -1) if self.ndim > 2 else self  # (N, C, H, W) -> (N, H, W, C), as the target
         expected = (self.shape[0], *self.shape[2:]) if self.ndim >= 2 else ()
         if target.shape != expected:
             raise ValueError(f"nll_loss: input {self.shape} needs a target of shape {expected}, got {target.shape}")
-        if self.ndim > 3:  # the class axis swapped with the last: swap the target's axes the same way
-            target = target.transpose(1, -1)
         log_probs._check_labels(target, "nll_loss", ignore_index)
         classes = log_probs.shape[-1]
         if weight is not None and getattr(weight, "shape", None) != (classes,):
@@ -294,8 +292,6 @@ class NNMixin:
         if ignore_index is not None:
             weights = weights * (target != ignore_index)
         loss = -(chosen.where(log_probs, 0).sum(-1)) * weights
-        if self.ndim > 3:
-            loss = loss.transpose(1, -1)
         if reduction == "none":
             return loss
         return loss.sum() if reduction == "sum" else loss.sum() / weights.sum()
