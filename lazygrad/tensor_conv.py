@@ -394,7 +394,9 @@ class ConvMixin:
         batch = self.shape[:-count]
         flat_values = self.reshape(*batch, -1, 1)
         mask = indices.reshape(*batch, -1, 1) == type(self).arange(plane, device=self.device)
-        return mask.where(flat_values, 0)._sum_unwidened(-2).cast(self.dtype).reshape(*batch, *size)
+        # overlapping windows (a stride below the kernel) may pick one element twice: it is placed once, not summed
+        placed = mask.where(flat_values, self._pool_value(True)).max(-2)
+        return mask.any(-2).where(placed, 0).cast(self.dtype).reshape(*batch, *size)
 
     # ---- resizing ----------------------------------------------------------------------------------------------
 

@@ -228,6 +228,17 @@ def test_max_unpool2d():
         values.max_unpool2d(Tensor(np.zeros((1, 2), np.int32)), 2)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_max_unpool_of_overlapping_windows_places_each_value_once(dtype):
+    # with a stride below the kernel, windows share elements: a maximum picked by two windows has one index twice
+    x = np.array([[[1, 5, 2, -3, -1, -4]]], dtype)
+    values, indices = Tensor(x).max_pool1d(2, stride=1, return_indices=True)
+    expected = F.max_unpool1d(
+        *F.max_pool1d(torch.tensor(x, dtype=torch.float32), 2, stride=1, return_indices=True), 2, 1
+    )
+    assert_tensor(values.max_unpool1d(indices, 2, stride=1), expected.numpy().astype(dtype))
+
+
 def test_pool_errors():
     x = Tensor(data(1, 1, 4, 4))
     with pytest.raises(ValueError, match="max_pool2d: padding 3 must be at most half the"):
