@@ -460,10 +460,12 @@ class IndexMixin:
                 raise ValueError(
                     f"setitem: value {value.shape} does not broadcast to the selected shape {target_shape}"
                 ) from None
-        numpy_index = self._numpy_index(index)
-        # which value element lands on each place: computed on the index alone (a static map), -1 for none
+        # which value element lands on each place, -1 for none: a static map, computed by indexing the places' own
+        # numbers the way getitem indexes (torch's order: x[0, :, [0, 3]] is (rows, 2), where NumPy's is (2, rows))
+        numbers = dtypes.int32 if self.numel() < 2**31 else dtypes.int64
+        places = type(self).arange(self.numel(), dtype=numbers, device=self.device).reshape(self.shape)[index]
         source = np.full(self.numel(), -1, dtype=np.int64)
-        source[np.arange(self.numel()).reshape(self.shape)[numpy_index].reshape(-1)] = np.arange(prod(target_shape))
+        source[places.numpy().reshape(-1)] = np.arange(prod(target_shape))
         written = type(self)(source.reshape(self.shape) >= 0, device=self.device)
         if hasattr(value, "uop"):
             value = value.flatten()[np.maximum(source, 0)].reshape(self.shape)
@@ -489,8 +491,3 @@ class IndexMixin:
                 "writing into it would not change that tensor as in torch; index the original instead "
                 "(x[0, 1] = v rather than y = x[0]; y[1] = v), or make a copy with .contiguous() first"
             )
-
-    def _numpy_index(self: Tensor, index):
-        """The index with Tensors replaced by their values, for NumPy."""
-        items = index if isinstance(index, tuple) else (index,)
-        return tuple(item.numpy() if hasattr(item, "uop") else item for item in items)

@@ -240,6 +240,22 @@ def test_setitem(index, value):
     assert_tensor(tensor, expected)
 
 
+@pytest.mark.parametrize(
+    "index",
+    [(0, slice(None), [0, 3]), (0, slice(None), [[0, 1], [2, 3]]), ([0, 2], slice(None), 1), (slice(None), 1, [0, 2])],
+)
+def test_setitem_places_values_in_getitems_order(index):
+    # an int beside a list across a slice: torch (and getitem) select the int's axis first, so x[0, :, [0, 3]] is
+    # (4, 2) where NumPy's is (2, 4); the value goes where getitem would read it back
+    torch = pytest.importorskip("torch")
+    tensor, expected = Tensor(A.copy()), torch.tensor(A)
+    value = np.arange(np.prod(expected[index].shape), dtype=np.float32).reshape(expected[index].shape)
+    tensor[index] = Tensor(value)
+    expected[index] = torch.tensor(value)
+    assert_tensor(tensor, expected.numpy())
+    assert_tensor(tensor[index], value)
+
+
 def test_setitem_tensor_index_on_lazy_tensor_and_gradient():
     x = Tensor(A)
     y = x * 2
