@@ -60,7 +60,7 @@ def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
             elif size == 1:
                 result.append(other)
             else:
-                break
+                break  # (the general loop below names the mismatch)
         else:
             return tuple(result)
     elif all(shape == first or shape == () for shape in shapes[1:]):
