@@ -66,6 +66,16 @@ SNIPPETS = {
         bound = 1 / np.sqrt(3)
         assert np.all(np.abs(layer.weight.numpy()) <= bound) and np.all(np.abs(layer.bias.numpy()) <= bound)
     """,
+    # wide enough that its fresh weights, read through the product's expand, are worth a buffer of their own (that
+    # decision once looped forever on a random weight)
+    "wide_linear": """
+        import numpy as np
+        from lazygrad import Tensor, nn
+        layer = nn.Linear(128, 64)
+        out = layer(Tensor.ones(8, 128)).numpy()
+        expected = np.ones((8, 128), np.float32) @ layer.weight.numpy().T + layer.bias.numpy()
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    """,
     "two_random_tensors": """
         import numpy as np
         from lazygrad import Tensor

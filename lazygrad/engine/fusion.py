@@ -180,7 +180,7 @@ def _kernel_facts(root: UOp, to_realize: set[UOp], random_leaves: set[UOp], cost
             where, loops = FREE, node.src[0].shape
         elif _expands(node):
             where, loops = REPEATED, None
-            computed = _below_movement(node)
+            computed = _below_movement(node, to_realize)
             touched.add(computed)
             if computed not in to_realize and _repeats_costly_work(
                 node, computed, to_realize, costs, inside is not None
@@ -299,9 +299,11 @@ def _permutes(view: UOp, base: UOp) -> bool:
     return permuted
 
 
-def _below_movement(node: UOp) -> UOp:
-    """The first node under `node` that is not a movement op."""
-    while node.op in MOVEMENT:
+def _below_movement(node: UOp, to_realize: set[UOp]) -> UOp:
+    """The first node under `node` that is not a movement op, or that gets a buffer (a view computed apart in its
+    reader's order is what its reader reads: looking below it, the same operand was found again and again)."""
+    node = node.src[0]
+    while node.op in MOVEMENT and node not in to_realize:
         node = node.src[0]
     return node
 
