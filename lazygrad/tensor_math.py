@@ -77,7 +77,7 @@ class MathMixin:
         return self.sin() / self.cos()
 
     def abs(self: Tensor) -> Tensor:
-        if self.dtype == dtypes.bool:
+        if self.dtype == dtypes.bool or self.dtype.is_unsigned:  # (-x of an unsigned int wraps around)
             return self
         # max(x, -x): at 0 the tie splits the gradient into +1/2 and -1/2, so it is 0 there, as in torch
         return self.maximum(-self)

@@ -12,6 +12,8 @@ from lazygrad.uop.ops import Ops, UOp
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
 
+_HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
 
 def _refuse_torch_max(keywords: dict, op_name: str) -> None:
     """max and min keep tinygrad's meaning (values only), so PyTorch's max(dim=...), which returns (values,
@@ -154,6 +156,8 @@ class ReduceMixin:
             raise TypeError(f"mean: dtype must be a float dtype, got {to_dtype(dtype)}; cast the result instead")
         source = self.cast(dtype) if dtype is not None else self._to_float()
         count = self._count(axis)
+        if source.dtype in _HALF_FLOATS:  # summed in float32, as torch does: 5,000 halves of 30 overflow a half
+            return source.float().mean(axis, keepdim).cast(source.dtype)
         total = source.sum(axis, keepdim)
         return total * (1 / count) if count else total * float("nan")
 
@@ -161,6 +165,8 @@ class ReduceMixin:
     def var(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The variance with `correction` subtracted from the count (1: the unbiased estimate, as in torch)."""
         source = self._to_float()
+        if source.dtype in _HALF_FLOATS:  # in float32, as the mean
+            return source.float().var(axis, keepdim, correction).cast(source.dtype)
         squared = (source - source.mean(axis, keepdim=True)).square().sum(axis, keepdim)
         divisor = max(0, self._count(axis) - correction)
         return squared * (1 / divisor) if divisor else squared * float("nan")

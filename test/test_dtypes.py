@@ -134,6 +134,7 @@ def test_integer_ops_wrap_like_numpy(dtype):
         assert got.dtype == expected.dtype, name
         np.testing.assert_array_equal(got, expected, err_msg=f"{dtype} {name}")
     np.testing.assert_array_equal((-x).numpy(), quietly(np.negative, a), err_msg="neg")
+    np.testing.assert_array_equal(x.abs().numpy(), quietly(np.abs, a), err_msg="abs")
     amounts = (np.arange(16) % dtype.bits).astype(dtype.np)
     np.testing.assert_array_equal((x << Tensor(amounts)).numpy(), quietly(np.left_shift, a, amounts))
     np.testing.assert_array_equal((x >> Tensor(amounts)).numpy(), quietly(np.right_shift, a, amounts))
@@ -153,6 +154,24 @@ def test_integer_ops_match_torch(dtype):
     np.testing.assert_array_equal((x * 3).numpy(), (tx * 3).numpy())
     assert (x * 1.5).dtype == dtypes.float32 and (x / y).dtype == dtypes.float32
     np.testing.assert_allclose((x / y).numpy(), (tx / ty).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=str)
+def test_means_and_deviations_of_halves_are_summed_in_float32(dtype):
+    # 5,000 values of ~50 sum past a half's largest value (65,504): torch sums them in float32, and so must we
+    values = np.linspace(0, 100, 5000, dtype=np.float32).reshape(1, 1, 50, 100)
+    ours, theirs = Tensor(values).cast(dtype), torch.tensor(values).to(getattr(torch, str(dtype).split(".")[-1]))
+    cases = {
+        "mean": (lambda x: x.mean(), lambda x: x.mean()),
+        "std": (lambda x: x.std(), lambda x: x.std()),
+        "var over an axis": (lambda x: x.var(3), lambda x: x.var(3)),
+        "layernorm": (lambda x: x.layernorm(axis=(2, 3)), lambda x: torch.nn.functional.layer_norm(x, (50, 100))),
+        "avg_pool2d": (lambda x: x.avg_pool2d((50, 100)), lambda x: torch.nn.functional.avg_pool2d(x, (50, 100))),
+    }
+    for name, (op, reference) in cases.items():
+        got, expected = op(ours), reference(theirs)
+        assert got.dtype == dtype, name
+        np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=2e-2, atol=2e-2, err_msg=name)
 
 
 def test_uint8_image_over_255_is_float32():
