@@ -280,7 +280,14 @@ class ReduceMixin:
             else other.reshape(1, other.shape[0], 1)
         )
         w = w.transpose(-1, -2)
-        product = (x * w)._sum_unwidened(-1)  # int matmuls keep their dtype, as in PyTorch
+        product = x * w
+        if product.dtype == dtypes.bool or is_small_int(product.dtype):
+            # int matmuls keep their dtype, as in PyTorch: products and sum in 32 bits, wrapped once at the end (a
+            # product wrapped to 8 bits, then summed in 32, is neither the exact nor the wrapped result)
+            wide = x.cast(dtypes.int32) * w.cast(dtypes.int32)
+            product = wide.sum(-1, dtype=dtypes.int32).cast(product.dtype)
+        else:
+            product = product._sum_unwidened(-1)
         if other.ndim == 1:
             product = product.reshape(product.shape[:-1])
         if self.ndim == 1:

@@ -174,6 +174,16 @@ def test_means_and_deviations_of_halves_are_summed_in_float32(dtype):
         np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=2e-2, atol=2e-2, err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.uint16, np.bool_], ids=str)
+def test_matrix_products_of_narrow_ints_keep_their_dtype_and_wrap_once(dtype):
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 100, (3, 40)).astype(dtype), rng.integers(0, 100, (40, 4)).astype(dtype)
+    expected = a @ b if dtype is np.bool_ else (a.astype(np.int64) @ b.astype(np.int64)).astype(dtype)
+    got = (Tensor(a) @ Tensor(b)).numpy()
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_uint8_image_over_255_is_float32():
     image = np.arange(0, 256, 17, dtype=np.uint8)
     result = Tensor(image) / 255
