@@ -141,7 +141,8 @@ class MathMixin:
         if number is not None and math.isfinite(number) and (abs(number) != 1 if reverse else number != 0):
             # a finite number as the base (not +-1) or the exponent (not 0) has none of the cases below: a smaller
             # graph; a positive base none of `_finite_pow`'s either (Adam's b1 ** steps)
-            return (exp * math.log2(number)).exp2() if reverse and number > 0 else base._finite_pow(exp)
+            power = (exp * math.log2(number)).exp2() if reverse and number > 0 else base._finite_pow(exp)
+            return power.cast(base.dtype)  # (the selects' float constants are float32: a half base stays half)
         # x**0 for an infinite or NaN x, 1**y for an infinite or NaN y and (-1)**+-inf are 1 (C's pow, as in
         # torch), where exp2(y * log2|x|) would meet 0 * inf; the rest computes 1**1 there, so its slopes stay finite
         power_zero = (exp == 0) & ~base.isfinite()
@@ -156,7 +157,7 @@ class MathMixin:
             _edge_slope(base, exp_direction, unit_base & ~exp.isnan())
             + _edge_slope(base, 1, unit_base & exp.isnan()) * 0
         )
-        return special.where(slope_exp + slope_base + 1, finite)
+        return special.where(slope_exp + slope_base + 1, finite).cast(base.dtype)
 
     def _finite_pow(base: Tensor, exp: Tensor) -> Tensor:
         """base**exp for float tensors, except the non-finite cases `pow` settles first."""

@@ -184,6 +184,22 @@ def test_matrix_products_of_narrow_ints_keep_their_dtype_and_wrap_once(dtype):
     np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=str)
+def test_powers_of_halves_stay_halves(dtype):
+    values = np.array([4.0, 0.25, 0.0, 2.5], np.float32)
+    ours, theirs = Tensor(values).cast(dtype), torch.tensor(values).to(getattr(torch, str(dtype).split(".")[-1]))
+    cases = {
+        "x ** 0.5": lambda x: x**0.5,
+        "x ** x": lambda x: x**x,
+        "2 ** x": lambda x: 2**x,
+        "x ** -1.5": lambda x: x**-1.5,
+    }
+    for name, power in cases.items():
+        got = power(ours)
+        assert got.dtype == dtype, name
+        np.testing.assert_allclose(got.float().numpy(), power(theirs).float().numpy(), rtol=1e-2, err_msg=name)
+
+
 def test_uint8_image_over_255_is_float32():
     image = np.arange(0, 256, 17, dtype=np.uint8)
     result = Tensor(image) / 255
