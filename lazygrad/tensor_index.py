@@ -391,20 +391,30 @@ class IndexMixin:
         """Split an advanced index into basic items (index positions become full slices), the axes of the view they
         give that the advanced indices select on, and those indices as non-negative int tensors (range-checked)."""
         expanded: list = []
+        axis: int | None = 0  # the axis the next item indexes (None after an ellipsis: known later)
         for item in items:
-            if _is_advanced(item):
-                values = self._index_values(item, "getitem")
-                if values.dtype == np.bool_:
-                    if values.ndim == 0:
-                        raise IndexError("getitem: a 0-d bool index is not supported; use a bool tensor with axes")
-                    # a mask stands for the positions of its True values, one index per axis it covers
-                    expanded.extend(("index", axis_values, None) for axis_values in np.nonzero(values))
-                    continue
-                # an int tensor stays in the graph (its values are read only to check them): a captured (jitted)
-                # step then indexes with each call's values
-                expanded.append(("index", values.astype(np.int64), item if hasattr(item, "uop") else None))
-            else:
+            if not _is_advanced(item):
                 expanded.append(item)
+                axis = None if item is Ellipsis or axis is None else axis + (item is not None)
+                continue
+            values = self._index_values(item, "getitem")
+            if values.dtype == np.bool_:
+                if values.ndim == 0:
+                    raise IndexError("getitem: a 0-d bool index is not supported; use a bool tensor with axes")
+                covered = self.shape[axis : axis + values.ndim] if axis is not None else values.shape
+                if values.shape != covered:
+                    raise IndexError(
+                        f"getitem: a bool mask of shape {values.shape} must have the shape {covered} of the axes it "
+                        f"selects from (axis {axis} on) of the tensor {self.shape}"
+                    )
+                # a mask stands for the positions of its True values, one index per axis it covers
+                expanded.extend(("index", axis_values, None) for axis_values in np.nonzero(values))
+                axis = None if axis is None else axis + values.ndim
+                continue
+            # an int tensor stays in the graph (its values are read only to check them): a captured (jitted) step
+            # then indexes with each call's values
+            expanded.append(("index", values.astype(np.int64), item if hasattr(item, "uop") else None))
+            axis = None if axis is None else axis + 1
         consuming = sum(item is not None and item is not Ellipsis for item in expanded)
         if sum(item is Ellipsis for item in expanded) > 1:
             raise IndexError("getitem: an index can only have a single ellipsis (...)")
@@ -460,6 +470,8 @@ class IndexMixin:
                 raise ValueError(
                     f"setitem: value {value.shape} does not broadcast to the selected shape {target_shape}"
                 ) from None
+        if prod(target_shape) == 0:  # nothing selected: nothing to write (t[2:2] = ...)
+            return
         # which value element lands on each place, -1 for none: a static map, computed by indexing the places' own
         # numbers the way getitem indexes (torch's order: x[0, :, [0, 3]] is (rows, 2), where NumPy's is (2, rows))
         numbers = dtypes.int32 if self.numel() < 2**31 else dtypes.int64

@@ -36,6 +36,13 @@ def normalize_axis(axis: int, ndim: int, op_name: str) -> int:
     return axis % max(ndim, 1)
 
 
+def _first_of(tensors: list | tuple, op_name: str) -> Tensor:
+    """The first of a list of tensors given in torch's form (`Tensor.cat([a, b])`), checked."""
+    if not tensors or not all(hasattr(tensor, "uop") for tensor in tensors):
+        raise TypeError(f"{op_name}: expected a non-empty list of Tensors, got {[type(t).__name__ for t in tensors]}")
+    return tensors[0]
+
+
 def keyword_aliases(**aliases: str) -> Callable:
     """A decorator letting a method take PyTorch's keyword names beside its own (tinygrad's): with
     `@keyword_aliases(dim="axis")`, `x.sum(dim=1)` is `x.sum(axis=1)`. Passing both names is a TypeError."""
@@ -211,7 +218,7 @@ class MovementMixin:
         if len(set(normalized)) != len(normalized):
             raise ValueError(f"flip: axes {axes} repeat an axis")
         axes = tuple(sorted(normalized))
-        axes = tuple(a for a in axes if self.shape[a] > 1)
+        axes = tuple(a for a in axes if self.ndim and self.shape[a] > 1)  # (a scalar's axis 0 is itself, as in torch)
         return self._movement(Ops.FLIP, axes) if axes else self
 
     def repeat(self: Tensor, *repeats) -> Tensor:
@@ -288,7 +295,10 @@ class MovementMixin:
     # ---- joining and splitting -------------------------------------------------------------------------------------
 
     def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
-        """The tensors joined along `dim`; every other axis must match."""
+        """The tensors joined along `dim`; every other axis must match (`a.cat(b)`, `Tensor.cat(a, b)` or torch's
+        `Tensor.cat([a, b])`)."""
+        if isinstance(self, (list, tuple)):
+            return _first_of(self, "cat").cat(*self[1:], *others, dim=dim)
         tensors = (self, *others)
         dim = normalize_axis(dim, self.ndim, "cat")
         for other in others:
@@ -314,7 +324,10 @@ class MovementMixin:
         return result
 
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
-        """The tensors joined along a new axis `dim` (`Tensor.stack(a, b)` or `a.stack(b)`)."""
+        """The tensors joined along a new axis `dim` (`a.stack(b)`, `Tensor.stack(a, b)` or torch's
+        `Tensor.stack([a, b])`)."""
+        if isinstance(self, (list, tuple)):
+            return _first_of(self, "stack").stack(*self[1:], *others, dim=dim)
         tensors = (self, *others)
         dim = normalize_axis(dim, self.ndim + 1, "stack")
         for other in others:

@@ -221,6 +221,8 @@ class ReduceMixin:
     def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over `axis`, shifted by the maximum so nothing overflows."""
         self._axes(axis, "logsumexp")
+        if self.numel() == 0:  # no maximum to shift by: log(0) = -inf over an empty axis, as in torch
+            return self._to_float().exp().sum(axis, keepdim).log()
         peak = self.max(axis, keepdim=True)
         # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan
         shift = (peak.abs() == float("inf")).where(0, peak)
@@ -236,6 +238,8 @@ class ReduceMixin:
         """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows."""
         self._axes(axis, "softmax")
         source = self._to_float()
+        if source.numel() == 0:  # (empty, as in torch: there is no maximum to shift by)
+            return source
         exponent = (source - source.max(axis, keepdim=True)).exp()
         return exponent / exponent.sum(axis, keepdim=True)
 
@@ -244,6 +248,8 @@ class ReduceMixin:
         """x - logsumexp(x) along `axis`."""
         self._axes(axis, "log_softmax")
         source = self._to_float()
+        if source.numel() == 0:
+            return source
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 

@@ -374,3 +374,27 @@ def test_rand_in_a_narrow_float_stays_below_one(dtype):
     Tensor.manual_seed(0)
     values = Tensor.rand(4096, dtype=getattr(dtypes, dtype)).numpy().astype(np.float64)
     assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.03
+
+
+def test_torch_forms_and_empty_edges_a_new_user_meets(tmp_path):
+    # torch's list form of cat and stack, a scalar's flip, nothing selected by setitem, softmax of nothing
+    torch = pytest.importorskip("torch")
+    a, b = np.arange(4.0, dtype=np.float32).reshape(2, 2), np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(Tensor.cat([Tensor(a), Tensor(b)], dim=1).numpy(), np.concatenate([a, b], 1))
+    np.testing.assert_array_equal(Tensor.stack((Tensor(a), Tensor(b))).numpy(), np.stack([a, b]))
+    with pytest.raises(TypeError, match=r"cat: expected a non-empty list of Tensors, got \['Tensor', 'int'\]"):
+        Tensor.cat([Tensor(a), 3])
+    assert Tensor(3.0).flip(0).item() == 3.0
+    target = Tensor.zeros(4, 5).contiguous().realize()
+    target[2:2] = Tensor.zeros(0, 5)
+    np.testing.assert_array_equal(target.numpy(), np.zeros((4, 5), np.float32))
+    for shape, axis in [((0, 3), 0), ((0, 3), 1), ((3, 0), 1)]:
+        empty, reference = Tensor.zeros(*shape), torch.zeros(*shape)
+        assert empty.softmax(axis).shape == empty.log_softmax(axis).shape == shape
+        np.testing.assert_array_equal(empty.logsumexp(axis).numpy(), reference.logsumexp(axis).numpy())
+    with pytest.raises(IndexError, match=r"bool mask of shape \(3,\) must have the shape \(2,\) of the axes"):
+        Tensor.ones(2, 3)[Tensor([True, False, True])]
+    from lazygrad.nn.state import safe_save
+
+    with pytest.raises(TypeError, match=r"safe_save: x is a list, not a Tensor"):
+        safe_save({"x": [1, 2]}, str(tmp_path / "model.safetensors"))

@@ -122,6 +122,10 @@ def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | 
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for name, tensor in tensors.items():
+        if not hasattr(tensor, "uop"):
+            raise TypeError(
+                f"safe_save: {name} is a {type(tensor).__name__}, not a Tensor; save Tensor({name}) instead"
+            )
         if tensor.dtype not in SAFETENSORS_DTYPES:
             raise TypeError(f"safe_save: {name} has dtype {tensor.dtype}, which safetensors cannot store")
         size = tensor.numel() * tensor.dtype.itemsize
