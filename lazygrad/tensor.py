@@ -65,6 +65,17 @@ def tensors_holding(nodes) -> list[Tensor]:
     return list(found.values())
 
 
+def pending_assigns() -> list[Tensor]:
+    """The live tensors whose value is an assign that has not run yet (state a step updated, such as batch norm's
+    running statistics, before anything read it)."""
+    found = []
+    for reference in list(_made.values()):
+        tensor = reference()
+        if tensor is not None and tensor._uop.op is Ops.ASSIGN:
+            found.append(tensor)
+    return found
+
+
 def _prune_made() -> None:
     global _made_pruned_at
     for key in [key for key, reference in _made.items() if reference() is None]:

@@ -224,6 +224,27 @@ def test_batchnorm_running_statistics_in_a_jitted_training_step(torch):
     close(norm.running_mean, their_norm.running_mean, atol=1e-6)
     close(norm.running_var, their_norm.running_var, atol=1e-6)
     close(conv.weight, their_conv.weight, atol=1e-6)
+    assert norm.num_batches_tracked.numpy().item() == their_norm.num_batches_tracked.item() == len(batches)
+
+
+def test_batchnorm_statistics_a_jitted_forward_leaves_pending_are_replayed(torch):
+    # a replay runs only what the captured call realized: the running statistics nothing in the call reads (a
+    # forward pass in training mode) must be realized with it, or replays never update them
+    norm, theirs = nn.BatchNorm2d(2), torch.nn.BatchNorm2d(2)
+
+    @TinyJit
+    def forward(x):
+        with Tensor.train():
+            return norm(x).sum().realize()
+
+    for number in range(5):
+        batch = np.full((2, 2, 1, 1), float(number), np.float32)
+        batch[0] += 1
+        forward(Tensor(batch))
+        theirs(torch.from_numpy(batch))
+    close(norm.running_mean, theirs.running_mean, atol=1e-6)
+    close(norm.running_var, theirs.running_var.detach(), atol=1e-6)
+    assert norm.num_batches_tracked.numpy().item() == 5
 
 
 def test_batchnorm_eval(torch):

@@ -96,10 +96,14 @@ class TinyJit:
         return self._replay(tensors)
 
     def _run(self, args, kwargs):
-        from lazygrad.tensor import Tensor
+        from lazygrad.tensor import Tensor, pending_assigns
 
+        before = {id(tensor): tensor for tensor in pending_assigns()}  # (held: their ids stay theirs)
         result = self.function(*args, **kwargs)
-        Tensor.realize_all(*_tensors_in(result))
+        # state the function updated without returning it (batch norm's running statistics, a step counter) is
+        # realized with its results: a replay runs only the kernels the captured call ran
+        updated = [tensor for tensor in pending_assigns() if id(tensor) not in before]
+        Tensor.realize_all(*_tensors_in(result), *updated)
         return result
 
     def _capture(self, args, kwargs, tensors: list):
