@@ -89,6 +89,16 @@ def test_values_a_dtype_cannot_hold_are_an_error_naming_the_dtype(dtype):
         Tensor([low - 1], dtype=dtype)
 
 
+def test_lists_of_ints_beyond_int64_keep_every_bit_or_are_an_error():
+    # NumPy reads [2**63 + 1, 0] as float64, which rounds the first value
+    assert Tensor([2**63 + 1, 0], dtype=dtypes.uint64).tolist() == [2**63 + 1, 0]
+    assert Tensor([[2**64 - 1], [7]], dtype=dtypes.uint64).tolist() == [[2**64 - 1], [7]]
+    with pytest.raises(OverflowError, match=r"9223372036854775809 does not fit in dtypes.int64.*dtypes.uint64"):
+        Tensor([2**63 + 1, 0])
+    with pytest.raises(OverflowError, match="does not fit in dtypes.uint64"):
+        Tensor([-1, 2**63], dtype=dtypes.uint64)
+
+
 def test_bfloat16_memory_holds_rounded_bits_and_numpy_gives_float32():
     values = [1.0, 3.14159, 1e-3, -65504.0, 1e38, 3.5e38, float("nan"), float("inf"), 1.00390625, 1.01171875]
     expected = torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
