@@ -118,8 +118,8 @@ class ActivationMixin:
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         """alpha * x + beta limited to [0, 1]: a piecewise-linear sigmoid (the defaults give PyTorch's)."""
         line = self * alpha + beta
-        # selects, so the slope is alpha strictly inside and 0 on and past the ends, as in torch
-        return (line >= 1).where(1.0, (line > 0).where(line, 0.0))
+        # selects, so the slope is alpha strictly inside and 0 on and past the ends, as in torch (NaN passes through)
+        return (line >= 1).where(1.0, ((line > 0) | (line != line)).where(line, 0.0))
 
     def hardswish(self: Tensor) -> Tensor:
         """x * relu6(x + 3) / 6."""

@@ -187,7 +187,11 @@ class CreationMixin:
 
     @classmethod
     def randint(cls, *shape, low: int = 0, high: int = 10, dtype=dtypes.int32, device=None) -> Tensor:
-        """Random integers in [low, high)."""
+        """Random integers in [low, high): `randint(2, 3, low=0, high=5)`, or torch's `randint(5, (2, 3))` and
+        `randint(0, 5, (2, 3))`."""
+        if shape and isinstance(shape[-1], (tuple, list)) and len(shape) in (2, 3):  # torch's form
+            bounds, shape = shape[:-1], tuple(shape[-1])
+            low, high = (0, *bounds) if len(bounds) == 1 else bounds
         if high <= low:
             raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
         return (cls.rand(*shape, device=device) * (high - low)).floor().cast(to_dtype(dtype)) + low

@@ -233,8 +233,9 @@ class NNMixin:
         return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
 
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
-        """Binary cross-entropy of probabilities against targets in [0, 1]."""
-        loss = -(Y * self.log() + (1 - Y) * (1 - self).log())
+        """Binary cross-entropy of probabilities against targets in [0, 1]; each log is clamped at -100, as in torch,
+        so a certain wrong prediction costs 100, not inf."""
+        loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
         return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
 
     def binary_crossentropy_logits(

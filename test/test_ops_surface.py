@@ -398,3 +398,17 @@ def test_torch_forms_and_empty_edges_a_new_user_meets(tmp_path):
 
     with pytest.raises(TypeError, match=r"safe_save: x is a list, not a Tensor"):
         safe_save({"x": [1, 2]}, str(tmp_path / "model.safetensors"))
+
+
+def test_torch_conventions_of_randint_hardsigmoid_and_binary_cross_entropy():
+    torch = pytest.importorskip("torch")
+    for drawn in (Tensor.randint(3, 7, (200,)), Tensor.randint(4, (2, 100)).flatten() + 3):
+        values = drawn.numpy()
+        assert drawn.dtype == dtypes.int32 and values.min() >= 3 and values.max() <= 6
+    inputs = np.array([np.nan, -4.0, 0.0, 4.0], np.float32)
+    expected = torch.nn.functional.hardsigmoid(torch.tensor(inputs)).numpy()
+    np.testing.assert_array_equal(Tensor(inputs).hardsigmoid().numpy(), expected)
+    # a certain wrong prediction costs 100 (torch clamps each log at -100), not inf
+    predictions, targets = np.array([0.0, 1.0, 0.3], np.float32), np.array([1.0, 0.0, 1.0], np.float32)
+    theirs = torch.nn.functional.binary_cross_entropy(torch.tensor(predictions), torch.tensor(targets)).item()
+    np.testing.assert_allclose(Tensor(predictions).binary_crossentropy(Tensor(targets)).item(), theirs, rtol=1e-6)
