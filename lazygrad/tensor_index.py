@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from lazygrad.dtype import dtypes, integer_range
+from lazygrad.dtype import check_fits, dtypes, integer_range
 from lazygrad.engine.buffers import is_buffer_view
 from lazygrad.helpers import prod
 from lazygrad.tensor_movement import normalize_axis
@@ -334,6 +334,7 @@ class IndexMixin:
                 raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
             value = value.cast(self.dtype)
         else:
+            check_fits("setitem", value, self.dtype)
             value = type(self).full((), value, dtype=self.dtype, device=self.device)
         return mask.where(value, self)
 
@@ -482,6 +483,7 @@ class IndexMixin:
         if hasattr(value, "uop"):
             value = value.flatten()[np.maximum(source, 0)].reshape(self.shape)
         else:
+            check_fits("setitem", value, self.dtype)
             value = type(self).full((), value, dtype=self.dtype, device=self.device)
         in_memory = is_buffer_view(self.uop)
         self.assign(written.where(value, self))

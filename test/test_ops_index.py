@@ -280,6 +280,9 @@ def test_setitem_errors():
     with pytest.raises(IndexError, match="out of range"):
         x[[5]] = 1.0
     assert_tensor(x, A)
+    counts = Tensor.zeros(3, dtype=dtypes.int32).contiguous().realize()
+    with pytest.raises(OverflowError, match=r"setitem: 1099511627776 does not fit in dtypes.int32"):
+        counts[0] = 2**40
 
 
 # ---------------------------------------------------------------------------------------------------------------------
