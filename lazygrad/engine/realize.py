@@ -516,9 +516,13 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
 
 def count_launched(kernels: list[CompiledKernel], seconds: float) -> None:
     """Count kernels that ran (one launch each, or one graph launch for all) and the seconds they took."""
+    ops = memory = 0
+    for kernel in kernels:  # (a plain loop: two generator sums cost more than most single launches' other counting)
+        ops += kernel.ops
+        memory += kernel.memory
     GlobalCounters.kernel_count += len(kernels)
-    GlobalCounters.global_ops += sum(kernel.ops for kernel in kernels)
-    GlobalCounters.global_mem += sum(kernel.memory for kernel in kernels)
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += memory
     GlobalCounters.time_sum_s += seconds
 
 
