@@ -210,6 +210,18 @@ def test_powers_of_halves_stay_halves(dtype):
         np.testing.assert_allclose(got.float().numpy(), power(theirs).float().numpy(), rtol=1e-2, err_msg=name)
 
 
+def test_half_multiply_adds_in_a_backward_pass_match_torch():
+    # a half FMA (here: the sums a gradient accumulates) was left to LLVM, which computed it in double and rounded it
+    # with a runtime-library call the JIT does not link: the kernel crashed the process
+    values = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float16)
+    ours, theirs = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    (ours.sum(1, keepdim=True) * ours * ours + ours.layernorm() * ours).sum().backward()
+    (
+        theirs.sum(1, keepdim=True) * theirs * theirs + torch.nn.functional.layer_norm(theirs, (64,)) * theirs
+    ).sum().backward()
+    np.testing.assert_allclose(ours.grad.numpy().astype(np.float32), theirs.grad.float().numpy(), rtol=2e-2, atol=5e-2)
+
+
 def test_uint8_image_over_255_is_float32():
     image = np.arange(0, 256, 17, dtype=np.uint8)
     result = Tensor(image) / 255

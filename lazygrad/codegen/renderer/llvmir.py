@@ -571,6 +571,14 @@ declare i32 @sched_yield()
         a = f"{out}_neg" if negated else a
         if not self.target.fma:
             return [*negation, f"  {out}_product = fmul {t} {a}, {b}", f"  {out} = fadd {t} {out}_product, {c}"]
+        if tn.endswith("f16"):
+            # in float, then rounded to half: LLVM computes a half FMA in double and rounds it with a call of the
+            # runtime library's (__truncdfhf2) that the JIT does not link, so such a kernel jumped to nowhere
+            wide, wide_name = t.replace("half", "float"), tn.replace("f16", "f32")
+            declarations.add(f"declare {wide} @llvm.fma.{wide_name}({wide}, {wide}, {wide})")
+            widened = [f"  {out}_{name} = fpext {t} {operand} to {wide}" for name, operand in zip("abc", (a, b, c))]
+            fused = f"  {out}_wide = call {wide} @llvm.fma.{wide_name}({wide} {out}_a, {wide} {out}_b, {wide} {out}_c)"
+            return [*negation, *widened, fused, f"  {out} = fptrunc {wide} {out}_wide to {t}"]
         declarations.add(f"declare {t} @llvm.fma.{tn}({t}, {t}, {t})")
         return [*negation, f"  {out} = call {t} @llvm.fma.{tn}({t} {a}, {t} {b}, {t} {c})"]
 
