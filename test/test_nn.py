@@ -846,6 +846,31 @@ def test_jit_no_kernels_raises():
         f(Tensor([2.0]))
 
 
+def test_jit_returning_a_python_number_raises():
+    # a replay runs kernels, not Python: the number would be the captured call's forever
+    @TinyJit
+    def loss_value(x: Tensor) -> float:
+        return (x * x).sum().item()
+
+    loss_value(Tensor([1.0]))
+    with pytest.raises(JitError, match=r"returns the Python number 4.0.*return the Tensor and call .item\(\)"):
+        loss_value(Tensor([2.0]))
+
+
+def test_jit_replays_after_assigns_made_between_calls():
+    weight = Tensor([1.0]).realize()
+
+    @TinyJit
+    def scale(x: Tensor) -> Tensor:
+        return (x * weight).realize()
+
+    results = []
+    for value in (1.0, 2.0, 3.0, 4.0):
+        weight.assign(Tensor([value]))  # pending until something reads it: the replay must see it
+        results.append(scale(Tensor([10.0])).item())
+    assert results == [10.0, 20.0, 30.0, 40.0]
+
+
 def test_jit_disabled_by_env():
     script = """
 import numpy as np

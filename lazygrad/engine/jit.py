@@ -7,6 +7,8 @@ import functools
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from lazygrad.device import Buffer, Device
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of, buffers_made_from_now, is_buffer_view
@@ -27,6 +29,17 @@ def _tensors_in(value: Any) -> list:
         return [t for item in value for t in _tensors_in(item)]
     if isinstance(value, dict):
         return [t for item in value.values() for t in _tensors_in(item)]
+    return []
+
+
+def _numbers_in(value: Any) -> list:
+    """The Python and NumPy numbers in a function's result (as `_tensors_in` finds its tensors)."""
+    if isinstance(value, (bool, int, float, complex, np.generic)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [number for item in value for number in _numbers_in(item)]
+    if isinstance(value, dict):
+        return [number for item in value.values() for number in _numbers_in(item)]
     return []
 
 
@@ -71,12 +84,14 @@ class TinyJit:
         return shapes, tuple(plain(a) for a in args), tuple(sorted((k, plain(v)) for k, v in kwargs.items()))
 
     def __call__(self, *args, **kwargs):
-        from lazygrad.tensor import Tensor
+        from lazygrad.tensor import Tensor, pending_assigns
 
         if not JIT:
             return self.function(*args, **kwargs)
         tensors = _tensors_in(list(args) + list(kwargs.values()))
-        Tensor.realize_all(*tensors)
+        # assigns made since the last call (`lr.assign(...)`, new weights) run first, outside any capture: a replay
+        # reads the buffers they write, and would otherwise run on before them
+        Tensor.realize_all(*tensors, *pending_assigns())
         for tensor in tensors:
             if not is_buffer_view(tensor.uop):
                 tensor.uop = tensor.contiguous().realize().uop
@@ -117,6 +132,12 @@ class TinyJit:
         if not launches:
             raise JitError(
                 f"TinyJit({self.function.__name__}): the function launched no kernels, so there is nothing to replay"
+            )
+        if numbers := _numbers_in(result):
+            raise JitError(
+                f"TinyJit({self.function.__name__}): the function returns the Python number {numbers[0]!r}, which a "
+                "replay would return unchanged (it runs kernels, not Python); return the Tensor and call .item() on "
+                "what the TinyJit returns"
             )
         inputs = {tensor.uop.base: number for number, tensor in enumerate(tensors)}
         self.launches = launches
