@@ -126,7 +126,8 @@ class ActivationMixin:
         return self * (self + 3).relu6() * (1 / 6)
 
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        return self.clip(min_val, max_val)
+        """x limited to [min_val, max_val]; unlike clip, its slope is 0 on the bounds, as torch's."""
+        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
     @keyword_aliases(min="min_", max="max_")
     def clip(self: Tensor, min_=None, max_=None) -> Tensor:

@@ -103,11 +103,21 @@ class NNMixin:
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self @ key.transpose(-2, -1) * scale
         if is_causal:
+            if attn_mask is not None:
+                raise ValueError(
+                    "scaled_dot_product_attention: pass attn_mask or is_causal=True, not both (as in torch); fold the "
+                    "causal mask into yours with attn_mask & ones(rows, cols).tril()"
+                )
             rows, cols = scores.shape[-2:]
             attn_mask = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
-        if attn_mask is not None:
-            scores = attn_mask.where(scores, float("-inf")) if attn_mask.dtype == dtypes.bool else scores + attn_mask
-        return scores.softmax(-1).dropout(dropout_p) @ value
+        if attn_mask is None:
+            return scores.softmax(-1).dropout(dropout_p) @ value
+        if attn_mask.dtype != dtypes.bool:
+            return (scores + attn_mask).softmax(-1).dropout(dropout_p) @ value
+        weights = attn_mask.where(scores, float("-inf")).softmax(-1)
+        if not is_causal:  # a query that may attend to nothing (a padded one) gets zeros, as in torch, not NaN
+            weights = attn_mask.any(-1, keepdim=True).where(weights, 0.0)
+        return weights.dropout(dropout_p) @ value
 
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
         rows, cols = self.shape[-2:]

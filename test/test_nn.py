@@ -503,6 +503,16 @@ def test_sdpa_bool_mask(torch):
     _sdpa(torch, (2, 3, 4), (2, 5, 4), (2, 5, 4), mask=mask)
 
 
+def test_sdpa_query_that_may_attend_to_nothing_gets_zeros(torch):
+    # a padded query: torch gives zeros (and zero gradients), not NaN that spreads into the loss
+    mask = np.random.default_rng(7).random((3, 5)) < 0.5
+    mask[:, 0], mask[1] = True, False
+    _sdpa(torch, (2, 3, 4), (2, 5, 4), (2, 5, 4), mask=mask)
+    q = Tensor(rand(1, 3, 4))
+    with pytest.raises(ValueError, match="pass attn_mask or is_causal=True, not both"):
+        q.scaled_dot_product_attention(q, q, attn_mask=Tensor(mask[:, :3]), is_causal=True)
+
+
 def test_sdpa_float_mask(torch):
     _sdpa(torch, (2, 3, 4), (2, 5, 4), (2, 5, 4), mask=rand(3, 5, seed=8, low=-2, high=0))
 

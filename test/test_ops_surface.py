@@ -412,3 +412,7 @@ def test_torch_conventions_of_randint_hardsigmoid_and_binary_cross_entropy():
     predictions, targets = np.array([0.0, 1.0, 0.3], np.float32), np.array([1.0, 0.0, 1.0], np.float32)
     theirs = torch.nn.functional.binary_cross_entropy(torch.tensor(predictions), torch.tensor(targets)).item()
     np.testing.assert_allclose(Tensor(predictions).binary_crossentropy(Tensor(targets)).item(), theirs, rtol=1e-6)
+    # hardtanh's slope is 0 on its bounds (clip's is 1 there)
+    at_bounds = Tensor([-1.0, 0.0, 1.0, -2.0, 2.0], requires_grad=True)
+    at_bounds.hardtanh().sum().backward()
+    np.testing.assert_array_equal(at_bounds.grad.numpy(), [0.0, 1.0, 0.0, 0.0, 0.0])
