@@ -636,6 +636,35 @@ def test_sgd_momentum_simple_loop(torch, kwargs):
         close(w, tw, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("make", ["Adam", "AdamW"])
+def test_adam_counts_a_parameters_steps_from_its_gradients(torch, make, jit):
+    # torch counts a parameter's steps only when it has a gradient (a frozen or unused layer): its bias corrections
+    # then differ from the others'
+    ours, theirs = (
+        [Tensor([1.0, -2.0], requires_grad=True) for _ in range(2)],
+        [torch.tensor([1.0, -2.0]) for _ in range(2)],
+    )
+    for tensor in theirs:
+        tensor.requires_grad_()
+    opt, topt = getattr(optim, make)(ours, lr=0.1), getattr(torch.optim, make)(theirs, lr=0.1)
+
+    def step(first_only: bool):
+        opt.zero_grad()
+        (ours[0] * ours[0] if first_only else ours[0] * ours[1]).sum().backward()
+        opt.step()
+
+    # (a TinyJit replays one graph: its parameter that has no gradient misses every replayed step)
+    run = TinyJit(lambda: step(True)) if jit else (lambda: step(True))
+    for number in range(5):
+        run() if jit or number < 2 else step(False)
+        topt.zero_grad()
+        (theirs[0] * theirs[0] if jit or number < 2 else theirs[0] * theirs[1]).sum().backward()
+        topt.step()
+    for a, b in zip(ours, theirs):
+        close(a, b.detach(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"lr": 0.01}, {"lr": 0.02, "b1": 0.8, "b2": 0.99, "eps": 1e-6}])
 def test_adam(torch, kwargs):
     theirs = {k: v for k, v in kwargs.items() if k not in ("b1", "b2")}

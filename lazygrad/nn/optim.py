@@ -122,22 +122,35 @@ class LAMB(Optimizer):
         self.steps = Tensor([0.0], requires_grad=False, device=self.params[0].device).realize()
         self.first = [self._state(p) for p in self.params]
         self.second = [self._state(p) for p in self.params]
+        # torch counts a parameter's steps only when it has a gradient: one that missed a step counts its own from
+        # then on (the others share `steps`)
+        self.own_steps: list[Tensor | None] = [None] * len(self.params)
+
+    def _scales(self, steps: Tensor) -> tuple[Tensor, Tensor]:
+        """The bias corrections after `steps` steps as two numbers, as in torch: the first moment's scale (with
+        Adam's learning rate in it: LAMB's trust ratio needs the update unscaled) and the second's."""
+        first_scale = (1 - self.b1**steps).reciprocal()
+        return first_scale * self.lr if self.adam else first_scale, (1 - self.b2**steps).rsqrt()
 
     def _updates(self) -> list[Tensor]:
-        # the step count lives on the device so a JIT replay advances the bias corrections too. They are two numbers
-        # per step, as in torch: the first moment's scale (with Adam's learning rate in it: LAMB's trust ratio needs
-        # the update unscaled) and the second's, so a parameter's update broadcasts two numbers, not three
+        # the step count lives on the device so a JIT replay advances the bias corrections too
         self.steps.assign(self.steps + 1)
-        first_scale = (1 - self.b1**self.steps).reciprocal()
-        second_scale = (1 - self.b2**self.steps).rsqrt()
-        if self.adam:
-            first_scale = first_scale * self.lr
+        shared_scales = self._scales(self.steps)
         decay = self.lr * self.weight_decay if self.adam else self.weight_decay
         updated = [self.steps]
-        for param, first, second in zip(self.params, self.first, self.second):
-            grad = self._gradient(param)
+        for number, (param, first, second) in enumerate(zip(self.params, self.first, self.second)):
+            grad, own_steps = self._gradient(param), self.own_steps[number]
             if grad is None:
+                if own_steps is None:  # its count stops here: the steps before this one
+                    self.own_steps[number] = own_steps = (self.steps - 1).contiguous()
+                    own_steps.requires_grad = False
+                    updated.append(own_steps)
                 continue
+            first_scale, second_scale = shared_scales
+            if own_steps is not None:
+                own_steps.assign(own_steps + 1)
+                updated.append(own_steps)
+                first_scale, second_scale = self._scales(own_steps)
             first.assign(self.b1 * first + (1 - self.b1) * grad)
             second.assign(self.b2 * second + (1 - self.b2) * grad * grad)
             update = first * first_scale / (second.sqrt() * second_scale + self.eps)
