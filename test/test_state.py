@@ -234,3 +234,11 @@ def test_load_state_dict_takes_float64_arrays_where_the_device_has_no_doubles(mo
     load_state_dict(model, {name: np.full(t.shape, 0.25) for name, t in get_state_dict(model).items()})
     assert model.first.weight.dtype == dtypes.float32
     assert_tensor(model.first.weight, np.full((2, 3), 0.25, np.float32))
+
+
+def test_load_state_dict_takes_torch_tensors_of_bfloat16():
+    # NumPy has no bfloat16, so torch cannot hand such a tensor over as it is
+    layer = nn.Linear(2, 2)
+    weight = torch.tensor([[1.5, -2.0], [0.25, 3.0]], dtype=torch.bfloat16)
+    load_state_dict(layer, {"weight": weight, "bias": torch.zeros(2, dtype=torch.bfloat16)})
+    np.testing.assert_array_equal(layer.weight.numpy(), weight.float().numpy())

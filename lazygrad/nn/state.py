@@ -106,6 +106,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         if name in state_dict:
             value = state_dict[name]
             if not isinstance(value, Tensor):  # straight into the parameter's dtype (a device may lack float64)
+                if type(value).__module__ == "torch" and str(getattr(value, "dtype", "")) == "torch.bfloat16":
+                    value = value.float()  # (NumPy has no bfloat16: torch cannot hand it over as it is)
                 value = Tensor(np.asarray(value), dtype=tensor.dtype, device=tensor.device)
             tensor.assign(value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)).realize()
 
