@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes, integer_range
-from lazygrad.tensor_elementwise import broadcast_node
+from lazygrad.tensor_elementwise import broadcast_node, check_same_device
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ class ConvMixin:
         self: Tensor, weight, bias, groups, stride, dilation, padding, op_name: str, count: int | None = None
     ) -> Tensor:
         _check_tensor(weight, "weight", op_name)
+        check_same_device(op_name, self, weight, bias)
         count = weight.ndim - 2 if count is None else count
         letters = ("L",) if count == 1 else ("H", "W") if count == 2 else tuple(f"S{i}" for i in range(count))
         if count < 1 or self.ndim != count + 2 or weight.ndim != count + 2:
@@ -210,6 +211,7 @@ class ConvMixin:
         self: Tensor, weight, bias, groups, stride, dilation, padding, output_padding, op_name: str, count=None
     ) -> Tensor:
         _check_tensor(weight, "weight", op_name)
+        check_same_device(op_name, self, weight, bias)
         count = weight.ndim - 2 if count is None else count
         if count < 1 or self.ndim != count + 2 or weight.ndim != count + 2:
             raise ValueError(

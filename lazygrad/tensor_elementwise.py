@@ -79,6 +79,15 @@ def broadcast_shape(op_name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(result)
 
 
+def check_same_device(op_name: str, *tensors) -> None:
+    """An error naming the op where its tensors (other arguments are skipped) live on different devices."""
+    devices = list(dict.fromkeys(tensor.device for tensor in tensors if isinstance(tensor, ElementwiseMixin)))
+    if len(devices) > 1:
+        raise ValueError(
+            f"{op_name}: tensors are on different devices ({' and '.join(devices)}); move them to one with .to()"
+        )
+
+
 def check_device_has(dtype: DType, device: str, op_name: str) -> None:
     """An error naming the op when `device` cannot compute in `dtype` (an OpenCL device without doubles)."""
     if dtype in Device[device].unsupported_dtypes:
@@ -145,10 +154,7 @@ class ElementwiseMixin:
             if other_node.dtype is node.dtype and other_node.shape == node.shape and other.device == self.device:
                 return (other_node, node) if reverse else (node, other_node)
         if isinstance(other, ElementwiseMixin):
-            if other.device != self.device:
-                raise ValueError(
-                    f"{op_name}: tensors are on different devices ({self.device} and {other.device}); move one with .to()"
-                )
+            check_same_device(op_name, self, other)
             other_node = other.uop
             dtype = (
                 node.dtype

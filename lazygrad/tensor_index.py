@@ -14,6 +14,7 @@ import numpy as np
 from lazygrad.dtype import check_fits, dtypes, integer_range
 from lazygrad.engine.buffers import is_buffer_view
 from lazygrad.helpers import prod
+from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_movement import normalize_axis
 from lazygrad.uop.ops import Ops
 
@@ -82,6 +83,7 @@ class IndexMixin:
         if not hasattr(index, "uop") or index.dtype.is_float or index.dtype == dtypes.bool:
             kind = index.dtype if hasattr(index, "uop") else type(index).__name__
             raise TypeError(f"{op_name}: index must be an integer Tensor, got {kind}; make it with dtype=dtypes.int32")
+        check_same_device(op_name, self, index, other)
         if index.ndim != self.ndim:
             raise ValueError(
                 f"{op_name}: index {index.shape} must have as many dimensions as the input {self.shape}; "
@@ -464,6 +466,7 @@ class IndexMixin:
         twice, the last value wins (as in NumPy)."""
         self._check_writable()
         target_shape = self[index].shape
+        check_same_device("setitem", self, value)
         if hasattr(value, "uop"):
             try:
                 value = value.cast(self.dtype).expand(target_shape)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_movement import normalize_axis
 
 if TYPE_CHECKING:
@@ -226,6 +227,7 @@ class LayoutMixin:
         for operand in operands:
             if not hasattr(operand, "uop"):
                 raise TypeError(f"einsum: operands must be Tensors, got {type(operand).__name__}")
+        check_same_device("einsum", *operands)
         formula = formula.replace(" ", "")
         inputs, arrow, output = formula.partition("->")
         terms = inputs.split(",")

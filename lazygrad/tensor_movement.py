@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import prod
+from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -300,6 +301,7 @@ class MovementMixin:
         if isinstance(self, (list, tuple)):
             return _first_of(self, "cat").cat(*self[1:], *others, dim=dim)
         tensors = (self, *others)
+        check_same_device("cat", *tensors)
         dim = normalize_axis(dim, self.ndim, "cat")
         for other in others:
             if other.ndim != self.ndim or any(

@@ -13,6 +13,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.engine.realize import run_host
 from lazygrad.helpers import prod
 from lazygrad.tensor_conv import _pair
+from lazygrad.tensor_elementwise import check_same_device
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -86,6 +87,7 @@ class NNMixin:
     ) -> Tensor:
         """softmax(q kᵀ · scale + mask) v, with scale 1/sqrt(d) by default. With `enable_gqa`, key and value may have
         fewer heads (axis -3) than the query: each serves a group of query heads, as in torch."""
+        check_same_device("scaled_dot_product_attention", self, key, value, attn_mask)
         if self.ndim < 2 or key.ndim < 2 or value.ndim < 2 or self.shape[-1] != key.shape[-1]:
             raise ValueError(
                 f"scaled_dot_product_attention: query {self.shape} and key {key.shape} need at least 2 dimensions and "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import DType, dtypes, is_small_int, to_dtype
-from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_node, broadcast_shape
+from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_node, broadcast_shape, check_same_device
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
@@ -259,6 +259,7 @@ class ReduceMixin:
         """Matrix product with NumPy's rules: 1-D operands are vectors, leading axes broadcast as a batch."""
         if not isinstance(other, ElementwiseMixin):
             raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
+        check_same_device("matmul", self, other)
         if self.ndim == 0 or other.ndim == 0:
             raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {other.shape}")
         inner_self = self.shape[-1]

@@ -703,6 +703,29 @@ def test_ops_across_devices_name_both():
         a + b
 
 
+def test_ops_of_tensors_on_two_devices_name_the_op_called():
+    # not the elementwise step inside it (a matmul's mul, a cat's add)
+    here, there = (
+        Tensor(np.ones((2, 2), np.float32), device="LLVM"),
+        Tensor(np.ones((2, 2), np.float32), device="PYTHON"),
+    )
+    index = Tensor(np.zeros((2, 2), np.int32), device="PYTHON")
+    calls = {
+        "matmul": lambda: here @ there,
+        "cat": lambda: here.cat(there),
+        "conv2d": lambda: here.reshape(1, 1, 2, 2).conv2d(there.reshape(1, 1, 2, 2)),
+        "gather": lambda: here.gather(0, index),
+        "einsum": lambda: Tensor.einsum("ij,jk->ik", here, there),
+        "scaled_dot_product_attention": lambda: here.scaled_dot_product_attention(there, there),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"^{name}: tensors are on different devices \(LLVM and PYTHON\)"):
+            call()
+    target = Tensor.zeros(2, 2).contiguous().realize()
+    with pytest.raises(ValueError, match=r"^setitem: tensors are on different devices"):
+        target[0] = there[0]
+
+
 def test_to_copies_between_devices(device):
     source = numbers(6, seed=30)
     moved = Tensor(source, device="PYTHON").to(device)
