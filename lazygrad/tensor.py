@@ -395,6 +395,11 @@ class Tensor(
         """Accumulate d(sum of root·seed)/d(t) into `.grad` of every live tensor `t` in the roots' graphs."""
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are off (Tensor.no_grad is set); turn it off to call backward")
+        if any(root.requires_grad is False for root in roots):
+            raise RuntimeError(
+                "backward: the tensor does not require a gradient (computed under Tensor.no_grad or with "
+                "requires_grad=False), so nothing it was computed from would get one; compute it with gradients on"
+            )
         with collector_paused():  # (it builds a graph as large as the forward one: see collector_paused)
             # gradients are taken on the computations behind realized views, so realizing never cuts the history
             nodes = [r.uop for r in roots]

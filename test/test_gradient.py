@@ -332,7 +332,10 @@ def test_no_grad_results_carry_no_gradient_and_backward_raises():
     finally:
         Tensor.no_grad = False
     assert x.grad is None
-    # back with gradients on, the result built under no_grad still passes nothing to x
+    # back with gradients on, the result built under no_grad still passes nothing to x, and alone it is an error
+    # (as in torch), not a backward that silently fills no gradient
+    with pytest.raises(RuntimeError, match="backward: the tensor does not require a gradient"):
+        built.backward()
     (built + (x * 3).sum()).backward()
     assert_grad(x, [3, 3])
 
