@@ -187,7 +187,11 @@ class NNMixin:
             raise TypeError(f"one_hot: labels must be integers, got {self.dtype}")
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r}")
-        _check_label_range(self, num_classes, "one_hot", "fix the labels or pass a larger num_classes")
+        return self._one_hot(num_classes, "one_hot", "fix the labels or pass a larger num_classes")
+
+    def _one_hot(self: Tensor, num_classes: int, op_name: str, fix: str) -> Tensor:
+        """one_hot, for an op that uses it (an embedding's lookup): an out-of-range label is that op's error."""
+        _check_label_range(self, num_classes, op_name, fix)
         return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(dtypes.int32)
 
     def _check_labels(self: Tensor, labels: Tensor, op_name: str, ignore_index: int | None = None) -> None:

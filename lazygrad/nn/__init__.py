@@ -211,7 +211,8 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if idx.dtype.is_float:
             raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
-        one_hot = idx.one_hot(self.vocab_size).cast(self.weight.dtype)
+        fix = f"indices must be below vocab_size {self.vocab_size}: fix them, or make a larger Embedding"
+        one_hot = idx._one_hot(self.vocab_size, "Embedding", fix).cast(self.weight.dtype)
         return one_hot @ self.weight
 
 
