@@ -154,7 +154,8 @@ class ElementwiseMixin:
             if other_node.dtype is node.dtype and other_node.shape == node.shape and other.device == self.device:
                 return (other_node, node) if reverse else (node, other_node)
         if isinstance(other, ElementwiseMixin):
-            check_same_device(op_name, self, other)
+            if other.device != self.device:
+                check_same_device(op_name, self, other)
             other_node = other.uop
             dtype = (
                 node.dtype

@@ -106,8 +106,11 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         if name in state_dict:
             value = state_dict[name]
             if not isinstance(value, Tensor):  # straight into the parameter's dtype (a device may lack float64)
-                if type(value).__module__ == "torch" and str(getattr(value, "dtype", "")) == "torch.bfloat16":
-                    value = value.float()  # (NumPy has no bfloat16: torch cannot hand it over as it is)
+                if hasattr(
+                    value, "detach"
+                ):  # a torch tensor (a Parameter too): NumPy takes it detached, without bfloat16
+                    value = value.detach()
+                    value = value.float() if str(value.dtype) == "torch.bfloat16" else value
                 value = Tensor(np.asarray(value), dtype=tensor.dtype, device=tensor.device)
             tensor.assign(value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)).realize()
 
