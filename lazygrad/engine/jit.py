@@ -20,27 +20,25 @@ class JitError(RuntimeError):
     """A call the JIT cannot replay correctly."""
 
 
+def _leaves_in(value: Any, kind: type | tuple[type, ...]) -> list:
+    """The values of `kind` in arguments or a result: nested in lists, tuples and dict values."""
+    if isinstance(value, kind):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves_in(item, kind)]
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves_in(item, kind)]
+    return []
+
+
 def _tensors_in(value: Any) -> list:
     from lazygrad.tensor import Tensor
 
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors_in(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors_in(item)]
-    return []
+    return _leaves_in(value, Tensor)
 
 
-def _numbers_in(value: Any) -> list:
-    """The Python and NumPy numbers in a function's result (as `_tensors_in` finds its tensors)."""
-    if isinstance(value, (bool, int, float, complex, np.generic)):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [number for item in value for number in _numbers_in(item)]
-    if isinstance(value, dict):
-        return [number for item in value.values() for number in _numbers_in(item)]
-    return []
+# what a replay cannot recompute: it runs kernels, not the function's Python
+_NUMBERS = (bool, int, float, complex, np.generic)
 
 
 class TinyJit:
@@ -133,7 +131,7 @@ class TinyJit:
             raise JitError(
                 f"TinyJit({self.function.__name__}): the function launched no kernels, so there is nothing to replay"
             )
-        if numbers := _numbers_in(result):
+        if numbers := _leaves_in(result, _NUMBERS):
             raise JitError(
                 f"TinyJit({self.function.__name__}): the function returns the Python number {numbers[0]!r}, which a "
                 "replay would return unchanged (it runs kernels, not Python); return the Tensor and call .item() on "
