@@ -13,7 +13,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.engine.realize import run_host
 from lazygrad.helpers import prod
 from lazygrad.tensor_conv import _pair
-from lazygrad.tensor_elementwise import check_same_device
+from lazygrad.tensor_elementwise import broadcast_shape, check_same_device
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -104,6 +104,14 @@ class NNMixin:
             value = value.repeat_interleave(heads // kv_heads, -3)
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self @ key.transpose(-2, -1) * scale
+        if attn_mask is not None:
+            try:
+                broadcast_shape("scaled_dot_product_attention", attn_mask.shape, scores.shape)
+            except ValueError:
+                raise ValueError(
+                    f"scaled_dot_product_attention: attn_mask {attn_mask.shape} does not broadcast to the scores "
+                    f"{scores.shape} (…, queries, keys); give it (queries, keys) or the scores' shape"
+                ) from None
         if is_causal:
             if attn_mask is not None:
                 raise ValueError(

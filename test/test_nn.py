@@ -511,6 +511,8 @@ def test_sdpa_query_that_may_attend_to_nothing_gets_zeros(torch):
     q = Tensor(rand(1, 3, 4))
     with pytest.raises(ValueError, match="pass attn_mask or is_causal=True, not both"):
         q.scaled_dot_product_attention(q, q, attn_mask=Tensor(mask[:, :3]), is_causal=True)
+    with pytest.raises(ValueError, match=r"attn_mask \(3, 5\) does not broadcast to the scores \(1, 3, 3\)"):
+        q.scaled_dot_product_attention(q, q, attn_mask=Tensor(mask))
 
 
 def test_sdpa_float_mask(torch):
