@@ -310,16 +310,17 @@ def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType) -> 
     raise OverflowError(f"{op_name}: {value!r} does not fit in {dtype} (which holds {low}..{high}); use {wider}")
 
 
-def _ints_beyond_int64(data: object) -> bool:
-    """Whether nested lists hold Python ints only, some beyond int64 (NumPy reads those as float64): checked in full
-    only where the first number is an int, so a list of floats costs nothing more."""
+def _ints_beyond_int64(data: object) -> np.ndarray | None:
+    """The values of nested lists that hold Python ints only, some beyond int64 (NumPy reads those as float64), flat;
+    else None. Checked in full only where the first number is an int, so a list of floats costs nothing more."""
     first = data
     while isinstance(first, (list, tuple)) and first:
         first = first[0]
     if not isinstance(first, int) or isinstance(first, bool):
-        return False
+        return None
     values = np.array(data, dtype=object).reshape(-1)
-    return all(isinstance(value, int) for value in values) and any(abs(value) > 2**63 - 1 for value in values)
+    beyond = all(isinstance(value, int) for value in values) and any(abs(value) > 2**63 - 1 for value in values)
+    return values if beyond else None
 
 
 def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]:
@@ -341,10 +342,10 @@ def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]
                     "Tensor", max(array.flat, key=abs), dtype if dtype is not None and dtype.is_int else dtypes.int64
                 )
             raise ValueError("Tensor: nested lists must be rectangular and hold only numbers (ragged input)")
-        if array.dtype.kind == "f" and _ints_beyond_int64(data):  # NumPy read them as floats, rounding them
-            values = np.array(data, dtype=object)
+        # (NumPy read them as floats, rounding them)
+        if array.dtype.kind == "f" and (values := _ints_beyond_int64(data)) is not None:
             target = dtype if dtype is not None and dtype.is_int else dtypes.int64
-            for extreme in (min(values.flat), max(values.flat)):
+            for extreme in (min(values), max(values)):
                 check_fits("Tensor", extreme, target)
             array = np.array(data, dtype=target.np)
     if array.dtype.kind in "US":

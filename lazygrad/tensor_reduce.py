@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lazygrad.dtype import DType, dtypes, is_small_int, to_dtype
+from lazygrad.dtype import DType, dtypes, is_small_int, least_upper_dtype, to_dtype
 from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_node, broadcast_shape, check_same_device
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops, UOp
@@ -287,14 +287,14 @@ class ReduceMixin:
             else other.reshape(1, other.shape[0], 1)
         )
         w = w.transpose(-1, -2)
-        product = x * w
-        if product.dtype == dtypes.bool or is_small_int(product.dtype):
+        dtype = least_upper_dtype(self.dtype, other.dtype, op_name="matmul")
+        if dtype == dtypes.bool or is_small_int(dtype):
             # int matmuls keep their dtype, as in PyTorch: products and sum in 32 bits, wrapped once at the end (a
             # product wrapped to 8 bits, then summed in 32, is neither the exact nor the wrapped result)
             wide = x.cast(dtypes.int32) * w.cast(dtypes.int32)
-            product = wide.sum(-1, dtype=dtypes.int32).cast(product.dtype)
+            product = wide.sum(-1, dtype=dtypes.int32).cast(dtype)
         else:
-            product = product._sum_unwidened(-1)
+            product = (x * w)._sum_unwidened(-1)
         if other.ndim == 1:
             product = product.reshape(product.shape[:-1])
         if self.ndim == 1:
