@@ -442,7 +442,9 @@ class Team:
     def run(self, table: int, count: int, shared: bool = True) -> None:
         """Run the `count` kernels of the table at address `table`, with the workers if `shared`."""
         if not (shared and self.workers and self.calling.acquire(blocking=False)):
-            self.runner.function(table, self.closed_words().buffer_info()[0], count)  # (no worker sees these)
+            # words no worker sees, held in a name until the call returns (the runner writes to them)
+            private = self.closed_words()
+            self.runner.function(table, private.buffer_info()[0], count)
             return
         words = self.words
         try:

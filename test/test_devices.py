@@ -1176,3 +1176,33 @@ def test_c_renders_scalar_accumulators_where_no_vector_fits():
     np.testing.assert_allclose(
         (Tensor(x, device=available("CPU")) @ Tensor(w, device="CPU")).numpy(), x @ w, 1e-4, 1e-4
     )
+
+
+def test_a_call_that_runs_alone_keeps_its_words_alive_until_it_returns(monkeypatch):
+    """The runner writes a chunked kernel's progress into the words of its call: words made for a call that runs
+    without the workers must outlive it (freed before the call, they were written after Python reused the memory, and
+    a jitted step crashed)."""
+    import array
+    import weakref
+
+    from lazygrad.device import Team
+
+    team = Device[available("LLVM")].team()
+    made: list[weakref.ref] = []
+    closed_words = Team.closed_words
+
+    def tracked(self):
+        words = closed_words(self)
+        made.append(weakref.ref(words))
+        return words
+
+    monkeypatch.setattr(Team, "closed_words", tracked)
+    alive: list[bool] = []
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    def record(buffers, start, end):
+        alive.append(made[-1]() is not None)
+
+    table = array.array("Q", [ctypes.cast(record, ctypes.c_void_p).value, 0, 4, 1])  # 4 iterations, chunks of 1
+    team.run(table.buffer_info()[0], 1, shared=False)
+    assert alive and all(alive)
