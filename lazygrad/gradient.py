@@ -54,6 +54,13 @@ def binary_max_gradient(out: UOp, grad: UOp) -> tuple[UOp, UOp]:
     return grad * (a_wins + half_tie), grad * (full_like(a, 1.0) - a_wins - half_tie)
 
 
+def remainder_gradient(out: UOp, grad: UOp) -> tuple[UOp | None, UOp | None]:
+    if not out.dtype.is_float:  # (an integer remainder: no gradient)
+        return None, None
+    a, b = out.src
+    return grad, (grad * divide(a + out.alu(Ops.NEG), b)).alu(Ops.NEG)
+
+
 def reduce_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
     source = out.src[0]
     reduce_op, axes = out.arg
@@ -113,6 +120,8 @@ derivative_rules = PatternMatcher(
         (UPat(Ops.SIN, name="out"), lambda grad, out: (grad * out.src[0].alu(Ops.COS),)),
         (UPat(Ops.COS, name="out"), lambda grad, out: ((grad * out.src[0].alu(Ops.SIN)).alu(Ops.NEG),)),
         (UPat(Ops.MAX, name="out"), lambda grad, out: binary_max_gradient(out, grad)),
+        # a float remainder a - q*b, its truncated quotient q = (a - out) / b held constant
+        (UPat(Ops.MOD, name="out"), lambda grad, out: remainder_gradient(out, grad)),
         (
             UPat(Ops.WHERE, name="out"),
             lambda grad, out: (
@@ -140,7 +149,7 @@ derivative_rules = PatternMatcher(
     ]
 )
 # comparisons, integer ops, DETACH and the leaves have no rule: no gradient flows through them
-NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.DETACH}
+NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.DETACH}
 
 
 def rule_for(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:

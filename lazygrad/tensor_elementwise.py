@@ -234,10 +234,12 @@ class ElementwiseMixin:
             if dtypes.default_float.itemsize == 8:
                 check_device_has(dtypes.default_float, self.device, "div")
             x, y = UOp(Ops.CAST, dtypes.default_float, (x,)), UOp(Ops.CAST, dtypes.default_float, (y,))
-        if x.dtype == dtypes.bfloat16:  # one rounding, as PyTorch's: 1/y rounded to 8 bits costs x/y a bit
-            x, y = UOp(Ops.CAST, dtypes.float32, (x,)), UOp(Ops.CAST, dtypes.float32, (y,))
+        if x.dtype in (dtypes.bfloat16, dtypes.float16):
+            # in float32 and rounded once, as PyTorch's: 1/y rounded to 8 bits costs x/y a bit, and 1/y of a half
+            # below 2**-16 is inf
+            narrow, x, y = x.dtype, UOp(Ops.CAST, dtypes.float32, (x,)), UOp(Ops.CAST, dtypes.float32, (y,))
             quotient = x.alu(Ops.MUL, UOp(Ops.RECIP, x.dtype, (y,)))
-            return self._new(UOp(Ops.CAST, dtypes.bfloat16, (quotient,)))
+            return self._new(UOp(Ops.CAST, narrow, (quotient,)))
         return self._new(x.alu(Ops.MUL, UOp(Ops.RECIP, x.dtype, (y,))))
 
     def idiv(self: Tensor, other, reverse: bool = False) -> Tensor:
@@ -250,24 +252,49 @@ class ElementwiseMixin:
         return x._new(x.uop.alu(Ops.IDIV, y.uop))
 
     def floordiv(self: Tensor, other, reverse: bool = False) -> Tensor:
-        """Division rounded down (Python's `//`). For ints, `x // 0` is 0 (as in NumPy) and the most negative value
-        divided by -1 wraps to itself."""
+        """Division rounded down (Python's `//`). For floats, as Python and PyTorch compute it, from the exact
+        remainder: exact while the quotient is an integer the dtype holds, else within an ulp or two (as `/` is);
+        `x // 0.0` is x / 0.0. For ints, `x // 0` is 0 (as in NumPy) and the most negative value divided by -1
+        wraps to itself."""
         x, y = self._operands(other, "floordiv", reverse)
-        if x.dtype.is_float:
-            return (x / y).floor()
         if x.dtype == dtypes.bool:
             raise TypeError("floordiv: not defined for bool tensors; cast to int first")
+        if x.dtype.is_float:
+            return x._floored_quotient(y)
         quotient = x._new(x.uop.alu(Ops.IDIV, y.uop))
         # the kernel truncates toward zero: step down where a remainder is left and its sign differs from y's
         return x._truncated_remainder_off(y).where(quotient - 1, quotient)
 
+    def _floored_quotient(self: Tensor, divisor: Tensor) -> Tensor:
+        # (x - fmod(x, y)) / y is the truncated quotient up to rounding: step down as for ints, then round a floor
+        # that rounding left just below an integer up to it
+        truncated = (self - self.fmod(divisor)) / divisor
+        stepped = self._truncated_remainder_off(divisor).where(truncated - 1, truncated)
+        floored = stepped.floor()
+        floored = (stepped - floored > 0.5).where(floored + 1, floored)
+        quotient = self / divisor
+        # a zero takes the sign of the true quotient; a zero divisor gives the IEEE quotient (inf or nan)
+        floored = (stepped == 0).where(quotient * 0, floored)
+        return (divisor == 0).where(quotient, floored)
+
     def mod(self: Tensor, other, reverse: bool = False) -> Tensor:
-        """Remainder with the divisor's sign (Python's `%`). For ints, `x % 0` is 0 (as in NumPy)."""
+        """Remainder with the divisor's sign (Python's `%`, PyTorch's `remainder`), exact for floats too (`1e10 % 3.0`
+        is 1.0). `x % 0.0` is NaN; for ints, `x % 0` is 0 (as in NumPy)."""
         x, y = self._operands(other, "mod", reverse)
-        if x.dtype.is_float or x.dtype == dtypes.bool:
-            return x - x.floordiv(y) * y
+        if x.dtype == dtypes.bool:
+            raise TypeError("mod: not defined for bool tensors; cast to int first")
         remainder = x._new(x.uop.alu(Ops.MOD, y.uop))
         return x._truncated_remainder_off(y).where(remainder + y, remainder)
+
+    remainder = mod
+
+    def fmod(self: Tensor, other) -> Tensor:
+        """Remainder with the dividend's sign (C's `fmod`, PyTorch's `fmod`), exact. `x fmod 0.0` is NaN; for ints,
+        it is 0 (as in NumPy)."""
+        x, y = self._operands(other, "fmod")
+        if x.dtype == dtypes.bool:
+            raise TypeError("fmod: not defined for bool tensors; cast to int first")
+        return x._new(x.uop.alu(Ops.MOD, y.uop))
 
     def _truncated_remainder_off(self: Tensor, divisor: Tensor) -> Tensor:
         """Where the truncating remainder of self / divisor is nonzero with the sign opposite to the divisor's: there

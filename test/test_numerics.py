@@ -254,6 +254,49 @@ def test_division_by_scalars_zero_and_minus_one():
     assert np.isnan((Tensor(floats) % 0.0).numpy()).all()
 
 
+FLOAT_DTYPES = {dtypes.float16: np.float16, dtypes.float32: np.float32, dtypes.float64: np.float64}
+
+
+def float_division_cases(np_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Every sign combination, quotients far beyond the integers the dtype holds, zeros, infinities and NaN; 16 times
+    over, so vector lanes compute them too."""
+    big, inf, nan = float(np.finfo(np_dtype).max) / 4, np.inf, np.nan
+    a = [7.5, -7.5, 7.5, -7.5, 6, -6, 6, -6, 0.5, -0.5, 0, big, -big, big, 1000, inf, -inf, 5, -5, 5, nan, 5, -5]
+    b = [2, 2, -2, -2, 3, 3, -3, -3, -3, -3, -3, 3, 3, -0.1, 1e-3, 3, 3, inf, inf, -inf, 1, 0, 0]
+    return np.tile(np.array(a, np_dtype), 16), np.tile(np.array(b, np_dtype), 16)
+
+
+@pytest.mark.parametrize("dtype", list(FLOAT_DTYPES))
+def test_float_remainders_are_exact(dtype):
+    """% (torch's remainder) and fmod of floats are exact however large the quotient (1e10 % 3.0 is 1.0), with
+    Python's infinities and NaNs, as NumPy's are (torch's vectorized remainder and fmod are not: NaN for 8.5e37 % -0.1); //
+    is exact while the quotient is an integer the dtype holds."""
+    a, b = float_division_cases(FLOAT_DTYPES[dtype])
+    x, y = Tensor(a, dtype=dtype), Tensor(b, dtype=dtype)
+    np.testing.assert_array_equal((x % y).numpy(), numpy_quietly(np.remainder, a, b))
+    np.testing.assert_array_equal(x.fmod(y).numpy(), numpy_quietly(np.fmod, a, b))
+    quotient, expected = (x // y).numpy(), numpy_quietly(np.floor_divide, a, b)
+    held = ~(np.abs(expected) >= 2.0 ** np.finfo(a.dtype).nmant)
+    np.testing.assert_array_equal(quotient[held], expected[held])
+    np.testing.assert_allclose(quotient[~held], expected[~held], rtol=4 * float(np.finfo(a.dtype).eps))
+    # folded on constants in Python, the same values
+    folded = [(Tensor.full((), float(left), dtype=dtype) % float(right)).item() for left, right in zip(a[:23], b[:23])]
+    np.testing.assert_array_equal(np.array(folded, a.dtype), numpy_quietly(np.remainder, a[:23], b[:23]))
+
+
+def test_float_remainder_gradients_match_torch():
+    a = np.array([7.5, -7.5, 1e10, 3.0, -3.0, 0.25], np.float32)
+    b = np.array([2.0, 2.0, 3.0, -2.0, 0.5, -1.0], np.float32)
+    weights = np.arange(1, 7, dtype=np.float32)
+    for name in ("remainder", "fmod"):
+        x, y = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+        (getattr(x, name)(y) * Tensor(weights)).sum().backward()
+        tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        (getattr(torch, name)(tx, ty) * torch.tensor(weights)).sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy(), err_msg=name)
+        np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-6, err_msg=name)
+
+
 def test_constant_folding_agrees_with_kernels():
     """The simplifier folds ops on constants in Python; the same ops on loaded values run in kernels."""
     a, b = floor_division_cases(np.int32)

@@ -66,6 +66,8 @@ static inline float exp2f(float value) { return __builtin_exp2f(value); }
 static inline float log2f(float value) { return __builtin_log2f(value); }
 static inline float sinf(float value) { return __builtin_sinf(value); }
 static inline float cosf(float value) { return __builtin_cosf(value); }
+static inline double fmod(double a, double b) { return __builtin_fmod(a, b); }
+static inline float fmodf(float a, float b) { return __builtin_fmodf(a, b); }
 static inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
 static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 

@@ -9,6 +9,9 @@ Integer ops are defined for every input, on every device:
 - SHR of a signed value is arithmetic; a shift by an amount outside [0, bit width) shifts every bit out (SHL gives 0,
   SHR 0 or -1 by the sign), as NumPy and PyTorch do.
 
+MOD of floats is C's fmod: the exact remainder of the truncated quotient, with the dividend's sign (NaN for a zero
+divisor or an infinite dividend), which every language has as a function.
+
 C, OpenCL C and CUDA C leave signed overflow, division by zero, that one overflowing division and out-of-range shifts
 undefined (and LLVM IR makes them poison or a trap), so renderers compute what may overflow through unsigned types and
 guard what may divide by zero or by -1 and shifts whose amount may be out of range; `may_wrap`, `division_hazards`
@@ -36,6 +39,14 @@ def _truncating_div(a: int, b: int) -> int:
 
 def _truncating_mod(a: int, b: int) -> int:
     return a - _truncating_div(a, b) * b if b != 0 else 0
+
+
+def _float_remainder(a: float, b: float) -> float:
+    """MOD of floats: C's fmod, the exact remainder of a truncated division, with the dividend's sign; NaN for a
+    zero divisor or an infinite dividend (Python's math.fmod raises there)."""
+    if b == 0 or math.isinf(a) or math.isnan(a) or math.isnan(b):
+        return math.nan
+    return math.fmod(a, b)
 
 
 def _exp2(x: float) -> float:
@@ -107,6 +118,8 @@ def exec_alu(op: Ops, dtype: DType, operands: list[Any]) -> Any:
         return cast_python(_fmax(*operands), dtype)
     if op is Ops.RECIP and dtype.is_int:
         return 0
+    if op is Ops.MOD and dtype.is_float:
+        return cast_python(_float_remainder(*operands), dtype)
     if op is Ops.MUL and dtype.is_float:
         # inf * 0 is nan, as in IEEE arithmetic
         a, b = operands
@@ -229,6 +242,8 @@ def exec_alu_array(op: Ops, dtype: DType, operands: list[Any]) -> Any:
                 return _ARRAY_TRANSCENDENTAL[op](np.asarray(operands[0], np.float64)).astype(out)
             if op is Ops.RECIP:
                 return np.divide(out.type(1), operands[0], dtype=out)
+            if op is Ops.MOD:  # (exact: computed in float64 from the operands' values, it rounds to itself)
+                return np.fmod(np.asarray(operands[0], np.float64), operands[1]).astype(out)
             if op is Ops.MAX:
                 a, b = operands
                 return np.where(np.isnan(a) | (a > b), a, b).astype(out, copy=False)

@@ -71,7 +71,7 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.SHL: {"int": "{a} << {b}", "uint": "{a} << {b}"},
     Ops.SHR: {"int": "{a} >> {b}", "uint": "{a} >> {b}"},
     Ops.IDIV: {"int": "{a} / {b}", "uint": "{a} / {b}"},
-    Ops.MOD: {"int": "{a} % {b}", "uint": "{a} % {b}"},
+    Ops.MOD: {"int": "{a} % {b}", "uint": "{a} % {b}", "float": "{fmod}({a}, {b})"},
     Ops.WHERE: {kind: "{a} ? {b} : {c}" for kind in ("float", "int", "uint", "bool")},
     Ops.RECIP: {"float": "1.0f / {a}"},
     Ops.SQRT: {"float": "{sqrt}({a})"},
@@ -161,8 +161,8 @@ class CStyleRenderer(Renderer):
     infinity = "INFINITY"
     nan = "NAN"
     unsigned_types = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long long"}
-    math_functions = {"sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf", "cos": "cosf"}
-    double_math_functions = {"sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "cos": "cos"}
+    math_functions = {"sqrt": "sqrtf", "exp2": "exp2f", "log2": "log2f", "sin": "sinf", "cos": "cosf", "fmod": "fmodf"}
+    double_math_functions = {"sqrt": "sqrt", "exp2": "exp2", "log2": "log2", "sin": "sin", "cos": "cos", "fmod": "fmod"}
     half_load = "(float){buffer}[{index}]"
     half_store = "{buffer}[{index}] = (_Float16){value};"
     half_round = "(float)(_Float16)({a})"

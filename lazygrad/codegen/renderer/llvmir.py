@@ -85,6 +85,7 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.SHL: {"int": "shl {t} {a}, {b}", "uint": "shl {t} {a}, {b}"},
     Ops.SHR: {"int": "ashr {t} {a}, {b}", "uint": "lshr {t} {a}, {b}"},
     Ops.WHERE: {kind: "select i1 {a}, {t} {b}, {t} {c}" for kind in ("float", "int", "uint", "bool")},
+    Ops.MOD: {"float": "frem {t} {a}, {b}"},  # (C's fmod: a call of libm's, which the JIT resolves)
     Ops.RECIP: {"float": "fdiv {t} {one}, {a}"},
     Ops.SQRT: {"float": "call {t} @llvm.sqrt.{tn}({t} {a})"},
     Ops.EXP2: {"float": "call {t} @llvm.exp2.{tn}({t} {a})"},
@@ -342,7 +343,7 @@ class LLVMRenderer(Renderer):
                 lines.append(f"  {out} = {cast_instruction(value(src[0]), src[0].dtype, dtype)}")
             elif op is Ops.BITCAST:
                 lines.append(f"  {out} = bitcast {LLVM_TYPES[src[0].dtype]} {value(src[0])} to {LLVM_TYPES[dtype]}")
-            elif op in (Ops.IDIV, Ops.MOD):
+            elif op in (Ops.IDIV, Ops.MOD) and dtype.is_int:
                 lines += self.render_division(out, node, value)
             elif (fused := self.fused_operands(node)) is not None:
                 t = LLVM_TYPES[dtype]

@@ -352,6 +352,13 @@ class OpenCLRenderer(CStyleRenderer):
             return VECTOR_BOOL_TEMPLATES[op].format(**operands)
         if node.dtype.is_int and op in (Ops.IDIV, Ops.MOD):
             return self.render_vector_division(node, operands)
+        if op is Ops.MOD and node.dtype.bits == 64 and self.vector_width > 4:
+            # lane by lane: PoCL's fmod of double8 and double16 is wrong for some lanes (28.0 fmod 0.9158... gave
+            # 0.875), while its scalar fmod, and that of narrower vectors, is exact
+            remainders = (
+                f"fmod({self.lane(src[0], lane)}, {self.lane(src[1], lane)})" for lane in range(self.vector_width)
+            )
+            return f"({self.vector_type(node.dtype)})({', '.join(remainders)})"
         if op in (Ops.SHL, Ops.SHR):
             return self.render_vector_shift(node, operands)
         if node.dtype.is_int and not node.dtype.is_unsigned and op in VECTOR_WRAPPING_TEMPLATES and may_wrap(node):
