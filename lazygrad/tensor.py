@@ -27,6 +27,7 @@ from lazygrad.engine.buffers import (
     read_before_overwrite,
     realized,
     remember_history,
+    views_memory,
     with_history,
 )
 from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
@@ -76,6 +77,20 @@ def pending_assigns() -> list[Tensor]:
     return found
 
 
+def _pending_writes(buffer: UOp) -> list[Tensor]:
+    """The live tensors whose pending assign writes `buffer` (each assign notes itself on its buffer's node, so a
+    view of the buffer read before it runs runs it first)."""
+    writes = buffer.__dict__["writes"]
+    found = {}
+    for key, reference in list(writes.items()):
+        tensor = reference()
+        if tensor is not None and tensor._uop.op is Ops.ASSIGN and tensor._uop.src[0].base is buffer:
+            found[key] = tensor
+    if len(found) < len(writes):  # (those that ran, or died)
+        buffer.__dict__["writes"] = {key: weakref.ref(tensor) for key, tensor in found.items()}
+    return list(found.values())
+
+
 def _prune_made() -> None:
     global _made_pruned_at
     for key in [key for key, reference in _made.items() if reference() is None]:
@@ -101,7 +116,7 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
     for reference in list(_made.values()):
         tensor = reference()
         if tensor is not None and (node := tensor._uop) not in skip and node not in written_now:
-            if not is_buffer_view(node):
+            if not views_memory(node):  # (a view shows the new contents: it keeps no old value)
                 pending[node] = None
     tensor = None  # (no reference of a loop may keep a tensor alive)
     # (in the order the tensors were made, not a set's: the readers join the schedule's outputs, and a step that
@@ -468,10 +483,14 @@ class Tensor(
         # (plain loops: on Python 3.11 a comprehension costs a frame, and one tensor is the common case)
         outputs = []
         for tensor in tensors:
-            if not is_buffer_view(tensor._uop):
-                if not outputs:
-                    device = tensor.device  # (the first pending tensor's)
-                outputs.append(tensor._uop)
+            node = tensor._uop
+            if views_memory(node):  # (realized, or a view of memory: it stays one, see `_without_views`)
+                if "writes" in node.base.__dict__ and _pending_writes(node.base):
+                    return Tensor._realize_all(Tensor._without_views(tensors))
+                continue
+            if not outputs:
+                device = tensor.device  # (the first pending tensor's)
+            outputs.append(node)
         if not outputs:
             return
         if gradients := _pending_gradients(outputs, device):
@@ -500,6 +519,14 @@ class Tensor(
         if DEBUG.value >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 
+    @staticmethod
+    def _without_views(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """`tensors` with each view of memory replaced by the writes pending on its buffer: a view stays one (it
+        shows its buffer's contents whenever it is read, as a torch view does), and realizing it runs those writes."""
+        viewed = {tensor._uop.base for tensor in tensors if views_memory(tensor._uop)}
+        kept = tuple(tensor for tensor in tensors if not views_memory(tensor._uop))
+        return kept + tuple(write for buffer in viewed for write in _pending_writes(buffer))
+
     def assign(self, value: Tensor | Any) -> Tensor:
         """Write `value` into this tensor's memory (in place, when it is realized). Kernels that read the old
         values run before the write."""
@@ -512,6 +539,7 @@ class Tensor(
             )
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device} but the target is on {self.device}; use .to()")
+        self._check_writable("assign")
         # Write in place only into a buffer this tensor owns. Another live tensor with the very same node (two
         # `Tensor.zeros(3)` realized together share one buffer) must keep its values, so then, as when there is
         # no buffer yet, the tensor simply becomes the value and gets a fresh buffer when realized. A pending
@@ -525,6 +553,7 @@ class Tensor(
             self.uop = value.uop
             return self
         self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop), next(_assign_ids))
+        target.base.__dict__.setdefault("writes", {})[id(self)] = weakref.ref(self)  # (see `_pending_writes`)
         return self
 
     def contiguous(self) -> Tensor:

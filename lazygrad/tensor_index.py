@@ -462,9 +462,9 @@ class IndexMixin:
 
     def __setitem__(self: Tensor, index, value) -> None:
         """Write `value` (broadcast to self[index]) into the selected places, in place: this tensor then holds the
-        new values (a view of another tensor does not write through to it). Where an advanced index names a place
-        twice, the last value wins (as in NumPy)."""
-        self._check_writable()
+        new values (a slice or transpose of another tensor's memory is an error: see `_check_writable`). Where an
+        advanced index names a place twice, the last value wins (as in NumPy)."""
+        self._check_writable("setitem")
         target_shape = self[index].shape
         check_same_device("setitem", self, value)
         if hasattr(value, "uop"):
@@ -493,10 +493,10 @@ class IndexMixin:
         if in_memory:  # written now, as torch does: other views of this memory (reshapes) see the new values
             self.realize()
 
-    def _check_writable(self: Tensor) -> None:
+    def _check_writable(self: Tensor, op_name: str) -> None:
         """A slice, transpose, flip or padding of other data cannot be written through to that data (torch would
-        change it too), so setitem on one is an error rather than a silent copy. Reshapes of memory write through
-        (see assign), and constants and computations belong to no other tensor's memory."""
+        change it too), so setitem or assign on one is an error rather than a silent copy. Reshapes of memory write
+        through (see assign), and constants and computations belong to no other tensor's memory."""
         node = self.uop
         if node.op not in MOVEMENT_OPS or is_buffer_view(node):
             return
@@ -504,7 +504,7 @@ class IndexMixin:
             node = node.src[0]
         if node.op not in (Ops.CONST, Ops.ARANGE):
             raise RuntimeError(
-                f"setitem: this {self.shape} tensor is a view (a slice, transpose, flip or pad) of another tensor, and "
+                f"{op_name}: this {self.shape} tensor is a view (a slice, transpose, flip or pad) of another tensor, and "
                 "writing into it would not change that tensor as in torch; index the original instead "
                 "(x[0, 1] = v rather than y = x[0]; y[1] = v), or make a copy with .contiguous() first"
             )

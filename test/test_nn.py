@@ -879,12 +879,29 @@ def test_jit_plain_argument_change_raises(as_kwarg):
 
 def test_jit_no_kernels_raises():
     @TinyJit
-    def f(x: Tensor) -> Tensor:
-        return x
+    def f(x: Tensor) -> tuple:
+        return x.shape
 
     f(Tensor([1.0]))
     with pytest.raises(JitError, match="no kernels"):
         f(Tensor([2.0]))
+
+
+def test_jit_outputs_that_view_an_input_show_each_calls_input():
+    """An output that is an input, or a view of one, is copied: a replay swaps in the new input's buffer, and the
+    view returned the captured call's values on every replay."""
+
+    @TinyJit
+    def f(x: Tensor) -> tuple:
+        return (x * 2).realize(), x, x.reshape(2, 2), x[1:3].flip(0)
+
+    for call in range(4):
+        values = np.arange(4, dtype=np.float32) * (call + 1)
+        doubled, same, square, part = f(Tensor(values) + 0)
+        np.testing.assert_array_equal(doubled.numpy(), values * 2)
+        np.testing.assert_array_equal(same.numpy(), values)
+        np.testing.assert_array_equal(square.numpy(), values.reshape(2, 2))
+        np.testing.assert_array_equal(part.numpy(), values[1:3][::-1])
 
 
 def test_jit_returning_a_python_number_raises():

@@ -131,6 +131,28 @@ def test_graphs_after_an_assign_read_new_values():
     np.testing.assert_allclose((w * 2).numpy(), [22.0, 24.0])
 
 
+def test_a_view_read_once_still_shows_its_buffer():
+    """A view (a slice, a transpose of a reshape) stays a view when it is read or realized: reading it again after
+    a write shows the new contents, as a torch view does (it became a copy at its first read), and a write pending on
+    its buffer runs before it is read. Assigning to one is an error, as setitem on one is: it would not write through
+    to the viewed tensor (it replaced the view's value)."""
+    base = Tensor([1.0, 2.0, 3.0, 4.0]).contiguous().realize()
+    part, turned = base[1:3], base.reshape(2, 2).T
+    assert part.tolist() == [2.0, 3.0] and turned.realize().tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    base[1] = 50.0
+    assert part.tolist() == [50.0, 3.0] and turned.tolist() == [[1.0, 3.0], [50.0, 4.0]]
+    base.assign(base * 2)
+    assert part.tolist() == [100.0, 6.0] and turned.tolist() == [[2.0, 6.0], [100.0, 8.0]]
+    square = base.reshape(2, 2)
+    base.assign(base + 1)
+    assert square.tolist() == [[3.0, 101.0], [7.0, 9.0]]
+    with pytest.raises(RuntimeError, match=r"assign: this \(2,\) tensor is a view .* of another tensor"):
+        part.assign(Tensor([9.0, 9.0]))
+    with pytest.raises(RuntimeError, match=r"setitem: this \(2,\) tensor is a view"):
+        part[0] = 5.0
+    assert base.tolist() == [3.0, 101.0, 7.0, 9.0]
+
+
 def test_values_built_before_an_assign_keep_their_values():
     # a pending value reading a buffer that a later realize overwrites is computed before the write; a view of the
     # buffer (movement ops only) shows its contents whenever it is read, as a PyTorch view does

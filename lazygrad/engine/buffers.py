@@ -105,6 +105,14 @@ def is_buffer_view(node: UOp) -> bool:
     return node.op is Ops.BUFFER
 
 
+def views_memory(node: UOp) -> bool:
+    """True for a BUFFER seen through movement ops only (a slice, transpose, flip, pad, reshape): a view, whose
+    values are the buffer's contents whenever it is read, so realizing it computes nothing to keep."""
+    while node.op in MOVEMENT:
+        node = node.src[0]
+    return node.op is Ops.BUFFER
+
+
 def forget_buffers(buffers: set[UOp]) -> None:
     """Drop every remembered result held in one of `buffers` or computed from one: they are about to be
     overwritten, and a graph built later must read (and compute from) the new values."""

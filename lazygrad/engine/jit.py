@@ -11,7 +11,7 @@ import numpy as np
 
 from lazygrad.device import Buffer, Device
 from lazygrad.engine import realize
-from lazygrad.engine.buffers import buffer_of, buffers_made_from_now, is_buffer_view
+from lazygrad.engine.buffers import buffer_of, buffers_made_from_now, is_buffer_view, views_memory
 from lazygrad.engine.rng import is_random_source, redraw
 from lazygrad.helpers import DEBUG, JIT
 
@@ -29,6 +29,18 @@ def _leaves_in(value: Any, kind: type | tuple[type, ...]) -> list:
     if isinstance(value, dict):
         return [leaf for item in value.values() for leaf in _leaves_in(item, kind)]
     return []
+
+
+def _input_views_copied(value: Any, inputs: set) -> Any:
+    """A result with each tensor that views an input's memory (the input itself, x.reshape(...), x[1:3]) replaced
+    by a copy: a replay swaps in the new inputs' buffers, where such a view would keep showing the captured call's."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_input_views_copied(item, inputs) for item in value)
+    if isinstance(value, dict):
+        return {key: _input_views_copied(item, inputs) for key, item in value.items()}
+    if hasattr(value, "uop") and views_memory(value.uop) and value.uop.base in inputs:
+        return value.clone()
+    return value
 
 
 def _tensors_in(value: Any) -> list:
@@ -103,16 +115,16 @@ class TinyJit:
         self.signature = signature
         self.calls += 1
         if self.calls == 1:
-            return self._run(args, kwargs)
+            return self._run(args, kwargs, tensors)
         if self.calls == 2:
             return self._capture(args, kwargs, tensors)
         return self._replay(tensors)
 
-    def _run(self, args, kwargs):
+    def _run(self, args, kwargs, tensors: list):
         from lazygrad.tensor import Tensor, pending_assigns
 
         before = {id(tensor): tensor for tensor in pending_assigns()}  # (held: their ids stay theirs)
-        result = self.function(*args, **kwargs)
+        result = _input_views_copied(self.function(*args, **kwargs), {tensor.uop.base for tensor in tensors})
         # state the function updated without returning it (batch norm's running statistics, a step counter) is
         # realized with its results: a replay runs only the kernels the captured call ran
         updated = [tensor for tensor in pending_assigns() if id(tensor) not in before]
@@ -123,7 +135,7 @@ class TinyJit:
         first_new_buffer = buffers_made_from_now()
         realize.capture.launches = []
         try:
-            result = self._run(args, kwargs)
+            result = self._run(args, kwargs, tensors)
             launches = realize.capture.launches
         finally:
             realize.capture.launches = None
