@@ -261,7 +261,21 @@ def test_batchnorm_no_affine_no_tracking(torch):
     module = torch.nn.BatchNorm2d(2, affine=False, track_running_stats=False)
     Tensor.training = True
     check_layer(torch, layer, module, rand(3, 2, 3, 3), [], atol=1e-4)
-    np.testing.assert_array_equal(layer.running_mean.numpy(), np.zeros(2, np.float32))
+    assert layer.running_mean is None and layer.running_var is None and layer.num_batches_tracked is None
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batchnorm_without_running_statistics_uses_the_batchs(torch, training):
+    # with no running statistics there is nothing else to normalize with, in eval mode too (as in torch); the state
+    # dict has torch's keys for such a layer, so checkpoints go both ways
+    layer, module = nn.BatchNorm1d(3, track_running_stats=False), torch.nn.BatchNorm1d(3, track_running_stats=False)
+    set_param(layer, "weight", rand(3, seed=1, low=0.5, high=1.5))
+    set_param(layer, "bias", rand(3, seed=2))
+    module.train(training)
+    Tensor.training = training
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) * 2 + 5
+    check_layer(torch, layer, module, x, ["weight", "bias"], atol=1e-4)
+    assert set(get_state_dict(layer)) == set(module.state_dict()) == {"weight", "bias"}
 
 
 @pytest.mark.parametrize("normalized,shape", [(5, (2, 3, 5)), ((3, 5), (2, 3, 5))])
@@ -415,9 +429,13 @@ def test_sparse_categorical_crossentropy_batched(torch):
     )
 
 
-def test_sparse_categorical_crossentropy_all_ignored():
-    loss = Tensor(rand(2, 3)).sparse_categorical_crossentropy(Tensor([-1, -1]))
-    assert loss.numpy().item() == 0.0
+def test_a_mean_loss_over_no_label_is_nan_as_in_torch(torch):
+    """Every label ignored, or an empty batch: 0/0 (it gave 0.0)."""
+    logits = rand(2, 3)
+    assert np.isnan(Tensor(logits).sparse_categorical_crossentropy(Tensor([-1, -1])).item())
+    ignored = torch.nn.functional.cross_entropy(torch.tensor(logits), torch.tensor([-100, -100]))
+    assert np.isnan(ignored.item()) and np.isnan(Tensor(logits).cross_entropy(Tensor([-100, -100])).item())
+    assert np.isnan(Tensor.zeros(0, 3).cross_entropy(Tensor(np.zeros(0, np.int64))).item())
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -636,6 +654,74 @@ def test_sgd_momentum_simple_loop(torch, kwargs):
         opt.step()
         topt.step()
         close(w, tw, rtol=1e-6, atol=1e-7)
+
+
+def _checkpoint(optimizer) -> dict:
+    """The optimizer's state dict as copies (a file would hold them so), taken after the last step."""
+    return {name: Tensor(value.numpy()) for name, value in get_state_dict(optimizer).items()}
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_momentum_resumes_from_a_checkpoint(torch, nesterov, jit):
+    # the velocity is all the state momentum needs: a new optimizer that loads it takes the uninterrupted run's (and
+    # torch's) steps from its first one on, also when its steps are a TinyJit's
+    kwargs = {"lr": 0.1, "momentum": 0.9, "nesterov": nesterov}
+    w, tw = Tensor([1.0, -2.0], requires_grad=True), torch.tensor([1.0, -2.0], requires_grad=True)
+    opt, topt = optim.SGD([w], **kwargs), torch.optim.SGD([tw], **kwargs)
+
+    def step(weight, optimizer):
+        optimizer.zero_grad()
+        (weight * weight).sum().backward()
+        optimizer.step()
+
+    for number in range(6):
+        if number == 2:
+            resumed = Tensor(w.numpy(), requires_grad=True)
+            resumed_opt = optim.SGD([resumed], **kwargs)
+            load_state_dict(resumed_opt, _checkpoint(opt))
+            run = TinyJit(lambda: step(resumed, resumed_opt)) if jit else (lambda: step(resumed, resumed_opt))
+        if number >= 2:
+            run()
+        step(w, opt)
+        step(tw, topt)
+    close(w, tw.detach(), rtol=1e-6, atol=1e-7)
+    close(resumed, tw.detach(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("make", ["Adam", "AdamW", "LAMB"])
+def test_adam_resumes_from_a_checkpoint_after_a_missed_step(torch, make, jit):
+    # a parameter that missed steps (no gradient) counts fewer steps than the others, as in torch: its counter is in
+    # the state dict from the start, so a checkpoint taken after a miss loads into a new optimizer, which resumes
+    # exactly (LAMB has no torch counterpart: it is checked against the uninterrupted run)
+    start = [np.array([1.0, -2.0], np.float32), np.array([2.0, 0.5], np.float32)]
+    ours = [Tensor(a, requires_grad=True) for a in start]
+    theirs = [torch.tensor(a, requires_grad=True) for a in start]
+    opt = getattr(optim, make)(ours, lr=0.1)
+    topt = getattr(torch.optim, make)(theirs, lr=0.1) if make != "LAMB" else None
+
+    def step(params, optimizer, both: bool = True):
+        optimizer.zero_grad()
+        loss = (params[0] * params[0]).sum()
+        (loss + (params[1] * params[1]).sum() if both else loss).backward()
+        optimizer.step()
+
+    for number in range(7):
+        if number == 3:
+            resumed = [Tensor(p.numpy(), requires_grad=True) for p in ours]
+            resumed_opt = getattr(optim, make)(resumed, lr=0.1)
+            load_state_dict(resumed_opt, _checkpoint(opt))
+            run = TinyJit(lambda: step(resumed, resumed_opt)) if jit else (lambda: step(resumed, resumed_opt))
+        if number >= 3:
+            run()
+        step(ours, opt, both=number not in (1, 2))
+        if topt is not None:
+            step(theirs, topt, both=number not in (1, 2))
+    for number, (a, b) in enumerate(zip(resumed, ours)):
+        close(a, b, rtol=1e-6, atol=1e-7)
+        if topt is not None:
+            close(a, theirs[number].detach(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("jit", [False, True])

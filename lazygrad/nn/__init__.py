@@ -120,7 +120,9 @@ class ConvTranspose3d(_ConvNd):
 
 class BatchNorm:
     """Batch normalization over axis 1: batch statistics while `Tensor.training` (updating running averages),
-    the running statistics otherwise."""
+    the running statistics otherwise. With `track_running_stats=False` there are none, as in torch: it always
+    normalizes with the batch's statistics, and running_mean, running_var and num_batches_tracked are None (so its
+    state dict holds only the affine weight and bias, the keys torch saves for such a layer)."""
 
     def __init__(
         self,
@@ -130,23 +132,24 @@ class BatchNorm:
         track_running_stats: bool = True,
         momentum: float = 0.1,
     ):
-        self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.track_running_stats = track_running_stats
         self.weight = Tensor.ones(num_features).contiguous().realize() if affine else None
         self.bias = Tensor.zeros(num_features).contiguous().realize() if affine else None
-        self.running_mean = _statistic(np.zeros(num_features, np.float32))
-        self.running_var = _statistic(np.ones(num_features, np.float32))
-        self.num_batches_tracked = _statistic(np.zeros(1, np.int32))
+        self.running_mean = _statistic(np.zeros(num_features, np.float32)) if track_running_stats else None
+        self.running_var = _statistic(np.ones(num_features, np.float32)) if track_running_stats else None
+        self.num_batches_tracked = _statistic(np.zeros(1, np.int32)) if track_running_stats else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        features = self.running_mean.shape[0]
+        features = self.num_features
         _check_input("BatchNorm", x, f"(N, {features}, ...)", x.ndim >= 2 and x.shape[1] == features)
         axes = tuple(a for a in range(x.ndim) if a != 1)
-        if Tensor.training:
+        if Tensor.training or not self.track_running_stats:
             mean = x.mean(axes)
             shape = [1] * x.ndim
             shape[1] = features
             var = (x - mean.reshape(shape)).square().mean(axes)
-            if self.track_running_stats:
+            if Tensor.training and self.track_running_stats:
                 count = x.numel() // features
                 unbiased = var.detach() * (count / max(count - 1, 1))
                 self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())

@@ -10,7 +10,8 @@ from lazygrad.tensor import Tensor
 
 
 class Optimizer(ABC):
-    """Holds float parameters; `zero_grad` clears their gradients, `step` updates them in place."""
+    """Holds float parameters; `zero_grad` clears their gradients, `step` updates them in place. Its state dict
+    (nn.state.get_state_dict) is all a resumed run needs: loaded into a new optimizer, it continues the same steps."""
 
     def __init__(self, params: list[Tensor], lr: float):
         # tensors marked requires_grad=False (running statistics, counters) are state, not parameters
@@ -81,7 +82,6 @@ class SGD(Optimizer):
             raise ValueError("SGD: nesterov momentum needs momentum > 0")
         self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
         self.velocity = [self._state(p) for p in self.params] if momentum else []
-        self.started = False
 
     def _updates(self) -> list[Tensor]:
         updated = []
@@ -93,14 +93,14 @@ class SGD(Optimizer):
                 grad = grad + self.weight_decay * param.detach()
             if self.momentum:
                 velocity = self.velocity[number]
-                # torch starts the velocity at the first gradient; the update then reads the assigned velocity,
-                # so it runs after the velocity's kernel
-                velocity.assign(velocity * self.momentum + grad if self.started else grad)
+                # torch starts the velocity at the first gradient: a velocity of zeros gives exactly that, with no
+                # flag outside the state dict, so a loaded checkpoint resumes (and every step is one graph). The
+                # update reads the assigned velocity, so it runs after the velocity's kernel
+                velocity.assign(velocity * self.momentum + grad)
                 updated.append(velocity)
                 grad = grad + self.momentum * velocity if self.nesterov else velocity
             param.assign(param.detach() - self.lr * grad)
             updated.append(param)
-        self.started = True
         return updated
 
 
@@ -119,12 +119,26 @@ class LAMB(Optimizer):
     ):
         super().__init__(params, lr)
         self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
-        self.steps = Tensor([0.0], requires_grad=False, device=self.params[0].device).realize()
+        device = self.params[0].device
+        self.steps = Tensor([0.0], requires_grad=False, device=device).realize()
         self.first = [self._state(p) for p in self.params]
         self.second = [self._state(p) for p in self.params]
-        # torch counts a parameter's steps only when it has a gradient: one that missed a step counts its own from
-        # then on (the others share `steps`)
-        self.own_steps: list[Tensor | None] = [None] * len(self.params)
+        # torch counts a parameter's steps only when it has a gradient: a parameter's count is `steps` less the
+        # steps it had none. Every parameter has its counter from the start, so the state dict has the same keys
+        # whatever steps a run missed, and a checkpoint loads into a new optimizer
+        self.missed_steps = [Tensor.zeros(1, device=device, requires_grad=False).contiguous() for _ in self.params]
+        Tensor.realize_all(*self.missed_steps)
+        # the parameters whose counter may be nonzero: only their updates read it. The others share the bias
+        # corrections of `steps`, built once a step (reading every counter made the eager Adam step of extra/bench.py's
+        # transformer a quarter slower)
+        self.reads_missed_steps = [False] * len(self.params)
+        self.counters_loaded = False
+
+    def state_loaded(self) -> None:
+        """Called by nn.state.load_state_dict: the counters of missed steps may have changed, so the next step reads
+        them (a number per parameter, once per load). A TinyJit replays its capture's graph, in which only the
+        parameters known then read their counter: load a checkpoint before its first call, or `reset()` it after."""
+        self.counters_loaded = True
 
     def _scales(self, steps: Tensor) -> tuple[Tensor, Tensor]:
         """The bias corrections after `steps` steps as two numbers, as in torch: the first moment's scale (with
@@ -133,24 +147,24 @@ class LAMB(Optimizer):
         return first_scale * self.lr if self.adam else first_scale, (1 - self.b2**steps).rsqrt()
 
     def _updates(self) -> list[Tensor]:
+        if self.counters_loaded:  # (see state_loaded)
+            self.reads_missed_steps = [missed.item() != 0 for missed in self.missed_steps]
+            self.counters_loaded = False
         # the step count lives on the device so a JIT replay advances the bias corrections too
         self.steps.assign(self.steps + 1)
         shared_scales = self._scales(self.steps)
         decay = self.lr * self.weight_decay if self.adam else self.weight_decay
         updated = [self.steps]
         for number, (param, first, second) in enumerate(zip(self.params, self.first, self.second)):
-            grad, own_steps = self._gradient(param), self.own_steps[number]
+            grad, missed = self._gradient(param), self.missed_steps[number]
             if grad is None:
-                if own_steps is None:  # its count stops here: the steps before this one
-                    self.own_steps[number] = own_steps = (self.steps - 1).contiguous()
-                    own_steps.requires_grad = False
-                    updated.append(own_steps)
+                missed.assign(missed + 1)
+                updated.append(missed)
+                self.reads_missed_steps[number] = True
                 continue
-            first_scale, second_scale = shared_scales
-            if own_steps is not None:
-                own_steps.assign(own_steps + 1)
-                updated.append(own_steps)
-                first_scale, second_scale = self._scales(own_steps)
+            first_scale, second_scale = (
+                self._scales(self.steps - missed) if self.reads_missed_steps[number] else shared_scales
+            )
             first.assign(self.b1 * first + (1 - self.b1) * grad)
             second.assign(self.b2 * second + (1 - self.b2) * grad * grad)
             update = first * first_scale / (second.sqrt() * second_scale + self.eps)

@@ -42,24 +42,36 @@ FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 MAX_HEADER_SIZE = 100_000_000
 
 
+def _members(obj: Any) -> Any:
+    """(name, value) of what `obj` holds: a dict's items, a list's or tuple's (a namedtuple's by field), attributes."""
+    if hasattr(obj, "_asdict"):
+        obj = obj._asdict()
+    if isinstance(obj, dict):
+        return obj.items()
+    if isinstance(obj, (list, tuple)):
+        return enumerate(obj)
+    return vars(obj).items() if hasattr(obj, "__dict__") else ()
+
+
 def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
     """Every Tensor reachable from `obj` through attributes, lists, tuples and dicts, by dotted name."""
     if isinstance(obj, Tensor):
         return {prefix.strip("."): obj}
-    if hasattr(obj, "_asdict"):
-        obj = obj._asdict()
-    if isinstance(obj, dict):
-        items = obj.items()
-    elif isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    elif hasattr(obj, "__dict__"):
-        items = vars(obj).items()
-    else:
-        return {}
     state: dict[str, Tensor] = {}
-    for key, value in items:
+    for key, value in _members(obj):
         state.update(get_state_dict(value, f"{prefix}{key}."))
     return state
+
+
+def _tell_loaded(obj: Any) -> None:
+    """Call `state_loaded()` on each object reachable from `obj` that has one (an optimizer keeps facts about its
+    state on the host, which a load may change)."""
+    if isinstance(obj, Tensor):
+        return
+    if callable(getattr(obj, "state_loaded", None)):
+        obj.state_loaded()
+    for _, value in _members(obj):
+        _tell_loaded(value)
 
 
 def get_parameters(obj: Any) -> list[Tensor]:
@@ -113,6 +125,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
                     value = value.float() if str(value.dtype) == "torch.bfloat16" else value
                 value = Tensor(np.asarray(value), dtype=tensor.dtype, device=tensor.device)
             tensor.assign(value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)).realize()
+    _tell_loaded(model)
 
 
 def _shapes_agree(saved: tuple[int, ...], own: tuple[int, ...]) -> bool:
