@@ -293,13 +293,16 @@ def fits(values: int | float | np.ndarray, dtype: DType) -> bool:
     return _misfit(values, dtype) is None
 
 
-def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType) -> None:
-    """Raise OverflowError, naming the op, the value and the fix, when an integer `dtype` cannot hold a value."""
+def check_fits(op_name: str, values: int | float | np.ndarray, dtype: DType, of_tensor: bool = False) -> None:
+    """Raise OverflowError, naming the op, the value and the fix, when an integer `dtype` cannot hold a value (the
+    dtype of the tensor the op writes into where `of_tensor`: then the fix is a wider tensor)."""
     value = _misfit(values, dtype)
     if value is None:
         return
     low, high = integer_range(dtype)
-    if dtype == dtypes.int64 and isinstance(value, int) and value > 0:
+    if of_tensor:
+        wider = "a value in that range, or cast the tensor to a wider dtype first (x.cast(dtypes.int64))"
+    elif dtype == dtypes.int64 and isinstance(value, int) and value > 0:
         wider = "dtype=dtypes.uint64 or a float dtype"
     elif dtype == dtypes.uint64 and isinstance(value, int) and value < 0:
         wider = "dtype=dtypes.int64 or a float dtype"

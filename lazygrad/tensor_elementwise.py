@@ -324,6 +324,8 @@ class ElementwiseMixin:
             dtype = least_upper_dtype(python_type_dtype(true_value), python_type_dtype(false_value))
             owner = type(self)(UOp.const(scalar_dtype("where", true_value, dtype), true_value), device=self.device)
             a, b = owner._operand_nodes(false_value, "where")
+        if owner.device != self.device:
+            check_same_device("where", self, owner)
         shape = broadcast_shape("where", condition.shape, a.shape)
         condition, a, b = broadcast_node(condition, shape), broadcast_node(a, shape), broadcast_node(b, shape)
         return owner._new(condition.alu(Ops.WHERE, a, b))

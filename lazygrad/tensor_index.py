@@ -49,6 +49,11 @@ def _check_range(values: np.ndarray, size: int, op_name: str, axis: int, allow_n
         raise IndexError(f"{op_name}: index {bad} is out of range for axis {axis} of size {size} (allowed: {allowed})")
 
 
+def _one_element(value):
+    """A 0-d tensor as a tensor of one element (a number as it is)."""
+    return value.reshape(1) if getattr(value, "ndim", None) == 0 else value
+
+
 class IndexMixin:
     """Selecting and placing values by index tensors."""
 
@@ -102,6 +107,8 @@ class IndexMixin:
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather)."""
         dim = normalize_axis(dim, self.ndim, "gather")
+        if self.ndim == 0 and getattr(index, "ndim", None) == 0:  # (torch's 0-d gather: as of one element)
+            return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         self._check_gather_index(dim, index, "gather")
         window = tuple(None if axis == dim else (0, size) for axis, size in enumerate(index.shape))
         # (..., S, ...) against a mask (..., K, S, ...): each of the K picks one of the S values
@@ -251,6 +258,8 @@ class IndexMixin:
                 raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
             return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
         dim = normalize_axis(dim, self.ndim, "scatter")
+        if self.ndim == 0 and getattr(index, "ndim", None) == 0:  # (torch's 0-d scatter: as of one element)
+            return self.reshape(1).scatter(0, index.reshape(1), _one_element(src)).reshape(())
         mask, values = self._scatter_inputs(dim, index, src, "scatter")
         count = mask.shape[dim]
         # the last writer: number the writers 1..K along dim and keep the largest number that hits each place
@@ -292,6 +301,9 @@ class IndexMixin:
         if reduce not in SCATTER_REDUCTIONS:
             raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
         dim = normalize_axis(dim, self.ndim, "scatter_reduce")
+        if self.ndim == 0 and getattr(index, "ndim", None) == 0:
+            one = self.reshape(1).scatter_reduce(0, index.reshape(1), _one_element(src), reduce, include_self)
+            return one.reshape(())
         mask, values = self._scatter_inputs(dim, index, src, "scatter_reduce")
         hits = mask._sum_unwidened(dim)
         values = values.expand(mask.shape)
@@ -331,12 +343,13 @@ class IndexMixin:
         shape = _broadcast_shapes("masked_fill", [self.shape, mask.shape])
         if shape != self.shape:
             raise ValueError(f"masked_fill: mask {mask.shape} does not broadcast to the input's shape {self.shape}")
+        check_same_device("masked_fill", self, mask, value)
         if hasattr(value, "uop"):
             if value.ndim != 0:
                 raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
             value = value.cast(self.dtype)
         else:
-            check_fits("setitem", value, self.dtype)
+            check_fits("masked_fill", value, self.dtype, of_tensor=True)
             value = type(self).full((), value, dtype=self.dtype, device=self.device)
         return mask.where(value, self)
 
@@ -486,7 +499,7 @@ class IndexMixin:
         if hasattr(value, "uop"):
             value = value.flatten()[np.maximum(source, 0)].reshape(self.shape)
         else:
-            check_fits("setitem", value, self.dtype)
+            check_fits("setitem", value, self.dtype, of_tensor=True)
             value = type(self).full((), value, dtype=self.dtype, device=self.device)
         in_memory = is_buffer_view(self.uop)
         self.assign(written.where(value, self))

@@ -194,6 +194,8 @@ class ReduceMixin:
         if axis is None:
             return self.flatten()._argmax_along(0, False, op_name).reshape(() if not keepdim else (1,) * self.ndim)
         axis = normalize_axis(axis, self.ndim, op_name)
+        if self.ndim == 0:  # (a 0-d tensor's one axis, as torch has it: index 0)
+            return self.reshape(1)._argmax_along(0, False, op_name).reshape(())
         self._check_nonempty(axis, op_name)
         length = self.shape[axis]
         # the first index holding the maximum: score each match by (length - index) and take the largest

@@ -717,6 +717,9 @@ def test_ops_of_tensors_on_two_devices_name_the_op_called():
         "gather": lambda: here.gather(0, index),
         "einsum": lambda: Tensor.einsum("ij,jk->ik", here, there),
         "scaled_dot_product_attention": lambda: here.scaled_dot_product_attention(there, there),
+        # (the condition's device was not checked: wrong kernel arguments, or a bare AttributeError)
+        "where": lambda: (here > 0).where(there, 0.0),
+        "masked_fill": lambda: here.masked_fill(there > 0, 0.0),
     }
     for name, call in calls.items():
         with pytest.raises(ValueError, match=rf"^{name}: tensors are on different devices \(LLVM and PYTHON\)"):

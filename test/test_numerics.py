@@ -284,6 +284,13 @@ def test_float_remainders_are_exact(dtype):
     np.testing.assert_array_equal(np.array(folded, a.dtype), numpy_quietly(np.remainder, a[:23], b[:23]))
 
 
+def test_half_division_by_a_tiny_half_is_rounded_once():
+    """In float32, rounded to half once, as torch: 1/y of a half below 2**-16 was inf, and so was x/y."""
+    a, b = np.array([4.4e-4, -7.1e-5, 1.0], np.float16), np.array([-6e-8, 1.4e-5, 3.0], np.float16)
+    expected = (torch.tensor(a) / torch.tensor(b)).numpy()
+    np.testing.assert_array_equal((Tensor(a) / Tensor(b)).numpy(), expected)
+
+
 def test_float_remainder_gradients_match_torch():
     a = np.array([7.5, -7.5, 1e10, 3.0, -3.0, 0.25], np.float32)
     b = np.array([2.0, 2.0, 3.0, -2.0, 0.5, -1.0], np.float32)

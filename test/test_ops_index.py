@@ -472,3 +472,22 @@ def test_take_along_dim_and_index_select():
         Tensor(x).index_select(0, Tensor([[0]]))
     with pytest.raises(ValueError, match=r"take_along_dim: indices must be a Tensor with the input's 3 dimensions"):
         Tensor(x).take_along_dim(Tensor([0]), 1)
+
+
+def test_a_0d_tensor_has_one_axis_for_argmax_gather_and_scatter_as_in_torch():
+    """(a bare IndexError before)"""
+    x, tx = Tensor(2.5), torch.tensor(2.5)
+    for name in ("argmax", "argmin"):
+        assert getattr(x, name)(0).item() == getattr(tx, name)(0).item() == 0
+        assert getattr(x, name)(-1, keepdim=True).shape == getattr(tx, name)(-1, keepdim=True).shape == ()
+    assert x.gather(0, Tensor(0)).item() == tx.gather(0, torch.tensor(0)).item() == 2.5
+    assert x.scatter(0, Tensor(0), Tensor(1.0)).item() == 1.0 and x.scatter(0, Tensor(0), 4.0).item() == 4.0
+    expected = tx.scatter_reduce(0, torch.tensor(0), torch.tensor(1.0), "sum").item()
+    assert x.scatter_reduce(0, Tensor(0), Tensor(1.0), "sum").item() == expected == 3.5
+    with pytest.raises(IndexError, match="argmax: axis 1 is out of range"):
+        x.argmax(1)
+
+
+def test_masked_fill_of_a_number_the_dtype_cannot_hold_says_to_widen_the_tensor():
+    with pytest.raises(OverflowError, match=r"^masked_fill: 300 does not fit in dtypes.uint8 .* cast the tensor"):
+        Tensor(np.array([1, 2], np.uint8)).masked_fill(Tensor([True, False]), 300)
