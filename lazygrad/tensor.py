@@ -553,7 +553,11 @@ class Tensor(
             self.uop = value.uop
             return self
         self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop), next(_assign_ids))
-        target.base.__dict__.setdefault("writes", {})[id(self)] = weakref.ref(self)  # (see `_pending_writes`)
+        buffer = target.base  # (noted on its node: see `_pending_writes`)
+        writes = buffer.__dict__.setdefault("writes", {})
+        writes[id(self)] = weakref.ref(self)
+        if len(writes) > 8:  # (forget those that ran and died, should many tensors write it in turn)
+            _pending_writes(buffer)
         return self
 
     def contiguous(self) -> Tensor:
