@@ -252,10 +252,10 @@ class ElementwiseMixin:
         return x._new(x.uop.alu(Ops.IDIV, y.uop))
 
     def floordiv(self: Tensor, other, reverse: bool = False) -> Tensor:
-        """Division rounded down (Python's `//`). For floats, as Python and PyTorch compute it, from the exact
-        remainder: exact while the quotient is an integer the dtype holds, else within an ulp or two (as `/` is);
-        `x // 0.0` is x / 0.0. For ints, `x // 0` is 0 (as in NumPy) and the most negative value divided by -1
-        wraps to itself."""
+        """Division rounded down (Python's `//`). For floats, from the exact remainder, as Python and PyTorch compute
+        it: exact while the quotient is an integer the dtype holds (below 2**51 for float64), else within an ulp or
+        two (as `/` is); `x // 0.0` is x / 0.0. For ints, `x // 0` is 0 (as in NumPy) and the most negative value
+        divided by -1 wraps to itself."""
         x, y = self._operands(other, "floordiv", reverse)
         if x.dtype == dtypes.bool:
             raise TypeError("floordiv: not defined for bool tensors; cast to int first")
@@ -266,15 +266,18 @@ class ElementwiseMixin:
         return x._truncated_remainder_off(y).where(quotient - 1, quotient)
 
     def _floored_quotient(self: Tensor, divisor: Tensor) -> Tensor:
-        # (x - fmod(x, y)) / y is the truncated quotient up to rounding: step down as for ints, then round a floor
-        # that rounding left just below an integer up to it
-        truncated = (self - self.fmod(divisor)) / divisor
-        stepped = self._truncated_remainder_off(divisor).where(truncated - 1, truncated)
-        floored = stepped.floor()
-        floored = (stepped - floored > 0.5).where(floored + 1, floored)
+        # (x - fmod(x, y)) / y is the truncated quotient, an integer, up to rounding: it is divided in float64, where
+        # x - fmod(x, y) of narrower floats holds every bit and the division's error stays far below 0.5, rounded to
+        # the nearest integer, then stepped down as for ints
+        wide = self.dtype
+        if self.dtype.itemsize < 8 and dtypes.float64 not in Device[self.device].unsupported_dtypes:
+            wide = dtypes.float64
+        x, y = self.cast(wide), divisor.cast(wide)
+        truncated = ((x - self.fmod(divisor).cast(wide)) / y).round().cast(self.dtype)
+        floored = self._truncated_remainder_off(divisor).where(truncated - 1, truncated)
         quotient = self / divisor
         # a zero takes the sign of the true quotient; a zero divisor gives the IEEE quotient (inf or nan)
-        floored = (stepped == 0).where(quotient * 0, floored)
+        floored = (floored == 0).where(quotient * 0, floored)
         return (divisor == 0).where(quotient, floored)
 
     def mod(self: Tensor, other, reverse: bool = False) -> Tensor:

@@ -94,10 +94,11 @@ class MathMixin:
     def floor(self: Tensor) -> Tensor:
         if not self.dtype.is_float:
             return self
-        truncated = self.cast(dtypes.int32).cast(self.dtype)
-        # values too large for int32 are already whole numbers
-        whole = (self.abs() < 2**31 - 1).where((truncated > self).where(truncated - 1, truncated), self)
-        return whole
+        # through an integer wide enough for every value with a fraction (float64 has them up to 2**52): the larger
+        # ones are whole numbers already
+        integer, limit = (dtypes.int64, 2**52) if self.dtype.itemsize == 8 else (dtypes.int32, 2**31 - 1)
+        truncated = self.cast(integer).cast(self.dtype)
+        return (self.abs() < limit).where((truncated > self).where(truncated - 1, truncated), self)
 
     def ceil(self: Tensor) -> Tensor:
         return -((-self).floor())

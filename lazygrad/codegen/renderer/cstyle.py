@@ -179,11 +179,11 @@ class CStyleRenderer(Renderer):
             return self.render_int(int(value), dtype)
         if dtype == dtypes.float16:
             value = float(np.float16(value))
-        if math.isnan(value):
-            return self.nan
-        if math.isinf(value):
-            return self.infinity if value > 0 else f"(-{self.infinity})"
         double = dtype.itemsize == 8
+        if math.isnan(value) or math.isinf(value):
+            # (a double's as a double: fmod and other overloaded functions would find a float argument ambiguous)
+            special = self.nan if math.isnan(value) else self.infinity if value > 0 else f"(-{self.infinity})"
+            return f"(({self.register_types[dtype]}){special})" if double else special
         mantissa, exponent = float.hex(float(value) if double else float(np.float32(value))).split("p")
         text = f"{mantissa.rstrip('0').rstrip('.')}p{exponent}{'' if double else 'f'}"  # exact: 0x1.8p+1f is 3.0f
         return f"({text})" if text.startswith("-") else text
