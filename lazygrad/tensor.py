@@ -434,6 +434,15 @@ class Tensor(
             for node, seed in zip(expanded_roots, seeds):
                 combined[node] = combined[node] + seed if node in combined else seed
             grads, _ = compute_gradients(combined, list({node_of[t]: None for t in targets}), order)
+            # (a root takes its own seed: only a root that is a leaf, a buffer, counts as taking a gradient)
+            if not any(
+                node_of[t] in grads and (views_memory(t._uop) or all(t is not r for r in roots)) for t in targets
+            ):
+                raise RuntimeError(
+                    "backward: nothing this tensor was computed from takes a gradient (it was computed from tensors "
+                    "made under Tensor.no_grad or Tensor.test(), detached, marked requires_grad=False, or "
+                    "constants), as torch would say; compute them with gradients on"
+                )
             for tensor in targets:
                 if node_of[tensor] in grads:
                     grad = Tensor(grads[node_of[tensor]], device=tensor.device, requires_grad=False)

@@ -338,6 +338,13 @@ def test_no_grad_results_carry_no_gradient_and_backward_raises():
         built.backward()
     (built + (x * 3).sum()).backward()
     assert_grad(x, [3, 3])
+    # nor is a root built with gradients on from it, or from constants only (torch: "does not require grad")
+    with Tensor.test():
+        doubled = x * 2
+    for root in (doubled.sum(), (doubled * 3).sum(), Tensor.ones(3).sum()):
+        with pytest.raises(RuntimeError, match="backward: nothing this tensor was computed from takes a gradient"):
+            root.backward()
+    assert_grad(x, [3, 3])
 
 
 def test_int_tensor_in_graph_gets_no_grad():

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
+import glob
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +30,19 @@ C_FLAGS = (
     "-shared",
     "-fPIC",
 )
+# gcc miscompiles some loops it vectorizes after if-converting their selects (`c ? a : b`) into masked vector code,
+# and gcc 12 (Debian 12's) has both of these bugs, seen on AVX-512 CPUs (where/flip/cast kernels gave wrong values):
+# - loads made conditional (.MASK_LOAD) that SLP reads as a group in another order than memory's (a flip) are read in
+#   memory's order: the permutation is dropped (GCC PR tree-optimization/114375, fixed in GCC 14);
+# - a masked select between doubles, one converted from a float in the low lane, is folded into a masked vcvtss2sd
+#   (or vcvtsd2ss), whose mask covers only the low lane: the high lane comes from its other operand, whatever the mask
+#   says (AVX-512VL).
+# No flag turns off just these. Without if-conversion (IF_CONVERSION_OFF) gcc makes neither, but it leaves every loop
+# with a select scalar (relu, where, the clamps of exp, padding), so only a kernel whose code holds one of the two
+# constructs (`miscompiled`: none of a ResNet18, transformer or MLP step's kernels does) is compiled again without it.
+IF_CONVERSION_OFF = ("-fno-tree-loop-if-convert",)
+INSPECT_FLAGS = ("-save-temps=obj", "-fdump-tree-optimized={directory}/kernel.gimple")  # (gcc only)
+MASKED_SCALAR_CONVERSION = re.compile(r"^\s*vcvts[sd]2s[sd]\s.*\{%k[1-7]\}", re.MULTILINE)
 
 
 def find_compiler() -> str:
@@ -38,13 +53,36 @@ def find_compiler() -> str:
     return compiler
 
 
-def compiler_identity(compiler: str) -> str:
-    """A short hash of the compiler's version and the target it generates code for (-march)."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    target = subprocess.run(
+def predefined_macros(compiler: str) -> str:
+    """The macros the compiler predefines for the target it generates code for (-march), one `#define` a line."""
+    return subprocess.run(
         [compiler, C_FLAGS[1], "-dM", "-E", "-x", "c", "-"], input="", capture_output=True, text=True
     ).stdout
-    return hashlib.sha256(f"{version}\n{target}\n{C_FLAGS}".encode()).hexdigest()[:12]
+
+
+def is_gcc(macros: str) -> bool:
+    """Whether the compiler that predefines `macros` is gcc (clang defines __GNUC__ too)."""
+    return "#define __GNUC__ " in macros and "#define __clang__ " not in macros
+
+
+def compiler_identity(compiler: str) -> str:
+    """A short hash of the compiler's version, the target it generates code for (-march) and how it is called."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    settings = (C_FLAGS, IF_CONVERSION_OFF, MASKED_SCALAR_CONVERSION.pattern)
+    return hashlib.sha256(f"{version}\n{predefined_macros(compiler)}\n{settings}".encode()).hexdigest()[:12]
+
+
+def miscompiled(directory: str) -> bool:
+    """Whether gcc's code for a kernel, its optimized GIMPLE and assembly kept in `directory` (INSPECT_FLAGS), holds a
+    construct gcc 12 miscompiles: a masked load, or a masked scalar conversion (see IF_CONVERSION_OFF)."""
+    with open(os.path.join(directory, "kernel.gimple")) as file:
+        if "MASK_LOAD" in file.read():
+            return True
+    for name in glob.glob(os.path.join(directory, "*.s")):
+        with open(name) as file:
+            if MASKED_SCALAR_CONVERSION.search(file.read()):
+                return True
+    return False
 
 
 def load_shared_library(binary: bytes) -> ctypes.CDLL:
@@ -69,20 +107,28 @@ class CCompiler(Compiler):
     def __init__(self):
         self.compiler = find_compiler()
         self.cache_name = f"cpu-{compiler_identity(self.compiler)}"
+        self.gcc = is_gcc(predefined_macros(self.compiler))
 
     def compile(self, source: str) -> bytes:
         with tempfile.TemporaryDirectory() as directory:
             output = os.path.join(directory, "kernel.so")
-            result = subprocess.run(
-                [self.compiler, *C_FLAGS, "-x", "c", "-", "-o", output, "-lm"],
-                input=source,
-                capture_output=True,
-                text=True,
-            )
-            if result.returncode != 0:
-                raise RuntimeError(f"CPU: cc failed to compile\n{source}\n{result.stderr}")
+            inspect = tuple(flag.format(directory=directory) for flag in INSPECT_FLAGS) if self.gcc else ()
+            self.run(source, output, (*C_FLAGS, *inspect))
+            if inspect and miscompiled(directory):
+                self.run(source, output, (*C_FLAGS, *IF_CONVERSION_OFF))
             with open(output, "rb") as file:
                 return file.read()
+
+    def run(self, source: str, output: str, flags: tuple[str, ...]) -> None:
+        """Compile `source` into the shared library `output` (its temporary files, if any, beside it)."""
+        result = subprocess.run(
+            [self.compiler, *flags, "-x", "c", "-", "-o", output, "-lm"],
+            input=source,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"CPU: cc failed to compile\n{source}\n{result.stderr}")
 
 
 class CProgram(HostProgram):
