@@ -264,6 +264,20 @@ def test_batchnorm_no_affine_no_tracking(torch):
     assert layer.running_mean is None and layer.running_var is None and layer.num_batches_tracked is None
 
 
+def test_batchnorm_momentum_none_averages_every_batch_as_torch(torch):
+    """momentum=None: the running statistics are the plain average of the batches' (training crashed on None)."""
+    layer, module = nn.BatchNorm2d(3, momentum=None), torch.nn.BatchNorm2d(3, momentum=None)
+    with Tensor.train():
+        for number in range(4):
+            x = rand(4, 3, 5, 5, seed=number) * (number + 1) + number
+            layer(Tensor(x)).realize()
+            module(torch.tensor(x))
+    np.testing.assert_allclose(layer.running_mean.numpy(), module.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.running_var.numpy(), module.running_var.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"BatchNorm: momentum must be a number in \[0, 1\] or None"):
+        nn.BatchNorm2d(3, momentum=2)
+
+
 @pytest.mark.parametrize("training", [False, True])
 def test_batchnorm_without_running_statistics_uses_the_batchs(torch, training):
     # with no running statistics there is nothing else to normalize with, in eval mode too (as in torch); the state

@@ -131,6 +131,19 @@ def test_graphs_after_an_assign_read_new_values():
     np.testing.assert_allclose((w * 2).numpy(), [22.0, 24.0])
 
 
+def test_a_value_an_assign_wrote_is_read_before_a_later_assign_overwrites_it():
+    """Pending assigns chained on two buffers, one reading the other's intermediate values (batch norm's running
+    averages with momentum=None read its batch counter): each read runs before the next write of that buffer (the
+    reader of the second count ran after the third was written)."""
+    count, average = Tensor([0.0]).contiguous().realize(), Tensor([0.0]).contiguous().realize()
+    for value in (1.0, 2.0, 3.0):
+        counted = count + 1
+        weight = counted.reciprocal()
+        average.assign((1 - weight) * average + weight * value)
+        count.assign(counted)
+    assert average.item() == 2.0 and count.item() == 3.0
+
+
 def test_a_view_read_once_still_shows_its_buffer():
     """A view (a slice, a transpose of a reshape) stays a view when it is read or realized: reading it again after
     a write shows the new contents, as a torch view does (it became a copy at its first read), and a write pending on

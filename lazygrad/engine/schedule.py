@@ -514,8 +514,8 @@ def _device_of(root: UOp, devices: dict[UOp, str | None]) -> str | None:
 
 
 def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | tuple[ScheduleItem, ...]:
-    """Kernels in an order that respects data flow and assigns: a kernel that reads a buffer's old value runs
-    before the assign that overwrites it. If kernels wait on each other in a cycle, those left are returned."""
+    """Kernels in an order that respects data flow and assigns: a kernel that reads a buffer's old value, or the
+    value an earlier assign wrote there, runs before the (later) assign that overwrites it. If kernels wait on each other in a cycle, those left are returned."""
     producer = {item.outputs[0]: number for number, item in enumerate(schedule)}
     assigners: dict[UOp, list[int]] = {}
     for number, item in enumerate(schedule):
@@ -526,6 +526,10 @@ def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | tuple[ScheduleI
         for node in item.reads:
             if node in producer:
                 after[number].add(producer[node])
+                if node.op is Ops.ASSIGN:  # what it wrote stays in its buffer only until a later assign there
+                    for assigner in assigners[node.src[0].base]:
+                        if assigner != number and schedule[assigner].outputs[0].arg > node.arg:
+                            after[assigner].add(number)
             elif node.op is Ops.BUFFER:
                 for assigner in assigners.get(node, []):
                     if assigner != number:

@@ -122,7 +122,8 @@ class BatchNorm:
     """Batch normalization over axis 1: batch statistics while `Tensor.training` (updating running averages),
     the running statistics otherwise. With `track_running_stats=False` there are none, as in torch: it always
     normalizes with the batch's statistics, and running_mean, running_var and num_batches_tracked are None (so its
-    state dict holds only the affine weight and bias, the keys torch saves for such a layer)."""
+    state dict holds only the affine weight and bias, the keys torch saves for such a layer). `momentum=None`
+    makes the running statistics the plain average of every batch's, as in torch."""
 
     def __init__(
         self,
@@ -130,8 +131,12 @@ class BatchNorm:
         eps: float = 1e-5,
         affine: bool = True,
         track_running_stats: bool = True,
-        momentum: float = 0.1,
+        momentum: float | None = 0.1,
     ):
+        if momentum is not None and not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1):
+            raise ValueError(
+                f"BatchNorm: momentum must be a number in [0, 1] or None (a plain average), got {momentum!r}"
+            )
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.track_running_stats = track_running_stats
         self.weight = Tensor.ones(num_features).contiguous().realize() if affine else None
@@ -152,9 +157,14 @@ class BatchNorm:
             if Tensor.training and self.track_running_stats:
                 count = x.numel() // features
                 unbiased = var.detach() * (count / max(count - 1, 1))
-                self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
-                self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
-                self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+                tracked = self.num_batches_tracked + 1
+                # (no momentum: the n-th batch's statistics count 1/n, so the running ones are their plain average)
+                factor = (
+                    self.momentum if self.momentum is not None else tracked.cast(self.running_mean.dtype).reciprocal()
+                )
+                self.running_mean.assign((1 - factor) * self.running_mean + factor * mean.detach())
+                self.running_var.assign((1 - factor) * self.running_var + factor * unbiased)
+                self.num_batches_tracked.assign(tracked)
         else:
             mean, var = self.running_mean, self.running_var
         return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
