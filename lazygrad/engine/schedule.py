@@ -515,7 +515,8 @@ def _device_of(root: UOp, devices: dict[UOp, str | None]) -> str | None:
 
 def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | tuple[ScheduleItem, ...]:
     """Kernels in an order that respects data flow and assigns: a kernel that reads a buffer's old value, or the
-    value an earlier assign wrote there, runs before the (later) assign that overwrites it. If kernels wait on each other in a cycle, those left are returned."""
+    value an earlier assign wrote there, runs before the (later) assign that overwrites it. If kernels wait on each
+    other in a cycle, those left are returned."""
     producer = {item.outputs[0]: number for number, item in enumerate(schedule)}
     assigners: dict[UOp, list[int]] = {}
     for number, item in enumerate(schedule):
