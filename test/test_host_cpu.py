@@ -1,5 +1,6 @@
 """LAZYGRAD_CPU: the host devices generate code (and choose register blocks) for a named CPU, checked in a fresh
-interpreter, since the CPU is read once per process."""
+interpreter, since the CPU is read once per process; and the C device's code for AVX-512 CPUs, which gcc 12
+miscompiled."""
 
 import os
 import subprocess
@@ -7,7 +8,8 @@ import sys
 
 import pytest
 
-from lazygrad.runtime.host_cpu import named_cpu
+from lazygrad.runtime.host_cpu import cpuinfo_flags, named_cpu
+from lazygrad.runtime.ops_cpu import miscompiled
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRODUCT = """
@@ -19,6 +21,27 @@ a, b = rng.standard_normal((96, 160), dtype=np.float32), rng.standard_normal((16
 np.testing.assert_allclose((Tensor(a) @ Tensor(b)).relu().numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
 print(host_cpu().describe())
 """
+
+# selects whose vectorized code gcc 12 miscompiles on AVX-512 CPUs (see ops_cpu.IF_CONVERSION_OFF)
+SELECTS = """
+import numpy as np
+from lazygrad import Tensor, dtypes
+rng = np.random.default_rng(1)
+# between doubles converted from floats, one of them flipped: a masked vcvtss2sd, right in the low lane only
+a, b, c = [rng.standard_normal((2, 1, 6, 5)).astype(np.float32) for _ in range(3)]
+A, B, C = [Tensor(v).cast(dtypes.float64).expand(2, 3, 6, 5) for v in (a, b, c)]
+expected = np.broadcast_to(np.where(a > 0, b, c[..., ::-1]), (2, 3, 6, 5))
+np.testing.assert_array_equal((A > 0).where(B, C.flip(-1)).numpy(), expected)
+# between flipped int64s converted to floats, on floats cast to int64: masked loads that lose the flip
+c, d = [(rng.standard_normal((40, 2)) * 4).astype(np.float32) for _ in range(2)]
+x, y = [rng.integers(-20, 21, (40, 2)) for _ in range(2)]
+condition = Tensor(c).cast(dtypes.int64) > Tensor(d).flip(1).cast(dtypes.int64)
+selected = condition.where(Tensor(x).flip(1).cast(dtypes.float32), Tensor(y).flip(1).cast(dtypes.float32))
+expected = np.where(c.astype(np.int64) > d[:, ::-1].astype(np.int64), x[:, ::-1], y[:, ::-1]).astype(np.float32)
+np.testing.assert_array_equal(selected.numpy(), expected)
+print("ok")
+"""
+SKYLAKE_AVX512_FLAGS = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
 
 
 def run(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -65,3 +88,26 @@ def test_an_unknown_cpu_name_is_an_error_naming_the_variable(tmp_path):
     assert result.returncode != 0
     assert "LAZYGRAD_CPU='pentium-ultra' is not an x86-64 CPU lazygrad knows" in result.stderr
     assert "haswell" in result.stderr and "left unset for this machine's CPU" in result.stderr
+
+
+# this machine's CPU, and (where this machine can run its code) an AVX-512 one: elsewhere the first passes trivially
+@pytest.mark.parametrize("cpu", ["", "skylake-avx512"])
+def test_c_selects_between_flipped_converted_values_are_right_on_avx512(cpu, tmp_path):
+    if cpu and not SKYLAKE_AVX512_FLAGS <= cpuinfo_flags():
+        pytest.skip(f"this machine cannot run code for {cpu}")
+    result = run(SELECTS, CPU="1", LAZYGRAD_CACHE=str(tmp_path), **({"LAZYGRAD_CPU": cpu} if cpu else {}))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_gcc_code_with_a_masked_load_or_a_masked_scalar_conversion_is_compiled_again(tmp_path):
+    # (what ops_cpu.miscompiled reads: gcc's optimized GIMPLE and the assembler's listing, kept beside the library)
+    (tmp_path / "kernel.gimple").write_text("  vect_x_1.5_12 = MEM <vector(16) float> [(float *)_3];\n")
+    (tmp_path / "kernel.lst").write_text("  36 0082 62F1FD29 \t\tvblendmpd\t%xmm1, %xmm0, %xmm2{%k1}\n")
+    assert not miscompiled(str(tmp_path))
+    (tmp_path / "kernel.lst").write_text("  37 0088 62D1760B \t\tvcvtss2sd\t%xmm13, %xmm1, %xmm0{%k3}\n")
+    assert miscompiled(str(tmp_path))
+    (tmp_path / "kernel.lst").write_text("  37 0088 C5F25AC5 \t\tvcvtss2sd\t%xmm13, %xmm1, %xmm0\n")
+    assert not miscompiled(str(tmp_path))
+    (tmp_path / "kernel.gimple").write_text("  vect_patt_1 = .MASK_LOAD (vectp.47_311, 64B, mask_patt_11.46_303);\n")
+    assert miscompiled(str(tmp_path))

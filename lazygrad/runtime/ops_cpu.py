@@ -37,12 +37,18 @@ C_FLAGS = (
 # - a masked select between doubles, one converted from a float in the low lane, is folded into a masked vcvtss2sd
 #   (or vcvtsd2ss), whose mask covers only the low lane: the high lane comes from its other operand, whatever the mask
 #   says (AVX-512VL).
-# No flag turns off just these. Without if-conversion (IF_CONVERSION_OFF) gcc makes neither, but it leaves every loop
-# with a select scalar (relu, where, the clamps of exp, padding), so only a kernel whose code holds one of the two
-# constructs (`miscompiled`: none of a ResNet18, transformer or MLP step's kernels does) is compiled again without it.
+# No flag turns off just these (-fno-wrapv, -mno-avx512vl, -ftrapping-math or -fno-thread-jumps leaves some kernels
+# wrong, and the last makes softmax's exp scalar). Without if-conversion (IF_CONVERSION_OFF) gcc makes neither, but it
+# leaves every loop with a select scalar (relu, where, the clamps of exp, padding), so only a kernel whose code holds
+# one of the two constructs (`miscompiled`; none of a ResNet18, transformer or MLP step's kernels does) is compiled
+# again without it.
 IF_CONVERSION_OFF = ("-fno-tree-loop-if-convert",)
-INSPECT_FLAGS = ("-save-temps=obj", "-fdump-tree-optimized={directory}/kernel.gimple")  # (gcc only)
-MASKED_SCALAR_CONVERSION = re.compile(r"^\s*vcvts[sd]2s[sd]\s.*\{%k[1-7]\}", re.MULTILINE)
+# (gcc only) a kernel's optimized GIMPLE and the assembler's listing, in gcc's working directory, for `miscompiled`
+INSPECT_FLAGS = ("-fdump-tree-optimized=kernel.gimple", "-Wa,-al=kernel.lst")
+MISCOMPILED_CONSTRUCTS = {
+    "*.gimple": re.compile(r"\.MASK_LOAD\b"),
+    "*.lst": re.compile(r"\bvcvts[sd]2s[sd]\s[^\n]*\{%k[1-7]\}"),
+}
 
 
 def find_compiler() -> str:
@@ -65,23 +71,22 @@ def is_gcc(macros: str) -> bool:
     return "#define __GNUC__ " in macros and "#define __clang__ " not in macros
 
 
-def compiler_identity(compiler: str) -> str:
-    """A short hash of the compiler's version, the target it generates code for (-march) and how it is called."""
+def compiler_identity(compiler: str, macros: str) -> str:
+    """A short hash of the compiler's version, the target it generates code for (its predefined `macros`) and how it
+    is called (a kernel some earlier version of this module compiled wrong is not taken from the disk cache)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    settings = (C_FLAGS, IF_CONVERSION_OFF, MASKED_SCALAR_CONVERSION.pattern)
-    return hashlib.sha256(f"{version}\n{predefined_macros(compiler)}\n{settings}".encode()).hexdigest()[:12]
+    settings = (C_FLAGS, IF_CONVERSION_OFF, [pattern.pattern for pattern in MISCOMPILED_CONSTRUCTS.values()])
+    return hashlib.sha256(f"{version}\n{macros}\n{settings}".encode()).hexdigest()[:12]
 
 
 def miscompiled(directory: str) -> bool:
-    """Whether gcc's code for a kernel, its optimized GIMPLE and assembly kept in `directory` (INSPECT_FLAGS), holds a
-    construct gcc 12 miscompiles: a masked load, or a masked scalar conversion (see IF_CONVERSION_OFF)."""
-    with open(os.path.join(directory, "kernel.gimple")) as file:
-        if "MASK_LOAD" in file.read():
-            return True
-    for name in glob.glob(os.path.join(directory, "*.s")):
-        with open(name) as file:
-            if MASKED_SCALAR_CONVERSION.search(file.read()):
-                return True
+    """Whether gcc's code for a kernel, as INSPECT_FLAGS left it in `directory`, holds a construct gcc 12 miscompiles:
+    a masked load, or a masked scalar conversion (see IF_CONVERSION_OFF)."""
+    for files, construct in MISCOMPILED_CONSTRUCTS.items():
+        for name in glob.glob(os.path.join(directory, files)):
+            with open(name) as file:
+                if construct.search(file.read()):
+                    return True
     return False
 
 
@@ -106,26 +111,26 @@ class CCompiler(Compiler):
 
     def __init__(self):
         self.compiler = find_compiler()
-        self.cache_name = f"cpu-{compiler_identity(self.compiler)}"
-        self.gcc = is_gcc(predefined_macros(self.compiler))
+        macros = predefined_macros(self.compiler)
+        self.cache_name = f"cpu-{compiler_identity(self.compiler, macros)}"
+        self.gcc = is_gcc(macros)
 
     def compile(self, source: str) -> bytes:
         with tempfile.TemporaryDirectory() as directory:
-            output = os.path.join(directory, "kernel.so")
-            inspect = tuple(flag.format(directory=directory) for flag in INSPECT_FLAGS) if self.gcc else ()
-            self.run(source, output, (*C_FLAGS, *inspect))
-            if inspect and miscompiled(directory):
-                self.run(source, output, (*C_FLAGS, *IF_CONVERSION_OFF))
-            with open(output, "rb") as file:
+            self.run(source, directory, (*C_FLAGS, *(INSPECT_FLAGS if self.gcc else ())))
+            if self.gcc and miscompiled(directory):
+                self.run(source, directory, (*C_FLAGS, *IF_CONVERSION_OFF))
+            with open(os.path.join(directory, "kernel.so"), "rb") as file:
                 return file.read()
 
-    def run(self, source: str, output: str, flags: tuple[str, ...]) -> None:
-        """Compile `source` into the shared library `output` (its temporary files, if any, beside it)."""
+    def run(self, source: str, directory: str, flags: tuple[str, ...]) -> None:
+        """Compile `source` into the shared library kernel.so in `directory`, also gcc's working directory."""
         result = subprocess.run(
-            [self.compiler, *flags, "-x", "c", "-", "-o", output, "-lm"],
+            [self.compiler, *flags, "-x", "c", "-", "-o", "kernel.so", "-lm"],
             input=source,
             capture_output=True,
             text=True,
+            cwd=directory,
         )
         if result.returncode != 0:
             raise RuntimeError(f"CPU: cc failed to compile\n{source}\n{result.stderr}")
