@@ -237,7 +237,10 @@ class NNMixin:
             return nll.sum()
         if reduction != "mean":
             raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-        return nll.sum() / valid._sum_unwidened()  # (no label counted: 0/0, NaN, as in torch)
+        counted = valid._sum_unwidened()
+        # (no label counted: NaN, as torch's 0/0; dividing by the bare count instead scheduled three more kernels
+        # in a ResNet18 step)
+        return (counted == 0).where(float("nan"), nll.sum() / counted.maximum(1))
 
     def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Cross-entropy of logits (N, C, …) against class indices (N, …) or probabilities (N, C, …), like torch."""
