@@ -136,7 +136,7 @@ class LAMB(Optimizer):
 
     def state_loaded(self) -> None:
         """Called by nn.state.load_state_dict: the counters of missed steps may have changed, so the next step reads
-        them (a number per parameter, once per load). A TinyJit replays its capture's graph, in which only the
+        them (once per load). A TinyJit replays its capture's graph, in which only the
         parameters known then read their counter: load a checkpoint before its first call, or `reset()` it after."""
         self.counters_loaded = True
 
@@ -148,7 +148,7 @@ class LAMB(Optimizer):
 
     def _updates(self) -> list[Tensor]:
         if self.counters_loaded:  # (see state_loaded)
-            self.reads_missed_steps = [missed.item() != 0 for missed in self.missed_steps]
+            self.reads_missed_steps = list(Tensor.cat(*self.missed_steps).numpy() != 0)  # (one read for them all)
             self.counters_loaded = False
         # the step count lives on the device so a JIT replay advances the bias corrections too
         self.steps.assign(self.steps + 1)
