@@ -1280,6 +1280,10 @@ def main() -> int:
         print(f"running {case.name} ...", file=sys.stderr, flush=True)
         result = case.run(repeats, args.seed)
         results.append(result)
+        # each row as soon as it is measured, so that a run stopped part way still says what it measured
+        torch_ms = f"{result.torch.warm_ms:.4g}" if result.torch and result.torch.warm_ms is not None else "-"
+        lazygrad_ms = f"{result.lazygrad.warm_ms:.4g}" if result.lazygrad.warm_ms is not None else "-"
+        print(f"  lazygrad {lazygrad_ms} ms, torch {torch_ms} ms", file=sys.stderr, flush=True)
         targets += [goal.check(result) for goal in case.goals]
 
     table = format_table(results)
