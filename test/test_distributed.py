@@ -262,7 +262,8 @@ def test_lazygrad_imports_without_mpi4py():
         "from lazygrad import Tensor, distributed\n"
         "print((Tensor([1.0, 2.0]) * 3).tolist(), distributed.launched_by_mpirun())"
     )
-    environment = {**os.environ, "PYTHONPATH": ROOT}
+    # (the project first, and what the caller's path holds after it: where pyopencl is, for GPU=1)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     for variable in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
         environment.pop(variable, None)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment)

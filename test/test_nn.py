@@ -767,6 +767,22 @@ def test_adam_counts_a_parameters_steps_from_its_gradients(torch, make, jit):
         close(a, b.detach(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("bases", [(0.9, 0.999), (0.0, 0.9999), (0.5, 0.99)])
+def test_adam_bias_corrections_are_as_exact_as_float64(bases):
+    # 1 - b**t computed as a difference in float32 lost up to 1e-4 of itself for b near 1 (one ulp of 0.999): more
+    # than torch's float64 arithmetic allows. Each correction is within a few float32 ulps of float64's
+    steps = Tensor(np.array([1, 2, 3, 10, 100, 1000, 10000], np.float32).reshape(-1, 1))
+    got = optim._one_minus_powers(bases, steps).numpy()
+    want = 1 - np.array(bases, np.float64) ** steps.numpy().astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=4e-7)
+
+
+@pytest.mark.parametrize("make", [optim.Adam, optim.AdamW, optim.LAMB])
+def test_adam_rejects_a_decay_outside_0_to_1(make):
+    with pytest.raises(ValueError, match=r"b2 must be in \[0, 1\).*got 1.0"):
+        make([Tensor([1.0], requires_grad=True)], b2=1.0)
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"lr": 0.01}, {"lr": 0.02, "b1": 0.8, "b2": 0.99, "eps": 1e-6}])
 def test_adam(torch, kwargs):
     theirs = {k: v for k, v in kwargs.items() if k not in ("b1", "b2")}

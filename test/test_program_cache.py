@@ -66,6 +66,10 @@ def newest_kernel() -> realize.CompiledKernel:
 
 def test_distinct_graphs_keep_the_cache_bounded_and_free_what_leaves_it(device):
     x = Tensor(DATA, device=device).realize()
+    gc.collect()
+    realize.release_unused()
+    # what earlier tests in this process still hold loaded (on NVIDIA's OpenCL, two more binaries) is not this test's
+    held_before = loaded_code(device)
     limit, count = 3, 12
     with Context(PROGRAM_CACHE=limit):
         programs = []
@@ -78,7 +82,7 @@ def test_distinct_graphs_keep_the_cache_bounded_and_free_what_leaves_it(device):
         assert [code_freed(program) for program in programs] == [True] * (count - limit) + [False] * limit
         assert realize.live_programs() <= limit
         loaded = loaded_code(device)
-        assert loaded is None or loaded <= limit + 1  # the kernel that copied x in may still be cached elsewhere
+        assert loaded is None or loaded <= held_before + limit
 
 
 def test_an_evicted_kernel_is_built_again_and_computes_the_same(device):
