@@ -365,5 +365,6 @@ def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]
     check_fits("Tensor", array, dtype)
     with np.errstate(over="ignore", invalid="ignore"):  # a float too large for the dtype becomes inf, as in PyTorch
         if dtype == dtypes.bfloat16:
-            return np.ascontiguousarray(bfloat16_bits(np.asarray(array, dtype=np.float32))), dtype
+            # (not np.ascontiguousarray, which makes a 0-d array 1-d)
+            return np.array(bfloat16_bits(np.asarray(array, dtype=np.float32)), order="C"), dtype
         return np.array(array, dtype=dtype.np, order="C"), dtype

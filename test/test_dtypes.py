@@ -99,6 +99,11 @@ def test_lists_of_ints_beyond_int64_keep_every_bit_or_are_an_error():
         Tensor([-1, 2**63], dtype=dtypes.uint64)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_python_number_makes_a_0d_tensor_of_every_float_dtype(dtype):
+    assert Tensor(1.5, dtype=dtype).shape == () and Tensor(1.5, dtype=dtype).tolist() == 1.5  # (bfloat16's was 1-d)
+
+
 def test_bfloat16_memory_holds_rounded_bits_and_numpy_gives_float32():
     values = [1.0, 3.14159, 1e-3, -65504.0, 1e38, 3.5e38, float("nan"), float("inf"), 1.00390625, 1.01171875]
     expected = torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
@@ -483,3 +488,16 @@ def test_a_bfloat16_value_on_its_grid_is_stored_without_rounding_again():
         got = result.bitcast(dtypes.uint16).numpy()
         numbers = ~np.isnan(bfloat16_to_float32(expected))  # (NaN: any quiet NaN)
         np.testing.assert_array_equal(got[numbers], expected[numbers])
+
+
+@pytest.mark.parametrize("size", [8, 16, 64])
+def test_casts_through_64_bits_in_vector_loops(size):
+    # loops of 8 or 16 iterations are computed in vectors on an OpenCL CPU driver: pip's PoCL on a Zen 4/5 CPU
+    # reported 16-float vectors but built for AVX2, and its conversions of long8 gave garbage (floor was 0 for 1.25)
+    x = (np.random.default_rng(size).standard_normal(size) * 100).astype(np.float32)
+    np.testing.assert_array_equal(Tensor(x).int().numpy(), x.astype(np.int32))
+    np.testing.assert_array_equal(Tensor(x).floor().numpy(), np.floor(x))
+    np.testing.assert_array_equal(Tensor(x).cast(dtypes.int64).numpy(), x.astype(np.int64))
+    np.testing.assert_array_equal(Tensor(x).cast(dtypes.float64).numpy(), x.astype(np.float64))
+    whole = x.astype(np.int64)
+    np.testing.assert_array_equal(Tensor(whole).float().numpy(), whole.astype(np.float32))

@@ -32,7 +32,10 @@ def device_target(device: Any) -> Target:
     """What codegen needs to know of an OpenCL device. CPU drivers want vectors as wide as their SIMD registers and
     small work-groups (PoCL runs a work-group as loops over its work-items); GPUs (preferred vector width 1) want
     no vectors and work-groups of a few warps."""
-    vector_width = min(max(device.preferred_vector_width_float, 1), 16)
+    # at most 8 floats (256 bits): pip's PoCL 3.0 reports 16 on an AVX-512 CPU its LLVM 14 does not know (Zen 4, 5)
+    # but builds for AVX2, and its built-ins on 512-bit vectors (convert_long8, fmod of double8) gave garbage or
+    # crashed; a run of a probe kernel to tell could corrupt that driver's state in the process
+    vector_width = min(max(device.preferred_vector_width_float, 1), 8)
     max_threads = device.max_work_group_size
     aim = 64 if vector_width > 1 else 256
     block_threads = 1 << (min(max_threads, aim).bit_length() - 1)

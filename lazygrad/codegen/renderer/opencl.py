@@ -128,9 +128,12 @@ class OpenCLRenderer(CStyleRenderer):
         self.widest_vector = target.vector_width
         self.vector_width = 1
 
-    def lanes_for(self, iterations: int) -> int:
-        """The vector width for a loop of this many iterations: the widest allowed one that divides it, else 1."""
-        width = self.widest_vector
+    def lanes_for(self, iterations: int, element_bits: int = 32) -> int:
+        """The vector width for a loop of this many iterations over elements of up to `element_bits`: the widest
+        allowed one that divides it, else 1. A vector is never wider than the device's (its preferred float width of
+        32-bit lanes): PoCL's built-ins taking or giving wider ones (convert_long8, fmod of double8 on an AVX2
+        target) returned garbage or crashed."""
+        width = self.widest_vector * 32 // max(element_bits, 32)
         while width >= self.smallest_vector and iterations % width:
             width //= 2
         return width if width >= self.smallest_vector else 1
@@ -146,7 +149,7 @@ class OpenCLRenderer(CStyleRenderer):
         candidate = outputs[-1] if outputs else (loops[0] if loops else None)
         if candidate is None or any(node.op is Ops.BARRIER for node in program):
             return
-        self.vector_width = self.lanes_for(candidate.src[0].arg)
+        self.vector_width = self.lanes_for(candidate.src[0].arg, max(node.dtype.bits for node in program))
         if self.vector_width == 1:
             return
         self.vector_loop = candidate
@@ -334,7 +337,13 @@ class OpenCLRenderer(CStyleRenderer):
         if to_dtype == dtypes.float16:
             return f"round_to_half{width}(convert_float{width}({value}))"
         if from_dtype.is_float and to_dtype.is_int and to_dtype.bits == 32:
-            # through 64 bits, so values outside the 32-bit range wrap instead of being undefined
+            # through 64 bits, so values outside the 32-bit range wrap instead of being undefined; lane by lane where
+            # a vector of 64-bit lanes would be wider than the device's (see lanes_for)
+            if width * 64 > self.widest_vector * 32:
+                lanes = ", ".join(
+                    f"({self.register_types[to_dtype]})(long)({value}).s{lane:x}" for lane in range(width)
+                )
+                return f"({self.vector_type(to_dtype)})({lanes})"
             return f"convert_{self.vector_type(to_dtype)}(convert_long{width}({value}))"
         if from_dtype.is_int and to_dtype.is_int and from_dtype.bits == to_dtype.bits:
             return f"as_{self.vector_type(to_dtype)}({value})"
