@@ -325,6 +325,12 @@ class Tensor(
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __iter__(self):
+        """The sub-tensors along the first axis (without this, Python iterated a 0-d tensor as an empty sequence)."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor: read its value with .item()")
+        return (self[index] for index in range(self.shape[0]))
+
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
 

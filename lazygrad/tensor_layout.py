@@ -186,13 +186,12 @@ class LayoutMixin:
             )
         return self[(slice(None),) * dim + (np.repeat(np.arange(len(counts)), counts),)]
 
-    @classmethod
-    def meshgrid(cls, *tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        """Coordinate grids of 1-D tensors: "ij" indexing (matrix) or "xy" (the first two axes swapped)."""
+    def meshgrid(self: Tensor, *tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of 1-D tensors: "ij" indexing (matrix) or "xy" (the first two axes swapped). Called as
+        `x.meshgrid(y)` or `Tensor.meshgrid(x, y)` (or with a list of them), as `cat`."""
         if indexing not in ("ij", "xy"):
             raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
-        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-            tensors = tuple(tensors[0])
+        tensors = tuple(self) if isinstance(self, (list, tuple)) and not tensors else (self, *tensors)
         for tensor in tensors:
             if not hasattr(tensor, "uop"):
                 raise TypeError(f"meshgrid: expects Tensors, got {type(tensor).__name__}")

@@ -136,7 +136,8 @@ class MathMixin:
             return result
         base, exp = self._operands(exponent, "pow", reverse)
         if base.dtype.is_int and not exp.dtype.is_float:
-            return base._to_float().pow(exp._to_float()).round().cast(base.dtype)
+            scalar = exponent if isinstance(exponent, int) and not isinstance(exponent, bool) and not reverse else None
+            return base._integer_pow(exp, scalar)
         base, exp = base._to_float(), exp._to_float()
         number = exponent if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
         if number is not None and math.isfinite(number) and (abs(number) != 1 if reverse else number != 0):
@@ -159,6 +160,30 @@ class MathMixin:
             + _edge_slope(base, 1, unit_base & exp.isnan()) * 0
         )
         return special.where(slope_exp + slope_base + 1, finite).cast(base.dtype)
+
+    def _integer_pow(base: Tensor, exp: Tensor, number: int | None) -> Tensor:
+        """base**exp for integers, exact and wrapping as the dtype does (torch's integer pow; a float power is exact
+        only below 2**24): a multiply per bit of the exponent, squaring the base between. A negative exponent tensor
+        gives 1 / base**|exp| truncated, as torch: 0 but for bases 1 and -1; a negative number, a float power."""
+        bits = 8 * base.dtype.itemsize
+        if number is not None:
+            number = int(number)
+            if number < 0:
+                return base._to_float().pow(number)
+            if number >= bits:  # the same power modulo 2**bits, fewer multiplies: an even base's is 0 from `bits`
+                number = bits + (number - bits) % (1 << (bits - 2))  # on, an odd one's repeats every 2**(bits-2)
+        magnitude = exp.abs() if number is None else None
+        result, square = base.ones_like(), base
+        for bit in range(number.bit_length() if number is not None else bits):
+            if bit:
+                square = square * square
+            if number is None:
+                result = ((magnitude >> bit) & 1).bool().where(result * square, result)
+            elif number >> bit & 1:
+                result = result * square
+        if number is None:
+            result = (exp < 0).where((base.abs() == 1).where(result, 0), result)
+        return result
 
     def _finite_pow(base: Tensor, exp: Tensor) -> Tensor:
         """base**exp for float tensors, except the non-finite cases `pow` settles first."""

@@ -192,6 +192,12 @@ def test_tensor_properties():
     assert Tensor.zeros(0, 5).numel() == 0 and len(Tensor.zeros(0, 5)) == 0
 
 
+def test_iterating_goes_along_the_first_axis_and_not_over_a_0d_tensor():
+    assert [t.tolist() for t in Tensor([[1, 2], [3, 4]])] == [[1, 2], [3, 4]] and list(Tensor.zeros(0, 3)) == []
+    with pytest.raises(TypeError, match="iteration over a 0-d tensor"):
+        list(Tensor(5))  # (it was an empty list)
+
+
 def test_len_of_0d_tensor_is_type_error():
     with pytest.raises(TypeError):
         len(Tensor(1.0))
@@ -685,6 +691,30 @@ def test_pow_int_and_half():
     check(lambda t: t**2, lambda x: x**2, data(5, dtype=np.float16, low=-3, high=3), dtype=dtypes.float16)
 
 
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint32])
+def test_integer_pow_is_exact_and_wraps(dtype):
+    # through float32, 3**19 was 1162260608 and 4097**2 16785402; torch multiplies in the integer dtype
+    bits, signed = 8 * dtype.itemsize, not dtype.name.startswith("uint")
+
+    def wrapped(value: int) -> int:
+        value %= 1 << bits
+        return value - (1 << bits) if signed and value >= 1 << (bits - 1) else value
+
+    bases = [0, 1, 2, 3, 7, 4097 % (1 << bits)] + ([-1, -2, -5] if signed else [255])
+    for exponent in [0, 1, 2, 5, 19, 39, 64, 100, min((1 << (bits - 2)) + 77, (1 << (bits - 1)) - 1)]:  # (that fit)
+        assert (Tensor(bases, dtype=dtype) ** exponent).tolist() == [
+            wrapped(pow(b, exponent, 1 << bits)) for b in bases
+        ]
+    exponents = [0, 1, 2, 5, 19, 39, (1 << (bits - 1)) - 1] + ([-1, -2, -3] if signed else [(1 << bits) - 1])
+    for exponent in exponents:
+        # a negative exponent truncates 1 / base**|e|, as torch: 0 but for bases 1 and -1
+        want = [
+            wrapped(pow(b, exponent, 1 << bits)) if exponent >= 0 else int(1 / b**-exponent) if b else 0 for b in bases
+        ]
+        assert (Tensor(bases, dtype=dtype) ** Tensor([exponent] * len(bases), dtype=dtype)).tolist() == want
+    assert (2 ** Tensor([3, 10, 30], dtype=dtype)).tolist() == [wrapped(8), wrapped(1024), wrapped(1 << 30)]
+
+
 @pytest.mark.parametrize(
     "lazy_fn, numpy_fn",
     [
@@ -728,6 +758,16 @@ def test_int_true_division_gives_float():
 def test_logical_bool(lazy_fn, numpy_fn):
     a, b = data(3, 4, dtype=np.bool_), data(4, dtype=np.bool_, seed=1)
     check(lazy_fn, numpy_fn, a, b, dtype=dtypes.bool)
+
+
+@pytest.mark.parametrize("np_dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8])
+def test_integers_cast_to_bool_are_true_where_nonzero(np_dtype):
+    # a cast's bounds made any int that could be negative "always true", and selects and ands folded to constants
+    a, b = np.array([0, 0, 2, 3, 0, 1], np_dtype), np.array([0, 1, 0, 4, 0, 0], np_dtype)
+    check(lambda x, y: x.bool() & y.bool(), lambda x, y: x.astype(bool) & y.astype(bool), a, b, dtype=dtypes.bool)
+    check(lambda x: x.bool().where(1, 2), lambda x: np.where(x, 1, 2), a)
+    check(lambda x: (x.bool() == False) | (x.bool() != True), lambda x: ~x.astype(bool), a)  # noqa: E712
+    np.testing.assert_array_equal((Tensor.arange(-2, 2) % 3).bool().where(1, 0).numpy(), [1, 1, 0, 1])
 
 
 def test_logical_on_comparisons():

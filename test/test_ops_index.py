@@ -337,6 +337,13 @@ def test_meshgrid(indexing):
     grids = Tensor.meshgrid(Tensor(x), Tensor(y), Tensor(z), indexing=indexing)
     for grid, expected in zip(grids, np.meshgrid(x, y, z, indexing=indexing)):
         assert_tensor(grid, expected)
+    # as a method of the first tensor (it dropped that tensor), and with a list
+    for grids in (
+        Tensor(x).meshgrid(Tensor(y), Tensor(z), indexing=indexing),
+        Tensor.meshgrid([Tensor(x), Tensor(y), Tensor(z)], indexing=indexing),
+    ):
+        for grid, expected in zip(grids, np.meshgrid(x, y, z, indexing=indexing), strict=True):
+            assert_tensor(grid, expected)
     with pytest.raises(ValueError, match="meshgrid: indexing must be 'ij' or 'xy'"):
         Tensor.meshgrid(Tensor(x), indexing="ji")
 

@@ -465,6 +465,9 @@ def _bounds_of(node: UOp) -> tuple[Any, Any]:
         if a_min == a_max:
             return (b_min, b_max) if a_min else (c_min, c_max)
         low, high = min(b_min, c_min), max(b_max, c_max)
+    elif node.op is Ops.CAST and node.src[0].dtype.is_int and node.dtype == dtypes.bool:
+        # true wherever the value is not 0: always where 0 is out of its range, never where it is 0 alone
+        low, high = not a_min <= 0 <= a_max, not a_min == a_max == 0
     elif node.op is Ops.CAST and node.src[0].dtype.is_int:
         low, high = a_min, a_max
     else:
