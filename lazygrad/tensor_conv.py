@@ -29,15 +29,34 @@ def _pair(value, count: int, name: str) -> tuple[int, ...]:
     """`value` as `count` ints: one int repeats, a sequence must have `count` of them."""
     if isinstance(value, int):
         return (value,) * count
-    value = tuple(value)
-    if len(value) != count or not all(isinstance(v, int) for v in value):
-        raise ValueError(f"{name} needs one int or {count} ints (one per spatial axis), got {value}")
-    return value
+    if not isinstance(value, (tuple, list)) or len(value) != count or not all(isinstance(v, int) for v in value):
+        raise ValueError(f"{name} needs one int or {count} ints (one per spatial axis), got {value!r}")
+    return tuple(value)
+
+
+def _positive(value, count: int, name: str, op_name: str) -> tuple[int, ...]:
+    """A stride, dilation or kernel size as `count` positive ints, as torch requires: a zero or negative one would
+    build windows that read outside the input."""
+    values = _pair(value, count, f"{op_name}: {name}")
+    if any(v < 1 for v in values):
+        raise ValueError(f"{op_name}: {name} must be positive in every spatial axis, got {value!r}")
+    return values
 
 
 def _check_tensor(value, name: str, op_name: str) -> None:
     if not hasattr(value, "uop"):
         raise TypeError(f"{op_name}: {name} must be a Tensor, got {type(value).__name__}; wrap it with Tensor(...)")
+
+
+def _check_bias(bias, channels_out: int, op_name: str) -> None:
+    """A bias is one value per output channel (a 1-D tensor of C_out), as in torch: not anything that broadcasts."""
+    if bias is None:
+        return
+    _check_tensor(bias, "bias", op_name)
+    if bias.shape != (channels_out,):
+        raise ValueError(
+            f"{op_name}: bias must be 1-D with one value per output channel, shape ({channels_out},), got {bias.shape}"
+        )
 
 
 class ConvMixin:
@@ -63,18 +82,28 @@ class ConvMixin:
         return self._new(pool_node(self.uop, kernel, stride, dilation))
 
     def _padding(self: Tensor, padding, count: int, op_name: str = "conv") -> tuple[tuple[int, int], ...]:
-        """(before, after) per spatial axis from an int, one int per axis, or torch's flat order (last axis first)."""
+        """(before, after) per spatial axis from an int, one int per axis, or torch's flat order (last axis first);
+        each a non-negative int (a negative one would crop the input, which torch refuses)."""
         if isinstance(padding, int):
-            return ((padding, padding),) * count
-        padding = tuple(padding)
-        if len(padding) == count and all(isinstance(p, tuple) and len(p) == 2 for p in padding):
-            return padding
-        if len(padding) == count:
-            return tuple((p, p) for p in padding)
-        if len(padding) == 2 * count:  # torch order: (left, right, top, bottom) for the last axes first
-            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
-            return tuple(reversed(pairs))
-        raise ValueError(f"{op_name}: padding {padding} needs 1, {count} or {2 * count} values")
+            pairs = ((padding, padding),) * count
+        elif not isinstance(padding, (tuple, list)):
+            raise ValueError(f"{op_name}: padding needs an int or a tuple of ints, got {padding!r}")
+        elif len(padding) == count and all(isinstance(p, tuple) and len(p) == 2 for p in padding):
+            pairs = tuple(padding)
+        elif len(padding) == count:
+            pairs = tuple((p, p) for p in padding)
+        elif len(padding) == 2 * count:  # torch order: (left, right, top, bottom) for the last axes first
+            pairs = tuple(reversed([(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]))
+        else:
+            raise ValueError(f"{op_name}: padding {padding} needs 1, {count} or {2 * count} values")
+        flat = tuple(p for pair in pairs for p in pair)
+        if not all(isinstance(p, int) for p in flat):
+            raise ValueError(f"{op_name}: padding needs ints, got {padding!r}")
+        if any(p < 0 for p in flat):
+            raise ValueError(
+                f"{op_name}: padding must be non-negative, got {padding!r}; to crop, slice the input first"
+            )
+        return pairs
 
     # ---- convolution -------------------------------------------------------------------------------------------
 
@@ -120,7 +149,12 @@ class ConvMixin:
                 f"{op_name}: input {self.shape} with groups={groups} needs weight (C_out, {channels_in // groups}, "
                 f"...) with C_out divisible by {groups}, got {weight.shape}"
             )
-        stride, dilation = _pair(stride, count, f"{op_name}: stride"), _pair(dilation, count, f"{op_name}: dilation")
+        if any(k < 1 for k in kernel):
+            raise ValueError(
+                f"{op_name}: the weight {weight.shape} has an empty kernel; every kernel size must be positive"
+            )
+        _check_bias(bias, channels_out, op_name)
+        stride, dilation = _positive(stride, count, "stride", op_name), _positive(dilation, count, "dilation", op_name)
         if isinstance(padding, str):
             padding = self._named_padding(padding, kernel, stride, dilation, op_name)
         pads = self._padding(padding, count, op_name)
@@ -148,7 +182,7 @@ class ConvMixin:
             dtype in (dtypes.float32, dtypes.float64)
             and weight.dtype == dtype
             and weight.device == self.device
-            and (bias is None or (bias.dtype == dtype and bias.shape == (channels_out,) and bias.device == self.device))
+            and (bias is None or (bias.dtype == dtype and bias.device == self.device))
         ):
             # (the common case, built on the nodes: the very nodes of the steps below, without a tensor per step)
             full = (batch, groups, per_group, *out, group_channels, *kernel)
@@ -223,19 +257,34 @@ class ConvMixin:
                 f"{op_name}: input {self.shape} needs weight ({self.shape[1]}, C_out/groups, ...) with "
                 f"{self.shape[1]} divisible by groups={groups}, got {weight.shape}"
             )
-        stride, dilation = _pair(stride, count, f"{op_name}: stride"), _pair(dilation, count, f"{op_name}: dilation")
+        stride, dilation = _positive(stride, count, "stride", op_name), _positive(dilation, count, "dilation", op_name)
         output_padding = _pair(output_padding, count, f"{op_name}: output_padding")
-        if isinstance(padding, int) or len(tuple(padding)) == count:
-            padding = _pair(padding, count, f"{op_name}: padding")
-        else:
-            raise ValueError(f"{op_name}: padding needs one int or {count} ints, got {padding}")
+        padding = _pair(padding, count, f"{op_name}: padding")
+        if any(p < 0 for p in padding):
+            raise ValueError(f"{op_name}: padding must be non-negative, got {padding}")
         for extra, s, d in zip(output_padding, stride, dilation):
             if not 0 <= extra < max(s, d):
                 raise ValueError(
                     f"{op_name}: output_padding {output_padding} must be smaller than the stride {stride} or the "
-                    f"dilation {dilation} in each axis"
+                    f"dilation {dilation} in each axis, and non-negative"
                 )
         kernel = weight.shape[2:]
+        if any(k < 1 for k in kernel):
+            raise ValueError(
+                f"{op_name}: the weight {weight.shape} has an empty kernel; every kernel size must be positive"
+            )
+        _check_bias(bias, weight.shape[1] * groups, op_name)
+        sizes = tuple(
+            (i - 1) * s - 2 * p + d * (k - 1) + extra + 1
+            for i, s, p, d, k, extra in zip(self.shape[2:], stride, padding, dilation, kernel, output_padding)
+        )
+        if any(size < 1 for size in sizes):
+            raise ValueError(
+                f"{op_name}: the output would be empty: (size - 1) * stride - 2 * padding + dilation * (kernel - 1) "
+                f"+ output_padding + 1 gives {sizes} for the input {self.shape}, weight {weight.shape}, stride "
+                f"{stride}, padding {padding}, dilation {dilation} and output_padding {output_padding}; use a smaller "
+                "padding"
+            )
         # spread the input stride apart (stride-1 zeros after each element, in one pad over all axes), then pad
         # by the kernel's reach less `padding` (the trailing stride-1 zeros are cropped there) and convolve with
         # the flipped kernel
@@ -255,36 +304,50 @@ class ConvMixin:
 
     # ---- pooling -----------------------------------------------------------------------------------------------
 
-    def _pool_nd(
-        self: Tensor, kernel_size, stride, dilation, padding, ceil_mode: bool, value, count: int, op_name: str
-    ) -> tuple[Tensor, tuple[tuple[int, int], ...], tuple[int, ...]]:
-        """Windows (..., *out, *kernel) of the last `count` axes padded with `value` (and, for ceil_mode, on the
-        right where the last window hangs over), the regular padding and the ceil_mode extra per axis."""
+    def _pool_args(self: Tensor, kernel_size, stride, dilation, padding, count: int, op_name: str):
+        """The kernel, stride and dilation (`count` positive ints each) and the (before, after) padding per axis of
+        a pooling op, checked as torch checks them."""
         if self.ndim < count + 1:
             raise ValueError(f"{op_name}: needs an input with at least {count + 1} dimensions, got {self.shape}")
-        kernel = _pair(kernel_size, count, f"{op_name}: kernel_size")
-        stride = kernel if stride is None or stride == () else _pair(stride, count, f"{op_name}: stride")
-        dilation = _pair(dilation, count, f"{op_name}: dilation")
+        kernel = _positive(kernel_size, count, "kernel_size", op_name)
+        stride = kernel if stride is None or stride == () else _positive(stride, count, "stride", op_name)
+        dilation = _positive(dilation, count, "dilation", op_name)
         pads = self._padding(padding, count, op_name)
+        # (torch's limit, of the kernel without its dilation: a window then always holds an input element)
+        if any(max(pair) > k // 2 for pair, k in zip(pads, kernel)):
+            raise ValueError(f"{op_name}: padding {padding} must be at most half the kernel {kernel}, as in torch")
+        return kernel, stride, dilation, pads
+
+    def _pool_nd(self: Tensor, args, ceil_mode: bool, value, op_name: str) -> tuple[Tensor, tuple[int, ...]]:
+        """Windows (..., *out, *kernel) of the last axes padded with `value` (and, for ceil_mode, on the right where
+        the last window hangs over), and the ceil_mode extra per axis; `args` from `_pool_args`."""
+        kernel, stride, dilation, pads = args
+        count = len(kernel)
         extras = []
         for size, k, s, d, (before, after) in zip(self.shape[-count:], kernel, stride, dilation, pads):
-            if max(before, after) > (d * (k - 1) + 1) // 2 and op_name.startswith(("max", "avg")):
-                raise ValueError(
-                    f"{op_name}: padding {padding} must be at most half the (dilated) kernel {kernel}, as in torch"
-                )
-            span = size + before + after - d * (k - 1) - 1
-            if span < 0:
-                raise ValueError(
-                    f"{op_name}: kernel {kernel} (dilation {dilation}) does not fit the padded input {self.shape}"
-                )
-            out = (span + (s - 1 if ceil_mode else 0)) // s + 1
-            if ceil_mode and (out - 1) * s >= size + before:  # the last window must start inside the input
+            # torch's output size: with ceil_mode a last partial window counts if it starts in the input or its
+            # left padding (so an input smaller than the kernel still has one window)
+            out = (size + before + after - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+            if ceil_mode and (out - 1) * s >= size + before:
                 out -= 1
+            if out < 1:
+                raise ValueError(
+                    f"{op_name}: kernel {kernel} (dilation {dilation}) does not fit the input {self.shape} padded "
+                    f"by {pads}; pad it more, use a smaller kernel or ceil_mode=True"
+                )
+            # (only a dilated kernel can skip over the input; torch then gives -inf and an index outside the input)
+            taps = np.arange(out)[:, None] * s - before + np.arange(k) * d
+            if empty := np.flatnonzero(((taps < 0) | (taps >= size)).all(1)).tolist():
+                raise ValueError(
+                    f"{op_name}: window {empty[0]} along axis {self.ndim - count + len(extras)} of the input "
+                    f"{self.shape} holds only padding (kernel {kernel}, dilation {dilation}, padding {pads}); use a "
+                    "smaller padding or dilation"
+                )
             extras.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + before + after)))
         full = tuple((before, after + extra) for (before, after), extra in zip(pads, extras))
         x = self.pad(((0, 0),) * (self.ndim - count) + full, value=value) if any(p != (0, 0) for p in full) else self
         # (the extra padding ends exactly at the last window, so the windows are the `out` ones counted above)
-        return x._pool(kernel, stride, dilation), pads, tuple(extras)
+        return x._pool(kernel, stride, dilation), tuple(extras)
 
     def _pool_value(self: Tensor, largest: bool):
         if self.dtype.is_float:
@@ -292,23 +355,40 @@ class ConvMixin:
         return integer_range(self.dtype)[0 if largest else 1] if self.dtype != dtypes.bool else (not largest)
 
     def _max_pool(self: Tensor, count, kernel_size, stride, dilation, padding, ceil_mode, return_indices, name):
-        windows, _, _ = self._pool_nd(
-            kernel_size, stride, dilation, padding, ceil_mode, self._pool_value(True), count, name
-        )
-        taps = windows.flatten(-count)
+        args = self._pool_args(kernel_size, stride, dilation, padding, count, name)
+        taps, extras = self._pool_nd(args, ceil_mode, self._pool_value(True), name)
+        taps = taps.flatten(-count)
         values = taps.max(-1)
+        # (the gradient of tied maxima is shared among them, as max's is; torch gives it to the first alone. Choosing
+        # one tap here cost a ResNet18 training step 13 more kernels, for ties that follow a ReLU's zeros, whose
+        # gradient is 0 anyway)
         if not return_indices:
             return values
-        # the position (in the unpadded input's flattened spatial axes) of the first maximum of each window
+        tensor = type(self)
+        # the first maximum of each window (as torch) among the window's taps in the input: padding ties with a
+        # maximum of -inf but is never chosen
+        is_max = taps == values.unsqueeze(-1)
+        if self.dtype.is_float:  # a window holding NaN has the maximum NaN: its first NaN, as in torch
+            is_max = is_max | (taps != taps)
         spatial = self.shape[-count:]
-        positions = type(self).arange(math.prod(spatial), device=self.device).reshape(1, *spatial)
-        position_windows, _, _ = positions._pool_nd(kernel_size, stride, dilation, padding, ceil_mode, -1, count, name)
-        chosen = taps._argmax_along(-1, False, name).unsqueeze(-1) == type(self).arange(
-            taps.shape[-1], device=self.device
-        )
-        # found in int32, returned as int64 as in PyTorch
-        indices = chosen.where(position_windows.flatten(-count), 0)._sum_unwidened(-1)
-        return values, indices.cast(dtypes.int64)
+        if any(pair != (0, 0) for pair in args[3]) or any(extras):
+            inside = tensor.ones(1, *spatial, dtype=dtypes.bool, device=self.device)._pool_nd(
+                args, ceil_mode, False, name
+            )
+            is_max = is_max & inside[0].flatten(-count)
+        countdown = tensor.arange(taps.shape[-1], 0, -1, device=self.device)
+        best = is_max.where(countdown, 0).max(-1)
+        # the tap's position in the unpadded input's flattened spatial axes, from the window's place and the tap's
+        # place in the kernel (its flat number unravelled, last axis fastest); found in int32, int64 as in torch
+        tap, position, place = taps.shape[-1] - best, 0, 1
+        kernel, stride, dilation, pads = args
+        out = taps.shape[-1 - count : -1]
+        for axis in reversed(range(count)):
+            offset, tap = tap % kernel[axis], tap // kernel[axis]
+            start = tensor.arange(out[axis], device=self.device).reshape(out[axis], *(1,) * (count - 1 - axis))
+            position = position + (start * stride[axis] - pads[axis][0] + offset * dilation[axis]) * place
+            place *= spatial[axis]
+        return values, position.cast(dtypes.int64)
 
     def max_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
         """Max over windows of the last axis; `return_indices` also gives each maximum's position."""
@@ -325,16 +405,16 @@ class ConvMixin:
 
     def _avg_pool(self: Tensor, count, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, name):
         source = self._to_float()
-        windows, pads, extras = source._pool_nd(kernel_size, stride, dilation, padding, ceil_mode, 0.0, count, name)
+        args = self._pool_args(kernel_size, stride, dilation, padding, count, name)
+        windows, extras = source._pool_nd(args, ceil_mode, 0.0, name)
+        kernel, strides, dilations, pads = args
         if (count_include_pad or all(p == (0, 0) for p in pads)) and not any(extras):
             return windows.mean(tuple(range(-count, 0)))
         # divide by how many places of each window lie in the input (plus its padding, with count_include_pad):
         # fixed by the shapes, so computed here, one factor per axis
-        kernel = _pair(kernel_size, count, f"{name}: kernel_size")
-        strides = kernel if stride is None else _pair(stride, count, f"{name}: stride")
         divisor = np.ones((), np.float32)
         for size, out, k, s, d, (before, after) in zip(
-            self.shape[-count:], windows.shape[-2 * count : -count], kernel, strides, _pair(dilation, count, name), pads
+            self.shape[-count:], windows.shape[-2 * count : -count], kernel, strides, dilations, pads
         ):
             taps = np.arange(out)[:, None] * s - before + np.arange(k)[None, :] * d
             low, high = (-before, size + after) if count_include_pad else (0, size)
@@ -375,9 +455,11 @@ class ConvMixin:
                 f"{op_name}: indices must be an int Tensor of the input's shape {self.shape} (from max_pool with "
                 f"return_indices=True), got {getattr(indices, 'shape', type(indices).__name__)}"
             )
-        kernel = _pair(kernel_size, count, f"{op_name}: kernel_size")
-        stride = kernel if stride is None else _pair(stride, count, f"{op_name}: stride")
+        kernel = _positive(kernel_size, count, "kernel_size", op_name)
+        stride = kernel if stride is None else _positive(stride, count, "stride", op_name)
         pads = _pair(padding, count, f"{op_name}: padding")
+        if any(p < 0 for p in pads):
+            raise ValueError(f"{op_name}: padding must be non-negative, got {padding!r}")
         size = tuple((i - 1) * s - 2 * p + k for i, s, p, k in zip(self.shape[-count:], stride, pads, kernel))
         if output_size is not None:
             if len(tuple(output_size)) not in (count, self.ndim):
@@ -421,15 +503,21 @@ class ConvMixin:
             raise ValueError("interpolate: give exactly one of size and scale_factor")
         if size is not None:
             sizes = _pair(size, count, "interpolate: size")
-            scales = [in_size / out for in_size, out in zip(self.shape[2:], sizes)]
         else:
             factors = (scale_factor,) * count if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
-            if len(factors) != count:
-                raise ValueError(f"interpolate: scale_factor needs 1 or {count} values, got {scale_factor}")
+            if len(factors) != count or not all(isinstance(f, (int, float)) for f in factors):
+                raise ValueError(f"interpolate: scale_factor needs 1 or {count} numbers, got {scale_factor!r}")
             sizes = tuple(int(math.floor(in_size * f)) for in_size, f in zip(self.shape[2:], factors))
+        if any(s <= 0 for s in sizes) or 0 in self.shape[2:]:
+            given = f"size {size!r}" if size is not None else f"scale_factor {scale_factor!r}"
+            raise ValueError(
+                f"interpolate: input and output sizes must be positive, got output sizes {sizes} (from {given}) for "
+                f"the input {self.shape}"
+            )
+        if size is not None:
+            scales = [in_size / out for in_size, out in zip(self.shape[2:], sizes)]
+        else:
             scales = [1 / f for f in factors]  # torch uses the given factor itself, not the ratio of sizes
-        if any(s <= 0 for s in sizes):
-            raise ValueError(f"interpolate: output sizes must be positive, got {sizes} for input {self.shape}")
         x = self if mode.startswith("nearest") else self._to_float()
         for axis, (in_size, out, scale) in enumerate(zip(self.shape[2:], sizes, scales), start=2):
             x = x._resize_axis(axis, in_size, out, scale, mode, bool(align_corners))
