@@ -44,6 +44,54 @@ def _check_label_range(labels: Tensor, classes: int, op_name: str, fix: str, ign
     run_host(check, [labels.uop.base], labels.device)
 
 
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def _check_reduction(reduction: str, op_name: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{op_name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_tensor(value, op_name: str, what: str) -> None:
+    if not hasattr(value, "uop"):
+        raise TypeError(f"{op_name}: {what} must be a Tensor, got {type(value).__name__}")
+
+
+def _check_target(prediction: Tensor, target, op_name: str, noun: str) -> None:
+    """The target must have the prediction's shape: broadcasting one into the other pairs the wrong elements and
+    gives a wrong loss (torch raises for these losses too)."""
+    _check_tensor(target, op_name, "target")
+    if target.shape != prediction.shape:
+        raise ValueError(
+            f"{op_name}: target {target.shape} must match the {noun} {prediction.shape} (the same shape: broadcasting "
+            "would pair the wrong elements); reshape the target"
+        )
+
+
+def _check_loss_weight(weight, prediction: Tensor, op_name: str, what: str, meaning: str) -> None:
+    """A loss weight must broadcast to the input's shape without growing it (as in torch)."""
+    _check_tensor(weight, op_name, what)
+    try:
+        fits = broadcast_shape(op_name, weight.shape, prediction.shape) == prediction.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{op_name}: {what} {weight.shape} must broadcast to the input's shape {prediction.shape} ({meaning})"
+        )
+
+
+def _check_label_smoothing(label_smoothing: float, op_name: str) -> None:
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op_name}: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+
+
+def _check_class_axis(logits: Tensor, op_name: str, layout: str) -> None:
+    if logits.ndim == 0:
+        raise ValueError(f"{op_name}: the input needs a class axis: give it shape {layout}, not a 0-d tensor")
+
+
 class NNMixin:
     """Layers' building blocks as Tensor methods."""
 
@@ -105,6 +153,11 @@ class NNMixin:
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self @ key.transpose(-2, -1) * scale
         if attn_mask is not None:
+            if attn_mask.dtype != dtypes.bool and not attn_mask.dtype.is_float:
+                raise TypeError(
+                    f"scaled_dot_product_attention: attn_mask must be bool (True = attend) or float (added to the "
+                    f"scores), got {attn_mask.dtype}; cast a keep-mask with .bool(), or an additive one with .float()"
+                )
             try:
                 broadcast_shape("scaled_dot_product_attention", attn_mask.shape, scores.shape)
             except ValueError:
@@ -123,7 +176,14 @@ class NNMixin:
         if attn_mask is None:
             return scores.softmax(-1).dropout(dropout_p) @ value
         if attn_mask.dtype != dtypes.bool:
-            return (scores + attn_mask).softmax(-1).dropout(dropout_p) @ value
+            # a softmax of its own: a row the mask makes all -inf gets zeros (and zero gradients), as in torch, where
+            # the plain softmax gives NaN (-inf minus its -inf maximum). The shift is detached: softmax ignores it.
+            masked = scores + attn_mask
+            peak = masked.max(-1, keepdim=True).detach()
+            dead = peak == float("-inf")
+            exponent = (masked - dead.where(0.0, peak)).exp()
+            weights = exponent / dead.where(1.0, exponent.sum(-1, keepdim=True))
+            return weights.dropout(dropout_p) @ value
         weights = attn_mask.where(scores, float("-inf")).softmax(-1)
         if not is_causal:  # a query that may attend to nothing (a padded one) gets zeros, as in torch, not NaN
             weights = attn_mask.any(-1, keepdim=True).where(weights, 0.0)
@@ -203,7 +263,7 @@ class NNMixin:
         return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(dtypes.int32)
 
     def _check_labels(self: Tensor, labels: Tensor, op_name: str, ignore_index: int | None = None) -> None:
-        if labels.dtype.is_float:
+        if not labels.dtype.is_int:
             raise TypeError(f"{op_name}: labels must be integer class indices, got {labels.dtype}; cast with .int()")
         if labels.shape != self.shape[:-1]:
             raise ValueError(
@@ -217,11 +277,15 @@ class NNMixin:
     ) -> Tensor:
         """Cross-entropy of logits (…, C) against integer labels (…) in 0..C-1; labels equal to `ignore_index` count
         zero (and a mean over no counted label is 0). Other labels are an error (they are realized to check them)."""
+        _check_class_axis(self, "sparse_categorical_crossentropy", "(..., C)")
+        _check_tensor(Y, "sparse_categorical_crossentropy", "labels")
         return self._label_crossentropy(Y, ignore_index, label_smoothing, reduction, "sparse_categorical_crossentropy")
 
     def _label_crossentropy(
         self: Tensor, Y: Tensor, ignore_index: int, label_smoothing: float, reduction: str, op_name: str
     ) -> Tensor:
+        _check_reduction(reduction, op_name)
+        _check_label_smoothing(label_smoothing, op_name)
         self._check_labels(Y, op_name, ignore_index)
         classes = self.shape[-1]
         log_probs = self.log_softmax(-1)
@@ -231,12 +295,8 @@ class NNMixin:
         if label_smoothing:
             nll = (1 - label_smoothing) * nll - label_smoothing * log_probs.mean(-1)
         nll = valid.where(nll, 0)
-        if reduction == "none":
-            return nll
-        if reduction == "sum":
-            return nll.sum()
         if reduction != "mean":
-            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+            return _reduce(nll, reduction)
         counted = valid._sum_unwidened()
         # (no label counted: NaN, as torch's 0/0; dividing by the bare count instead scheduled three more kernels
         # in a ResNet18 step)
@@ -244,6 +304,8 @@ class NNMixin:
 
     def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Cross-entropy of logits (N, C, …) against class indices (N, …) or probabilities (N, C, …), like torch."""
+        _check_class_axis(self, "cross_entropy", "(C,), (N, C) or (N, C, d1, ...)")
+        _check_tensor(Y, "cross_entropy", "target")
         # the class axis goes last, the others keep their order: (N, C, H, W) -> (N, H, W, C)
         logits = self.movedim(1, -1) if self.ndim > 2 else self
         if not Y.dtype.is_float:
@@ -253,17 +315,20 @@ class NNMixin:
                 f"cross_entropy: probabilities {Y.shape} must have the logits' shape {self.shape} (N, C, ...); "
                 "pass class indices as an int tensor of shape (N, ...)"
             )
+        _check_reduction(reduction, "cross_entropy")
+        _check_label_smoothing(label_smoothing, "cross_entropy")
         probs = Y.movedim(1, -1) if Y.ndim > 2 else Y
         classes = logits.shape[-1]
         probs = probs * (1 - label_smoothing) + label_smoothing / classes
-        loss = -(probs * logits.log_softmax(-1)).sum(-1)
-        return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
+        return _reduce(-(probs * logits.log_softmax(-1)).sum(-1), reduction)
 
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """Binary cross-entropy of probabilities against targets in [0, 1]; each log is clamped at -100, as in torch,
         so a certain wrong prediction costs 100, not inf."""
+        _check_reduction(reduction, "binary_crossentropy")
+        _check_target(self, Y, "binary_crossentropy", "probabilities")
         loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
-        return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
+        return _reduce(loss, reduction)
 
     def binary_crossentropy_logits(
         self: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
@@ -276,14 +341,13 @@ class NNMixin:
         self: Tensor, Y: Tensor, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None
     ) -> Tensor:
         """torch's F.binary_cross_entropy_with_logits: -w·[pos_weight·y·log σ(x) + (1-y)·log(1-σ(x))]."""
-        if reduction not in ("mean", "sum", "none"):
-            raise ValueError(
-                f"binary_cross_entropy_with_logits: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
-            )
-        if not hasattr(Y, "uop"):
-            raise TypeError(f"binary_cross_entropy_with_logits: target must be a Tensor, got {type(Y).__name__}")
-        if Y.shape != self.shape:
-            raise ValueError(f"binary_cross_entropy_with_logits: target {Y.shape} must match the logits {self.shape}")
+        op_name = "binary_cross_entropy_with_logits"
+        _check_reduction(reduction, op_name)
+        _check_target(self, Y, op_name, "logits")
+        if weight is not None:
+            _check_loss_weight(weight, self, op_name, "weight", "a weight per element, or one broadcast over axes")
+        if pos_weight is not None:
+            _check_loss_weight(pos_weight, self, op_name, "pos_weight", "usually one weight per class, the last axis")
         # -log σ(-x) = log(1 + exp(-|x|)) + max(-x, 0); max's gradient splits 1/2 at 0 and |x| has none there, so
         # the gradient is σ(x) - y everywhere (with pos_weight 1)
         log_sigmoid_negative = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
@@ -293,7 +357,7 @@ class NNMixin:
             loss = (1 - Y) * self + (1 + (pos_weight - 1) * Y) * log_sigmoid_negative
         if weight is not None:
             loss = loss * weight
-        return {"mean": loss.mean, "sum": loss.sum, "none": lambda: loss}[reduction]()
+        return _reduce(loss, reduction)
 
     def nll_loss(
         self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
@@ -301,8 +365,8 @@ class NNMixin:
         """Negative log-likelihood of log-probabilities (N, C, ...) or (C,) at the class indices `target` (N, ...) or
         (); `weight` weighs each class, and a mean divides by the weights of the counted targets (torch's
         F.nll_loss)."""
-        if reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        _check_reduction(reduction, "nll_loss")
+        _check_class_axis(self, "nll_loss", "(C,), (N, C) or (N, C, d1, ...)")
         if not hasattr(target, "uop"):
             raise TypeError(f"nll_loss: target must be an integer Tensor, got {type(target).__name__}")
         log_probs = self.movedim(1, -1) if self.ndim > 2 else self  # (N, C, H, W) -> (N, H, W, C), as the target
@@ -320,11 +384,10 @@ class NNMixin:
         if ignore_index is not None:
             weights = weights * (target != ignore_index)
         loss = -(chosen.where(log_probs, 0).sum(-1)) * weights
-        if reduction == "none":
-            return loss
-        return loss.sum() if reduction == "sum" else loss.sum() / weights.sum()
+        return loss.sum() / weights.sum() if reduction == "mean" else _reduce(loss, reduction)
 
     def mse(self: Tensor, Y: Tensor) -> Tensor:
+        _check_target(self, Y, "mse", "input")
         return (self - Y).square().mean()
 
     # ---- weight initializers -------------------------------------------------------------------------------------

@@ -19,11 +19,17 @@ def _check_input(layer: str, x: Tensor, expected: str, ok: bool) -> None:
         raise ValueError(f"{layer}: expected input of shape {expected}, got {x.shape}")
 
 
+def _init_bound(fan_in: int) -> float:
+    """±1/sqrt(fan_in), torch's uniform bound for weights and biases; 0 for no inputs (the weight is then empty and
+    the bias zeros, as in torch)."""
+    return 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+
 class Linear:
     """y = x Wᵀ + b, with weights drawn uniformly from ±1/sqrt(in_features) (as torch does)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
-        bound = 1 / math.sqrt(in_features)
+        bound = _init_bound(in_features)
         self.weight = Tensor.uniform(out_features, in_features, low=-bound, high=bound)
         self.bias = Tensor.uniform(out_features, low=-bound, high=bound) if bias else None
 
@@ -56,6 +62,10 @@ class _ConvNd:
         kernel = (kernel_size,) * self.spatial if isinstance(kernel_size, int) else tuple(kernel_size)
         if len(kernel) != self.spatial:
             raise ValueError(f"{name}: kernel_size needs 1 or {self.spatial} ints, got {kernel_size}")
+        if min(kernel) < 1:
+            raise ValueError(f"{name}: kernel_size must be positive, got {kernel_size}; a kernel covers at least 1")
+        if not isinstance(groups, int) or groups < 1:
+            raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"{name}: channels {in_channels}→{out_channels} must be divisible by groups={groups}")
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
@@ -66,7 +76,7 @@ class _ConvNd:
         else:
             shape = (out_channels, in_channels // groups, *kernel)
             fan_in = in_channels // groups * math.prod(kernel)
-        bound = 1 / math.sqrt(fan_in)
+        bound = _init_bound(fan_in)
         self.weight = Tensor.uniform(*shape, low=-bound, high=bound)
         self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
 
@@ -149,21 +159,28 @@ class BatchNorm:
         features = self.num_features
         _check_input("BatchNorm", x, f"(N, {features}, ...)", x.ndim >= 2 and x.shape[1] == features)
         axes = tuple(a for a in range(x.ndim) if a != 1)
+        count = x.shape[0] * math.prod(x.shape[2:])  # values per channel
         if Tensor.training or not self.track_running_stats:
+            if count == 1:  # (a variance of one value is 0: the output would be all zeros)
+                raise ValueError(
+                    f"BatchNorm: expected more than 1 value per channel when using batch statistics (training, or "
+                    f"track_running_stats=False), got input {x.shape}; use a larger batch, or eval mode with running "
+                    "statistics"
+                )
             mean = x.mean(axes)
             shape = [1] * x.ndim
             shape[1] = features
             var = (x - mean.reshape(shape)).square().mean(axes)
             if Tensor.training and self.track_running_stats:
-                count = x.numel() // features
                 unbiased = var.detach() * (count / max(count - 1, 1))
                 tracked = self.num_batches_tracked + 1
                 # (no momentum: the n-th batch's statistics count 1/n, so the running ones are their plain average)
                 factor = (
                     self.momentum if self.momentum is not None else tracked.cast(self.running_mean.dtype).reciprocal()
                 )
-                self.running_mean.assign((1 - factor) * self.running_mean + factor * mean.detach())
-                self.running_var.assign((1 - factor) * self.running_var + factor * unbiased)
+                if count:  # (an empty batch has no statistics: torch keeps the running ones, but counts the batch)
+                    self.running_mean.assign((1 - factor) * self.running_mean + factor * mean.detach())
+                    self.running_var.assign((1 - factor) * self.running_var + factor * unbiased)
                 self.num_batches_tracked.assign(tracked)
         else:
             mean, var = self.running_mean, self.running_var
@@ -222,8 +239,8 @@ class Embedding:
         self.weight = Tensor.normal(vocab_size, embed_size)
 
     def __call__(self, idx: Tensor) -> Tensor:
-        if idx.dtype.is_float:
-            raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
+        if not idx.dtype.is_int:
+            raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}; cast them with .int()")
         fix = f"indices must be below vocab_size {self.vocab_size}: fix them, or make a larger Embedding"
         one_hot = idx._one_hot(self.vocab_size, "Embedding", fix).cast(self.weight.dtype)
         return one_hot @ self.weight
