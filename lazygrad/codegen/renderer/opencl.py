@@ -138,6 +138,15 @@ class OpenCLRenderer(CStyleRenderer):
             width //= 2
         return width if width >= self.smallest_vector else 1
 
+    def convert(self, value: str, to_type: str, wide: bool) -> str:
+        """`convert_<to_type><width>(value)`, or lane by lane with C casts where `wide` (either vector has 64-bit
+        lanes) makes a vector wider than the device's: PoCL's built-ins on those broke (see lanes_for). Index math is
+        64-bit, so its selects and compares meet this in any vector loop of 8."""
+        width = self.vector_width
+        if wide and width * 64 > self.widest_vector * 32:
+            return f"({to_type}{width})({', '.join(f'({to_type})({value}).s{lane:x}' for lane in range(width))})"
+        return f"convert_{to_type}{width}({value})"
+
     def choose_vector_loop(self, program: list[UOp]) -> None:
         """The innermost output loop, else the top-level reduce loop, when its size allows. An output loop is
         vectorized only when it makes every store contiguous (a kernel whose loop was upcast is left to scalar
@@ -149,7 +158,9 @@ class OpenCLRenderer(CStyleRenderer):
         candidate = outputs[-1] if outputs else (loops[0] if loops else None)
         if candidate is None or any(node.op is Ops.BARRIER for node in program):
             return
-        self.vector_width = self.lanes_for(candidate.src[0].arg, max(node.dtype.bits for node in program))
+        # (the values' widths: what the kernel loads, accumulates and casts to; 64-bit index math needs no built-ins)
+        values = [node.dtype.bits for node in program if node.op in (Ops.LOAD, Ops.DEFINE_ACC, Ops.CAST)]
+        self.vector_width = self.lanes_for(candidate.src[0].arg, max(values, default=32))
         if self.vector_width == 1:
             return
         self.vector_loop = candidate
@@ -207,7 +218,7 @@ class OpenCLRenderer(CStyleRenderer):
         if node not in self.varying:
             return self.value(node)
         if operand_dtype != dtypes.bool and operand_dtype.bits == 64:
-            return f"convert_long{self.vector_width}({self.names[node]})"
+            return self.convert(self.names[node], "long", wide=True)
         return self.names[node]
 
     def stride(self, node: UOp) -> int | None:
@@ -331,23 +342,24 @@ class OpenCLRenderer(CStyleRenderer):
         value, from_dtype, width = self.lanes(source), source.dtype, self.vector_width
         if to_dtype == dtypes.bool:
             compared = f"{value} != 0"
-            return compared if from_dtype == dtypes.bool or from_dtype.bits < 64 else f"convert_int{width}({compared})"
+            return (
+                compared if from_dtype == dtypes.bool or from_dtype.bits < 64 else self.convert(compared, "int", True)
+            )
         if from_dtype == dtypes.bool:
             value = f"(-{value})"  # -1/0 lanes become 1/0
         if to_dtype == dtypes.float16:
-            return f"round_to_half{width}(convert_float{width}({value}))"
+            return f"round_to_half{width}({self.convert(value, 'float', from_dtype.bits == 64)})"
         if from_dtype.is_float and to_dtype.is_int and to_dtype.bits == 32:
-            # through 64 bits, so values outside the 32-bit range wrap instead of being undefined; lane by lane where
-            # a vector of 64-bit lanes would be wider than the device's (see lanes_for)
-            if width * 64 > self.widest_vector * 32:
-                lanes = ", ".join(
-                    f"({self.register_types[to_dtype]})(long)({value}).s{lane:x}" for lane in range(width)
+            # through 64 bits, so values outside the 32-bit range wrap instead of being undefined
+            scalar = self.register_types[to_dtype]
+            if width * 64 > self.widest_vector * 32:  # (lane by lane: see convert)
+                return (
+                    f"({scalar}{width})({', '.join(f'({scalar})(long)({value}).s{lane:x}' for lane in range(width))})"
                 )
-                return f"({self.vector_type(to_dtype)})({lanes})"
-            return f"convert_{self.vector_type(to_dtype)}(convert_long{width}({value}))"
+            return f"convert_{scalar}{width}(convert_long{width}({value}))"
         if from_dtype.is_int and to_dtype.is_int and from_dtype.bits == to_dtype.bits:
             return f"as_{self.vector_type(to_dtype)}({value})"
-        return f"convert_{self.vector_type(to_dtype)}({value})"
+        return self.convert(value, self.register_types[to_dtype], max(from_dtype.bits, to_dtype.bits) == 64)
 
     def render_vector_alu(self, node: UOp) -> str:
         op, src = node.op, node.src
@@ -374,7 +386,7 @@ class OpenCLRenderer(CStyleRenderer):
             return self.vector_wrapping(op, node.dtype).format(**operands)
         expression = ALU_TEMPLATES[op][operand_dtype.kind].format(**operands, **self.double_math_functions)
         if op in (Ops.CMPLT, Ops.CMPNE) and operand_dtype.bits == 64:
-            expression = f"convert_int{self.vector_width}({expression})"
+            expression = self.convert(expression, "int", wide=True)
         if node.dtype == dtypes.float16:
             expression = f"round_to_half{self.vector_width}({expression})"
         return expression
