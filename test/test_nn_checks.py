@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from test_nn import _not_training, close, rand  # noqa: F401 (the eval-mode fixture and helpers, shared)
 
 from lazygrad import Tensor, dtypes, nn
 
@@ -16,24 +17,6 @@ from lazygrad import Tensor, dtypes, nn
 @pytest.fixture
 def torch():
     return pytest.importorskip("torch")
-
-
-@pytest.fixture(autouse=True)
-def _not_training():
-    Tensor.training = False
-    yield
-    Tensor.training = False
-
-
-def rand(*shape, seed=0, low=-1.0, high=1.0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(low, high, size=shape).astype(np.float32)
-
-
-def close(ours, theirs, rtol=1e-5, atol=1e-5) -> None:
-    ours = ours.numpy() if isinstance(ours, Tensor) else np.asarray(ours)
-    theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
-    assert ours.shape == theirs.shape, f"shape {ours.shape} != {theirs.shape}"
-    np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol)
 
 
 # ---- scaled_dot_product_attention ---------------------------------------------------------------------------------
