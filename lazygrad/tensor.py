@@ -344,6 +344,34 @@ class Tensor(
             )
         return bool(self.item())
 
+    # ---- a one-element tensor as a Python number, and any tensor as a NumPy array (as torch's) ----------------------
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        """An integer one-element tensor as a list index or a size."""
+        if not self.dtype.is_int:
+            raise TypeError(f"only integer tensors can be used as an index, got {self.dtype}; cast with .int()")
+        return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.item(), spec) if self.ndim == 0 else format(repr(self), spec)
+
+    # NumPy's operators defer to the tensor's (`np.float32(2) * t` stays a tensor, with its gradient) instead of
+    # converting it through __array__
+    __array_ufunc__ = None
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def __abs__(self) -> Tensor:
+        return self.abs()
+
     def _new(self, uop: UOp) -> Tensor:
         """A tensor for the result of an op on this one (built directly: the hottest path of graph building)."""
         tensor = object.__new__(Tensor)

@@ -54,6 +54,15 @@ def _one_element(value):
     return value.reshape(1) if getattr(value, "ndim", None) == 0 else value
 
 
+def _numpy_ints_as_ints(index):
+    """An index with NumPy's integer scalars (what iterating an array gives) made Python ints."""
+    if isinstance(index, np.integer):
+        return int(index)
+    if isinstance(index, tuple) and any(isinstance(item, np.integer) for item in index):
+        return tuple(int(item) if isinstance(item, np.integer) else item for item in index)
+    return index
+
+
 class IndexMixin:
     """Selecting and placing values by index tensors."""
 
@@ -369,6 +378,7 @@ class IndexMixin:
         """NumPy indexing: ints, slices, None and ... select views; lists, arrays and int or bool Tensors select by
         value (advanced indexing, broadcast together; their axes go where the first one was when they are adjacent,
         else first). As in torch, an int selects first, so it never separates advanced indices."""
+        index = _numpy_ints_as_ints(index)
         items = index if isinstance(index, tuple) else (index,)
         for item in items:
             if isinstance(item, bool) or not (
@@ -478,6 +488,7 @@ class IndexMixin:
         new values (a slice or transpose of another tensor's memory is an error: see `_check_writable`). Where an
         advanced index names a place twice, the last value wins (as in NumPy)."""
         self._check_writable("setitem")
+        index = _numpy_ints_as_ints(index)
         target_shape = self[index].shape
         check_same_device("setitem", self, value)
         if hasattr(value, "uop"):

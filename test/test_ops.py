@@ -198,6 +198,33 @@ def test_iterating_goes_along_the_first_axis_and_not_over_a_0d_tensor():
         list(Tensor(5))  # (it was an empty list)
 
 
+def test_one_element_tensors_are_python_numbers_and_tensors_numpy_arrays():
+    # as torch's: float(loss), f"{loss:.3f}", a list indexed by an int tensor, np.asarray(t)
+    t = Tensor(2.5)
+    assert float(t) == 2.5 and int(t) == 2 and f"{t:.3f}" == "2.500" and [10, 20, 30, 40][Tensor(3)] == 40
+    assert abs(Tensor([-1.0, 2.0])).tolist() == [1.0, 2.0]
+    with pytest.raises(TypeError, match="only integer tensors can be used as an index"):
+        [1, 2][t]
+    with pytest.raises(ValueError, match="only one-element tensors"):
+        float(Tensor([1.0, 2.0]))
+    np.testing.assert_array_equal(np.asarray(Tensor([[1, 2], [3, 4]])), [[1, 2], [3, 4]])
+    assert np.asarray(Tensor([1.0]), dtype=np.float64).dtype == np.float64
+    # NumPy's scalars leave the product a tensor, its gradient flowing, rather than converting the tensor
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    product = np.float32(3.0) * x
+    assert isinstance(product, Tensor)
+    product.sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
+def test_numpy_integers_index_as_ints():
+    a = Tensor([[1, 2, 3], [4, 5, 6]])
+    assert a[np.int64(1)].tolist() == [4, 5, 6] and a[np.int32(1), np.int64(2)].item() == 6
+    b = Tensor.zeros(3).contiguous()
+    b[np.int64(1)] = 5
+    assert b.tolist() == [0.0, 5.0, 0.0]
+
+
 def test_len_of_0d_tensor_is_type_error():
     with pytest.raises(TypeError):
         len(Tensor(1.0))
