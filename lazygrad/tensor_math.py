@@ -170,8 +170,10 @@ class MathMixin:
             number = int(number)
             if number < 0:
                 return base._to_float().pow(number)
-            if number >= bits:  # the same power modulo 2**bits, fewer multiplies: an even base's is 0 from `bits`
-                number = bits + (number - bits) % (1 << (bits - 2))  # on, an odd one's repeats every 2**(bits-2)
+            if number >= bits:
+                # the same power modulo 2**bits in fewer multiplies: from the exponent `bits` on, an even base's
+                # power is 0 and an odd one's repeats every 2**(bits-2)
+                number = bits + (number - bits) % (1 << (bits - 2))
         magnitude = exp.abs() if number is None else None
         result, square = base.ones_like(), base
         for bit in range(number.bit_length() if number is not None else bits):
