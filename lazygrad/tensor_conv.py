@@ -336,13 +336,14 @@ class ConvMixin:
                     f"by {pads}; pad it more, use a smaller kernel or ceil_mode=True"
                 )
             # (only a dilated kernel can skip over the input; torch then gives -inf and an index outside the input)
-            taps = np.arange(out)[:, None] * s - before + np.arange(k) * d
-            if empty := np.flatnonzero(((taps < 0) | (taps >= size)).all(1)).tolist():
-                raise ValueError(
-                    f"{op_name}: window {empty[0]} along axis {self.ndim - count + len(extras)} of the input "
-                    f"{self.shape} holds only padding (kernel {kernel}, dilation {dilation}, padding {pads}); use a "
-                    "smaller padding or dilation"
-                )
+            if d > 1:
+                taps = np.arange(out)[:, None] * s - before + np.arange(k) * d
+                if empty := np.flatnonzero(((taps < 0) | (taps >= size)).all(1)).tolist():
+                    raise ValueError(
+                        f"{op_name}: window {empty[0]} along axis {self.ndim - count + len(extras)} of the input "
+                        f"{self.shape} holds only padding (kernel {kernel}, dilation {dilation}, padding {pads}); "
+                        "use a smaller padding or dilation"
+                    )
             extras.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + before + after)))
         full = tuple((before, after + extra) for (before, after), extra in zip(pads, extras))
         x = self.pad(((0, 0),) * (self.ndim - count) + full, value=value) if any(p != (0, 0) for p in full) else self

@@ -378,12 +378,13 @@ class IndexMixin:
         """NumPy indexing: ints, slices, None and ... select views; lists, arrays and int or bool Tensors select by
         value (advanced indexing, broadcast together; their axes go where the first one was when they are adjacent,
         else first). As in torch, an int selects first, so it never separates advanced indices."""
-        index = _numpy_ints_as_ints(index)
         items = index if isinstance(index, tuple) else (index,)
         for item in items:
             if isinstance(item, bool) or not (
                 item is None or item is Ellipsis or isinstance(item, (int, slice)) or _is_advanced(item)
             ):
+                if isinstance(item, np.integer):  # (checked only here: indexing is a hot path)
+                    return self[_numpy_ints_as_ints(index)]
                 raise TypeError(
                     f"getitem: unsupported index {item!r}; use ints, slices, None, ..., lists, NumPy arrays or "
                     "int/bool Tensors"

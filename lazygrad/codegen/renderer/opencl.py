@@ -138,13 +138,16 @@ class OpenCLRenderer(CStyleRenderer):
             width //= 2
         return width if width >= self.smallest_vector else 1
 
-    def convert(self, value: str, to_type: str, wide: bool) -> str:
-        """`convert_<to_type><width>(value)`, or lane by lane with C casts where `wide` (either vector has 64-bit
-        lanes) makes a vector wider than the device's: PoCL's built-ins on those broke (see lanes_for). Index math is
-        64-bit, so its selects and compares meet this in any vector loop of 8."""
+    def convert(self, value: str, to_type: str, wide: bool, through: str | None = None) -> str:
+        """`convert_<to_type><width>(value)` (by way of `through`'s vector type if given), or lane by lane with C
+        casts where `wide` (a vector with 64-bit lanes) makes a vector wider than the device's: PoCL's built-ins on
+        those broke (see lanes_for). Index math is 64-bit, so its selects and compares meet this in any loop of 8."""
         width = self.vector_width
         if wide and width * 64 > self.widest_vector * 32:
-            return f"({to_type}{width})({', '.join(f'({to_type})({value}).s{lane:x}' for lane in range(width))})"
+            cast = f"({to_type})" + (f"({through})" if through else "")
+            return f"({to_type}{width})({', '.join(f'{cast}({value}).s{lane:x}' for lane in range(width))})"
+        if through:
+            value = f"convert_{through}{width}({value})"
         return f"convert_{to_type}{width}({value})"
 
     def choose_vector_loop(self, program: list[UOp]) -> None:
@@ -351,12 +354,7 @@ class OpenCLRenderer(CStyleRenderer):
             return f"round_to_half{width}({self.convert(value, 'float', from_dtype.bits == 64)})"
         if from_dtype.is_float and to_dtype.is_int and to_dtype.bits == 32:
             # through 64 bits, so values outside the 32-bit range wrap instead of being undefined
-            scalar = self.register_types[to_dtype]
-            if width * 64 > self.widest_vector * 32:  # (lane by lane: see convert)
-                return (
-                    f"({scalar}{width})({', '.join(f'({scalar})(long)({value}).s{lane:x}' for lane in range(width))})"
-                )
-            return f"convert_{scalar}{width}(convert_long{width}({value}))"
+            return self.convert(value, self.register_types[to_dtype], True, through="long")
         if from_dtype.is_int and to_dtype.is_int and from_dtype.bits == to_dtype.bits:
             return f"as_{self.vector_type(to_dtype)}({value})"
         return self.convert(value, self.register_types[to_dtype], max(from_dtype.bits, to_dtype.bits) == 64)
