@@ -41,7 +41,16 @@ CUresult cuDeviceGetName(char *name, int length, CUdevice device) {
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device) {
-  *value = attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
+  *value = attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR                ? 9
+           : attribute == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? 227 * 1024
+                                                                                 : 0;
+  return CUDA_SUCCESS;
+}
+int stub_dynamic_shared = 0;
+CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
+  NEED_CONTEXT;
+  if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
+  stub_dynamic_shared = value;
   return CUDA_SUCCESS;
 }
 CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) { *context = PRIMARY; return CUDA_SUCCESS; }

@@ -82,6 +82,12 @@ class FakeDriver:
     def multiprocessors(self, device):
         return 132
 
+    def max_shared_memory(self, device):
+        return 227 * 1024
+
+    def allow_shared_memory(self, function, nbytes):
+        self.record("allow_shared_memory", function, nbytes)
+
     def primary_context(self, device):
         return PRIMARY
 
@@ -146,7 +152,7 @@ class FakeDriver:
     def stream_synchronize(self, stream):
         self.record("stream_synchronize")
 
-    def launch(self, function, grid, block, stream, params):
+    def launch(self, function, grid, block, stream, params, shared=0):
         values = tuple(ctypes.c_uint64.from_address(pointer).value for pointer in params)
         self.record("launch", function, grid, block, values)
 
@@ -170,7 +176,7 @@ class FakeDriver:
         self.graphs[handle] = []
         return handle
 
-    def graph_add_kernel(self, graph, dependency, function, grid, block, params):
+    def graph_add_kernel(self, graph, dependency, function, grid, block, params, shared=0):
         values = tuple(ctypes.c_uint64.from_address(pointer).value for pointer in params)
         self.record("graph_add_kernel", dependency, function, values)
         self.graphs[graph].append(values)
@@ -182,7 +188,7 @@ class FakeDriver:
         self.graphs[handle] = list(self.graphs[graph])
         return handle
 
-    def graph_set_kernel(self, executable, node, function, grid, block, params):
+    def graph_set_kernel(self, executable, node, function, grid, block, params, shared=0):
         values = tuple(ctypes.c_uint64.from_address(pointer).value for pointer in params)
         self.record("graph_set_kernel", node, values)
         self.graphs[executable][node] = values

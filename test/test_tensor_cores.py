@@ -250,6 +250,24 @@ def test_blocks_of_several_tensor_core_tiles(device, product, tiles):
     np.testing.assert_allclose(values.astype(np.float64), expect(a, b), rtol=2e-3, atol=8e-3)
 
 
+def test_blocks_past_the_static_shared_memory_take_it_dynamically():
+    """Eight tiles along each side (a 128 × 128 block) need more shared memory than a CUDA kernel may declare: the
+    kernel takes it as one dynamic array, the launch asks for its size, and the product is right."""
+    runtime = Device[available("CUDA")]
+    x, y, a, b = operands(runtime.name, ((256, 64), (64, 128)), dtypes.float16)
+    result = (x @ y).cast(dtypes.float32)
+    opts = (Opt(TC, reduce_axis(kernel_of(result)), 8),)
+    (item,) = result.schedule()
+    kernel = render_kernel(runtime, item.ast, apply_opts(kernel_of(result), opts, runtime.renderer.target), opts)
+    blocks, threads, shared = kernel.launch
+    assert (blocks, threads) == (2, 128) and shared > 48 * 1024
+    assert (
+        f"LAZYGRAD_DYNAMIC_SHARED({shared});" in kernel.source and "__shared__ __align__(32) half" not in kernel.source
+    )
+    values = run_with(result, opts)
+    np.testing.assert_allclose(values.astype(np.float64), a @ b, rtol=2e-3, atol=8e-3)
+
+
 def test_the_heuristic_gives_large_products_blocks_of_several_tiles():
     """Four tiles along each side of a block where that leaves at least TC_BLOCKS blocks, fewer where it would not,
     one for a product too small for two; the choices BEAM times include every number of tiles that fits."""
@@ -263,6 +281,11 @@ def test_the_heuristic_gives_large_products_blocks_of_several_tiles():
         offered = {opts[-1] for opts in candidate_opts(kernel, target) if opts and opts[-1].op is TC}
         assert {opt.amount for opt in offered} >= {0, *(t for t in (2, 4) if size % (16 * t) == 0)}
     assert chosen == {1024: 4, 512: 2, 32: 0}
+    # with the shared memory an H100's block may opt into, eight tiles where that still leaves TC_BLOCKS blocks
+    large = CUDARenderer.for_architecture(90, 132, 227 * 1024).target
+    for size, tiles in ((2048, 8), (1024, 4)):
+        x, y, _, _ = operands("PYTHON", ((size, 64), (64, size)), dtypes.float16)
+        assert heuristic_opts(kernel_of(x @ y), large) == (Opt(TC, reduce_axis(kernel_of(x @ y)), tiles),)
 
 
 def test_what_does_not_fit_a_block_of_tensor_core_tiles_is_refused():

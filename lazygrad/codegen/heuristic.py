@@ -494,7 +494,7 @@ def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
     return max(d for d in range(1, min(size, limit) + 1) if size % d == 0 and (not powers_of_two or d & (d - 1) == 0))
 
 
-TC_TILES = (4, 2, 1)  # the tensor-core tiles along each side of a block the heuristic tries, largest first
+TC_TILES = (8, 4, 2, 1)  # the tensor-core tiles along each side of a block the heuristic tries, largest first
 TC_BLOCKS = 128
 
 

@@ -29,7 +29,7 @@ from lazygrad.diskcache import disk_cache
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.engine.schedule import Schedule, ScheduleItem
 from lazygrad.engine.search import beam_key, beam_opts
-from lazygrad.helpers import ALLOW_TF32, BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters, prod
+from lazygrad.helpers import ALLOW_TF32, BEAM, DEBUG, NOOPT, PROGRAM_CACHE, GlobalCounters
 from lazygrad.uop.ops import ALU, Ops, UOp
 from lazygrad.uop.pattern import graph_rewrite
 
@@ -176,7 +176,9 @@ class GeneratedKernel:
     ops: int
     memory: int
     work: int
-    launch: tuple[int, int]  # (blocks, threads per block); on a CPU, the iterations it may split across cores
+    # (blocks, threads per block, bytes of shared memory a block asks for at launch); on a CPU, the iterations it may
+    # split across cores
+    launch: tuple[int, int, int]
 
 
 # Kernels compiled together, where the device's language can join sources: each compiler call has a fixed cost
@@ -288,7 +290,9 @@ def _compile_batch(device: Any, batch: list[tuple[Future, GeneratedKernel]]) -> 
         for future, kernel in batch:
             runner = device.runtime(kernel.name, binary, kernel.launch, kernel.work)
             future.set_result(
-                new_compiled_kernel(kernel.name, runner, kernel.source, kernel.ops, kernel.memory, prod(kernel.launch))
+                new_compiled_kernel(
+                    kernel.name, runner, kernel.source, kernel.ops, kernel.memory, kernel.launch[0] * kernel.launch[1]
+                )
             )
     except BaseException as error:  # noqa: BLE001 -- the error belongs to whoever waits for these kernels
         for future, _ in batch:
@@ -354,7 +358,8 @@ def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...
     if DEBUG >= 4:
         print(source)
     ops, memory, work = measure_work(program)
-    return GeneratedKernel(name, source, ops, memory, work, launch_size(program, device.renderer.target))
+    launch = (*launch_size(program, device.renderer.target), device.renderer.dynamic_shared_bytes(program))
+    return GeneratedKernel(name, source, ops, memory, work, launch)
 
 
 _names_taken: dict[str, set[str]] = {}  # per device, the names its kernels have in this process

@@ -23,6 +23,8 @@ LIBRARY = "libcuda.so.1"
 SUCCESS, OUT_OF_MEMORY, INVALID_CONTEXT = 0, 2, 201
 COMPUTE_CAPABILITY_MAJOR, COMPUTE_CAPABILITY_MINOR = 75, 76
 MULTIPROCESSOR_COUNT = 16
+MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97  # (CUdevice_attribute)
+MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # (CUfunction_attribute)
 STREAM_NON_BLOCKING = 1  # the stream does not wait for the legacy default stream (other libraries' work)
 
 
@@ -63,6 +65,7 @@ PROTOTYPES: dict[tuple[str, ...], list] = {
     ("cuDeviceGet",): [POINTER(c_int), c_int],
     ("cuDeviceGetName",): [c_char_p, c_int, c_int],
     ("cuDeviceGetAttribute",): [POINTER(c_int), c_int, c_int],
+    ("cuFuncSetAttribute",): [c_void_p, c_int, c_int],
     ("cuDevicePrimaryCtxRetain",): [POINTER(c_void_p), c_int],
     ("cuCtxGetCurrent",): [POINTER(c_void_p)],
     ("cuCtxSetCurrent",): [c_void_p],
@@ -187,6 +190,14 @@ class CUDADriver:
     def multiprocessors(self, device: int) -> int:
         return self.out("cuDeviceGetAttribute", c_int, MULTIPROCESSOR_COUNT, device)
 
+    def max_shared_memory(self, device: int) -> int:
+        """The most shared memory a block may have, dynamic shared memory included (the opt-in limit)."""
+        return self.out("cuDeviceGetAttribute", c_int, MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+
+    def allow_shared_memory(self, function: int, nbytes: int) -> None:
+        """Let launches of `function` ask for `nbytes` of dynamic shared memory (past 48 KiB it must be allowed)."""
+        self.call("cuFuncSetAttribute", function, MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+
     def primary_context(self, device: int) -> int:
         return self.out("cuDevicePrimaryCtxRetain", c_void_p, device)
 
@@ -248,8 +259,8 @@ class CUDADriver:
     def stream_synchronize(self, stream: int) -> None:
         self.call("cuStreamSynchronize", stream)
 
-    def launch(self, function: int, grid: int, block: int, stream: int, params: ctypes.Array) -> None:
-        status = self._launch(function, grid, 1, 1, block, 1, 1, 0, stream, params, None)
+    def launch(self, function: int, grid: int, block: int, stream: int, params: ctypes.Array, shared: int = 0) -> None:
+        status = self._launch(function, grid, 1, 1, block, 1, 1, shared, stream, params, None)
         if status != SUCCESS:
             raise self.error("cuLaunchKernel", status)
 
@@ -272,11 +283,18 @@ class CUDADriver:
         return self.out("cuGraphCreate", c_void_p, 0)
 
     def graph_add_kernel(
-        self, graph: int, dependency: int | None, function: int, grid: int, block: int, params: ctypes.Array
+        self,
+        graph: int,
+        dependency: int | None,
+        function: int,
+        grid: int,
+        block: int,
+        params: ctypes.Array,
+        shared: int = 0,
     ) -> int:
         """A kernel node after `dependency` (None: first); the driver copies the argument values now."""
         dependencies = (c_void_p * 1)(dependency)
-        node_params = kernel_node_params(function, grid, block, params)
+        node_params = kernel_node_params(function, grid, block, params, shared)
         count = 0 if dependency is None else 1
         return self.out("cuGraphAddKernelNode_v2", c_void_p, graph, dependencies, count, byref(node_params))
 
@@ -284,10 +302,10 @@ class CUDADriver:
         return self.out("cuGraphInstantiateWithFlags", c_void_p, graph, 0)
 
     def graph_set_kernel(
-        self, executable: int, node: int, function: int, grid: int, block: int, params: ctypes.Array
+        self, executable: int, node: int, function: int, grid: int, block: int, params: ctypes.Array, shared: int = 0
     ) -> None:
         """New argument values for one kernel node of an instantiated graph."""
-        node_params = kernel_node_params(function, grid, block, params)
+        node_params = kernel_node_params(function, grid, block, params, shared)
         self.call("cuGraphExecKernelNodeSetParams_v2", executable, node, byref(node_params))
 
     def graph_launch(self, executable: int, stream: int) -> None:
@@ -298,5 +316,5 @@ class CUDADriver:
         self.call("cuGraphDestroy", graph)
 
 
-def kernel_node_params(function: int, grid: int, block: int, params: ctypes.Array) -> KernelNodeParams:
-    return KernelNodeParams(function, grid, 1, 1, block, 1, 1, 0, ctypes.cast(params, POINTER(c_void_p)), None)
+def kernel_node_params(function: int, grid: int, block: int, params: ctypes.Array, shared: int) -> KernelNodeParams:
+    return KernelNodeParams(function, grid, 1, 1, block, 1, 1, shared, ctypes.cast(params, POINTER(c_void_p)), None)

@@ -74,6 +74,12 @@ class MockDriver:
     def multiprocessors(self, device: int) -> int:
         return 108  # an A100's, as the compute capability is
 
+    def max_shared_memory(self, device: int) -> int:
+        return 163 * 1024  # an A100's opt-in limit
+
+    def allow_shared_memory(self, function, nbytes: int) -> None:
+        self.require_context("cuFuncSetAttribute")
+
     def primary_context(self, device: int) -> int:
         return PRIMARY_CONTEXT
 
@@ -150,7 +156,7 @@ class MockDriver:
     def stream_synchronize(self, stream: int) -> None:
         self.require_context("cuStreamSynchronize")
 
-    def launch(self, function, grid: int, block: int, stream: int, params: ctypes.Array) -> None:
+    def launch(self, function, grid: int, block: int, stream: int, params: ctypes.Array, shared: int = 0) -> None:
         self.require_context("cuLaunchKernel")
         function(params, grid, block)
 
@@ -177,7 +183,9 @@ class MockDriver:
         self.graphs[handle] = []
         return handle
 
-    def graph_add_kernel(self, graph: int, dependency, function, grid: int, block: int, params: ctypes.Array) -> int:
+    def graph_add_kernel(
+        self, graph: int, dependency, function, grid: int, block: int, params: ctypes.Array, shared: int = 0
+    ) -> int:
         self.require_context("cuGraphAddKernelNode")
         nodes = self.graphs[graph]
         if dependency is not None and dependency != len(nodes) - 1:
@@ -191,7 +199,9 @@ class MockDriver:
         self.graphs[handle] = list(self.graphs[graph])
         return handle
 
-    def graph_set_kernel(self, executable: int, node: int, function, grid: int, block: int, params) -> None:
+    def graph_set_kernel(
+        self, executable: int, node: int, function, grid: int, block: int, params, shared: int = 0
+    ) -> None:
         self.require_context("cuGraphExecKernelNodeSetParams")
         self.graphs[executable][node] = (function, grid, block, copy_params(params))
 

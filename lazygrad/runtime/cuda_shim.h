@@ -5,12 +5,13 @@
 // - __global__/__device__ mean nothing; a kernel is an ordinary function;
 // - blockIdx/threadIdx/blockDim/gridDim are per-thread (thread_local) variables set before each call;
 // - __shared__ is static storage, shared by every thread; blocks run one after another when a kernel uses it;
+//   dynamic shared memory (LAZYGRAD_DYNAMIC_SHARED, whose size the renderer writes) is a static array of that size;
 // - __syncthreads() is an OpenMP barrier between the threads of a block;
 // - half is _Float16, with CUDA's conversion functions.
 // - tensor cores (nvcuda::wmma from mma.h): every thread of a warp holds a whole fragment and computes the whole
 //   multiply-accumulate (the exact products summed into the accumulator in float, in order along k), so loads and
 //   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
-// Warp shuffles, inline PTX and dynamic shared memory are not emulated.
+// Warp shuffles and inline PTX are not emulated.
 //
 // It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
 // are GCC builtins, and the parameter-position list is built here.
@@ -26,6 +27,7 @@
 #define __align__(bytes) __attribute__((aligned(bytes)))
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")
+#define LAZYGRAD_DYNAMIC_SHARED(bytes) static __align__(32) unsigned char lazygrad_shared[bytes]
 
 struct uint3 {
   unsigned int x, y, z;

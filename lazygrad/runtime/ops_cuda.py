@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
-from lazygrad.codegen.renderer.cstyle import CUDARenderer
+from lazygrad.codegen.renderer.cstyle import STATIC_SHARED_BYTES, CUDARenderer
 from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, read_exactly
 from lazygrad.helpers import DEBUG, MOCKCUDA
 from lazygrad.runtime.cuda_compiler import MockCUDACompiler, NVRTCCompiler, choose_target, load_nvrtc
@@ -70,12 +70,14 @@ def argument_array(count: int) -> tuple[ctypes.Array, ctypes.Array]:
 class CUDAProgram:
     """A kernel loaded into the device's context and launched on its stream; `release()` unloads it."""
 
-    def __init__(self, device: CUDADevice, name: str, binary: bytes, launch: tuple[int, int] = (1, 1)):
+    def __init__(self, device: CUDADevice, name: str, binary: bytes, launch: tuple[int, int, int] = (1, 1, 0)):
         self.device, self.name = device, name
-        self.grid, self.block = launch
+        self.grid, self.block, self.shared = launch  # (blocks, threads per block, bytes of dynamic shared memory)
         with device.current():  # the driver is thread-safe: loading needs no lock, and may take a while (PTX)
             self.module = device.driver.module_load(binary)
             self.function = device.driver.module_function(self.module, name)
+            if self.shared > STATIC_SHARED_BYTES:
+                device.driver.allow_shared_memory(self.function, self.shared)
         self.values: ctypes.Array | None = None  # the argument values and params, made at the first launch
         self.params: ctypes.Array | None = None
         self.buffers: tuple[int, ...] = ()  # the pointers in `values`
@@ -96,9 +98,11 @@ class CUDAProgram:
                     self.set_arguments(buffers)
                 if DEBUG.value >= 2:
                     return device.timed(
-                        lambda: driver.launch(self.function, self.grid, self.block, device.stream, self.params)
+                        lambda: driver.launch(
+                            self.function, self.grid, self.block, device.stream, self.params, self.shared
+                        )
                     )
-                driver.launch(self.function, self.grid, self.block, device.stream, self.params)
+                driver.launch(self.function, self.grid, self.block, device.stream, self.params, self.shared)
             finally:
                 if previous is not None and previous != context:
                     driver.set_current_context(previous)
@@ -157,7 +161,13 @@ class CUDAGraph:
                     values, params = self.arguments[number]
                     values[:] = self.buffers[number] = pointers
                     driver.graph_set_kernel(
-                        self.executable, self.nodes[number], program.function, program.grid, program.block, params
+                        self.executable,
+                        self.nodes[number],
+                        program.function,
+                        program.grid,
+                        program.block,
+                        params,
+                        program.shared,
                     )
             if DEBUG.value >= 2:
                 return device.timed(lambda: driver.graph_launch(self.executable, device.stream))
@@ -172,7 +182,9 @@ class CUDAGraph:
                 raise RuntimeError(f"CUDA: kernel {program.name} was released and cannot run in a graph")
             values, params = argument_array(len(pointers))
             values[:] = pointers
-            node = driver.graph_add_kernel(self.graph, node, program.function, program.grid, program.block, params)
+            node = driver.graph_add_kernel(
+                self.graph, node, program.function, program.grid, program.block, params, program.shared
+            )
             self.nodes.append(node)
             self.arguments.append((values, params))
             self.buffers.append(list(pointers))
@@ -372,7 +384,10 @@ class CUDADevice(Compiled):
         with self.current():
             self.stream = driver.stream_create()
             self.timing_events = (driver.event_create(), driver.event_create())
-        renderer = CUDARenderer.for_architecture(architecture, driver.multiprocessors(driver.device(ordinal)))
+        device = driver.device(ordinal)
+        renderer = CUDARenderer.for_architecture(
+            architecture, driver.multiprocessors(device), driver.max_shared_memory(device)
+        )
         super().__init__("CUDA", CUDAAllocator(self), renderer, compiler, self.load_program, max_buffers)
 
     def current(self) -> CurrentContext:
@@ -388,7 +403,9 @@ class CUDADevice(Compiled):
         nvrtc = self.compiler.nvrtc.version
         return f"{self.driver.device_name(device)}, compute capability {major}.{minor}, {code}, driver {self.driver.version()}, NVRTC {nvrtc}"
 
-    def load_program(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0) -> CUDAProgram:
+    def load_program(
+        self, name: str, binary: bytes, launch: tuple[int, int, int] = (1, 1, 0), work: int = 0
+    ) -> CUDAProgram:
         """The runner for kernel `name` in `binary`, loaded on the calling thread (a compile thread, usually)."""
         return CUDAProgram(self, name, binary, launch)
 

@@ -61,8 +61,8 @@ class PythonProgram:
     block runs the program; the threads of a block run in turns from one barrier to the next, sharing their
     block's memory, as they would on a GPU."""
 
-    def __init__(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0):
-        self.name, self.released = name, False
+    def __init__(self, name: str, binary: bytes, launch: tuple[int, ...] = (1, 1), work: int = 0):
+        self.name, self.released = name, False  # (`launch`: blocks and threads per block, first)
         self.launch = launch
         self.program: list[UOp] = pickle.loads(base64.b64decode(binary))
         self.position = {node: i for i, node in enumerate(self.program)}
@@ -80,7 +80,7 @@ class PythonProgram:
             for node in self.program
             if node.op is Ops.DEFINE_GLOBAL
         }
-        blocks, threads = self.launch
+        blocks, threads = self.launch[:2]
         if self.lockstep:
             chunk = max(1, LOCKSTEP_THREADS // threads)  # blocks run together
             for first in range(0, blocks, chunk):

@@ -168,6 +168,10 @@ class Renderer(ABC):
     def render(self, name: str, program: list[UOp]) -> str:
         """The source of a function called `name` running `program`."""
 
+    def dynamic_shared_bytes(self, program: list[UOp]) -> int:
+        """The bytes of shared memory a launch of `program` asks for (0: the kernel declares all it uses)."""
+        return 0
+
     def join_group(self, source: str) -> object:
         """For a renderer that can join sources: kernels are joined into one compile only where this is equal."""
         return None

@@ -749,11 +749,24 @@ MATRIX_TYPES = {
 }
 
 
+# the most shared memory a CUDA kernel may declare; a block that needs more asks for it at launch (dynamic shared
+# memory, up to the device's opt-in limit: `Target.shared_memory`)
+STATIC_SHARED_BYTES = 48 * 1024
+SHARED_ALIGNMENT = 32  # (load/store_matrix_sync want 32-byte aligned tiles)
+DYNAMIC_SHARED = """#ifndef LAZYGRAD_DYNAMIC_SHARED
+#define LAZYGRAD_DYNAMIC_SHARED(bytes) extern __shared__ __align__(32) unsigned char lazygrad_shared[]
+#endif
+LAZYGRAD_DYNAMIC_SHARED({bytes});
+"""
+
+
 class CUDARenderer(CStyleRenderer):
     """CUDA C. Half is `half` from cuda_fp16.h in memory; values are computed in float and rounded to half.
     Tensor cores (WMMA) through `nvcuda::wmma` from mma.h: a fragment accumulator is a DEFINE_ACC whose update is a
     WMMA, declared as an accumulator fragment and updated in place by mma_sync; the tiles and the accumulator's
-    store go through shared memory of the matrix types, 32-byte aligned as load/store_matrix_sync require."""
+    store go through shared memory of the matrix types, 32-byte aligned as load/store_matrix_sync require. A block
+    whose shared memory passes STATIC_SHARED_BYTES gets it as one dynamic array (`dynamic_shared_bytes`), each
+    DEFINE_LOCAL a pointer into it."""
 
     kernel_prefix = 'extern "C" __global__ '
     can_join = False  # (its runtime builds a program per kernel)
@@ -764,7 +777,7 @@ class CUDARenderer(CStyleRenderer):
     buffer_array = False
     rewrites = None  # CUDA's exp2f/log2f/sinf/cosf are fast on the GPU, and sinf/cosf within 2 ulp everywhere
     special_indices = {"block": "blockIdx.x", "thread": "threadIdx.x"}
-    target = Target(vector_width=1, max_threads=1024, block_threads=256, shared_memory=48 * 1024)
+    target = Target(vector_width=1, max_threads=1024, block_threads=256, shared_memory=STATIC_SHARED_BYTES)
     shared_prefix = "__shared__ "
     barrier = "__syncthreads();"
     preamble = ""
@@ -797,27 +810,60 @@ class CUDARenderer(CStyleRenderer):
     )
 
     @classmethod
-    def for_architecture(cls, architecture: int, multiprocessors: int = 1) -> CUDARenderer:
+    def for_architecture(
+        cls, architecture: int, multiprocessors: int = 1, shared_memory: int = STATIC_SHARED_BYTES
+    ) -> CUDARenderer:
         """A renderer for code compiled for compute capability `architecture` (major*10 + minor; 0: without
-        mma.h, so without tensor cores) on a GPU with `multiprocessors`: its target has the tensor cores that
-        architecture has."""
+        mma.h, so without tensor cores) on a GPU with `multiprocessors` and `shared_memory` bytes of it a block may
+        have: its target has the tensor cores that architecture has."""
         tensor_cores = tuple(c for c in cls.tensor_cores if architecture >= cls.tensor_core_architectures[c.input])
-        return cls(replace(cls.target, tensor_cores=tensor_cores, cores=multiprocessors))
+        return cls(replace(cls.target, tensor_cores=tensor_cores, cores=multiprocessors, shared_memory=shared_memory))
 
-    def render(self, name: str, program: list[UOp]) -> str:
-        # the fragment accumulators (updated by a WMMA), their reads, and the shared memory of matrix types
-        self.fragments = {
+    @staticmethod
+    def fragments_of(program: list[UOp]) -> tuple[dict[UOp, UOp], set[UOp], set[UOp]]:
+        """The fragment accumulators (each with the WMMA that updates it), the values that are fragments (their reads,
+        and a WMMA that is a whole reduce: it adds into an accumulator of its own), and the shared memory of matrix
+        types (what WMMAs read and fragments are stored into)."""
+        fragments = {
             node.src[0]: node.src[1] for node in program if node.op is Ops.STORE and node.src[1].op is Ops.WMMA
         }
-        self.fragment_values = {node for node in program if node.op is Ops.LOAD and node.src[0] in self.fragments}
-        # (a product that is the whole reduce, one WMMA, adds into an accumulator of its own)
-        self.fragment_values |= {node for node in program if node.op is Ops.WMMA and len(node.src) == WMMA_SOURCES}
-        matrix_memory = [source for node in program if node.op is Ops.WMMA for source in node.src[:2]]
+        values = {node for node in program if node.op is Ops.LOAD and node.src[0] in fragments}
+        values |= {node for node in program if node.op is Ops.WMMA and len(node.src) == WMMA_SOURCES}
+        matrix_memory = {source for node in program if node.op is Ops.WMMA for source in node.src[:2]}
         stores = [node for node in program if node.op is Ops.STORE and len(node.src) > 2]
-        matrix_memory += [node.src[0] for node in stores if node.src[2] in self.fragment_values]
-        self.matrix_memory = set(matrix_memory)
+        matrix_memory |= {node.src[0] for node in stores if node.src[2] in values}
+        return fragments, values, matrix_memory
+
+    def shared_element(self, node: UOp, matrix_memory: set[UOp]) -> tuple[str, int]:
+        """The C type and size of an element of the shared memory `node`: a matrix type, or the register type of the
+        values it holds (float for half, int for bool)."""
+        if node in matrix_memory and node.dtype in MATRIX_TYPES:
+            return MATRIX_TYPES[node.dtype][0], node.dtype.itemsize
+        held = {dtypes.bool: dtypes.int32, dtypes.float16: dtypes.float32}.get(node.dtype, node.dtype)
+        return self.register_types[held], held.itemsize
+
+    def shared_offsets(self, program: list[UOp], matrix_memory: set[UOp]) -> tuple[dict[UOp, int], int]:
+        """Where each DEFINE_LOCAL lies in a block's shared memory (byte offsets, aligned), and the bytes in all."""
+        offsets, total = {}, 0
+        for node in program:
+            if node.op is Ops.DEFINE_LOCAL:
+                offsets[node] = total
+                size = node.arg[1] * self.shared_element(node, matrix_memory)[1]
+                total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+        return offsets, total
+
+    def dynamic_shared_bytes(self, program: list[UOp]) -> int:
+        total = self.shared_offsets(program, self.fragments_of(program)[2])[1]
+        return total if total > STATIC_SHARED_BYTES else 0
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        self.fragments, self.fragment_values, self.matrix_memory = self.fragments_of(program)
         self.loaded_fragments: dict[tuple, str] = {}  # the tiles loaded since the last barrier or loop boundary
+        offsets, total = self.shared_offsets(program, self.matrix_memory)
+        self.dynamic_offsets = offsets if total > STATIC_SHARED_BYTES else None
         source = super().render(name, program)
+        if self.dynamic_offsets is not None:
+            source = DYNAMIC_SHARED.format(bytes=total) + source
         if not self.fragments:
             return source
         bfloat16 = any(node.dtype == dtypes.bfloat16 for node in self.matrix_memory)
@@ -889,12 +935,14 @@ class CUDARenderer(CStyleRenderer):
         self.names[node] = accumulator
 
     def render_shared(self, node: UOp) -> None:
-        if node not in self.matrix_memory:
+        element = self.shared_element(node, self.matrix_memory)[0]
+        name = self.names[node] = f"shared{node.arg[0]}"
+        if self.dynamic_offsets is not None:
+            self.lines.insert(0, f"  {element}* {name} = ({element}*)(lazygrad_shared + {self.dynamic_offsets[node]});")
+        elif node in self.matrix_memory:
+            self.lines.insert(0, f"  __shared__ __align__(32) {element} {name}[{node.arg[1]}];")
+        else:
             super().render_shared(node)
-            return
-        element = MATRIX_TYPES[node.dtype][0] if node.dtype in MATRIX_TYPES else self.memory_types[node.dtype]
-        self.names[node] = f"shared{node.arg[0]}"
-        self.lines.insert(0, f"  __shared__ __align__(32) {element} shared{node.arg[0]}[{node.arg[1]}];")
 
     def render_store(self, node: UOp) -> None:
         buffer, value = node.src[0], node.src[2]
