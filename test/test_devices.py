@@ -26,7 +26,7 @@ from lazygrad.codegen.opt import Opt, OptOp, apply_opts, prepare
 from lazygrad.codegen.renderer import Target, kernel_name
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer, CUDARenderer
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
-from lazygrad.codegen.threads import launch_size, map_threads
+from lazygrad.codegen.threads import kernel_launch, launch_size, map_threads
 from lazygrad.device import Buffer, DeviceUnavailable
 from lazygrad.helpers import DEVICE_ENV_VARS
 from lazygrad.uop.ops import LoopKind, Ops, UOp
@@ -155,8 +155,9 @@ def run_linear_program(device_name: str, program: list[UOp], output: Buffer, *in
     """Render, compile and run a hand-written linear program on a device; the output buffer's values."""
     device = Device[device_name]
     binary = device.compiler.compile_cached(device.renderer.render("probe", program))
-    launch = launch_size(program, device.renderer.target)
-    device.runtime("probe", binary, launch)(output.handle, *(buffer.handle for buffer in inputs))
+    device.runtime("probe", binary, kernel_launch(program, device.renderer))(
+        output.handle, *(buffer.handle for buffer in inputs)
+    )
     return output.numpy()
 
 

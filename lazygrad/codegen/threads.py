@@ -10,7 +10,7 @@ is what the runtime splits across its cores, and its size is the launch's "block
 from __future__ import annotations
 
 from lazygrad.codegen.opt import loops_of_kind, replace_ranges
-from lazygrad.codegen.renderer import Target
+from lazygrad.codegen.renderer import Renderer, Target
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 
@@ -40,3 +40,9 @@ def launch_size(program: list[UOp], target: Target) -> tuple[int, int]:
         return specials.get("block", 1), specials.get("thread", 1)
     outer = next((node for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL), None)
     return (outer.src[0].arg if outer is not None else 1), 1
+
+
+def kernel_launch(program: list[UOp], renderer: Renderer) -> tuple[int, int, int]:
+    """What a runtime launches a linear program with: its `launch_size`, then the bytes of shared memory each block
+    asks for at launch (see `Renderer.dynamic_shared_bytes`)."""
+    return (*launch_size(program, renderer.target), renderer.dynamic_shared_bytes(program))

@@ -23,7 +23,7 @@ from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.narrow_dtypes import lower_narrow_dtypes
 from lazygrad.codegen.opt import Opt, apply_opts, prepare
 from lazygrad.codegen.renderer import WARP, kernel_name
-from lazygrad.codegen.threads import launch_size, map_threads
+from lazygrad.codegen.threads import kernel_launch, map_threads
 from lazygrad.device import CORES, Buffer, Device
 from lazygrad.diskcache import disk_cache
 from lazygrad.engine.buffers import buffer_of
@@ -358,8 +358,7 @@ def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...
     if DEBUG >= 4:
         print(source)
     ops, memory, work = measure_work(program)
-    launch = (*launch_size(program, device.renderer.target), device.renderer.dynamic_shared_bytes(program))
-    return GeneratedKernel(name, source, ops, memory, work, launch)
+    return GeneratedKernel(name, source, ops, memory, work, kernel_launch(program, device.renderer))
 
 
 _names_taken: dict[str, set[str]] = {}  # per device, the names its kernels have in this process
