@@ -29,9 +29,9 @@ def _refuse_torch_max(keywords: dict, op_name: str) -> None:
 
 
 def product_node(a: UOp, b: UOp) -> UOp:
-    """The graph `dot` builds for two float matrices (or batches of them) of one dtype, built on the nodes: the same
-    nodes as the steps through tensors (a matrix product is the most common heavy op, and those steps took 37 us of
-    Python a product, against 3 for an add)."""
+    """The graph `dot` builds for two float matrices (or batches of them) of one dtype, built on the nodes (half and
+    bfloat16 products summed in float32, as `sum` sums them): the same nodes as the steps through tensors (a matrix
+    product is the most common heavy op, and those steps took 37 us of Python a product, against 3 for an add)."""
     dtype, a_shape, b_shape = a.dtype, a.shape, b.shape
     x = UOp(Ops.RESHAPE, dtype, (a,), (*a_shape[:-1], 1, a_shape[-1]))
     w = UOp(Ops.RESHAPE, dtype, (b,), (*b_shape[:-2], 1, *b_shape[-2:]))
@@ -39,8 +39,11 @@ def product_node(a: UOp, b: UOp) -> UOp:
     w = UOp(Ops.PERMUTE, dtype, (w,), order)
     shape = broadcast_shape("mul", x.shape, w.shape)
     products = broadcast_node(x, shape).alu(Ops.MUL, broadcast_node(w, shape))
-    reduced = UOp(Ops.REDUCE, dtype, (products,), (Ops.ADD, (len(shape) - 1,)))
-    return UOp(Ops.RESHAPE, dtype, (reduced,), shape[:-1])
+    if dtype in _HALF_FLOATS:  # (summed in float32, as `sum` does)
+        products = UOp(Ops.CAST, dtypes.float32, (products,))
+    reduced = UOp(Ops.REDUCE, products.dtype, (products,), (Ops.ADD, (len(shape) - 1,)))
+    product = UOp(Ops.RESHAPE, products.dtype, (reduced,), shape[:-1])
+    return product if product.dtype == dtype else UOp(Ops.CAST, dtype, (product,))
 
 
 class ReduceMixin:
@@ -279,7 +282,7 @@ class ReduceMixin:
                 f"matmul: batch dimensions of {self.shape} @ {other.shape} ({batch_self} and {batch_other}) cannot be "
                 "broadcast together; each must be equal or 1"
             ) from None
-        floats = self.dtype == other.dtype and self.dtype in (dtypes.float32, dtypes.float64)
+        floats = self.dtype == other.dtype and self.dtype.is_float
         if floats and self.ndim > 1 and other.ndim > 1 and self.device == other.device:  # (else the steps below)
             return self._new(product_node(self.uop, other.uop))
         x = self.reshape(*self.shape[:-1], 1, self.shape[-1])
