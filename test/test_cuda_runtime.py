@@ -411,16 +411,21 @@ def test_a_released_program_unloads_once_no_graph_uses_it(fake):
         program(1, 2)
 
 
-def test_beam_waits_for_each_timed_launch(fake):
+def test_beam_times_each_run_with_cuda_events(fake):
+    """A candidate's first run (first touches of its memory) is waited for; each timed run is a launch between two
+    events, waited for, and its time the events' (not the host's clock around the launch and the wait)."""
     from lazygrad.engine import search
 
     x = Tensor(numbers(64, seed=9), device="CUDA").realize()
     (x * 6).realize()
     kernel = next(value for key, value in realize._programs.items() if key[0] == "CUDA")
     fake.calls.clear()
-    search._time(kernel.program, [("CUDA", 64, dtypes.float32)] * 2)
-    sequence = [call[0] for call in fake.calls if call[0] in ("launch", "stream_synchronize")]
-    assert sequence == ["launch", "stream_synchronize"] * (1 + search.TIMED_RUNS)
+    seconds = search._time(kernel.program, [("CUDA", 64, dtypes.float32)] * 2)
+    kinds = ("launch", "stream_synchronize", "event_record", "event_synchronize", "event_elapsed")
+    sequence = [call[0] for call in fake.calls if call[0] in kinds]
+    timed_run = ["event_record", "launch", "event_record", "event_synchronize", "event_elapsed"]
+    assert sequence == ["launch", "stream_synchronize"] + timed_run * search.TIMED_RUNS
+    assert seconds == EVENT_SECONDS
 
 
 # ---- memory --------------------------------------------------------------------------------------------------------

@@ -226,6 +226,21 @@ def test_opencl_group_reductions_run_on_pocl(dtype, values):
     np.testing.assert_allclose(output.numpy().astype(np.float64), np.float64(expected), rtol=1e-3)
 
 
+def test_beam_times_opencl_kernels_by_their_profiling_events(monkeypatch):
+    """A candidate's timed runs are the device's own times of the kernel (its launch's profiling event), not the
+    host's clock around the launch and the wait."""
+    from lazygrad.engine import realize, search
+
+    x = Tensor(numbers(4096, seed=31), device=available("GPU")).realize()
+    (x * 5).realize()
+    program = next(value for key, value in realize._programs.items() if key[0] == "GPU").program
+    times = []
+    timed = type(program).timed
+    monkeypatch.setattr(type(program), "timed", lambda self, *buffers: times.append(timed(self, *buffers)) or times[-1])
+    seconds = search._time(program, [("GPU", 4096, dtypes.float32)] * 2)
+    assert len(times) == search.TIMED_RUNS and seconds == min(times) and 0 < seconds < 1
+
+
 def test_an_opencl_program_compiled_in_this_process_is_built_once(monkeypatch):
     """The program the compiler built from source is the one the device runs: built again from its binary, PoCL
     would generate its machine code a second time, taking as long again."""

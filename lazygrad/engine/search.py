@@ -2,8 +2,8 @@
 
 With `BEAM=N`, every new kernel with choices to make (a matrix product, a reduce with reused inputs; on a device
 with threads, every kernel with outputs to spread) has up to N candidate action lists — the default list with each
-register block, or block size, the heuristic offers — compiled and run on scratch buffers of its sizes; the
-fastest is used. The choice is kept in the disk cache by the kernel's content hash, the device and the CPU or
+register block, or block size, the heuristic offers — compiled and run on scratch buffers of its sizes, and timed
+by the device's own events where it has them (a GPU's: CUDA events, OpenCL profiling); the fastest is used. The choice is kept in the disk cache by the kernel's content hash, the device and the CPU or
 GPU model it was timed on (`beam_key`), so a later process on that machine skips the search; a kept list that is not
 one of the kernel's candidates is ignored, and the search runs again.
 """
@@ -82,13 +82,16 @@ def _time_candidate(build: Build, opts: Opts) -> float:
 
 
 def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:
-    """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing)."""
+    """The fastest of a few runs of `program` on scratch memory (values do not matter for the timing): as the device
+    times it where it can (a GPU's events: the launch and the wait are not the kernel's), else by the host's clock."""
     buffers = [Buffer(device_name, size, dtype) for device_name, size, dtype in parameters]
     handles = [buffer.handle for buffer in buffers]
     # devices that queue launches (GPU, CUDA) are waited for, so that the time is the kernel's, not the queueing's
     synchronize = getattr(Device[parameters[0][0]], "synchronize", lambda: None)
     program(*handles)  # the first run pays for first touches of the memory
     synchronize()
+    if (timed := getattr(program, "timed", None)) is not None:
+        return min(timed(*handles) for _ in range(TIMED_RUNS))
     fastest = float("inf")
     for _ in range(TIMED_RUNS):
         start = time.perf_counter()

@@ -86,6 +86,13 @@ class CUDAProgram:
 
     def __call__(self, *buffers: int) -> float | None:
         """Queue one launch on `buffers` (device pointers); at DEBUG>=2, wait for it and return its seconds."""
+        return self.launch(buffers, DEBUG.value >= 2)
+
+    def timed(self, *buffers: int) -> float:
+        """Launch once on `buffers`, wait for it, and return the seconds the GPU took (CUDA events)."""
+        return self.launch(buffers, True)
+
+    def launch(self, buffers: tuple[int, ...], timed: bool) -> float | None:
         device = self.device
         driver, context = device.driver, device.context
         with device.lock:
@@ -96,7 +103,7 @@ class CUDAProgram:
             try:
                 if buffers != self.buffers:  # (a repeated step gets the same memory back from the allocator)
                     self.set_arguments(buffers)
-                if DEBUG.value >= 2:
+                if timed:
                     return device.timed(
                         lambda: driver.launch(
                             self.function, self.grid, self.block, device.stream, self.params, self.shared

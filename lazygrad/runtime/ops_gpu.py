@@ -191,7 +191,7 @@ class CLDevice(Compiled):
         built = self.compiler.take_built(binary)
         return built if built is not None else self.cl.Program(self.context, [self.device], [binary]).build()
 
-    def load_program(self, name: str, binary: bytes, launch: tuple[int, int] = (1, 1), work: int = 0) -> CLProgram:
+    def load_program(self, name: str, binary: bytes, launch: tuple[int, ...] = (1, 1), work: int = 0) -> CLProgram:
         """The runner for kernel `name` in `binary`; a binary is built into a program once while kernels use it."""
         digest, kernel = self.programs.acquire(binary, lambda program: self.cl.Kernel(program, name))
         return CLProgram(self, kernel, launch, digest)
@@ -229,16 +229,25 @@ class CLProgram:
 
     def __call__(self, *buffers: Any) -> float | None:
         """Queue one launch; at DEBUG>=2 wait for it and return its time in seconds from the profiling event."""
-        if self.kernel is None:
-            raise RuntimeError(f"GPU: kernel {self.name} was released and cannot run anymore")
-        self.kernel.set_args(*buffers)
-        event = self.device.cl.enqueue_nd_range_kernel(
-            self.device.queue, self.kernel, (self.global_size,), (self.local_size,)
-        )
+        event = self.enqueue(buffers)
         if DEBUG >= 2:
             event.wait()
             return (event.profile.end - event.profile.start) * 1e-9
         return None
+
+    def timed(self, *buffers: Any) -> float:
+        """Launch once, wait for it, and return the seconds the device took (its profiling event)."""
+        event = self.enqueue(buffers)
+        event.wait()
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def enqueue(self, buffers: tuple[Any, ...]) -> Any:
+        if self.kernel is None:
+            raise RuntimeError(f"GPU: kernel {self.name} was released and cannot run anymore")
+        self.kernel.set_args(*buffers)
+        return self.device.cl.enqueue_nd_range_kernel(
+            self.device.queue, self.kernel, (self.global_size,), (self.local_size,)
+        )
 
 
 class CLGraph:
