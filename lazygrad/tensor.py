@@ -414,7 +414,17 @@ class Tensor(
                 f"requires_grad=True needs a float tensor, but this one is {self.dtype}: only floats have gradients; "
                 "make it with a float dtype (dtype=dtypes.float32) or .float() it first"
             )
+        if value and not self._requires_grad and self._shares_its_node():
+            # equal constants (two Tensor.zeros(3)), and tensors realized together from them, are one node, which
+            # a gradient cannot tell apart: this tensor takes a node of its own, a leaf (a copy of the values, made
+            # when next realized, through which no gradient flows back to the shared node)
+            detached = UOp(Ops.DETACH, self.dtype, (self.uop,))
+            self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (detached,), next(_contiguous_ids))
         self._requires_grad = value
+
+    def _shares_its_node(self) -> bool:
+        """Whether another tensor may be this one's node: a constant's, or one another live tensor holds."""
+        return self.uop.base.op is Ops.CONST or any(tensor is not self for tensor in tensors_holding([self.uop]))
 
     def _seed(self, gradient: Tensor | Any | None, op_name: str) -> UOp:
         """The gradient to start from at this root, checked against its shape."""

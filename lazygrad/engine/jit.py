@@ -50,7 +50,7 @@ def _tensors_in(value: Any) -> list:
 
 
 # what a replay cannot recompute: it runs kernels, not the function's Python
-_NUMBERS = (bool, int, float, complex, np.generic)
+_HOST_VALUES = (bool, int, float, complex, np.generic, np.ndarray)
 
 
 class TinyJit:
@@ -67,6 +67,7 @@ class TinyJit:
         self.outputs: Any = None
         self.bound: list[list] = []
         self.random_sources: list = []
+        self.own: set[int] = set()  # (ids of) the buffers a replay writes and reads itself
         self.plan: list[tuple[int, int, Any]] | None = None  # how a replay runs the launches, made at the first one
         functools.update_wrapper(self, function)
 
@@ -81,11 +82,15 @@ class TinyJit:
             [],
             None,
         )
-        self.random_sources = []
+        self.random_sources, self.own = [], set()
 
     @staticmethod
     def _signature(args: tuple, kwargs: dict, tensors: list) -> tuple:
-        shapes = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        """What a replay needs to stay as captured: the inputs' shapes, dtypes and devices, which inputs are one
+        tensor (or views of one buffer: the captured kernels read it once for all of them), and the other
+        arguments."""
+        first = {}
+        shapes = tuple((t.shape, t.dtype, t.device, first.setdefault(t.uop.base, n)) for n, t in enumerate(tensors))
         from lazygrad.tensor import Tensor
 
         def plain(value):
@@ -109,16 +114,19 @@ class TinyJit:
         if self.signature is not None and signature != self.signature:
             raise JitError(
                 f"TinyJit({self.function.__name__}): called with {signature[0]} and arguments {signature[1:]}, but it was "
-                f"captured with {self.signature[0]} and {self.signature[1:]}; inputs must keep their shapes, dtypes and "
-                "non-Tensor arguments (make a new TinyJit or call .reset())"
+                f"captured with {self.signature[0]} and {self.signature[1:]} (each input: shape, dtype, device, and the "
+                "first input that is the same tensor); inputs must keep their shapes, dtypes, which of them are one "
+                "tensor, and the non-Tensor arguments (make a new TinyJit or call .reset())"
             )
         self.signature = signature
         self.calls += 1
-        if self.calls == 1:
-            return self._run(args, kwargs, tensors)
-        if self.calls == 2:
-            return self._capture(args, kwargs, tensors)
-        return self._replay(tensors)
+        if self.calls > 2:
+            return self._replay(tensors)
+        try:
+            return self._run(args, kwargs, tensors) if self.calls == 1 else self._capture(args, kwargs, tensors)
+        except BaseException:
+            self.reset()  # (a failed warm-up or capture leaves nothing to replay: the next call starts again)
+            raise
 
     def _run(self, args, kwargs, tensors: list):
         from lazygrad.tensor import Tensor, pending_assigns
@@ -143,13 +151,20 @@ class TinyJit:
             raise JitError(
                 f"TinyJit({self.function.__name__}): the function launched no kernels, so there is nothing to replay"
             )
-        if numbers := _leaves_in(result, _NUMBERS):
-            raise JitError(
-                f"TinyJit({self.function.__name__}): the function returns the Python number {numbers[0]!r}, which a "
-                "replay would return unchanged (it runs kernels, not Python); return the Tensor and call .item() on "
-                "what the TinyJit returns"
+        if values := _leaves_in(result, _HOST_VALUES):
+            what = (
+                f"a NumPy array of shape {values[0].shape}"
+                if isinstance(values[0], np.ndarray)
+                else f"the Python number {values[0]!r}"
             )
-        inputs = {tensor.uop.base: number for number, tensor in enumerate(tensors)}
+            raise JitError(
+                f"TinyJit({self.function.__name__}): the function returns {what}, which a replay would return "
+                "unchanged (it runs kernels, not Python); return the Tensor and call .item() or .numpy() on what the "
+                "TinyJit returns"
+            )
+        inputs = {}
+        for number, tensor in enumerate(tensors):
+            inputs.setdefault(tensor.uop.base, number)  # (inputs that are one buffer: the signature keeps them so)
         self.launches = launches
         self.input_slots = [
             (launch_number, position, inputs[buffer])
@@ -159,6 +174,9 @@ class TinyJit:
         ]
         # pre-bound: each launch's buffers, looked up once; a replay only swaps in the new inputs'
         self.bound = [[buffer_of(node) for node in launch.buffers] for launch in launches]
+        # the memory a replay writes and reads itself (its outputs, intermediates): an input found there is copied
+        # first (`x = step(x)` passes the last call's output, which the replay overwrites while reading it)
+        self.own = {id(buffer) for bound in self.bound for buffer in bound} - {id(buffer_of(node)) for node in inputs}
         # the random sources the step itself drew, in the order it drew them: a replay draws them anew (random
         # tensors made before the step are not redrawn: they are fixed values the step reads)
         sources = {
@@ -178,6 +196,9 @@ class TinyJit:
     def _replay_locked(self, tensors: list):
         from lazygrad.tensor import Tensor
 
+        for number, tensor in enumerate(tensors):
+            if id(buffer_of(tensor.uop.base)) in self.own:
+                tensors[number] = tensor.clone().realize()
         for source in self.random_sources:
             redraw(source)
         buffers = [list(launch_buffers) for launch_buffers in self.bound]

@@ -108,7 +108,8 @@ class SGD(Optimizer):
                 velocity.assign(velocity * self.momentum + grad)
                 updated.append(velocity)
                 grad = grad + self.momentum * velocity if self.nesterov else velocity
-            param.assign(param.detach() - self.lr * grad)
+            # (computed in float32 where the learning rate is, and stored in the parameter's dtype: half, bfloat16)
+            param.assign((param.detach() - self.lr * grad).cast(param.dtype))
             updated.append(param)
         return updated
 
@@ -190,7 +191,7 @@ class LAMB(Optimizer):
                 weight_norm, update_norm = param.detach().square().sum().sqrt(), update.square().sum().sqrt()
                 trust = ((weight_norm > 0) & (update_norm > 0)).where(weight_norm / update_norm, 1.0)
                 update = update * (trust * self.lr)
-            param.assign(param.detach() - update)
+            param.assign((param.detach() - update).cast(param.dtype))  # (see SGD)
             updated.extend([first, second, param])
         return updated
 
