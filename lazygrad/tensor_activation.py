@@ -18,6 +18,13 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
+def _or_nan_bound(beyond: Tensor, bound) -> Tensor:
+    """Where a value lies beyond `bound`, or the bound is NaN (a NaN compares false with everything)."""
+    if isinstance(bound, float):
+        return beyond | True if math.isnan(bound) else beyond
+    return beyond | bound.isnan() if hasattr(bound, "uop") and bound.dtype.is_float else beyond
+
+
 class ActivationMixin:
     """Activations of a Tensor, elementwise."""
 
@@ -134,12 +141,13 @@ class ActivationMixin:
         """Values limited to [min_, max_] (either may be None; PyTorch's `min=` and `max=` work too)."""
         if min_ is None and max_ is None:
             raise ValueError("clip: give at least one of min_ and max_ (or min= and max=)")
-        # selects rather than max/min, so a value on a bound passes its whole gradient (as in torch)
+        # selects rather than max/min, so a value on a bound passes its whole gradient (as in torch); a NaN bound
+        # gives NaN, as in torch
         result = self
         if min_ is not None:
-            result = (result < min_).where(min_, result)
+            result = _or_nan_bound(result < min_, min_).where(min_, result)
         if max_ is not None:
-            result = (result > max_).where(max_, result)
+            result = _or_nan_bound(result > max_, max_).where(max_, result)
         return result
 
     @keyword_aliases(min="min_", max="max_")

@@ -115,7 +115,24 @@ class MovementMixin:
 
     @property
     def T(self: Tensor) -> Tensor:
-        return self.transpose() if self.ndim >= 2 else self
+        """The matrix transposed (a 0-d or 1-d tensor as it is). On more axes NumPy and PyTorch reverse them all where
+        tinygrad swaps the first two, so there it is an error rather than one of the two silently."""
+        if self.ndim > 2:
+            raise ValueError(
+                f".T: ambiguous on a {self.ndim}-d tensor {self.shape} (NumPy and PyTorch reverse every axis, tinygrad "
+                "swaps the first two); say which: .permute(*reversed(range(x.ndim))), .transpose(0, 1), or .mT for "
+                "the last two"
+            )
+        return self.transpose() if self.ndim == 2 else self
+
+    @property
+    def mT(self: Tensor) -> Tensor:
+        """The last two axes swapped: each matrix of a batch transposed (torch's mT)."""
+        if self.ndim < 2:
+            raise ValueError(
+                f".mT: needs at least 2 axes (a batch of matrices), got a {self.ndim}-d tensor {self.shape}"
+            )
+        return self.transpose(-2, -1)
 
     @keyword_aliases(size="shape")
     def expand(self: Tensor, shape, *more) -> Tensor:

@@ -841,6 +841,60 @@ def test_learning_rate_change():
     np.testing.assert_allclose(w.numpy(), [1.0 - 0.2 - 1.0], rtol=1e-6)
 
 
+def test_parameters_made_as_equal_constants_train_apart(torch):
+    """Two Tensor.zeros(4) are one node until a gradient is asked of them: each parameter then takes a node of its
+    own, so the two biases get their own gradients and updates, as torch's do."""
+
+    class Net:
+        def __init__(self):
+            self.w = Tensor.ones(4, 4)
+            self.b1, self.b2 = Tensor.zeros(4), Tensor.zeros(4)
+
+        def __call__(self, x):
+            return ((x @ self.w + self.b1).relu() * 2 + self.b2 * 3).sum()
+
+    net, x = Net(), rand(2, 4)
+    w, b1, b2 = (torch.ones(4, 4, requires_grad=True), *(torch.zeros(4, requires_grad=True) for _ in range(2)))
+    opt, theirs = optim.SGD(get_parameters(net), lr=0.1), torch.optim.SGD([w, b1, b2], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        net(Tensor(x)).backward()
+        opt.step()
+        theirs.zero_grad()
+        (((torch.from_numpy(x) @ w + b1).relu() * 2 + b2 * 3).sum()).backward()
+        theirs.step()
+    for ours, expected in ((net.w, w), (net.b1, b1), (net.b2, b2)):
+        np.testing.assert_allclose(ours.numpy(), expected.detach().numpy(), rtol=1e-6)
+    a, b = Tensor.zeros(3), Tensor.zeros(3)
+    Tensor.realize_all(a, b)  # (one buffer for both)
+    a.requires_grad, b.requires_grad = True, True
+    (a * Tensor([1.0, 2.0, 3.0]) + b * 2).sum().backward()
+    assert (a.grad.tolist(), b.grad.tolist()) == ([1.0, 2.0, 3.0], [2.0, 2.0, 2.0])
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=["half", "bf16"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: optim.SGD(p, lr=0.1, momentum=0.9), optim.Adam, optim.AdamW, optim.LAMB],
+    ids=["sgd", "adam", "adamw", "lamb"],
+)
+def test_optimizers_update_half_and_bfloat16_parameters(dtype, make):
+    """An update is computed in float32 (the learning rate's dtype) and stored in the parameter's dtype: within its
+    rounding of the same steps on float32 parameters."""
+    start = np.array([1.0, -2.0, 0.5], dtype=np.float32)
+    results = []
+    for param_dtype in (dtype, dtypes.float32):
+        w = Tensor(start, dtype=param_dtype, requires_grad=True)
+        opt = make([w])
+        for _ in range(3):
+            opt.zero_grad()
+            (w * w).sum().backward()
+            opt.step()
+        assert w.dtype == param_dtype
+        results.append(w.float().numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=2e-2, atol=1e-2)
+
+
 def test_optimizer_accepts_get_parameters_with_batchnorm():
     class Net:
         def __init__(self):
@@ -1029,6 +1083,65 @@ def test_jit_returning_a_python_number_raises():
     loss_value(Tensor([1.0]))
     with pytest.raises(JitError, match=r"returns the Python number 4.0.*return the Tensor and call .item\(\)"):
         loss_value(Tensor([2.0]))
+
+
+def test_jit_returning_a_numpy_array_raises():
+    @TinyJit
+    def doubled(x: Tensor) -> np.ndarray:
+        return (x * 2).numpy()
+
+    doubled(Tensor([1.0]))
+    with pytest.raises(JitError, match=r"returns a NumPy array of shape \(1,\).*\.numpy\(\) on what the TinyJit"):
+        doubled(Tensor([2.0]))
+
+
+def test_jit_output_fed_back_as_its_input():
+    """`x = step(x)` (a recurrence, a generation loop) passes the last replay's output, which the next replay
+    overwrites while it reads it: the input is copied first."""
+    step = TinyJit(lambda x: x.flip(0).realize())
+    recur = TinyJit(lambda x: (x.cumsum(0) * 0.5).realize())
+    x, y = Tensor([1.0, 2.0, 3.0, 4.0]), Tensor([1.0, 2.0, 3.0])
+    expected_x, expected_y = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 2.0, 3.0])
+    for _ in range(5):
+        x, y = step(x), recur(y)
+        expected_x, expected_y = expected_x[::-1], np.cumsum(expected_y) * 0.5
+        np.testing.assert_array_equal(x.numpy(), expected_x)
+        np.testing.assert_allclose(y.numpy(), expected_y, rtol=1e-6)
+
+
+def test_jit_keeps_which_inputs_are_one_tensor():
+    """Captured with one tensor passed twice, the kernels read it once for both: a call with two tensors is refused
+    (and the other way round), while the same tensor twice replays."""
+    f = TinyJit(lambda a, b: (a - b).realize())
+    x = Tensor([5.0, 5.0])
+    f(x, x)
+    f(x, x)
+    y = Tensor([7.0, 9.0]).realize()
+    assert f(y, y).numpy().tolist() == [0.0, 0.0]
+    with pytest.raises(JitError, match="which of them are one tensor"):
+        f(Tensor([5.0, 5.0]), Tensor([1.0, 2.0]))
+    g = TinyJit(lambda a, b: (a - b).realize())
+    for _ in range(3):
+        g(Tensor([5.0, 5.0]), Tensor([1.0, 2.0]))
+    with pytest.raises(JitError, match="which of them are one tensor"):
+        g(y, y)
+
+
+def test_jit_starts_over_after_a_failed_capture():
+    """An error in the call being captured leaves nothing to replay: the next calls warm up and capture again."""
+    calls = []
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("transient")
+        return (x * 2).realize()
+
+    f(Tensor([1.0]))
+    with pytest.raises(RuntimeError, match="transient"):
+        f(Tensor([2.0]))
+    assert [f(Tensor([value])).item() for value in (3.0, 4.0, 5.0, 6.0)] == [6.0, 8.0, 10.0, 12.0]
 
 
 def test_jit_replays_after_assigns_made_between_calls():

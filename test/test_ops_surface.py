@@ -104,6 +104,31 @@ def test_clamp_keywords_match_torch():
         Tensor(array).clamp()
 
 
+def test_clamp_to_a_nan_bound_gives_nan_as_torch():
+    values = np.array([-2.0, 0.5, 3.0], dtype=np.float32)
+    bound = np.array([0.0, np.nan, 1.0], dtype=np.float32)
+    nan = float("nan")
+    for ours, theirs in (
+        (lambda t: t.clamp(nan, 1.0), lambda t: t.clamp(nan, 1.0)),
+        (lambda t: t.clamp(max=nan), lambda t: t.clamp(max=nan)),
+        (lambda t: t.clamp(Tensor(bound)), lambda t: t.clamp(torch.from_numpy(bound))),
+        (lambda t: t.clamp(max=Tensor(bound)), lambda t: t.clamp(max=torch.from_numpy(bound))),
+    ):
+        np.testing.assert_array_equal(ours(Tensor(values)).numpy(), theirs(torch.from_numpy(values)).numpy())
+
+
+def test_T_is_a_matrix_transpose_and_mT_transposes_each_matrix():
+    """.T reverses NumPy's and torch's axes but swaps tinygrad's first two: past two axes it is refused."""
+    matrices = data(2, 3, 4)
+    np.testing.assert_array_equal(Tensor(matrices[0]).T.numpy(), matrices[0].T)
+    np.testing.assert_array_equal(Tensor(matrices).mT.numpy(), torch.from_numpy(matrices).mT.numpy())
+    assert Tensor(matrices[0, 0]).T.shape == (4,)
+    with pytest.raises(ValueError, match=r"\.T: ambiguous on a 3-d tensor \(2, 3, 4\).*\.mT for the last two"):
+        Tensor(matrices).T
+    with pytest.raises(ValueError, match=r"\.mT: needs at least 2 axes"):
+        Tensor(matrices[0, 0]).mT
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # indexing: take, index_add, index_copy, index_fill, index_put, nonzero
 

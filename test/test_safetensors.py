@@ -313,3 +313,10 @@ def test_saving_metadata_that_is_not_strings_is_an_error(tmp_path):
         str(error.value)
         == "safe_save: metadata must map strings to strings (as safetensors requires), got {'epochs': 3}"
     )
+
+
+def test_a_tensor_named_like_the_metadata_is_refused(tmp_path):
+    # (the file would be written, and then refused by every reader: the name is the header's metadata entry)
+    with pytest.raises(ValueError, match="the name __metadata__ is safetensors' own"):
+        safe_save({"__metadata__": Tensor([1.0])}, str(tmp_path / "named.safetensors"))
+    assert not (tmp_path / "named.safetensors").exists()

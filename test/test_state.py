@@ -194,6 +194,38 @@ def test_load_state_dict_names_every_problem():
     assert "strict=False" in message
 
 
+def test_state_dicts_of_objects_with_back_references_and_slots():
+    """A reference back to an object that holds this one (a layer's parent) is not followed (it recursed without
+    end); attributes kept in __slots__ are found as those in __dict__."""
+
+    class Child:
+        def __init__(self, parent):
+            self.parent, self.weight = parent, Tensor.ones(2)
+
+    class Slotted:
+        __slots__ = ("weight", "bias")
+
+        def __init__(self):
+            self.weight, self.bias = Tensor.ones(2), Tensor.zeros(3)
+
+    class Model:
+        def __init__(self):
+            self.child, self.layers, self.slotted = Child(self), [], Slotted()
+            self.layers.append(self.layers)
+
+    assert sorted(get_state_dict(Model())) == ["child.weight", "slotted.bias", "slotted.weight"]
+
+
+def test_load_state_dict_takes_lists_and_names_their_shapes():
+    model = Pair()
+    state = {name: np.ones(t.shape, np.float32).tolist() for name, t in get_state_dict(model).items()}
+    load_state_dict(model, state)
+    assert_tensor(model.first.bias, np.ones(2, np.float32))
+    state["first.bias"] = [1.0, 2.0, 3.0]
+    with pytest.raises(KeyError, match=r"first.bias: \(3,\) in the state dict, \(2,\) in the model"):
+        load_state_dict(model, state)
+
+
 def test_load_state_dict_not_strict():
     model = Pair()
     before = model.second.bias.numpy().copy()

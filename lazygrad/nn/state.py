@@ -50,28 +50,36 @@ def _members(obj: Any) -> Any:
         return obj.items()
     if isinstance(obj, (list, tuple)):
         return enumerate(obj)
-    return vars(obj).items() if hasattr(obj, "__dict__") else ()
+    members = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+    for klass in type(obj).__mro__:  # (a class with __slots__ keeps its attributes there)
+        for name in getattr(klass, "__slots__", ()):
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                members.setdefault(name, getattr(obj, name))
+    return members.items()
 
 
-def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
-    """Every Tensor reachable from `obj` through attributes, lists, tuples and dicts, by dotted name."""
+def get_state_dict(obj: Any, prefix: str = "", _above: frozenset[int] = frozenset()) -> dict[str, Tensor]:
+    """Every Tensor reachable from `obj` through attributes (slots too), lists, tuples and dicts, by dotted name; a
+    reference back to an object that holds this one (a layer's `parent`) is not followed."""
     if isinstance(obj, Tensor):
         return {prefix.strip("."): obj}
+    if id(obj) in _above:
+        return {}
     state: dict[str, Tensor] = {}
     for key, value in _members(obj):
-        state.update(get_state_dict(value, f"{prefix}{key}."))
+        state.update(get_state_dict(value, f"{prefix}{key}.", _above | {id(obj)}))
     return state
 
 
-def _tell_loaded(obj: Any) -> None:
+def _tell_loaded(obj: Any, _above: frozenset[int] = frozenset()) -> None:
     """Call `state_loaded()` on each object reachable from `obj` that has one (an optimizer keeps facts about its
     state on the host, which a load may change)."""
-    if isinstance(obj, Tensor):
+    if isinstance(obj, Tensor) or id(obj) in _above:
         return
     if callable(getattr(obj, "state_loaded", None)):
         obj.state_loaded()
     for _, value in _members(obj):
-        _tell_loaded(value)
+        _tell_loaded(value, _above | {id(obj)})
 
 
 def get_parameters(obj: Any) -> list[Tensor]:
@@ -100,9 +108,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
     mismatched = [
-        f"{name}: {tuple(state_dict[name].shape)} in the state dict, {own[name].shape} in the model"
+        f"{name}: {np.shape(state_dict[name])} in the state dict, {own[name].shape} in the model"
         for name in own
-        if name in state_dict and not _shapes_agree(tuple(getattr(state_dict[name], "shape", ())), own[name].shape)
+        if name in state_dict and not _shapes_agree(np.shape(state_dict[name]), own[name].shape)
     ]
     problems = []
     if strict and missing:
@@ -140,6 +148,10 @@ def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | 
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for name, tensor in tensors.items():
+        if name == "__metadata__":
+            raise ValueError(
+                "safe_save: the name __metadata__ is safetensors' own (the file's metadata); rename the tensor"
+            )
         if not hasattr(tensor, "uop"):
             raise TypeError(
                 f"safe_save: {name} is a {type(tensor).__name__}, not a Tensor; save Tensor({name}) instead"
