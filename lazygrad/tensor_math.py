@@ -103,8 +103,18 @@ class MathMixin:
     def ceil(self: Tensor) -> Tensor:
         return -((-self).floor())
 
-    def round(self: Tensor) -> Tensor:
-        """Round half to even, like NumPy and PyTorch."""
+    def round(self: Tensor, decimals: int = 0) -> Tensor:
+        """Round half to even, like NumPy and PyTorch; to `decimals` places (negative: tens, hundreds, ...) as
+        torch does, the value scaled by 10**decimals, rounded and scaled back. (The scaled value is exact where the
+        kernel fuses it into a multiply-add: float32 -2.345, a hair further from zero than -2.345, rounds to -2.35,
+        where torch and NumPy first round the scaled value to -234.5 and then to -2.34.)"""
+        if decimals:
+            if not isinstance(decimals, int):
+                raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+            if not self.dtype.is_float:
+                raise TypeError(f"round: decimals needs a float tensor, got {self.dtype} (ints are whole already)")
+            scale = 10.0**decimals
+            return (self * scale).round() / scale
         down = self.floor()
         fraction = self - down
         is_even = (down * 0.5).floor() * 2 == down

@@ -161,13 +161,15 @@ class MovementMixin:
         dim = normalize_axis(dim, self.ndim, "unflatten")
         return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1 :])
 
-    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+    def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+        """The axes of size 1 removed: all, or those of `dim` (an axis or several, as torch; others stay)."""
         if dim is None:
             return self.reshape(tuple(size for size in self.shape if size != 1))
-        dim = normalize_axis(dim, self.ndim, "squeeze")
-        if self.ndim == 0 or self.shape[dim] != 1:
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        axes = {normalize_axis(axis, self.ndim, "squeeze") for axis in dims}
+        if self.ndim == 0:
             return self
-        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+        return self.reshape(tuple(size for axis, size in enumerate(self.shape) if axis not in axes or size != 1))
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
         shape = self.shape
@@ -379,4 +381,6 @@ class MovementMixin:
         if chunks <= 0:
             raise ValueError(f"chunk: chunks must be positive, got {chunks}")
         dim = normalize_axis(dim, self.ndim, "chunk")
-        return self.split(math.ceil(self.shape[dim] / chunks) if self.shape[dim] else 1, dim)
+        if self.shape[dim] == 0:  # (as torch: that many empty pieces)
+            return tuple(self._movement(Ops.RESHAPE, self.shape) for _ in range(chunks))
+        return self.split(math.ceil(self.shape[dim] / chunks), dim)

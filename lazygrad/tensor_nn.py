@@ -248,13 +248,16 @@ class NNMixin:
 
     # ---- losses ----------------------------------------------------------------------------------------------------
 
-    def one_hot(self: Tensor, num_classes: int) -> Tensor:
-        """(…,) int labels → (…, num_classes) int32 with a 1 at each label. Labels outside 0..num_classes-1 are an
-        error (the labels are realized to check them, as PyTorch checks them when called)."""
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        """(…,) int labels → (…, num_classes) int32 with a 1 at each label; num_classes -1 (the default, as
+        PyTorch's) takes the largest label plus one. Labels outside 0..num_classes-1 are an error (the labels are
+        realized to check them, as PyTorch checks them when called)."""
         if self.dtype.is_float:
             raise TypeError(f"one_hot: labels must be integers, got {self.dtype}")
+        if num_classes == -1 and isinstance(num_classes, int):
+            num_classes = int(self.max().item()) + 1 if self.numel() else 0
         if not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r}")
+            raise ValueError(f"one_hot: num_classes must be a non-negative int (or -1: inferred), got {num_classes!r}")
         return self._one_hot(num_classes, "one_hot", "fix the labels or pass a larger num_classes")
 
     def _one_hot(self: Tensor, num_classes: int, op_name: str, fix: str) -> Tensor:

@@ -74,16 +74,21 @@ class ScanMixin:
         return combined.reshape(*batch, blocks * block)[..., :length]
 
     @keyword_aliases(dim="axis")
-    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
-        """Running sums along `axis`; bools and ints sum as int64, as in PyTorch."""
-        source = self.cast(dtypes.int64) if self.dtype == dtypes.bool or self.dtype.is_int else self
-        return source._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2))
+    def cumsum(self: Tensor, axis: int = 0, dtype=None) -> Tensor:
+        """Running sums along `axis`; bools and ints sum as int64, as in PyTorch, unless `dtype` is given (the input
+        is cast to it first)."""
+        return self._scan_source(dtype)._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2))
 
     @keyword_aliases(dim="axis")
-    def cumprod(self: Tensor, axis: int = 0) -> Tensor:
-        """Running products along `axis`; bools and ints multiply as int64, as in PyTorch."""
-        source = self.cast(dtypes.int64) if self.dtype == dtypes.bool or self.dtype.is_int else self
-        return source._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2))
+    def cumprod(self: Tensor, axis: int = 0, dtype=None) -> Tensor:
+        """Running products along `axis`; bools and ints multiply as int64, as in PyTorch, unless `dtype` is given
+        (the input is cast to it first)."""
+        return self._scan_source(dtype)._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2))
+
+    def _scan_source(self: Tensor, dtype) -> Tensor:
+        if dtype is not None:
+            return self.cast(dtype)
+        return self.cast(dtypes.int64) if self.dtype == dtypes.bool or self.dtype.is_int else self
 
     @keyword_aliases(dim="axis")
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:

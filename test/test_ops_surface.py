@@ -441,3 +441,31 @@ def test_torch_conventions_of_randint_hardsigmoid_and_binary_cross_entropy():
     at_bounds = Tensor([-1.0, 0.0, 1.0, -2.0, 2.0], requires_grad=True)
     at_bounds.hardtanh().sum().backward()
     np.testing.assert_array_equal(at_bounds.grad.numpy(), [0.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def test_torch_spellings_of_squeeze_chunk_scans_round_and_one_hot():
+    """squeeze of several dims, chunks of an empty axis, cumsum/cumprod's dtype=, round's decimals= and one_hot's
+    inferred number of classes, as torch has them."""
+    ones = np.ones((2, 1, 3, 1), np.float32)
+    for dims in ((1, 3), (0, 1), [-1], 2):
+        assert Tensor(ones).squeeze(dims).shape == torch.from_numpy(ones).squeeze(dims).shape
+    for size, chunks in ((0, 2), (0, 3), (1, 3), (5, 2)):
+        ours, theirs = Tensor.zeros(size, 2).chunk(chunks), torch.zeros(size, 2).chunk(chunks)
+        assert [t.shape for t in ours] == [tuple(t.shape) for t in theirs]
+    ints = np.array([1, 2, 3, 4], np.int32)
+    for name in ("cumsum", "cumprod"):
+        ours = getattr(Tensor(ints), name)(0, dtype=dtypes.float32)
+        theirs = getattr(torch.from_numpy(ints), name)(0, dtype=torch.float32)
+        assert ours.dtype == dtypes.float32
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    values = np.array([1.26, 2.5, 0.125, 1234.5, -7.75], np.float32)
+    for decimals in (2, 1, -2):
+        np.testing.assert_allclose(
+            Tensor(values).round(decimals=decimals).numpy(), torch.from_numpy(values).round(decimals=decimals).numpy()
+        )
+    with pytest.raises(TypeError, match="round: decimals needs a float tensor"):
+        Tensor(ints).round(decimals=1)
+    labels = np.array([0, 2, 1], np.int64)
+    np.testing.assert_array_equal(
+        Tensor(labels).one_hot().numpy(), torch.nn.functional.one_hot(torch.from_numpy(labels)).numpy()
+    )
