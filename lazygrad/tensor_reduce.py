@@ -172,7 +172,8 @@ class ReduceMixin:
             return source.float().var(axis, keepdim, correction).cast(source.dtype)
         squared = (source - source.mean(axis, keepdim=True)).square().sum(axis, keepdim)
         divisor = max(0, self._count(axis) - correction)
-        return squared * (1 / divisor) if divisor else squared * float("nan")
+        # no degrees of freedom left: the sum over zero, as torch divides it (inf, or nan where the sum is 0)
+        return squared * (1 / divisor) if divisor else squared * float("inf")
 
     @keyword_aliases(dim="axis")
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:

@@ -2103,6 +2103,12 @@ def test_api_var_std_over_size_one_axes():
         )
     against_torch(lambda x: x.var(correction=0), lambda x: x.var(correction=0), data(1))
     assert np.isnan(Tensor(2.0).var().numpy())
+    # no degrees of freedom left: the sum of squares over zero, inf (nan where the values are equal), as torch
+    rows = np.array([[1.0, 2.0, 4.0, 5.0], [3.0, 3.0, 3.0, 3.0]], np.float32)  # (means exact in float32)
+    for correction in (4, 5):
+        for name in ("var", "std"):
+            ours = getattr(Tensor(rows), name)(1, correction=correction).numpy()
+            np.testing.assert_array_equal(ours, getattr(torch.tensor(rows), name)(1, correction=correction).numpy())
 
 
 @needs_torch
