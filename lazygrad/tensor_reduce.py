@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import DType, dtypes, is_small_int, least_upper_dtype, to_dtype
-from lazygrad.tensor_elementwise import ElementwiseMixin, broadcast_node, broadcast_shape, check_same_device
+from lazygrad.tensor_elementwise import (
+    ElementwiseMixin,
+    broadcast_const,
+    broadcast_node,
+    broadcast_shape,
+    check_same_device,
+)
+from lazygrad.tensor_math import LN_2, LOG2_E
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
@@ -44,6 +51,17 @@ def product_node(a: UOp, b: UOp) -> UOp:
     reduced = UOp(Ops.REDUCE, products.dtype, (products,), (Ops.ADD, (len(shape) - 1,)))
     product = UOp(Ops.RESHAPE, products.dtype, (reduced,), shape[:-1])
     return product if product.dtype == dtype else UOp(Ops.CAST, dtype, (product,))
+
+
+def softmax_nodes(source: UOp, axes: tuple[int, ...]) -> tuple[UOp, UOp, UOp]:
+    """The graph of a float32 or float64 softmax along `axes` as `softmax` composes it, built on the nodes (a
+    softmax's steps through tensors took 42 us of Python, against 3 for an add): (x - max, its exp, the exp's sum
+    kept along `axes`), which softmax and log_softmax finish."""
+    dtype, shape = source.dtype, source.shape
+    peak = broadcast_node(UOp(Ops.REDUCE, dtype, (source,), (Ops.MAX, axes)), shape)
+    shifted = source.alu(Ops.ADD, UOp(Ops.NEG, dtype, (peak,)))
+    exponent = UOp(Ops.EXP2, dtype, (shifted.alu(Ops.MUL, broadcast_const(dtype, LOG2_E, shape)),))
+    return shifted, exponent, UOp(Ops.REDUCE, dtype, (exponent,), (Ops.ADD, axes))
 
 
 class ReduceMixin:
@@ -242,20 +260,29 @@ class ReduceMixin:
     @keyword_aliases(dim="axis")
     def softmax(self: Tensor, axis: int = -1) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows."""
-        self._axes(axis, "softmax")
+        axes = self._axes(axis, "softmax")
         source = self._to_float()
         if source.numel() == 0:  # (empty, as in torch: there is no maximum to shift by)
             return source
+        if source.dtype in (dtypes.float32, dtypes.float64) and axes:
+            _, exponent, total = softmax_nodes(source.uop, axes)
+            total = broadcast_node(total, exponent.shape)
+            return source._new(exponent.alu(Ops.MUL, UOp(Ops.RECIP, exponent.dtype, (total,))))
         exponent = (source - source.max(axis, keepdim=True)).exp()
         return exponent / exponent.sum(axis, keepdim=True)
 
     @keyword_aliases(dim="axis")
     def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
         """x - logsumexp(x) along `axis`."""
-        self._axes(axis, "log_softmax")
+        axes = self._axes(axis, "log_softmax")
         source = self._to_float()
         if source.numel() == 0:
             return source
+        if source.dtype in (dtypes.float32, dtypes.float64) and axes:
+            shifted, _, total = softmax_nodes(source.uop, axes)
+            dtype = shifted.dtype
+            log = UOp(Ops.LOG2, dtype, (total,)).alu(Ops.MUL, broadcast_const(dtype, LN_2, total.shape))
+            return source._new(shifted.alu(Ops.ADD, UOp(Ops.NEG, dtype, (broadcast_node(log, shifted.shape),))))
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
