@@ -1088,6 +1088,22 @@ def test_softmax_float16_and_views():
     check(lambda t: t.T.softmax(), lambda x: softmax(x.T, -1), data(4, 3))
 
 
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.float16], ids=["f32", "f64", "f16"])
+def test_products_and_softmaxes_built_on_nodes_are_the_composed_graphs(dtype):
+    """matmul, softmax and log_softmax build their nodes directly (graph building is Python on every call): the
+    very nodes their compositions of tensor ops make, so kernels and gradients are theirs."""
+    for shape, axis in (((4, 8), -1), ((2, 3, 5), 1), ((2, 3, 5), (0, 2)), ((3, 1), 1)):
+        x = Tensor(data(*shape)).cast(dtype)
+        exponent = (x - x.max(axis, keepdim=True)).exp()
+        assert x.softmax(axis).uop is (exponent / exponent.sum(axis, keepdim=True)).uop
+        shifted = x - x.max(axis, keepdim=True)
+        assert x.log_softmax(axis).uop is (shifted - shifted.exp().sum(axis, keepdim=True).log()).uop
+    for a_shape, b_shape in (((4, 8), (8, 3)), ((2, 4, 8), (8, 3)), ((4, 8), (2, 8, 3))):
+        a, b = Tensor(data(*a_shape)).cast(dtype), Tensor(data(*b_shape)).cast(dtype)
+        x, w = a.reshape(*a.shape[:-1], 1, a.shape[-1]), b.reshape(*b.shape[:-2], 1, *b.shape[-2:]).transpose(-1, -2)
+        assert (a @ b).uop is (x * w)._sum_unwidened(-1).uop
+
+
 def test_softmax_logsumexp_numerically_stable():
     array = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0]], dtype=np.float32)
     assert_tensor(Tensor(array).softmax(), softmax(array.astype(np.float64), -1))
