@@ -84,15 +84,9 @@ class CUDAProgram:
         self.graphs = 0  # graphs that launch this kernel: its module stays loaded while there are any
         self.released = False
 
-    def __call__(self, *buffers: int) -> float | None:
-        """Queue one launch on `buffers` (device pointers); at DEBUG>=2, wait for it and return its seconds."""
-        return self.launch(buffers, DEBUG.value >= 2)
-
-    def timed(self, *buffers: int) -> float:
-        """Launch once on `buffers`, wait for it, and return the seconds the GPU took (CUDA events)."""
-        return self.launch(buffers, True)
-
-    def launch(self, buffers: tuple[int, ...], timed: bool) -> float | None:
+    def __call__(self, *buffers: int, wait: bool = False) -> float | None:
+        """Queue one launch on `buffers` (device pointers); with `wait` (or at DEBUG>=2), wait for it and return the
+        seconds the GPU took (CUDA events)."""
         device = self.device
         driver, context = device.driver, device.context
         with device.lock:
@@ -103,7 +97,7 @@ class CUDAProgram:
             try:
                 if buffers != self.buffers:  # (a repeated step gets the same memory back from the allocator)
                     self.set_arguments(buffers)
-                if timed:
+                if wait or DEBUG.value >= 2:
                     return device.timed(
                         lambda: driver.launch(
                             self.function, self.grid, self.block, device.stream, self.params, self.shared
@@ -114,6 +108,10 @@ class CUDAProgram:
                 if previous is not None and previous != context:
                     driver.set_current_context(previous)
         return None
+
+    def timed(self, *buffers: int) -> float:
+        """Launch once on `buffers`, wait for it, and return the seconds the GPU took."""
+        return self(*buffers, wait=True)
 
     def set_arguments(self, buffers: tuple[int, ...]) -> None:
         if self.values is None:

@@ -227,27 +227,23 @@ class CLProgram:
             if self.digest is not None:
                 self.device.programs.release(self.digest)
 
-    def __call__(self, *buffers: Any) -> float | None:
-        """Queue one launch; at DEBUG>=2 wait for it and return its time in seconds from the profiling event."""
-        event = self.enqueue(buffers)
-        if DEBUG >= 2:
+    def __call__(self, *buffers: Any, wait: bool = False) -> float | None:
+        """Queue one launch; with `wait` (or at DEBUG>=2), wait for it and return its time in seconds from the
+        profiling event."""
+        if self.kernel is None:
+            raise RuntimeError(f"GPU: kernel {self.name} was released and cannot run anymore")
+        self.kernel.set_args(*buffers)
+        event = self.device.cl.enqueue_nd_range_kernel(
+            self.device.queue, self.kernel, (self.global_size,), (self.local_size,)
+        )
+        if wait or DEBUG >= 2:
             event.wait()
             return (event.profile.end - event.profile.start) * 1e-9
         return None
 
     def timed(self, *buffers: Any) -> float:
-        """Launch once, wait for it, and return the seconds the device took (its profiling event)."""
-        event = self.enqueue(buffers)
-        event.wait()
-        return (event.profile.end - event.profile.start) * 1e-9
-
-    def enqueue(self, buffers: tuple[Any, ...]) -> Any:
-        if self.kernel is None:
-            raise RuntimeError(f"GPU: kernel {self.name} was released and cannot run anymore")
-        self.kernel.set_args(*buffers)
-        return self.device.cl.enqueue_nd_range_kernel(
-            self.device.queue, self.kernel, (self.global_size,), (self.local_size,)
-        )
+        """Launch once, wait for it, and return the seconds the device took."""
+        return self(*buffers, wait=True)
 
 
 class CLGraph:
