@@ -431,14 +431,17 @@ def test_sharded_sampler_splits_each_global_batch():
 FAULT_SCRIPT = """
 import os, signal, sys, time
 from lazygrad import Tensor, distributed
-print("rank", os.environ["OMPI_COMM_WORLD_RANK"], "starts at", time.time(), flush=True)
+def mark(event):  # a file per rank and event: the ranks' printed lines can interleave mid-line
+    with open(os.path.join({folder!r}, "rank" + os.environ["OMPI_COMM_WORLD_RANK"] + "." + event), "w") as file:
+        file.write(repr(time.time()))
+mark("starts")
 if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
     {before_init}
 distributed.init(timeout={timeout})
 assert distributed.all_reduce(Tensor([1.0])).item() == 2
 if distributed.rank() == 1:
     {fault}
-print("rank", distributed.rank(), "enters the collective at", time.time(), flush=True)
+mark("enters")
 distributed.all_reduce(Tensor([2.0])).numpy()
 print("rank", distributed.rank(), "came back", flush=True)
 """
@@ -448,16 +451,17 @@ def run_job(tmp_path, fault: str, timeout: float, before_init: str = "pass") -> 
     """Run FAULT_SCRIPT on 2 ranks; its exit code, its output, and the seconds from rank 0 entering the collective
     to the job's end."""
     script = tmp_path / "job.py"
-    script.write_text(FAULT_SCRIPT.format(timeout=timeout, fault=fault, before_init=before_init))
+    script.write_text(FAULT_SCRIPT.format(timeout=timeout, fault=fault, before_init=before_init, folder=str(tmp_path)))
     command = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, str(script)]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     job = subprocess.run(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment, timeout=240
     )
-    entered = re.search(r"rank 0 enters the collective at ([\d.]+)", job.stdout)
-    entered = entered or re.search(r"rank 0 starts at ([\d.]+)", job.stdout)
+    entered = next(
+        (tmp_path / f"rank0.{event}" for event in ("enters", "starts") if (tmp_path / f"rank0.{event}").exists()), None
+    )
     assert entered is not None, job.stdout
-    return job.returncode, job.stdout, time.time() - float(entered.group(1))
+    return job.returncode, job.stdout, time.time() - float(entered.read_text())
 
 
 @spawns_mpirun
