@@ -114,6 +114,11 @@ derivative_rules = PatternMatcher(
         (UPat(Ops.MUL, name="out"), lambda grad, out: (grad * out.src[1], grad * out.src[0])),
         (UPat(Ops.NEG), lambda grad: (grad.alu(Ops.NEG),)),
         (UPat(Ops.RECIP, name="out"), lambda grad, out: ((grad * out * out).alu(Ops.NEG),)),
+        # d(a/b) = da / b - out · db / b, divided as the forward pass is (torch's rule)
+        (
+            UPat(Ops.FDIV, name="out"),
+            lambda grad, out: (grad / out.src[1], ((grad * out) / out.src[1]).alu(Ops.NEG)),
+        ),
         (UPat(Ops.SQRT, name="out"), lambda grad, out: (divide(grad, out * full_like(out, 2.0)),)),
         (UPat(Ops.EXP2, name="out"), lambda grad, out: (grad * out * full_like(out, LN_2),)),
         (UPat(Ops.LOG2, name="out"), lambda grad, out: (divide(grad, out.src[0] * full_like(out, LN_2)),)),

@@ -179,8 +179,8 @@ class ReduceMixin:
         count = self._count(axis)
         if source.dtype in _HALF_FLOATS:  # summed in float32, as torch does: 5,000 halves of 30 overflow a half
             return source.float().mean(axis, keepdim).cast(source.dtype)
-        total = source.sum(axis, keepdim)
-        return total * (1 / count) if count else total * float("nan")
+        # divided, not times 1/count: the mean of seven 7s is 7 (and the mean of none is nan)
+        return source.sum(axis, keepdim) / count
 
     @keyword_aliases(dim="axis")
     def var(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
@@ -189,9 +189,8 @@ class ReduceMixin:
         if source.dtype in _HALF_FLOATS:  # in float32, as the mean
             return source.float().var(axis, keepdim, correction).cast(source.dtype)
         squared = (source - source.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-        divisor = max(0, self._count(axis) - correction)
         # no degrees of freedom left: the sum over zero, as torch divides it (inf, or nan where the sum is 0)
-        return squared * (1 / divisor) if divisor else squared * float("inf")
+        return squared / max(0, self._count(axis) - correction)
 
     @keyword_aliases(dim="axis")
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
@@ -259,17 +258,18 @@ class ReduceMixin:
 
     @keyword_aliases(dim="axis")
     def softmax(self: Tensor, axis: int = -1) -> Tensor:
-        """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows."""
+        """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows; computed, as torch's
+        kernels do, as exp(x) times the reciprocal of the sum (one division a row, not one a value)."""
         axes = self._axes(axis, "softmax")
         source = self._to_float()
         if source.numel() == 0:  # (empty, as in torch: there is no maximum to shift by)
             return source
         if source.dtype in (dtypes.float32, dtypes.float64) and axes:
             _, exponent, total = softmax_nodes(source.uop, axes)
-            total = broadcast_node(total, exponent.shape)
-            return source._new(exponent.alu(Ops.MUL, UOp(Ops.RECIP, exponent.dtype, (total,))))
+            scale = broadcast_node(UOp(Ops.RECIP, exponent.dtype, (total,)), exponent.shape)
+            return source._new(exponent.alu(Ops.MUL, scale))
         exponent = (source - source.max(axis, keepdim=True)).exp()
-        return exponent / exponent.sum(axis, keepdim=True)
+        return exponent * exponent.sum(axis, keepdim=True).reciprocal()
 
     @keyword_aliases(dim="axis")
     def log_softmax(self: Tensor, axis: int = -1) -> Tensor:

@@ -14,7 +14,7 @@ from lazygrad.uop.ops import Ops, dtype_limits
 FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64]
 INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32]
 INTS += [dtypes.int64, dtypes.uint64]
-FLOAT_OPS = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT]
+FLOAT_OPS = [Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT]
 INT_OPS = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.NEG, Ops.RECIP, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR]
 BOOL_OPS = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR]
 UNARY = {Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT}

@@ -248,7 +248,9 @@ def test_an_opencl_program_compiled_in_this_process_is_built_once(monkeypatch):
     builds = []
     build = device.cl.Program.build
     monkeypatch.setattr(
-        device.cl.Program, "build", lambda program, *args: builds.append(program) or build(program, *args)
+        device.cl.Program,
+        "build",
+        lambda program, *args, **options: builds.append(program) or build(program, *args, **options),
     )
     x = numbers(37, seed=5)
     # (constants of no other test: this kernel is compiled here, not found in a cache)

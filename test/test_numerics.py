@@ -22,6 +22,7 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.renderer.cstyle import CStyleRenderer
 from lazygrad.codegen.renderer.llvmir import LLVMRenderer
+from lazygrad.uop.ops import Ops
 
 torch = pytest.importorskip("torch")
 
@@ -288,6 +289,58 @@ def test_float_remainders_are_exact(dtype):
     # a Python infinity on either side (a double's constant was a float's in C: fmod was ambiguous)
     np.testing.assert_array_equal((x % math.inf).numpy(), numpy_quietly(np.remainder, a, np.inf).astype(a.dtype))
     np.testing.assert_array_equal((math.inf % y).numpy(), numpy_quietly(np.remainder, np.inf, b).astype(a.dtype))
+
+
+@pytest.mark.parametrize("dtype", list(FLOAT_DTYPES))
+def test_true_division_is_correctly_rounded(dtype):
+    """x / y is the correctly rounded quotient, as NumPy's and torch's (x * (1/y) gave 21 / 7 = 3.0000002 and missed
+    a quarter of all float32 quotients), with IEEE's zeros, infinities and NaN; by tensors, numbers either side,
+    and constants folded in Python alike."""
+    np_dtype = FLOAT_DTYPES[dtype]
+    a, b = float_division_cases(np_dtype)
+    random = np.random.default_rng(0)
+    a = np.concatenate([a, random.standard_normal(4096).astype(np_dtype), np.arange(1, 65, dtype=np_dtype) * 7])
+    b = np.concatenate([b, random.standard_normal(4096).astype(np_dtype), np.full(64, 7, np_dtype)])
+    x, y = Tensor(a, dtype=dtype), Tensor(b, dtype=dtype)
+    np.testing.assert_array_equal((x / y).numpy(), numpy_quietly(np.divide, a, b))
+    for number in (7, 0.1, 3.0, 0.0, -0.0):
+        np.testing.assert_array_equal((x / number).numpy(), numpy_quietly(np.divide, a, np_dtype(number)))
+        np.testing.assert_array_equal((number / y).numpy(), numpy_quietly(np.divide, np_dtype(number), b))
+    cases = len(float_division_cases(np_dtype)[0]) // 16
+    folded = [(Tensor.full((), float(p), dtype=dtype) / float(q)).item() for p, q in zip(a[:cases], b[:cases])]
+    np.testing.assert_array_equal(np.array(folded, np_dtype), numpy_quietly(np.divide, a[:cases], b[:cases]))
+
+
+def test_integer_true_division_and_means_are_correctly_rounded():
+    """Integers divide as floats, correctly rounded; a mean is the sum divided by the count, so the mean of equal
+    values is that value (times 1/7 made the mean of seven 7s 7.0000005)."""
+    a, b = np.arange(1, 2001, dtype=np.int32), np.arange(2000, 0, -1, dtype=np.int32)
+    expected = torch.tensor(a * b) / torch.tensor(b)
+    np.testing.assert_array_equal((Tensor(a * b) / Tensor(b)).numpy(), expected.numpy())
+    for count in (3, 7, 49, 59):
+        for value in (1.25, 3.0, 7.0):  # (sums exact in any order: the division alone rounds)
+            rows = np.full((2, count), value, np.float32)
+            np.testing.assert_array_equal(Tensor(rows).mean(1).numpy(), torch.tensor(rows).mean(1).numpy())
+    assert Tensor([7.0] * 7).mean().item() == 7.0
+
+
+def test_division_gradients_match_torch():
+    a, b = np.random.default_rng(1).standard_normal((2, 257)).astype(np.float32)
+    x, y = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    (x / y / 3).sum().backward()
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    (tx / ty / 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-6)
+
+
+def test_division_by_a_power_of_two_is_a_multiply():
+    """x / 2**k is x · 2**-k, exactly, so it costs a multiply (where the dtype holds 2**-k: not 2**130 in float32)."""
+    x = Tensor([3.0, -5.0])
+    assert (x / 4).uop.op is Ops.MUL and (x / 3).uop.op is Ops.FDIV and (x / 2.0**-130).uop.op is Ops.FDIV
+    np.testing.assert_array_equal((x / 4).numpy(), [0.75, -1.25])
+    tiny = np.float32([3e-30, -5e-30])
+    np.testing.assert_array_equal((Tensor(tiny) / 2.0**-130).numpy(), tiny / np.float32(2.0**-130))
 
 
 def test_half_division_by_a_tiny_half_is_rounded_once():

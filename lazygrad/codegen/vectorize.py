@@ -224,6 +224,7 @@ LANE_OPS = {
     Ops.CMPNE,
     Ops.WHERE,
     Ops.RECIP,
+    Ops.FDIV,
     Ops.SQRT,
     Ops.AND,
     Ops.OR,

@@ -266,7 +266,7 @@ def _row_reduced(reduce: UOp | None) -> float:
     return prod(reduce.src[0].shape[axis] for axis in reduce.arg[1])
 
 
-SLOW_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.IDIV, Ops.MOD}
+SLOW_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD}
 SLOW_OP_COST, COSTLY, REPEATED_WORK = 4, 12, 1 << 18
 # an operand of a product (a value read through an expand inside a reduce) is computed once into a buffer from a
 # lower cost, where it is repeated a lot: each repeat is in the product's innermost loop, beside a multiply-add (a

@@ -134,7 +134,12 @@ class CLCompiler(Compiler):
 
     def __init__(self, cl, context, device):
         self.cl, self.context, self.device = cl, context, device
+        # OpenCL C's float `/` and sqrt may be 2.5 and 3 ulps off unless asked for correct rounding, which every
+        # other device gives (a device that cannot do it computes them as it can)
+        exact = device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+        self.options = ["-cl-fp32-correctly-rounded-divide-sqrt"] if exact else []
         identity = f"{device.platform.name} {device.platform.version} {device.name} {device.driver_version}"
+        identity += " ".join(["", *self.options])
         self.cache_name = f"opencl-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
         # programs built here, by their binary's hash, until the device loads them: building a program again from
         # its binary costs as much again on PoCL (it generates the machine code anew)
@@ -144,7 +149,7 @@ class CLCompiler(Compiler):
     def compile(self, source: str) -> bytes:
         program = self.cl.Program(self.context, source)
         try:
-            program.build()
+            program.build(options=self.options)
         except self.cl.Error as error:
             raise RuntimeError(f"GPU: OpenCL failed to build\n{source}\n{error}") from error
         binary = program.get_info(self.cl.program_info.BINARIES)[0]

@@ -74,6 +74,13 @@ def _recip(x: float) -> float:
     return 1.0 / x
 
 
+def _fdiv(a: float, b: float) -> float:
+    """IEEE division (Python's raises for a zero divisor): x / 0 is inf signed by both operands, 0 / 0 is nan."""
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
 def _sin(x: float) -> float:
     return math.nan if math.isinf(x) else math.sin(x)
 
@@ -100,6 +107,7 @@ ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.CMPLT: operator.lt,
     Ops.CMPNE: operator.ne,
     Ops.IDIV: _truncating_div,
+    Ops.FDIV: _fdiv,
     Ops.MOD: _truncating_mod,
     Ops.AND: operator.and_,
     Ops.OR: operator.or_,
@@ -129,8 +137,9 @@ def exec_alu(op: Ops, dtype: DType, operands: list[Any]) -> Any:
         a, b = operands
         if math.isinf(a) and math.isinf(b) and a != b:
             return math.nan
-    if dtype.is_float and op in (Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP):
-        # round the exact Python result the way the dtype would
+    if dtype.is_float and op in (Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP, Ops.FDIV):
+        # round the exact Python result the way the dtype would (a quotient too: a float64 quotient rounded to a
+        # narrower float is that float's correctly rounded quotient, as float64 has more than twice its bits)
         with np.errstate(all="ignore"):
             return cast_python(ALU_FUNCTIONS[op](*operands), dtype)
     if dtype == dtypes.bool and op in (Ops.ADD, Ops.MUL, Ops.MAX):
@@ -200,6 +209,7 @@ _ARRAY_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.NEG: np.negative,
     Ops.ADD: np.add,
     Ops.MUL: np.multiply,
+    Ops.FDIV: np.divide,
     Ops.MAX: np.maximum,
     Ops.AND: np.bitwise_and,
     Ops.OR: np.bitwise_or,

@@ -40,7 +40,8 @@ class Ops(Kinds):
     MAX = auto()
     CMPLT = auto()
     CMPNE = auto()
-    IDIV = auto()
+    IDIV = auto()  # integers' division, truncated toward zero
+    FDIV = auto()  # floats' true division, correctly rounded (IEEE 754's)
     MOD = auto()
     AND = auto()
     OR = auto()
@@ -110,6 +111,7 @@ BINARY = {
     Ops.CMPLT,
     Ops.CMPNE,
     Ops.IDIV,
+    Ops.FDIV,
     Ops.MOD,
     Ops.AND,
     Ops.OR,
@@ -350,6 +352,22 @@ class UOp:
     def __mod__(self, other):
         return self.alu(Ops.MOD, self._operand(other))
 
+    def __truediv__(self, other):
+        """Float division; by a constant power of two whose reciprocal the dtype holds, the multiply by that
+        reciprocal: the exact quotient and the exact product are one number, so both round to the same float, and a
+        multiply is the cheaper op (which fusion decisions and codegen see alike)."""
+        divisor = self._operand(other)
+        moves, constant = [], divisor
+        while constant.op in (Ops.RESHAPE, Ops.EXPAND):  # (a number is a constant reshaped and expanded to a shape)
+            moves.append((constant.op, constant.arg))
+            constant = constant.src[0]
+        if constant.op is not Ops.CONST or (reciprocal := exact_reciprocal(constant.arg, self.dtype)) is None:
+            return self.alu(Ops.FDIV, divisor)
+        factor = UOp.const(constant.dtype, reciprocal)
+        for op, arg in reversed(moves):
+            factor = UOp(op, factor.dtype, (factor,), arg)
+        return self * factor
+
     def lt(self, other):
         return self.alu(Ops.CMPLT, self._operand(other))
 
@@ -398,6 +416,16 @@ def cast_python(value: Any, dtype: DType) -> Any:
             return 0
         return wrap_int(int(value), dtype)
     return value
+
+
+def exact_reciprocal(value: Any, dtype: DType) -> float | None:
+    """1 / value, where value is a power of two and the float dtype holds its reciprocal exactly; else None."""
+    if dtype not in (dtypes.float16, dtypes.float32, dtypes.float64) or not isinstance(value, (int, float)):
+        return None
+    if not (math.isfinite(value) and value != 0 and abs(math.frexp(value)[0]) == 0.5):
+        return None
+    reciprocal = 1 / value
+    return reciprocal if cast_python(reciprocal, dtype) == reciprocal else None
 
 
 def wrap_int(value: int, dtype: DType) -> int:

@@ -223,6 +223,12 @@ def gate_load(c: UOp, load: UOp, zero: UOp) -> UOp | None:
     return load.replace(src=(*load.src[:2], _all_of([load.src[2], *missing]))) if missing else load
 
 
+def divide_by_power_of_two(x: UOp, divisor: UOp) -> UOp | None:
+    """x / 2**k as x · 2**-k (see UOp.__truediv__), for divisors that became constants in the kernel graph."""
+    quotient = x / divisor
+    return None if quotient.op is Ops.FDIV else quotient
+
+
 def fold_compare(node: UOp) -> UOp | None:
     low, high = node.bounds
     return UOp.const(dtypes.bool, low) if low == high else None
@@ -244,6 +250,7 @@ symbolic = PatternMatcher(
             lambda x, zero: zero if zero.arg == 0 else None,
         ),
         (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("one"))), lambda x, one: x if one.arg == 1 else None),
+        (UPat(Ops.FDIV, src=(UPat.var("x"), UPat.cvar("divisor"))), divide_by_power_of_two),
         (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),
         (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("x"), UPat.var("y"))), lambda c, x, y: x if c.arg else y),
         # a float plus zero is itself (but for the sign of a zero: -0.0 + 0.0 is 0.0), so the zeros of padding go

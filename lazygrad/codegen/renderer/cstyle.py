@@ -74,6 +74,7 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.MOD: {"int": "{a} % {b}", "uint": "{a} % {b}", "float": "{fmod}({a}, {b})"},
     Ops.WHERE: {kind: "{a} ? {b} : {c}" for kind in ("float", "int", "uint", "bool")},
     Ops.RECIP: {"float": "1.0f / {a}"},
+    Ops.FDIV: {"float": "{a} / {b}"},
     Ops.SQRT: {"float": "{sqrt}({a})"},
     Ops.EXP2: {"float": "{exp2}({a})"},
     Ops.LOG2: {"float": "{log2}({a})"},

@@ -87,6 +87,7 @@ ALU_TEMPLATES: dict[Ops, dict[str, str]] = {
     Ops.WHERE: {kind: "select i1 {a}, {t} {b}, {t} {c}" for kind in ("float", "int", "uint", "bool")},
     Ops.MOD: {"float": "frem {t} {a}, {b}"},  # (C's fmod: a call of libm's, which the JIT resolves)
     Ops.RECIP: {"float": "fdiv {t} {one}, {a}"},
+    Ops.FDIV: {"float": "fdiv {t} {a}, {b}"},
     Ops.SQRT: {"float": "call {t} @llvm.sqrt.{tn}({t} {a})"},
     Ops.EXP2: {"float": "call {t} @llvm.exp2.{tn}({t} {a})"},
     Ops.LOG2: {"float": "call {t} @llvm.log2.{tn}({t} {a})"},
