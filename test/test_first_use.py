@@ -42,7 +42,8 @@ def run_fresh(code: str, device: str, cache: str, timeout: int = 240) -> subproc
 def unavailable(device: str) -> str | None:
     """Why `device` cannot run here, or None."""
     probe = "from lazygrad import Device; print(Device.DEFAULT); Device[Device.DEFAULT]"
-    result = run_fresh(probe, device, tempfile.mkdtemp(prefix="lazygrad-probe-"), timeout=120)
+    with tempfile.TemporaryDirectory(prefix="lazygrad-probe-") as cache:
+        result = run_fresh(probe, device, cache, timeout=120)
     return None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["unknown error"])[-1]
 
 
