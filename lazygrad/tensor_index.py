@@ -15,7 +15,7 @@ from lazygrad.dtype import check_fits, dtypes, integer_range
 from lazygrad.engine.buffers import is_buffer_view
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
-from lazygrad.tensor_movement import normalize_axis
+from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -26,8 +26,9 @@ MOVEMENT_OPS = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.F
 
 
 def _is_advanced(item) -> bool:
-    """An index item that selects by data: a list, a NumPy array or a Tensor (ints, slices, None, ... are basic)."""
-    return isinstance(item, (list, np.ndarray)) or hasattr(item, "uop")
+    """An index item that selects by data: a list, a range, a NumPy array or a Tensor (ints, slices, None, ... are
+    basic). A range is a list of its ints, as in torch and NumPy (not a slice: x[range(2)] is advanced)."""
+    return isinstance(item, (list, range, np.ndarray)) or hasattr(item, "uop")
 
 
 def _broadcast_shapes(op_name: str, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
@@ -46,7 +47,15 @@ def _check_range(values: np.ndarray, size: int, op_name: str, axis: int, allow_n
     if wrong.any():
         bad = values.reshape(-1)[int(wrong.reshape(-1).argmax())]
         allowed = f"{low}..{size - 1}" if size else "none (the axis is empty)"
-        raise IndexError(f"{op_name}: index {bad} is out of range for axis {axis} of size {size} (allowed: {allowed})")
+        # (torch refuses negative indices here too; only x[idx], take and index_fill count them from the end)
+        hint = (
+            f"; negative indices are not allowed in {op_name}: add the size ({bad} + {size})"
+            if -size <= bad < 0
+            else ""
+        )
+        raise IndexError(
+            f"{op_name}: index {bad} is out of range for axis {axis} of size {size} (allowed: {allowed}){hint}"
+        )
 
 
 def _one_element(value):
@@ -146,6 +155,9 @@ class IndexMixin:
         dim = normalize_axis(dim, self.ndim, "index_select")
         if not hasattr(index, "uop") or index.ndim > 1 or index.dtype.is_float or index.dtype == dtypes.bool:
             raise TypeError(f"index_select: index must be a 0-d or 1-D integer Tensor, got {index!r}")
+        check_same_device("index_select", self, index)
+        # checked here, under this op's name and without getitem's negative indices, which torch refuses here
+        _check_range(index.numpy(), self.shape[dim], "index_select", dim, allow_negative=False)
         return self[(slice(None),) * dim + (index.reshape(-1),)]
 
     def take(self: Tensor, index) -> Tensor:
@@ -251,6 +263,13 @@ class IndexMixin:
             )
         return type(self)(np.argwhere(values).astype(np.int64), device=self.device)
 
+    @keyword_aliases(dim="axis")
+    def count_nonzero(self: Tensor, axis=None) -> Tensor:
+        """The number of non-zero elements over `axis` (an int, a tuple, or None for all; `dim=` too), as int64, as
+        torch.count_nonzero. NaN counts as non-zero. Unlike `nonzero`, a reduce in the graph: nothing is read."""
+        axes = self._axes(axis, "count_nonzero")  # (checked under this op's name)
+        return (self != 0).sum(axes, dtype=dtypes.int64)
+
     def argwhere(self: Tensor) -> Tensor:
         """`nonzero()`: the (count, ndim) indices of the non-zero elements (torch.argwhere)."""
         return self.nonzero()
@@ -265,7 +284,7 @@ class IndexMixin:
         if reduce is not None:
             if reduce not in ("add", "multiply"):
                 raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
-            return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
+            return self._scatter_combine(dim, index, src, "sum" if reduce == "add" else "prod", True, "scatter")
         dim = normalize_axis(dim, self.ndim, "scatter")
         if self.ndim == 0 and getattr(index, "ndim", None) == 0:  # (torch's 0-d scatter: as of one element)
             return self.reshape(1).scatter(0, index.reshape(1), _one_element(src)).reshape(())
@@ -309,11 +328,29 @@ class IndexMixin:
         index names keep self's value."""
         if reduce not in SCATTER_REDUCTIONS:
             raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
-        dim = normalize_axis(dim, self.ndim, "scatter_reduce")
+        return self._scatter_combine(dim, index, src, reduce, include_self, "scatter_reduce")
+
+    def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        """A copy of self with src[..., i, ...] added to self[..., index[..., i, ...], ...] along `dim`; repeated
+        indices add up (torch.scatter_add: scatter_reduce's "sum" with include_self)."""
+        if not hasattr(src, "uop"):
+            raise TypeError(
+                f"scatter_add: src must be a Tensor, got {type(src).__name__}; for a number use "
+                "scatter(dim, index, value, reduce='add')"
+            )
+        return self._scatter_combine(dim, index, src, "sum", True, "scatter_add")
+
+    def _scatter_combine(
+        self: Tensor, dim: int, index: Tensor, src, reduce: str, include_self: bool, op_name: str
+    ) -> Tensor:
+        """scatter_reduce's work, its errors naming `op_name` (the op the user called)."""
+        dim = normalize_axis(dim, self.ndim, op_name)
         if self.ndim == 0 and getattr(index, "ndim", None) == 0:
-            one = self.reshape(1).scatter_reduce(0, index.reshape(1), _one_element(src), reduce, include_self)
+            one = self.reshape(1)._scatter_combine(
+                0, index.reshape(1), _one_element(src), reduce, include_self, op_name
+            )
             return one.reshape(())
-        mask, values = self._scatter_inputs(dim, index, src, "scatter_reduce")
+        mask, values = self._scatter_inputs(dim, index, src, op_name)
         hits = mask._sum_unwidened(dim)
         values = values.expand(mask.shape)
         if include_self:
@@ -487,10 +524,13 @@ class IndexMixin:
     def __setitem__(self: Tensor, index, value) -> None:
         """Write `value` (broadcast to self[index]) into the selected places, in place: this tensor then holds the
         new values (a slice or transpose of another tensor's memory is an error: see `_check_writable`). Where an
-        advanced index names a place twice, the last value wins (as in NumPy)."""
+        advanced index names a place twice, the last value wins (as in NumPy). A list, tuple or NumPy array value
+        is taken as a tensor of this tensor's dtype, as NumPy takes it."""
         self._check_writable("setitem")
         index = _numpy_ints_as_ints(index)
         target_shape = self[index].shape
+        if isinstance(value, (list, tuple, np.ndarray, np.generic)):
+            value = self._setitem_value(value)
         check_same_device("setitem", self, value)
         if hasattr(value, "uop"):
             try:
@@ -518,12 +558,35 @@ class IndexMixin:
         if in_memory:  # written now, as torch does: other views of this memory (reshapes) see the new values
             self.realize()
 
+    def _setitem_value(self: Tensor, value) -> Tensor:
+        """A list, tuple or NumPy value for setitem as a tensor of this tensor's dtype. As with a number, a value the
+        dtype cannot hold is an error (never wrapped); floats written into an int tensor truncate, as a cast does."""
+        try:
+            array = np.asarray(value)
+        except ValueError as error:  # (a ragged list)
+            raise ValueError(f"setitem: the value must be rectangular (nested lists of one length): {error}") from None
+        if array.dtype.kind not in "biuf":
+            raise TypeError(
+                f"setitem: the value must hold numbers (bools, ints or floats), got {type(value).__name__} of "
+                f"{array.dtype} (ints beyond int64 or ragged lists give object); pass a Tensor or a list of numbers"
+            )
+        check_fits("setitem", array, self.dtype, of_tensor=True)
+        return type(self)(array, dtype=self.dtype, device=self.device)
+
     def _check_writable(self: Tensor, op_name: str) -> None:
-        """A slice, transpose, flip or padding of other data cannot be written through to that data (torch would
-        change it too), so setitem or assign on one is an error rather than a silent copy. Reshapes of memory write
-        through (see assign), and constants and computations belong to no other tensor's memory."""
+        """Make a write into this tensor (setitem, assign) reach what it views, or refuse it. A slice, transpose,
+        flip or padding of other data cannot be written through to that data (torch would change it too), so a
+        write into one is an error rather than a silent copy. Reshapes of memory write through (see assign); a
+        reshape of a tensor not in memory yet (`a.contiguous().reshape(12)`, a computation) first computes that
+        tensor into its buffer, so the write reaches it as in torch. Constants belong to no other tensor's memory."""
         node = self.uop
         if node.op not in MOVEMENT_OPS or is_buffer_view(node):
+            return
+        base = node
+        while base.op is Ops.RESHAPE:
+            base = base.src[0]
+        if base.op not in MOVEMENT_OPS and base.op not in (Ops.CONST, Ops.ARANGE):
+            self._realize_reshaped_base(base, op_name)
             return
         while node.op in MOVEMENT_OPS:
             node = node.src[0]
@@ -533,3 +596,28 @@ class IndexMixin:
                 "writing into it would not change that tensor as in torch; index the original instead "
                 "(x[0, 1] = v rather than y = x[0]; y[1] = v), or make a copy with .contiguous() first"
             )
+
+    def _realize_reshaped_base(self: Tensor, base, op_name: str) -> None:
+        """Compute `base` (the node under this tensor's reshapes, not in memory yet) into its buffer, switching the
+        tensor that holds it to that buffer, and make this tensor a reshape of the buffer: a write into this tensor
+        then reaches that tensor, as torch's reshape is a view."""
+        # the live tensors holding `base`, from the map Tensor's `uop` setter keeps with the node (tensor.py's
+        # `tensors_holding` reads it too; this module does not import tensor.py at run time)
+        holders = sum(reference() is not None for reference in list(base.__dict__.get("tensors", {}).values()))
+        if holders > 1:
+            # equal computations are one node until realized: computed, they would share one buffer, and a write
+            # through this reshape would change every one of them
+            raise RuntimeError(
+                f"{op_name}: this {self.shape} tensor is a reshape of a {base.shape} computation that {holders} "
+                "tensors hold (equal computations are one node until computed), so writing through it would change "
+                "all of them; give the one you write into a buffer of its own first (x = x.contiguous()), or write "
+                "into a copy (y = x.reshape(...).contiguous())"
+            )
+        # realizing switches every live tensor holding `base` (the one this reshapes, if any) to the buffer
+        owner = type(self)(base, device=self.device, requires_grad=False).realize()
+        if not is_buffer_view(owner.uop):
+            raise RuntimeError(
+                f"{op_name}: computing the {base.shape} tensor under this {self.shape} reshape left it a {owner.uop.op} "
+                "view, not memory, so the write could not reach it; write into a copy (.contiguous()) instead"
+            )
+        self.uop = owner.reshape(self.shape).uop

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from lazygrad.dtype import dtypes
+import numpy as np
+
+from lazygrad.dtype import bfloat16_to_float32, dtypes, scalar_dtype
 from lazygrad.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -38,6 +40,13 @@ def _edge_slope(x: Tensor, direction, where: Tensor) -> Tensor:
     shifted = x * direction
     # shifted - shifted is +0 with slope 1, and sqrt's slope at +0 is +inf
     return (where & x.isfinite()).where(shifted - shifted.detach(), 0.0).sqrt()
+
+
+def _largest_finite(dtype) -> float:
+    """The largest finite value of a float dtype (bfloat16's from its bits: NumPy has no bfloat16)."""
+    if dtype == dtypes.bfloat16:
+        return float(bfloat16_to_float32(np.array(0x7F7F, dtype=np.uint16)))
+    return float(np.finfo(dtype.np).max)
 
 
 class MathMixin:
@@ -125,31 +134,43 @@ class MathMixin:
 
     def pow(self: Tensor, exponent, reverse: bool = False) -> Tensor:
         """`self ** exponent`; small integer exponents multiply exactly, others use exp2(y * log2(|x|)) with the
-        sign of the base restored for odd integer exponents (and nan for a negative base otherwise)."""
-
-        if (
-            not reverse
-            and isinstance(exponent, (int, float))
-            and not isinstance(exponent, bool)
-            and float(exponent).is_integer()
-            and abs(exponent) <= 8
-        ):
-            if exponent == 0:
+        sign of the base restored for odd integer exponents (and nan for a negative base otherwise). The dtype is
+        torch's: an int or bool tensor to a Python float is the default float (`uint8 ** 2.0` is float32, not a
+        wrapped uint8), to a Python int stays int (a bool tensor: the default int), and to a negative Python int is
+        an error, as in torch."""
+        if isinstance(exponent, np.generic):  # (np.int64(-1) as -1: the same rules as a Python number)
+            exponent = exponent.item()
+        number = exponent if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
+        source = self
+        if number is not None and not reverse and not self.dtype.is_float:
+            if isinstance(number, int) and number < 0:
+                # torch refuses this too. A negative exponent tensor gives the truncated power (0 but for bases 1
+                # and -1, the README's rule), but a negative number written in code almost always means a
+                # reciprocal, which truncated is a silent 0: an error naming the fix is better than either value
+                raise ValueError(
+                    f"pow: an integer tensor ({self.dtype}, shape {self.shape}) to a negative integer power "
+                    f"({number}) is not allowed, as in torch; for the reciprocal power use a float exponent "
+                    f"(x ** {float(number)!r}) or cast first (x.float() ** {number})"
+                )
+            # the dtype torch computes in: the default float for a Python float, the default int for a bool base
+            source = self.cast(scalar_dtype("pow", number, self.dtype))
+        if number is not None and not reverse and abs(number) <= 8 and float(number).is_integer():
+            if number == 0:
                 # 1 everywhere (nan and inf bases too), with slope 0 rather than no gradient: x < x is always false
-                return (self < self).where(self, 1) if self.dtype.is_float else self.ones_like()
+                return (source < source).where(source, 1) if source.dtype.is_float else source.ones_like()
             # a negative power multiplies reciprocals, so at 0 the slope is -inf rather than 0 * inf
-            result, base, power = None, self.reciprocal() if exponent < 0 else self, abs(int(exponent))
+            result, base, power = None, source.reciprocal() if number < 0 else source, abs(int(number))
             while power:
                 if power & 1:
                     result = base if result is None else result * base
                 base, power = base * base, power >> 1
             return result
-        base, exp = self._operands(exponent, "pow", reverse)
+        base, exp = source._operands(exponent, "pow", reverse)
+        if base.dtype == dtypes.bool:  # (both bools: x ** True is x, x ** False is True, as torch's bool ** bool)
+            return base | ~exp
         if base.dtype.is_int and not exp.dtype.is_float:
-            scalar = exponent if isinstance(exponent, int) and not isinstance(exponent, bool) and not reverse else None
-            return base._integer_pow(exp, scalar)
+            return base._integer_pow(exp, number if isinstance(number, int) and not reverse else None)
         base, exp = base._to_float(), exp._to_float()
-        number = exponent if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
         if number is not None and math.isfinite(number) and (abs(number) != 1 if reverse else number != 0):
             # a finite number as the base (not +-1) or the exponent (not 0) has none of the cases below: a smaller
             # graph; a positive base none of `_finite_pow`'s either (Adam's b1 ** steps)
@@ -174,12 +195,10 @@ class MathMixin:
     def _integer_pow(base: Tensor, exp: Tensor, number: int | None) -> Tensor:
         """base**exp for integers, exact and wrapping as the dtype does (torch's integer pow; a float power is exact
         only below 2**24): a multiply per bit of the exponent, squaring the base between. A negative exponent tensor
-        gives 1 / base**|exp| truncated, as torch: 0 but for bases 1 and -1; a negative number, a float power."""
+        gives 1 / base**|exp| truncated, as torch: 0 but for bases 1 and -1 (a negative number, `pow` refuses)."""
         bits = 8 * base.dtype.itemsize
         if number is not None:
             number = int(number)
-            if number < 0:
-                return base._to_float().pow(number)
             if number >= bits:
                 # the same power modulo 2**bits in fewer multiplies: from the exponent `bits` on, an even base's
                 # power is 0 and an odd one's repeats every 2**(bits-2)
@@ -381,6 +400,20 @@ class MathMixin:
         if not self.dtype.is_float:
             return self.full_like(True, dtype=dtypes.bool)
         return (self < math.inf) & (self > -math.inf)  # NaN compares false with everything
+
+    def nan_to_num(self: Tensor, nan=0.0, posinf=None, neginf=None) -> Tensor:
+        """NaN replaced by `nan`, +inf by `posinf` and -inf by `neginf`, by default the dtype's largest and lowest
+        finite values (torch.nan_to_num); int and bool tensors hold none of them and come back as they are."""
+        for name, value in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
+            if value is not None and not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"nan_to_num: {name} must be a number or None, got {type(value).__name__}")
+        if not self.dtype.is_float:
+            return self
+        largest = _largest_finite(self.dtype)
+        # each replacement is rounded to the dtype, as torch does (posinf=1e10 in half is inf)
+        result = self.isnan().where(nan, self)
+        result = (self == math.inf).where(largest if posinf is None else posinf, result)
+        return (self == -math.inf).where(-largest if neginf is None else neginf, result)
 
     def isclose(self: Tensor, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
         """|self - other| <= atol + rtol * |other| elementwise; equal infinities are close, NaN only with equal_nan."""

@@ -76,14 +76,18 @@ class ScanMixin:
     @keyword_aliases(dim="axis")
     def cumsum(self: Tensor, axis: int = 0, dtype=None) -> Tensor:
         """Running sums along `axis`; bools and ints sum as int64, as in PyTorch, unless `dtype` is given (the input
-        is cast to it first)."""
-        return self._scan_source(dtype)._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2))
+        is cast to it first, and the sums wrap as that dtype does: int8 100 + 100 is -56)."""
+        # sum's own dtype would widen an int `dtype` back to int64 (and the prefixes of bools, filled with int 0,
+        # are int32): the sums take the source's dtype, the one asked for
+        source = self._scan_source(dtype)
+        return source._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2, dtype=source.dtype))
 
     @keyword_aliases(dim="axis")
     def cumprod(self: Tensor, axis: int = 0, dtype=None) -> Tensor:
         """Running products along `axis`; bools and ints multiply as int64, as in PyTorch, unless `dtype` is given
-        (the input is cast to it first)."""
-        return self._scan_source(dtype)._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2))
+        (the input is cast to it first, and the products wrap as that dtype does)."""
+        source = self._scan_source(dtype)  # (the products take its dtype, as cumsum's sums do)
+        return source._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2, dtype=source.dtype))
 
     def _scan_source(self: Tensor, dtype) -> Tensor:
         if dtype is not None:
@@ -122,6 +126,14 @@ class ScanMixin:
         indices = (matches & in_prefix).where(index, -1).max(-2)
         values = (index == indices.unsqueeze(-2)).where(moved.unsqueeze(-1), 0)._sum_unwidened(-2).cast(moved.dtype)
         return self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int64), axis)
+
+    @keyword_aliases(dim="axis")
+    def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """Running minima along `axis` and the index each came from (the latest one on ties; NaN propagates), as in
+        PyTorch: cummax of the values in reversed order (-x for floats, ~x for ints and bools: exact, and no int
+        wraps), mapped back. The gradient goes to the element at that index."""
+        values, indices = self._order_reversed().cummax(axis)
+        return values._order_reversed(), indices
 
     # ---- sorting ---------------------------------------------------------------------------------------------------
 

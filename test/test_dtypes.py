@@ -227,6 +227,39 @@ def test_half_multiply_adds_in_a_backward_pass_match_torch():
     np.testing.assert_allclose(ours.grad.numpy().astype(np.float32), theirs.grad.float().numpy(), rtol=2e-2, atol=5e-2)
 
 
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_nan_to_num_matches_torch_in_every_dtype(dtype):
+    """inf becomes the dtype's own largest finite value (65504 in half, 3.39e38 in bfloat16); ints and bools have
+    no NaN or inf and come back unchanged."""
+    if dtype.is_float:
+        values = np.array([np.nan, np.inf, -np.inf, 1.5, -0.0, 7.0], np.float32)
+    else:
+        values = np.array([0, 1, 1, 0]) if dtype == dtypes.bool else int_values(dtype, 6, seed=4)
+    ours = Tensor(values).cast(dtype) if dtype.is_float else Tensor(values.astype(dtype.np))
+    theirs = torch.tensor(values).to(TORCH[dtype])
+    for options in ({}, {"nan": 1.0, "posinf": 1e10, "neginf": -2}, {"neginf": 3.0}):
+        got, expected = ours.nan_to_num(**options), torch.nan_to_num(theirs, **options)
+        assert got.dtype == dtype, options
+        np.testing.assert_array_equal(
+            got.float().numpy() if dtype.is_float else got.numpy(),
+            expected.float().numpy() if dtype.is_float else expected.numpy(),
+            options,
+        )
+    if dtype.is_float:
+        signs = np.signbit(ours.nan_to_num().float().numpy())
+        np.testing.assert_array_equal(signs, np.signbit(torch.nan_to_num(theirs).float().numpy()))
+    with pytest.raises(TypeError, match="^nan_to_num: posinf must be a number or None, got str"):
+        ours.nan_to_num(posinf="big")
+
+
+def test_nan_to_num_gradient_is_zero_where_replaced_as_torch():
+    values = np.array([np.nan, np.inf, -np.inf, 1.5, -2.0], np.float32)
+    ours, theirs = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    (ours.nan_to_num() * 3).sum().backward()
+    (theirs.nan_to_num() * 3).sum().backward()
+    np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())
+
+
 def test_uint8_image_over_255_is_float32():
     image = np.arange(0, 256, 17, dtype=np.uint8)
     result = Tensor(image) / 255

@@ -498,3 +498,150 @@ def test_a_0d_tensor_has_one_axis_for_argmax_gather_and_scatter_as_in_torch():
 def test_masked_fill_of_a_number_the_dtype_cannot_hold_says_to_widen_the_tensor():
     with pytest.raises(OverflowError, match=r"^masked_fill: 300 does not fit in dtypes.uint8 .* cast the tensor"):
         Tensor(np.array([1, 2], np.uint8)).masked_fill(Tensor([True, False]), 300)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bug hunt 1: setitem values, reshapes of unrealized tensors, index_select, scatter_add, count_nonzero, ranges
+
+
+@pytest.mark.parametrize(
+    "dtype, value",
+    [
+        (np.float32, [5.0, 6.0]),
+        (np.float32, np.array([5.0, 6.0])),  # (float64: NumPy casts it to the target's dtype)
+        (np.float32, (5.5, -1.0)),
+        (np.int32, [5, 6]),
+        (np.int32, np.array([5.9, -6.9])),  # floats truncate, as NumPy's cast
+        (np.uint8, [[7, 8]]),  # broadcast over the rows
+        (np.uint8, np.int64(9)),
+        (np.bool_, [1, 0]),
+    ],
+    ids=range(8),
+)
+def test_setitem_takes_lists_and_numpy_values_as_numpy_does(dtype, value):
+    """(a list value failed with "'<=' not supported between 'float' and 'list'", an array with "the truth value of
+    an array is ambiguous")"""
+    array = np.arange(6).reshape(3, 2).astype(dtype)
+    tensor, expected = Tensor(array.copy()), array.copy()
+    tensor[1:, :] = value
+    expected[1:, :] = value
+    assert_tensor(tensor, expected, dtype=dtypes.from_numpy(np.dtype(dtype)))
+
+
+def test_setitem_value_errors_name_the_op_and_the_fix():
+    small = Tensor(np.array([1, 2, 3], np.uint8))
+    with pytest.raises(OverflowError, match=r"^setitem: 300 does not fit in dtypes.uint8 .* cast the tensor"):
+        small[0:2] = [300, 1]
+    with pytest.raises(OverflowError, match=r"^setitem: 300 does not fit in dtypes.uint8"):
+        small[0:2] = np.array([300, 1])
+    with pytest.raises(ValueError, match=r"^setitem: the value must be rectangular"):
+        small[0:2] = [[1], [1, 2]]
+    with pytest.raises(TypeError, match=r"^setitem: the value must hold numbers .* got list of <U1"):
+        small[0:2] = ["a", "b"]
+    with pytest.raises(ValueError, match=r"^setitem: value \(3,\) does not broadcast to the selected shape \(2,\)"):
+        small[0:2] = [1, 2, 3]
+    assert small.tolist() == [1, 2, 3]
+
+
+def test_setitem_writes_through_a_reshape_of_an_unrealized_tensor():
+    """(it raised "this (12,) tensor is a view (a slice, transpose, flip or pad)" unless `a` was realized first)"""
+    a = Tensor.zeros(3, 4).contiguous()
+    a.reshape(12)[5] = 1.0
+    a.reshape(2, 6).reshape(4, 3)[0] = 7.0
+    reference = torch.zeros(3, 4)
+    reference.reshape(12)[5] = 1.0
+    reference.reshape(2, 6).reshape(4, 3)[0] = 7.0
+    assert_tensor(a, reference.numpy())
+    # a computation, and a reshape nothing else holds
+    base = Tensor(A.copy()).realize()
+    doubled = base * 2
+    doubled.reshape(60)[[0, 59]] = Tensor([-1.0, -2.0])
+    expected = A * 2
+    expected.reshape(60)[[0, 59]] = [-1.0, -2.0]
+    assert_tensor(doubled, expected)
+    assert_tensor(base, A)
+    alone = (base + 1).reshape(60)
+    alone[3] = 0.0
+    assert alone.numpy()[3] == 0.0 and alone.numpy()[4] == A.reshape(60)[4] + 1
+
+
+def test_setitem_through_a_reshape_of_a_shared_computation_is_an_error():
+    # equal computations are one node until computed: writing through would change both
+    base = Tensor(A.copy()).realize()
+    first, second = base + 1, base + 1
+    with pytest.raises(RuntimeError, match=r"setitem: this \(60,\) tensor is a reshape of a \(3, 4, 5\) computation.*"):
+        first.reshape(60)[0] = 9.0
+    assert_tensor(first, A + 1)
+    assert_tensor(second, A + 1)
+    # a slice under the reshape still cannot be written through
+    with pytest.raises(RuntimeError, match=r"setitem: this \(40,\) tensor is a view \(a slice"):
+        base[1:].reshape(40)[0] = 1.0
+
+
+def test_index_select_errors_name_it_and_refuse_negative_indices_as_torch():
+    """(they said getitem, and [-1] picked the last element where torch raises)"""
+    x = Tensor([1.0, 2.0, 3.0])
+    with pytest.raises(IndexError):
+        torch.tensor([1.0, 2.0, 3.0]).index_select(0, torch.tensor([-1]))
+    with pytest.raises(IndexError, match=r"^index_select: index -1 is out of range .* add the size \(-1 \+ 3\)"):
+        x.index_select(0, Tensor([-1]))
+    with pytest.raises(
+        IndexError, match=r"^index_select: index 4 is out of range for axis 0 of size 3 \(allowed: 0..2\)$"
+    ):
+        x.index_select(0, Tensor([0, 4]))
+    assert_tensor(x.index_select(0, Tensor([2, 0])), np.array([3.0, 1.0], np.float32))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_add_against_torch(dim):
+    x = data(3, 4, 5)
+    index = np.random.default_rng(dim + 2).integers(0, x.shape[dim], size=(2, 3, 4))  # with repeats: they add up
+    src = data(2, 3, 4, seed=3)
+    expected = torch.tensor(x).scatter_add(dim, torch.tensor(index), torch.tensor(src)).numpy()
+    assert_tensor(Tensor(x).scatter_add(dim, Tensor(index), Tensor(src)), expected)
+    grad_check(
+        lambda t, s: t.scatter_add(dim, Tensor(index), s),
+        x,
+        src,
+        torch_function=lambda t, s: t.scatter_add(dim, torch.tensor(index), s),
+    )
+    ints = (x * 10).astype(np.int32)
+    expected = torch.tensor(ints).scatter_add(dim, torch.tensor(index), torch.tensor(ints[:2, :3, :4])).numpy()
+    assert_tensor(Tensor(ints).scatter_add(dim, Tensor(index), Tensor(ints[:2, :3, :4])), expected)
+
+
+def test_scatter_add_errors_name_it():
+    x, index = Tensor(A), Tensor(np.zeros((1, 4, 5), np.int64))
+    with pytest.raises(TypeError, match="^scatter_add: src must be a Tensor, got float"):
+        x.scatter_add(0, index, 1.0)
+    with pytest.raises(IndexError, match="^scatter_add: index 3 is out of range for axis 0"):
+        x.scatter_add(0, index + 3, Tensor(A))
+    with pytest.raises(IndexError, match="^scatter: index 3 is out of range"):
+        x.scatter(0, index + 3, Tensor(A), reduce="add")
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1, (0, 1)])
+def test_count_nonzero_against_torch(dim):
+    x = np.array([[0.0, 1.5, 0.0, -0.0], [np.nan, 0.0, np.inf, 2.0], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    expected = torch.tensor(x).count_nonzero(dim)
+    got = Tensor(x).count_nonzero(dim)
+    assert got.dtype == dtypes.int64 and expected.dtype == torch.int64
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    flags = data(3, 4, dtype=np.bool_)
+    np.testing.assert_array_equal(
+        Tensor(flags).count_nonzero(dim=dim).numpy(), torch.tensor(flags).count_nonzero(dim).numpy()
+    )
+    with pytest.raises(IndexError, match="^count_nonzero: axis 2 is out of range"):
+        Tensor(x).count_nonzero(2)
+
+
+def test_range_indices_are_lists_as_in_numpy():
+    """(x[range(2)] was "unsupported index")"""
+    for index in (range(2), range(2, -1, -2), (range(2), slice(1, 3)), (Ellipsis, range(4, 0, -1)), range(0)):
+        assert_tensor(Tensor(A)[index], A[index])
+    tensor, expected = Tensor(A.copy()), A.copy()
+    tensor[range(1, 3)] = 0.0
+    expected[range(1, 3)] = 0.0
+    assert_tensor(tensor, expected)
+    with pytest.raises(IndexError, match="^getitem: index 3 is out of range for axis 0 of size 3"):
+        Tensor(A)[range(4)]
