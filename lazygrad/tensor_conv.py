@@ -7,6 +7,8 @@ primitives' rules."""
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,13 +27,20 @@ INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilin
 STACKED_TAPS = 4
 
 
+def _is_int(value) -> bool:
+    """Any integral (a NumPy int too, as torch takes it), but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def _pair(value, count: int, name: str) -> tuple[int, ...]:
-    """`value` as `count` ints: one int repeats, a sequence must have `count` of them."""
-    if isinstance(value, int):
-        return (value,) * count
-    if not isinstance(value, (tuple, list)) or len(value) != count or not all(isinstance(v, int) for v in value):
+    """`value` as `count` Python ints: one int repeats, a sequence (or 1-D array) must have `count` of them."""
+    if _is_int(value):
+        return (operator.index(value),) * count
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = list(value)
+    if not isinstance(value, (tuple, list)) or len(value) != count or not all(_is_int(v) for v in value):
         raise ValueError(f"{name} needs one int or {count} ints (one per spatial axis), got {value!r}")
-    return tuple(value)
+    return tuple(operator.index(v) for v in value)
 
 
 def _positive(value, count: int, name: str, op_name: str) -> tuple[int, ...]:
@@ -84,8 +93,8 @@ class ConvMixin:
     def _padding(self: Tensor, padding, count: int, op_name: str = "conv") -> tuple[tuple[int, int], ...]:
         """(before, after) per spatial axis from an int, one int per axis, or torch's flat order (last axis first);
         each a non-negative int (a negative one would crop the input, which torch refuses)."""
-        if isinstance(padding, int):
-            pairs = ((padding, padding),) * count
+        if _is_int(padding):
+            pairs = ((operator.index(padding),) * 2,) * count
         elif not isinstance(padding, (tuple, list)):
             raise ValueError(f"{op_name}: padding needs an int or a tuple of ints, got {padding!r}")
         elif len(padding) == count and all(isinstance(p, tuple) and len(p) == 2 for p in padding):
@@ -97,8 +106,9 @@ class ConvMixin:
         else:
             raise ValueError(f"{op_name}: padding {padding} needs 1, {count} or {2 * count} values")
         flat = tuple(p for pair in pairs for p in pair)
-        if not all(isinstance(p, int) for p in flat):
+        if not all(_is_int(p) for p in flat):
             raise ValueError(f"{op_name}: padding needs ints, got {padding!r}")
+        pairs = tuple((operator.index(before), operator.index(after)) for before, after in pairs)
         if any(p < 0 for p in flat):
             raise ValueError(
                 f"{op_name}: padding must be non-negative, got {padding!r}; to crop, slice the input first"
@@ -112,19 +122,23 @@ class ConvMixin:
     ) -> Tensor:
         """N-d convolution (cross-correlation, as in torch) of (N, C_in, *spatial) with weight
         (C_out, C_in/groups, *kernel); the number of spatial axes comes from the weight. `padding` is an int, one
-        int per axis, torch's flat (left, right, top, bottom, ...) order, "valid" or "same"."""
+        int per axis, torch's flat (left, right, top, bottom, ...) order, "valid" or "same". The positional order
+        after bias is tinygrad's, (groups, stride, dilation, padding), not F.conv2d's (stride, padding, dilation,
+        groups): pass them by keyword."""
         return self._conv(weight, bias, groups, stride, dilation, padding, "conv")
 
     def conv1d(self: Tensor, weight: Tensor, bias=None, groups: int = 1, stride=1, dilation=1, padding=0) -> Tensor:
-        """1-D convolution of (N, C_in, L) with weight (C_out, C_in/groups, k)."""
+        """1-D convolution of (N, C_in, L) with weight (C_out, C_in/groups, k) (tinygrad's positional order, as conv)."""
         return self._conv(weight, bias, groups, stride, dilation, padding, "conv1d", 1)
 
     def conv2d(self: Tensor, weight: Tensor, bias=None, groups: int = 1, stride=1, dilation=1, padding=0) -> Tensor:
-        """2-D convolution of (N, C_in, H, W) with weight (C_out, C_in/groups, kh, kw)."""
+        """2-D convolution of (N, C_in, H, W) with weight (C_out, C_in/groups, kh, kw). The positional order after bias
+        is tinygrad's, (groups, stride, dilation, padding), not F.conv2d's: pass them by keyword."""
         return self._conv(weight, bias, groups, stride, dilation, padding, "conv2d", 2)
 
     def conv3d(self: Tensor, weight: Tensor, bias=None, groups: int = 1, stride=1, dilation=1, padding=0) -> Tensor:
-        """3-D convolution of (N, C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh, kw)."""
+        """3-D convolution of (N, C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh, kw) (tinygrad's positional
+        order, as conv)."""
         return self._conv(weight, bias, groups, stride, dilation, padding, "conv3d", 3)
 
     def _conv(
@@ -140,8 +154,9 @@ class ConvMixin:
                 f"{', '.join('k' + c for c in letters)}) with {count + 2} dimensions each, got {self.shape} and "
                 f"{weight.shape}"
             )
-        if not isinstance(groups, int) or groups < 1:
+        if not _is_int(groups) or groups < 1:
             raise ValueError(f"{op_name}: groups must be a positive int, got {groups!r}")
+        groups = operator.index(groups)
         batch, channels_in = self.shape[:2]
         channels_out, group_channels, *kernel = weight.shape
         if channels_in != group_channels * groups or channels_out % groups:
@@ -252,11 +267,12 @@ class ConvMixin:
                 f"{op_name}: need an input (N, C_in, *spatial) and a weight (C_in, C_out/groups, *kernel) with "
                 f"{count + 2} dimensions each, got {self.shape} and {weight.shape}"
             )
-        if not isinstance(groups, int) or groups < 1 or self.shape[1] != weight.shape[0] or weight.shape[0] % groups:
+        if not _is_int(groups) or groups < 1 or self.shape[1] != weight.shape[0] or weight.shape[0] % groups:
             raise ValueError(
                 f"{op_name}: input {self.shape} needs weight ({self.shape[1]}, C_out/groups, ...) with "
                 f"{self.shape[1]} divisible by groups={groups}, got {weight.shape}"
             )
+        groups = operator.index(groups)
         stride, dilation = _positive(stride, count, "stride", op_name), _positive(dilation, count, "dilation", op_name)
         output_padding = _pair(output_padding, count, f"{op_name}: output_padding")
         padding = _pair(padding, count, f"{op_name}: padding")
@@ -392,16 +408,19 @@ class ConvMixin:
         return values, position.cast(dtypes.int64)
 
     def max_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
-        """Max over windows of the last axis; `return_indices` also gives each maximum's position."""
+        """Max over windows of the last axis; `return_indices` also gives each maximum's position. The positional
+        order is tinygrad's, (kernel_size, stride, dilation, padding), not torch's (..., padding, dilation): pass
+        padding and dilation by keyword."""
         return self._max_pool(1, kernel_size, stride, dilation, padding, ceil_mode, return_indices, "max_pool1d")
 
     def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
         """Max over windows of the last two axes; `return_indices` also gives each maximum's position in H*W (the
-        input for max_unpool2d)."""
+        input for max_unpool2d). The positional order is tinygrad's, (kernel_size, stride, dilation, padding), not
+        torch's (..., padding, dilation): pass padding and dilation by keyword."""
         return self._max_pool(2, kernel_size, stride, dilation, padding, ceil_mode, return_indices, "max_pool2d")
 
     def max_pool3d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
-        """Max over windows of the last three axes."""
+        """Max over windows of the last three axes (tinygrad's positional order, as max_pool2d)."""
         return self._max_pool(3, kernel_size, stride, dilation, padding, ceil_mode, return_indices, "max_pool3d")
 
     def _avg_pool(self: Tensor, count, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, name):
@@ -424,17 +443,19 @@ class ConvMixin:
         return total / type(self)(divisor, device=self.device).cast(total.dtype)
 
     def avg_pool1d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
-        """Mean over windows of the last axis."""
+        """Mean over windows of the last axis (tinygrad's positional order, as max_pool2d)."""
         return self._avg_pool(1, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, "avg_pool1d")
 
     def avg_pool2d(
         self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True
     ):
-        """Mean over windows of the last two axes (padding counts in the divisor unless count_include_pad=False)."""
+        """Mean over windows of the last two axes (padding counts in the divisor unless count_include_pad=False). The
+        positional order is tinygrad's, (kernel_size, stride, dilation, padding), not torch's (..., padding,
+        ceil_mode): pass padding by keyword."""
         return self._avg_pool(2, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, "avg_pool2d")
 
     def avg_pool3d(self, kernel_size=2, stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
-        """Mean over windows of the last three axes."""
+        """Mean over windows of the last three axes (tinygrad's positional order, as avg_pool2d)."""
         return self._avg_pool(3, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad, "avg_pool3d")
 
     def max_unpool2d(self: Tensor, indices: Tensor, kernel_size=(2, 2), stride=None, padding=0, output_size=None):
@@ -486,11 +507,12 @@ class ConvMixin:
     # ---- resizing ----------------------------------------------------------------------------------------------
 
     def interpolate(
-        self: Tensor, size=None, mode: str = "linear", align_corners: bool = False, scale_factor=None
+        self: Tensor, size=None, mode: str = "nearest", align_corners: bool | None = None, scale_factor=None
     ) -> Tensor:
         """Resize the spatial axes (all but the first two) to `size` or by `scale_factor`, as torch's
-        F.interpolate: nearest, nearest-exact, bilinear (4-D), trilinear (5-D) or linear (here any number of axes,
-        as in tinygrad); `align_corners` for the linear modes."""
+        F.interpolate: nearest (the default, as torch's; tinygrad's default is linear, so pass `mode=` to port
+        code), nearest-exact, bilinear (4-D), trilinear (5-D) or linear (here any number of axes, as in tinygrad);
+        `align_corners` for the linear modes. The arguments after `size` are tinygrad's order: pass them by keyword."""
         if mode not in INTERPOLATE_MODES:
             raise ValueError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
         count = self.ndim - 2
@@ -505,8 +527,9 @@ class ConvMixin:
         if size is not None:
             sizes = _pair(size, count, "interpolate: size")
         else:
-            factors = (scale_factor,) * count if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
-            if len(factors) != count or not all(isinstance(f, (int, float)) for f in factors):
+            number = numbers.Real
+            factors = (scale_factor,) * count if isinstance(scale_factor, number) else tuple(scale_factor)
+            if len(factors) != count or not all(isinstance(f, number) and not isinstance(f, bool) for f in factors):
                 raise ValueError(f"interpolate: scale_factor needs 1 or {count} numbers, got {scale_factor!r}")
             sizes = tuple(int(math.floor(in_size * f)) for in_size, f in zip(self.shape[2:], factors))
         if any(s <= 0 for s in sizes) or 0 in self.shape[2:]:

@@ -100,8 +100,13 @@ class NNMixin:
     # ---- normalization, dropout, attention ------------------------------------------------------------------------
 
     def layernorm(self: Tensor, axis=-1, eps: float = 1e-5) -> Tensor:
+        """Normalize over `axis` to mean 0 and variance 1 (the biased variance, as torch's layer_norm). Half and
+        bfloat16 are normalized in float32 and rounded back, as torch does: a deviation past 256 squares to inf in
+        half, which made the whole row 0."""
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+            return self.float().layernorm(axis, eps).cast(self.dtype)
         centered = self - self.mean(axis, keepdim=True)
-        return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+        return centered * (self.var(axis, keepdim=True, correction=0) + eps).rsqrt()
 
     def batchnorm(
         self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis=1
@@ -118,7 +123,11 @@ class NNMixin:
         """Zero elements with probability p while `type(self).training`, scaling the rest by 1/(1-p)."""
         if not 0 <= p <= 1:
             raise ValueError(f"dropout: p must be in [0, 1], got {p}")
-        if not type(self).training or p == 0:
+        return self._drop(p) if type(self).training else self
+
+    def _drop(self: Tensor, p: float) -> Tensor:
+        """Dropout with probability p, in training or not."""
+        if p == 0:
             return self
         keep = type(self).rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p)) if p < 1 else self * 0
@@ -134,13 +143,21 @@ class NNMixin:
         enable_gqa: bool = False,
     ) -> Tensor:
         """softmax(q kᵀ · scale + mask) v, with scale 1/sqrt(d) by default. With `enable_gqa`, key and value may have
-        fewer heads (axis -3) than the query: each serves a group of query heads, as in torch."""
+        fewer heads (axis -3) than the query: each serves a group of query heads, as in torch. A `dropout_p` above 0
+        drops attention weights whether or not `Tensor.training` is set, as torch's does (pass 0 to evaluate)."""
         check_same_device("scaled_dot_product_attention", self, key, value, attn_mask)
         if self.ndim < 2 or key.ndim < 2 or value.ndim < 2 or self.shape[-1] != key.shape[-1]:
             raise ValueError(
                 f"scaled_dot_product_attention: query {self.shape} and key {key.shape} need at least 2 dimensions and "
                 "the same last (feature) size"
             )
+        if key.shape[-2] != value.shape[-2]:
+            raise ValueError(
+                f"scaled_dot_product_attention: key {key.shape} and value {value.shape} need the same length (axis "
+                "-2): one value per key"
+            )
+        if not 0 <= dropout_p <= 1:
+            raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
         if enable_gqa and self.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:
             heads, kv_heads = self.shape[-3], key.shape[-3]
             if heads % kv_heads or value.shape[-3] != kv_heads:
@@ -150,6 +167,17 @@ class NNMixin:
                 )
             key = key.repeat_interleave(heads // kv_heads, -3)
             value = value.repeat_interleave(heads // kv_heads, -3)
+        try:
+            broadcast_shape("scaled_dot_product_attention", self.shape[:-2], key.shape[:-2], value.shape[:-2])
+        except ValueError:
+            heads = self.shape[-3] if self.ndim >= 3 else 0
+            kv_heads = key.shape[-3] if key.ndim >= 3 else 0
+            grouped = not enable_gqa and kv_heads and heads % kv_heads == 0
+            raise ValueError(
+                f"scaled_dot_product_attention: the batch axes (all but the last two) of query {self.shape}, key "
+                f"{key.shape} and value {value.shape} do not broadcast together"
+                + ("; for fewer key/value heads (axis -3) than query heads, pass enable_gqa=True" if grouped else "")
+            ) from None
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self @ key.transpose(-2, -1) * scale
         if attn_mask is not None:
@@ -174,7 +202,7 @@ class NNMixin:
             rows, cols = scores.shape[-2:]
             attn_mask = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is None:
-            return scores.softmax(-1).dropout(dropout_p) @ value
+            return scores.softmax(-1)._drop(dropout_p) @ value
         if attn_mask.dtype != dtypes.bool:
             # a softmax of its own: a row the mask makes all -inf gets zeros (and zero gradients), as in torch, where
             # the plain softmax gives NaN (-inf minus its -inf maximum). The shift is detached: softmax ignores it.
@@ -183,11 +211,11 @@ class NNMixin:
             dead = peak == float("-inf")
             exponent = (masked - dead.where(0.0, peak)).exp()
             weights = exponent / dead.where(1.0, exponent.sum(-1, keepdim=True))
-            return weights.dropout(dropout_p) @ value
+            return weights._drop(dropout_p) @ value
         weights = attn_mask.where(scores, float("-inf")).softmax(-1)
         if not is_causal:  # a query that may attend to nothing (a padded one) gets zeros, as in torch, not NaN
             weights = attn_mask.any(-1, keepdim=True).where(weights, 0.0)
-        return weights.dropout(dropout_p) @ value
+        return weights._drop(dropout_p) @ value
 
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
         rows, cols = self.shape[-2:]
@@ -279,13 +307,20 @@ class NNMixin:
         self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
         """Cross-entropy of logits (…, C) against integer labels (…) in 0..C-1; labels equal to `ignore_index` count
-        zero (and a mean over no counted label is 0). Other labels are an error (they are realized to check them)."""
+        zero (and a mean over no counted label is NaN, 0/0, as torch's cross_entropy gives). Other labels are an error
+        (they are realized to check them)."""
         _check_class_axis(self, "sparse_categorical_crossentropy", "(..., C)")
         _check_tensor(Y, "sparse_categorical_crossentropy", "labels")
         return self._label_crossentropy(Y, ignore_index, label_smoothing, reduction, "sparse_categorical_crossentropy")
 
     def _label_crossentropy(
-        self: Tensor, Y: Tensor, ignore_index: int, label_smoothing: float, reduction: str, op_name: str
+        self: Tensor,
+        Y: Tensor,
+        ignore_index: int,
+        label_smoothing: float,
+        reduction: str,
+        op_name: str,
+        weight: Tensor | None = None,
     ) -> Tensor:
         _check_reduction(reduction, op_name)
         _check_label_smoothing(label_smoothing, op_name)
@@ -294,6 +329,15 @@ class NNMixin:
         log_probs = self.log_softmax(-1)
         chosen = Y.unsqueeze(-1) == type(self).arange(classes, device=self.device)
         valid = Y != ignore_index
+        if weight is not None:
+            # torch's weighted form: each target's loss times its class's weight, the smoothing term weighted by
+            # class, and a mean divided by the counted targets' weights (not their count)
+            target_weight = valid.where(chosen.where(weight, 0).sum(-1), 0)
+            nll = -(chosen.where(log_probs, 0).sum(-1)) * target_weight
+            if label_smoothing:
+                smooth = -(log_probs * weight).sum(-1)
+                nll = (1 - label_smoothing) * nll + valid.where(smooth, 0) * (label_smoothing / classes)
+            return nll.sum() / target_weight.sum() if reduction == "mean" else _reduce(nll, reduction)
         nll = -(chosen.where(log_probs, 0).sum(-1))
         if label_smoothing:
             nll = (1 - label_smoothing) * nll - label_smoothing * log_probs.mean(-1)
@@ -305,14 +349,38 @@ class NNMixin:
         # in a ResNet18 step)
         return (counted == 0).where(float("nan"), nll.sum() / counted.maximum(1))
 
-    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
-        """Cross-entropy of logits (N, C, …) against class indices (N, …) or probabilities (N, C, …), like torch."""
+    def cross_entropy(
+        self: Tensor,
+        Y: Tensor,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+        *,
+        weight: Tensor | None = None,
+        ignore_index: int = -100,
+    ) -> Tensor:
+        """Cross-entropy of logits (N, C, …) against class indices (N, …) or probabilities (N, C, …), like torch:
+        `weight` (C,) weighs each class (a mean over class indices divides by the counted targets' weights), and
+        targets equal to `ignore_index` count zero (class indices only, as in torch). The positional order is
+        tinygrad's (Y, reduction, label_smoothing): pass weight and ignore_index by keyword."""
         _check_class_axis(self, "cross_entropy", "(C,), (N, C) or (N, C, d1, ...)")
         _check_tensor(Y, "cross_entropy", "target")
         # the class axis goes last, the others keep their order: (N, C, H, W) -> (N, H, W, C)
         logits = self.movedim(1, -1) if self.ndim > 2 else self
+        classes = logits.shape[-1]
+        if weight is not None:
+            _check_tensor(weight, "cross_entropy", "weight")
+            if weight.shape != (classes,) or not weight.dtype.is_float:
+                raise ValueError(
+                    f"cross_entropy: weight needs one float per class, shape ({classes},) for logits {self.shape}, "
+                    f"got {weight.shape} {weight.dtype}"
+                )
         if not Y.dtype.is_float:
-            return logits._label_crossentropy(Y, -100, label_smoothing, reduction, "cross_entropy")
+            if Y.shape != logits.shape[:-1]:  # (checked here, to name the shapes the caller gave)
+                raise ValueError(
+                    f"cross_entropy: logits {self.shape} (N, C, ...) need class indices of shape "
+                    f"{logits.shape[:-1]} (N, ...), got {Y.shape}"
+                )
+            return logits._label_crossentropy(Y, ignore_index, label_smoothing, reduction, "cross_entropy", weight)
         if Y.shape != self.shape:
             raise ValueError(
                 f"cross_entropy: probabilities {Y.shape} must have the logits' shape {self.shape} (N, C, ...); "
@@ -321,17 +389,27 @@ class NNMixin:
         _check_reduction(reduction, "cross_entropy")
         _check_label_smoothing(label_smoothing, "cross_entropy")
         probs = Y.movedim(1, -1) if Y.ndim > 2 else Y
-        classes = logits.shape[-1]
         probs = probs * (1 - label_smoothing) + label_smoothing / classes
-        return _reduce(-(probs * logits.log_softmax(-1)).sum(-1), reduction)
+        products = probs * logits.log_softmax(-1)
+        return _reduce(-(products if weight is None else products * weight).sum(-1), reduction)
 
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """Binary cross-entropy of probabilities against targets in [0, 1]; each log is clamped at -100, as in torch,
-        so a certain wrong prediction costs 100, not inf."""
+        so a certain wrong prediction costs 100, not inf. The probabilities' gradient is torch's,
+        (p - y) / max(p (1 - p), 1e-12): finite at a probability of exactly 0 or 1 (0 where it is right). The targets'
+        gradient there is the clamped logs' difference (±100; torch's is ±inf)."""
         _check_reduction(reduction, "binary_crossentropy")
         _check_target(self, Y, "binary_crossentropy", "probabilities")
-        loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
-        return _reduce(loss, reduction)
+        # Where p (1 - p) < 1e-12 (p is 0 or 1 in float32, e.g. a sigmoid of 20) a log's slope 1/p is inf, and the
+        # clamp's zero slope times it gave NaN. There the logs see p detached (their value, no slope: the select
+        # drops their NaN), and `edge` adds torch's slope (p - y) / 1e-12 with a value of exactly 0. The test is in
+        # float32 for half (1e-12 is 0 there, and 1e12 inf)
+        wide = self.float() if self.dtype in (dtypes.float16, dtypes.bfloat16) else self
+        inside = wide * (1 - wide) >= 1e-12
+        held = inside.where(self, self.detach())
+        loss = -(Y * held.log().maximum(-100) + (1 - Y) * (1 - held).log().maximum(-100))
+        edge = (wide - wide.detach()) * inside.where(0.0, (wide - Y) * 1e12)
+        return _reduce(loss + edge.cast(loss.dtype), reduction)
 
     def binary_crossentropy_logits(
         self: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
@@ -351,9 +429,10 @@ class NNMixin:
             _check_loss_weight(weight, self, op_name, "weight", "a weight per element, or one broadcast over axes")
         if pos_weight is not None:
             _check_loss_weight(pos_weight, self, op_name, "pos_weight", "usually one weight per class, the last axis")
-        # -log σ(-x) = log(1 + exp(-|x|)) + max(-x, 0); max's gradient splits 1/2 at 0 and |x| has none there, so
-        # the gradient is σ(x) - y everywhere (with pos_weight 1)
-        log_sigmoid_negative = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
+        # -log σ(-x) = log1p(exp(-|x|)) + max(-x, 0) (log1p keeps the loss of a confident right logit, 4e-8 at 17,
+        # where log(1 + ...) gave 0); max's gradient splits 1/2 at 0 and |x| has none there, so the gradient is
+        # σ(x) - y everywhere (with pos_weight 1)
+        log_sigmoid_negative = (-self.abs()).exp()._log1p_unit() + (-self).maximum(0)
         if pos_weight is None:
             loss = (1 - Y) * self + log_sigmoid_negative
         else:
@@ -392,6 +471,38 @@ class NNMixin:
     def mse(self: Tensor, Y: Tensor) -> Tensor:
         _check_target(self, Y, "mse", "input")
         return (self - Y).square().mean()
+
+    def l1_loss(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """|x - y|, as torch's F.l1_loss (its slope at x = y is 0)."""
+        _check_reduction(reduction, "l1_loss")
+        _check_target(self, Y, "l1_loss", "input")
+        return _reduce((self - Y).abs(), reduction)
+
+    def smooth_l1_loss(self: Tensor, Y: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+        """0.5 (x - y)² / beta where |x - y| < beta, else |x - y| - 0.5 beta (torch's F.smooth_l1_loss; beta 0 is
+        the L1 loss)."""
+        _check_reduction(reduction, "smooth_l1_loss")
+        _check_target(self, Y, "smooth_l1_loss", "input")
+        if beta < 0:
+            raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+        difference = self - Y
+        distance = difference.abs()
+        if beta == 0:
+            return _reduce(distance, reduction)
+        # (the square of the difference, not of its abs: abs's slope at 0 is split, so x = y keeps slope 0 either way)
+        loss = (distance < beta).where(difference.square() * (0.5 / beta), distance - 0.5 * beta)
+        return _reduce(loss, reduction)
+
+    def huber_loss(self: Tensor, Y: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+        """0.5 (x - y)² where |x - y| < delta, else delta (|x - y| - 0.5 delta) (torch's F.huber_loss)."""
+        _check_reduction(reduction, "huber_loss")
+        _check_target(self, Y, "huber_loss", "input")
+        if delta <= 0:
+            raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+        difference = self - Y
+        distance = difference.abs()
+        loss = (distance < delta).where(difference.square() * 0.5, (distance - 0.5 * delta) * delta)
+        return _reduce(loss, reduction)
 
     # ---- weight initializers -------------------------------------------------------------------------------------
 

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 
 import numpy as np
 
+from lazygrad.dtype import dtypes
 from lazygrad.tensor import Tensor
+from lazygrad.tensor_conv import _pair
+
+# torch.finfo(dtype).eps, RMSNorm's default eps (NumPy has no bfloat16)
+MACHINE_EPSILON = {
+    dtypes.float16: 2.0**-10,
+    dtypes.bfloat16: 2.0**-7,
+    dtypes.float32: 2.0**-23,
+    dtypes.float64: 2.0**-52,
+}
 
 
 def _statistic(values: np.ndarray) -> Tensor:
@@ -40,8 +52,17 @@ class Linear:
         return out if self.bias is None else out + self.bias
 
 
+def _count(value, name: str, layer: str) -> int:
+    """A channel or group count: any integral (a NumPy int too, as torch takes it) as an int."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{layer}: {name} must be an int, got {value!r}")
+    return operator.index(value)
+
+
 class _ConvNd:
-    """An N-d convolution layer over (N, C_in, *spatial) inputs; weights are uniform in ±1/sqrt(fan_in), as in torch."""
+    """An N-d convolution layer over (N, C_in, *spatial) inputs; weights are uniform in ±1/sqrt(fan_in), as in torch.
+    The arguments are torch's, in torch's order (tinygrad's too): (in_channels, out_channels, kernel_size, stride,
+    padding, dilation, groups, bias); each size is an int (NumPy ints too) or one per spatial axis."""
 
     spatial = 2
     transposed = False
@@ -56,16 +77,18 @@ class _ConvNd:
         dilation=1,
         groups: int = 1,
         bias: bool = True,
-        output_padding=0,
     ):
+        self._build(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, 0)
+
+    def _build(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, output_padding):
         name = type(self).__name__
-        kernel = (kernel_size,) * self.spatial if isinstance(kernel_size, int) else tuple(kernel_size)
-        if len(kernel) != self.spatial:
-            raise ValueError(f"{name}: kernel_size needs 1 or {self.spatial} ints, got {kernel_size}")
+        in_channels, out_channels = _count(in_channels, "in_channels", name), _count(out_channels, "out_channels", name)
+        kernel = _pair(kernel_size, self.spatial, f"{name}: kernel_size")
         if min(kernel) < 1:
             raise ValueError(f"{name}: kernel_size must be positive, got {kernel_size}; a kernel covers at least 1")
-        if not isinstance(groups, int) or groups < 1:
+        if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
             raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+        groups = operator.index(groups)
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"{name}: channels {in_channels}→{out_channels} must be divisible by groups={groups}")
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
@@ -81,15 +104,49 @@ class _ConvNd:
         self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        name = type(self).__name__
         channels = self.weight.shape[0] if self.transposed else self.weight.shape[1] * self.groups
         axes = ("L",) if self.spatial == 1 else ("H", "W") if self.spatial == 2 else ("D", "H", "W")
         expected = f"(N, {channels}, {', '.join(axes)})"
-        _check_input(type(self).__name__, x, expected, x.ndim == self.spatial + 2 and x.shape[1] == channels)
+        _check_input(name, x, expected, x.ndim == self.spatial + 2 and x.shape[1] == channels)
+        # (the op named as the layer: an error about the kernel or the padding names what the user built)
         if self.transposed:
-            return x.conv_transpose(
-                self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
+            return x._conv_transpose(
+                self.weight,
+                self.bias,
+                self.groups,
+                self.stride,
+                self.dilation,
+                self.padding,
+                self.output_padding,
+                name,
+                self.spatial,
             )
-        return x.conv(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+        return x._conv(
+            self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, name, self.spatial
+        )
+
+
+class _ConvTransposeNd(_ConvNd):
+    """An N-d transposed convolution layer, weight (C_in, C_out/groups, *kernel). The arguments are in torch's order,
+    (in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias, dilation): tinygrad's
+    puts dilation before groups and bias, so pass those three by keyword to write code both read alike."""
+
+    transposed = True
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+    ):
+        self._build(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, output_padding)
 
 
 class Conv1d(_ConvNd):
@@ -110,22 +167,22 @@ class Conv3d(_ConvNd):
     spatial = 3
 
 
-class ConvTranspose1d(_ConvNd):
+class ConvTranspose1d(_ConvTransposeNd):
     """1-D transposed convolution layer: weight (C_in, C_out/groups, k)."""
 
-    spatial, transposed = 1, True
+    spatial = 1
 
 
-class ConvTranspose2d(_ConvNd):
+class ConvTranspose2d(_ConvTransposeNd):
     """2-D transposed convolution layer: weight (C_in, C_out/groups, kh, kw)."""
 
-    spatial, transposed = 2, True
+    spatial = 2
 
 
-class ConvTranspose3d(_ConvNd):
+class ConvTranspose3d(_ConvTransposeNd):
     """3-D transposed convolution layer: weight (C_in, C_out/groups, kd, kh, kw)."""
 
-    spatial, transposed = 3, True
+    spatial = 3
 
 
 class BatchNorm:
@@ -133,15 +190,17 @@ class BatchNorm:
     the running statistics otherwise. With `track_running_stats=False` there are none, as in torch: it always
     normalizes with the batch's statistics, and running_mean, running_var and num_batches_tracked are None (so its
     state dict holds only the affine weight and bias, the keys torch saves for such a layer). `momentum=None`
-    makes the running statistics the plain average of every batch's, as in torch."""
+    makes the running statistics the plain average of every batch's, as in torch. The arguments are in torch's order,
+    (num_features, eps, momentum, affine, track_running_stats): tinygrad's puts momentum last. A half or bfloat16
+    input is normalized with float32 statistics, as in torch."""
 
     def __init__(
         self,
         num_features: int,
         eps: float = 1e-5,
+        momentum: float | None = 0.1,
         affine: bool = True,
         track_running_stats: bool = True,
-        momentum: float | None = 0.1,
     ):
         if momentum is not None and not (isinstance(momentum, (int, float)) and 0 <= momentum <= 1):
             raise ValueError(
@@ -167,10 +226,13 @@ class BatchNorm:
                     f"track_running_stats=False), got input {x.shape}; use a larger batch, or eval mode with running "
                     "statistics"
                 )
-            mean = x.mean(axes)
+            # statistics of half and bfloat16 in float32, as torch computes them: a deviation past 256 squares to
+            # inf in half (the output was zeros, the running variance inf)
+            stats = x.float() if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+            mean = stats.mean(axes)
             shape = [1] * x.ndim
             shape[1] = features
-            var = (x - mean.reshape(shape)).square().mean(axes)
+            var = (stats - mean.reshape(shape)).square().mean(axes)
             if Tensor.training and self.track_running_stats:
                 unbiased = var.detach() * (count / max(count - 1, 1))
                 tracked = self.num_batches_tracked + 1
@@ -184,7 +246,9 @@ class BatchNorm:
                 self.num_batches_tracked.assign(tracked)
         else:
             mean, var = self.running_mean, self.running_var
-        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+        out = x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+        # a half or bfloat16 input gives its own dtype back, as in torch (normalized with float32 statistics)
+        return out.cast(x.dtype) if x.dtype in (dtypes.float16, dtypes.bfloat16) else out
 
 
 BatchNorm2d = BatchNorm
@@ -232,18 +296,59 @@ class GroupNorm:
 
 
 class Embedding:
-    """A lookup table: integer indices (…) → vectors (…, embed_size)."""
+    """A lookup table: integer indices (…) → vectors (…, embed_size). With `padding_idx` (as torch's), that row
+    starts at zeros and gets no gradient: the lookups of padding stay what the row holds."""
 
-    def __init__(self, vocab_size: int, embed_size: int):
+    def __init__(self, vocab_size: int, embed_size: int, padding_idx: int | None = None):
         self.vocab_size, self.embed_size = vocab_size, embed_size
+        if padding_idx is not None:
+            if not isinstance(padding_idx, numbers.Integral) or not -vocab_size <= padding_idx < vocab_size:
+                raise ValueError(
+                    f"Embedding: padding_idx must be an int in [-{vocab_size}, {vocab_size}) (a row of the table), "
+                    f"got {padding_idx!r}"
+                )
+            padding_idx = operator.index(padding_idx) % vocab_size  # (a negative one counts from the end, as torch)
+        self.padding_idx = padding_idx
         self.weight = Tensor.normal(vocab_size, embed_size)
+        if padding_idx is not None:
+            rows = Tensor.arange(vocab_size).reshape(vocab_size, 1)
+            self.weight = (rows == padding_idx).where(0.0, self.weight).contiguous().realize()
 
     def __call__(self, idx: Tensor) -> Tensor:
         if not idx.dtype.is_int:
             raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}; cast them with .int()")
         fix = f"indices must be below vocab_size {self.vocab_size}: fix them, or make a larger Embedding"
         one_hot = idx._one_hot(self.vocab_size, "Embedding", fix).cast(self.weight.dtype)
-        return one_hot @ self.weight
+        out = one_hot @ self.weight
+        if self.padding_idx is None:
+            return out
+        # the padding row's value, detached: the select passes no gradient to the lookups of padding, so none
+        # reaches that row
+        padding = (idx == self.padding_idx).unsqueeze(-1)
+        return padding.where(self.weight[self.padding_idx].detach(), out)
+
+
+class RMSNorm:
+    """Root-mean-square normalization over the last axes `normalized_shape`, as torch's nn.RMSNorm:
+    x / sqrt(mean(x²) + eps) · weight, with eps None meaning the input dtype's machine epsilon (torch's default).
+    Half and bfloat16 are normalized in float32 and rounded back."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True):
+        shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+        self.normalized_shape = tuple(operator.index(size) for size in shape)
+        self.eps = eps
+        self.weight = Tensor.ones(*self.normalized_shape).contiguous().realize() if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        count = len(self.normalized_shape)
+        expected = f"(..., {', '.join(map(str, self.normalized_shape))})"
+        _check_input("RMSNorm", x, expected, x.shape[-count:] == self.normalized_shape)
+        dtype = x.dtype if x.dtype.is_float else dtypes.default_float
+        eps = self.eps if self.eps is not None else MACHINE_EPSILON[dtype]
+        source = x.cast(dtypes.float32) if dtype in (dtypes.float16, dtypes.bfloat16) else x.cast(dtype)
+        axes = tuple(range(-count, 0))
+        out = (source * (source.square().mean(axes, keepdim=True) + eps).rsqrt()).cast(dtype)
+        return out if self.weight is None else out * self.weight
 
 
 from lazygrad.nn import optim, state  # noqa: E402,F401  (so `nn.optim` and `nn.state` work after `from lazygrad import nn`)

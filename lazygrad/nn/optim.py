@@ -18,6 +18,24 @@ def _one_minus_powers(bases: tuple[float, float], steps: Tensor) -> Tensor:
     return -(steps * (Tensor.arange(2, device=steps.device) == 0).where(first, second)).expm1()
 
 
+def _refuse_shared(params: list[Tensor], name: str) -> None:
+    """An error naming a parameter given twice (or two sharing memory, like `w` and a slice of it): both updates would
+    write one buffer, which the scheduler refused only at `step`, with an internal error (torch refuses a parameter in
+    two groups, and a slice, which is no leaf)."""
+    first: dict = {}
+    for number, param in enumerate(params):
+        buffer = param.uop.base
+        if buffer in first:
+            earlier = first[buffer]
+            same = "is the same tensor as" if params[earlier] is param else "shares its memory (a view) with"
+            raise ValueError(
+                f"{name}: parameter {number} (shape {param.shape}, {param.dtype}) {same} parameter {earlier} "
+                f"(shape {params[earlier].shape}); pass each parameter once: nn.state.get_parameters(model) lists "
+                "tied weights once"
+            )
+        first[buffer] = number
+
+
 class Optimizer(ABC):
     """Holds float parameters; `zero_grad` clears their gradients, `step` updates them in place. Its state dict
     (nn.state.get_state_dict) is all a resumed run needs: loaded into a new optimizer, it continues the same steps."""
@@ -39,6 +57,7 @@ class Optimizer(ABC):
                 param.requires_grad = True
         # parameters live in buffers so updates can be written in place
         Tensor.realize_all(*params)
+        _refuse_shared(params, type(self).__name__)
         self.params = params
         # the learning rate is a tensor, so changing it (lr.assign) needs no recompile and a JIT replay sees it
         self.lr = Tensor([lr], requires_grad=False, device=params[0].device).realize()
