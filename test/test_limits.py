@@ -300,8 +300,6 @@ GRADIENT_MESSAGE = (
         (lambda: Tensor.full((2,), 3, requires_grad=True), dtypes.int32),
         (lambda: Tensor.full((2,), BIG, requires_grad=True), dtypes.int64),
         (lambda: Tensor.arange(3, requires_grad=True), dtypes.int32),
-        (lambda: Tensor.rand(2, dtype=dtypes.int32, requires_grad=True), dtypes.int32),
-        (lambda: Tensor.randn(2, dtype=dtypes.int32, requires_grad=True), dtypes.int32),
         (lambda: Tensor([1.5]).zeros_like(dtype=dtypes.int32, requires_grad=True), dtypes.int32),
     ],
 )
