@@ -56,6 +56,11 @@ _made: dict[int, weakref.ref] = {}
 _made_pruned_at = 64
 
 
+def _unpickle_tensor(values: np.ndarray, dtype: str, device: str, requires_grad: bool | None) -> Tensor:
+    """A pickled tensor made again (see Tensor.__reduce__)."""
+    return Tensor(values, dtype=getattr(dtypes, dtype), device=device, requires_grad=requires_grad)
+
+
 def tensors_holding(nodes) -> list[Tensor]:
     """The live tensors whose node is one of `nodes`."""
     found: dict[int, Tensor] = {}
@@ -187,6 +192,10 @@ class Tensor(
         elif isinstance(data, Tensor):
             raise TypeError("Tensor(Tensor): use .detach(), .contiguous() or .to(device) instead")
         else:
+            if isinstance(data, range):
+                data = list(data)
+            elif not isinstance(data, (np.ndarray, np.generic)) and hasattr(data, "__array__"):
+                data = np.asarray(data)  # (another library's array, a torch tensor: through NumPy, as torch.as_tensor)
             if not isinstance(data, (list, tuple, np.ndarray, int, float, bool, np.generic)):
                 raise TypeError(
                     f"Tensor: cannot make a tensor from {type(data).__name__}; pass a list, tuple, number or numpy array"
@@ -331,6 +340,23 @@ class Tensor(
             raise TypeError("iteration over a 0-d tensor: read its value with .item()")
         return (self[index] for index in range(self.shape[0]))
 
+    def __contains__(self, value) -> bool:
+        """`value in t`: whether any element equals it, as torch's."""
+        return bool((self == value).any().item())
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __round__(self, ndigits: int | None = None) -> Tensor:
+        """`round(t)`: the tensor rounded half to even, elementwise (a tensor, as torch's)."""
+        return self.round() if ndigits is None else self.round(decimals=ndigits)
+
+    @property
+    def is_leaf(self) -> bool:
+        """Whether this tensor is no computation's result (torch's meaning): it takes no gradient, or holds values of
+        its own (a computation realized keeps its history for gradients, and is no leaf)."""
+        return self.requires_grad is False or (views_memory(self.uop) and self._history is None)
+
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
 
@@ -399,6 +425,10 @@ class Tensor(
 
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
+        # checked here, as torch does: a wrong shape failed only at the next backward, and one that broadcasts never
+        if value is not None and (not isinstance(value, Tensor) or value.shape != self.shape):
+            got = f"a {value.shape} tensor" if isinstance(value, Tensor) else type(value).__name__
+            raise ValueError(f"grad: must be None or a tensor of this tensor's shape {self.shape}, got {got}")
         self._grad = value
 
     @property
@@ -613,6 +643,87 @@ class Tensor(
             _pending_writes(buffer)
         return self
 
+    def _in_place(self, op_name: str, result: Tensor) -> Tensor:
+        """`self op= other` as torch's in-place ops: `result` (self op other) written into this tensor, which keeps
+        its shape and dtype, so every name for it (`b = a; a += 1`) sees the new values. Rebinding the name instead
+        left an optimizer training a tensor the model no longer held (`layer.weight *= 0`)."""
+        if self.requires_grad and not Tensor.no_grad and views_memory(self.uop) and self._history is None:
+            raise RuntimeError(
+                f"{op_name}: this {self.shape} tensor requires grad and holds its own values (a leaf), so changing it "
+                "in place would lose what its gradient needs, as torch refuses; do it under `with Tensor.test():` "
+                f"(Tensor.no_grad, torch.no_grad()), or write `x = x {op_name[:-1]} y` for a new tensor"
+            )
+        self._check_writable(op_name)
+        if result.shape != self.shape:
+            raise ValueError(
+                f"{op_name}: the result {result.shape} does not fit this {self.shape} tensor in place (the other "
+                f"operand broadcasts it larger); write `x = x {op_name[:-1]} y` for a new tensor"
+            )
+        if result.dtype != self.dtype:
+            if result.dtype.is_float and not self.dtype.is_float or self.dtype == dtypes.bool:
+                raise TypeError(
+                    f"{op_name}: the result is {result.dtype}, which this {self.dtype} tensor cannot hold in place "
+                    f"(as torch refuses); write `x = x {op_name[:-1]} y` for a new tensor, or cast first"
+                )
+            result = result.cast(self.dtype)
+        return self.assign(result)
+
+    def __iadd__(self, other) -> Tensor:
+        return self._in_place("+=", self + other)
+
+    def __isub__(self, other) -> Tensor:
+        return self._in_place("-=", self - other)
+
+    def __imul__(self, other) -> Tensor:
+        return self._in_place("*=", self * other)
+
+    def __itruediv__(self, other) -> Tensor:
+        return self._in_place("/=", self / other)
+
+    def __ifloordiv__(self, other) -> Tensor:
+        return self._in_place("//=", self // other)
+
+    def __imod__(self, other) -> Tensor:
+        return self._in_place("%=", self % other)
+
+    def __ipow__(self, other) -> Tensor:
+        return self._in_place("**=", self**other)
+
+    def __imatmul__(self, other) -> Tensor:
+        return self._in_place("@=", self @ other)
+
+    def __iand__(self, other) -> Tensor:
+        return self._in_place("&=", self & other)
+
+    def __ior__(self, other) -> Tensor:
+        return self._in_place("|=", self | other)
+
+    def __ixor__(self, other) -> Tensor:
+        return self._in_place("^=", self ^ other)
+
+    def __ilshift__(self, other) -> Tensor:
+        return self._in_place("<<=", self << other)
+
+    def __irshift__(self, other) -> Tensor:
+        return self._in_place(">>=", self >> other)
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """A copy in memory of its own, computed now (torch's deepcopy: a model snapshot must not follow later
+        updates), with the same requires_grad and a copy of the gradient. (`copy.copy` copies too: see __reduce__.)"""
+        copied = Tensor(
+            UOp(Ops.CONTIGUOUS, self.dtype, (self.detach().uop,), next(_contiguous_ids)), device=self.device
+        )
+        copied = memo[id(self)] = copied.realize()
+        copied.requires_grad = self.requires_grad
+        if self.grad is not None:
+            copied.grad = self.grad.__deepcopy__(memo)
+        return copied
+
+    def __reduce__(self):
+        """Pickled with its values (NumPy's), dtype, device and requires_grad, as torch pickles a tensor; without
+        this a pickle named the buffer, whose values are gone in another process."""
+        return _unpickle_tensor, (self.numpy(), self.dtype.name, self.device, self.requires_grad)
+
     def contiguous(self) -> Tensor:
         """This tensor laid out in its own buffer in row-major order (a no-op for one already laid out so)."""
         if is_buffer_view(self.uop):
@@ -628,7 +739,8 @@ class Tensor(
         if not is_buffer_view(tensor.uop):  # a strided view of memory: copy it into order first
             tensor = tensor.contiguous().realize()
         array = buffer_of(tensor.uop.base).numpy().reshape(self.shape)
-        return bfloat16_to_float32(array) if self.dtype == dtypes.bfloat16 else array
+        # (np.asarray: NumPy gives a 0-d array's conversion as a scalar, which np.asarray(tensor) refused)
+        return np.asarray(bfloat16_to_float32(array)) if self.dtype == dtypes.bfloat16 else array
 
     def tolist(self) -> Any:
         return self.numpy().tolist()

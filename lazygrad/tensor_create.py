@@ -131,6 +131,25 @@ class CreationMixin:
     def ones_like(self, dtype=None, device=None, requires_grad=None) -> Tensor:
         return self.full_like(1, dtype=dtype, device=device, requires_grad=requires_grad)
 
+    def new_full(self, size, fill_value: Scalar, dtype=None, device=None, requires_grad=None) -> Tensor:
+        """A tensor of `size` filled with `fill_value`, of this tensor's dtype and device unless given (torch's)."""
+        return type(self).full(
+            size, fill_value, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
+        )
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=None) -> Tensor:
+        return self.new_full(self._shape_arg(size, op_name="new_zeros"), 0, dtype, device, requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=None) -> Tensor:
+        return self.new_full(self._shape_arg(size, op_name="new_ones"), 1, dtype, device, requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=None) -> Tensor:
+        return self.new_zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=None) -> Tensor:
+        """`data` as a tensor of this tensor's dtype and device unless given (torch's)."""
+        return type(self)(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
     def empty_like(self, dtype=None, device=None, requires_grad=None) -> Tensor:
         """Zeros of this tensor's shape, dtype and device (see `empty`)."""
         return self.full_like(0, dtype=dtype, device=device, requires_grad=requires_grad)

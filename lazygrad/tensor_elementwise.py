@@ -340,11 +340,14 @@ class ElementwiseMixin:
     def __gt__(self: Tensor, other):
         return self._binary(Ops.CMPLT, other, reverse=True, op_name=">")
 
+    # (None or a string is no operand: Python's own answer, as torch's, so `t in [None, t]` and `t == None` work)
     def __ne__(self: Tensor, other):  # type: ignore[override]
-        return self._binary(Ops.CMPNE, other, op_name="!=")
+        return (
+            NotImplemented if other is None or isinstance(other, str) else self._binary(Ops.CMPNE, other, op_name="!=")
+        )
 
     def __eq__(self: Tensor, other):  # type: ignore[override]
-        return ~(self != other)
+        return NotImplemented if other is None or isinstance(other, str) else ~(self != other)
 
     def __le__(self: Tensor, other):
         return (self < other) | (self == other)

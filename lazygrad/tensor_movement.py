@@ -376,6 +376,17 @@ class MovementMixin:
             start += size
         return tuple(pieces)
 
+    def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+        """The slices along `dim`, that axis removed (torch.unbind)."""
+        dim = normalize_axis(dim, self.ndim, "unbind")
+        return tuple(self[(slice(None),) * dim + (index,)] for index in range(self.shape[dim]))
+
+    def t(self: Tensor) -> Tensor:
+        """A 0-d, 1-D or 2-D tensor transposed (torch's .t(): the others are an error, use .mT or .transpose)."""
+        if self.ndim > 2:
+            raise ValueError(f"t: needs at most 2 dimensions, got {self.shape}; use .mT or .transpose(dim0, dim1)")
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """`chunks` nearly equal pieces along `dim`."""
         if chunks <= 0:

@@ -263,11 +263,14 @@ def test_a_full_disk_warns_once_and_leaves_no_partial_files(tmp_path):
 @pytest.mark.parametrize("where", ["the directory", "a table"])
 def test_a_cache_others_may_write_to_is_refused(host_filled, host_device, where):
     cache, count = host_filled
-    os.chmod(cache if where == "the directory" else os.path.dirname(entries(cache)[0]), 0o770)
-    before = snapshot(cache)
+    refused = cache if where == "the directory" else os.path.dirname(entries(cache)[0])
+    os.chmod(refused, 0o770)
+    before = snapshot(refused)
     result = run(cache, host_device)
     assert compiles(result) == count  # nothing was read from it...
-    assert snapshot(cache) == before  # ...or written to it
+    # ...or written to it (the other tables stay in use: a busy machine's host device may split a kernel otherwise
+    # than when the cache was filled, and keep that kernel in one)
+    assert snapshot(refused) == before
     assert result.stderr.count(WARNING) == 1 and "group or others may write" in result.stderr
 
 
