@@ -315,7 +315,48 @@ TORCH_STORAGES = {
     "ByteStorage": np.uint8,
     "BoolStorage": np.bool_,
 }
-_REBUILDERS = ("_rebuild_tensor_v2", "_rebuild_parameter", "_rebuild_parameter_with_state")
+# torch's storage classes of dtypes lazygrad has no dtype for (tensors in them are named in an error, not read)
+UNHELD_STORAGES = {
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+    "QInt8Storage": "qint8",
+    "QUInt8Storage": "quint8",
+    "QInt32Storage": "qint32",
+    "QUInt4x2Storage": "quint4x2",
+    "QUInt2x4Storage": "quint2x4",
+}
+# torch's dtypes by the name its pickles give them (`torch.<name>`): the lazygrad dtype holding each, or, for those
+# lazygrad cannot hold, what to save instead. torch writes uint16/32/64, float8 and complex32 tensors as untyped
+# bytes with their dtype (_rebuild_tensor_v3), the others in a storage class of their dtype.
+_COMPLEX = "lazygrad has no complex numbers; save torch.view_as_real(t), the real and imaginary parts on a last axis"
+_FLOAT8 = "lazygrad has no 8- or 4-bit floats; save t.float(), or t.view(torch.uint8) to keep the bits"
+_QUANTIZED = "a quantized dtype; save t.dequantize()"
+_BITS = "raw bits; save them viewed as an integer dtype of their width (t.view(torch.uint8))"
+_SUB_BYTE = "lazygrad has no sub-byte integers; save t.to(torch.int8) or t.to(torch.uint8)"
+TORCH_DTYPES: dict[str, DType | str] = {
+    "float64": dtypes.float64,
+    "float32": dtypes.float32,
+    "float16": dtypes.float16,
+    "bfloat16": dtypes.bfloat16,
+    "int64": dtypes.int64,
+    "int32": dtypes.int32,
+    "int16": dtypes.int16,
+    "int8": dtypes.int8,
+    "uint64": dtypes.uint64,
+    "uint32": dtypes.uint32,
+    "uint16": dtypes.uint16,
+    "uint8": dtypes.uint8,
+    "bool": dtypes.bool,
+    **dict.fromkeys(["complex32", "complex64", "complex128"], _COMPLEX),
+    **dict.fromkeys(
+        ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"],
+        _FLOAT8,
+    ),
+    **dict.fromkeys(["qint8", "quint8", "qint32", "quint4x2", "quint2x4"], _QUANTIZED),
+    **dict.fromkeys(["bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"], _BITS),
+    **dict.fromkeys([f"{kind}{bits}" for kind in ("int", "uint") for bits in range(1, 8)], _SUB_BYTE),
+}
+_REBUILDERS = ("_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter", "_rebuild_parameter_with_state")
 
 
 @dataclass(frozen=True)
@@ -323,51 +364,139 @@ class _StorageType:
     name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Loaded:
-    """A tensor read from a checkpoint: its values and the lazygrad dtype they came in (bfloat16's are float32)."""
+    """A tensor read from a checkpoint: its values and the lazygrad dtype they came in (bfloat16's are float32).
+    (Compared and hashed by identity, as torch's tensors are: a pickled set may hold one.)"""
 
     values: np.ndarray
     dtype: DType
+
+
+@dataclass(frozen=True, eq=False)
+class _Unheld:
+    """A tensor (or its storage) of a torch dtype lazygrad cannot hold: named in an error once its key is known."""
+
+    torch_dtype: str
 
 
 class _Mapping(dict):
     """A loaded OrderedDict: a dict that also takes the attributes torch pickles with a state dict (`_metadata`)."""
 
 
-class _TensorOnlyUnpickler(pickle.Unpickler):
-    """Builds tensors, dicts, lists, tuples, numbers and strings, and nothing else: a pickle can name any function to
-    call, so every other global is refused (loading it would run code the file chose)."""
+def _bytes(text: str = "", encoding: str = "latin1") -> bytes:
+    """`bytes` as a protocol-2 pickle writes them: `_codecs.encode(text, "latin1")`, and nothing else of `encode`."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(
+            f"torch_load: _codecs.encode is loaded only for bytes, got {text!r:.80}, {encoding!r}"
+        )
+    return text.encode("latin1")
 
-    def __init__(self, file, path: str, read_storage):
+
+def _bytearray(text: str | bytes = b"", encoding: str = "latin-1") -> bytearray:
+    """A bytearray as pickles write it (from its bytes as latin-1 text), never one of a given size."""
+    return bytearray(_bytes(text, encoding) if isinstance(text, str) else _checked(text, bytes, "bytearray"))
+
+
+def _torch_size(sizes: tuple = ()) -> tuple[int, ...]:
+    """A torch.Size, as the tuple of ints it is."""
+    return tuple(_checked(size, int, "torch.Size") for size in _checked(sizes, (tuple, list), "torch.Size"))
+
+
+def _torch_device(kind: str, index: int | None = None) -> str:
+    """A torch.device, as the string torch prints for it ('cpu', 'cuda:1')."""
+    _checked(kind, str, "torch.device")
+    return kind if index is None else f"{kind}:{_checked(index, int, 'torch.device')}"
+
+
+def _checked(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    """`value`, if it is of the kind torch writes in `what` (an int is not a bool); an error otherwise."""
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        kinds = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise pickle.UnpicklingError(f"torch_load: a pickled {what} holds {value!r:.80}, where torch writes {kinds}")
+    return value
+
+
+# safe builders of the values torch's weights_only loader accepts beside tensors and containers
+_VALUES = {
+    ("_codecs", "encode"): _bytes,
+    ("torch", "Size"): _torch_size,
+    ("torch", "device"): _torch_device,
+    **{(module, "set"): set for module in ("builtins", "__builtin__")},
+    **{(module, "bytearray"): _bytearray for module in ("builtins", "__builtin__")},
+    **{(module, "complex"): complex for module in ("builtins", "__builtin__")},
+}
+
+
+class _TensorOnlyUnpickler(pickle.Unpickler):
+    """Builds tensors, dicts, lists, tuples, sets, numbers, strings and bytes, and nothing else: a pickle can name any
+    function to call, so every other global is refused (loading it would run code the file chose). torch's dtypes,
+    devices and sizes become strings and tuples."""
+
+    def __init__(self, file, path: str, read_storage, big_endian: bool):
         super().__init__(file)
-        self.path, self.read_storage = path, read_storage
+        self.path, self.read_storage, self.big_endian = path, read_storage, big_endian
 
     def find_class(self, module: str, name: str):
         if module == "collections" and name == "OrderedDict":
             return _Mapping
         if module == "torch._utils" and name in _REBUILDERS:
             return getattr(self, name)
-        if module == "torch" and name in TORCH_STORAGES:
+        if module == "torch" and (name in TORCH_STORAGES or name in UNHELD_STORAGES):
             return _StorageType(name)
+        if module == "torch.storage" and name == "UntypedStorage":
+            return _StorageType(name)
+        if module == "torch" and name in TORCH_DTYPES:
+            return f"torch.{name}"  # (a string, not a callable: a pickle that calls it fails)
+        if (module, name) in _VALUES:
+            return _VALUES[module, name]
+        if module == "torch._utils" and name.startswith("_rebuild_"):
+            raise pickle.UnpicklingError(
+                f"torch_load: {self.path} holds a tensor that torch rebuilds with torch._utils.{name} (a quantized, "
+                "sparse, nested or other special tensor), which lazygrad cannot hold: it holds dense tensors. Save "
+                "dense ones (t.dequantize(), t.to_dense())"
+            )
         raise pickle.UnpicklingError(
             f"torch_load: {self.path} asks for {module}.{name}, which is not a tensor or a container; only tensors, "
-            "dicts, lists, tuples, numbers and strings are loaded (other objects in a pickle can run code), so the "
-            "file is refused. Save a state_dict (model.state_dict()) rather than a whole model"
+            "dicts, lists, tuples, sets, numbers, strings and bytes are loaded (other objects in a pickle can run "
+            "code), so the file is refused. Save a state_dict (model.state_dict()) rather than a whole model"
         )
 
     def persistent_load(self, pid):
         if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType):
             raise pickle.UnpicklingError(f"torch_load: {self.path} refers to an unknown kind of storage {pid!r:.200}")
         _, storage_type, key, _location, count = pid
+        if storage_type.name in UNHELD_STORAGES:
+            return _Unheld(f"torch.{UNHELD_STORAGES[storage_type.name]}")
+        if storage_type.name == "UntypedStorage":  # (bytes: the tensor built on them gives their dtype)
+            return self.read_storage(str(key), np.uint8, count, "byte")
         values = self.read_storage(str(key), TORCH_STORAGES[storage_type.name], count, storage_type.name)
         return _Loaded(
             values, dtypes.bfloat16 if storage_type.name == "BFloat16Storage" else dtypes.from_numpy(values.dtype)
         )
 
     def _rebuild_tensor_v2(self, storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+        if isinstance(storage, _Unheld):
+            return storage
         values = _tensor_from_storage(storage.values, offset, tuple(size), tuple(stride), self.path)
         return _Loaded(values, storage.dtype)
+
+    def _rebuild_tensor_v3(self, storage, offset, size, stride, requires_grad, hooks, dtype, metadata=None):
+        """A tensor of a dtype torch keeps no storage class for (uint16/32/64, float8, complex32): untyped bytes."""
+        held = TORCH_DTYPES.get(dtype[len("torch.") :]) if isinstance(dtype, str) else None
+        if not isinstance(held, DType) or not isinstance(storage, np.ndarray):
+            if isinstance(held, str):
+                return _Unheld(dtype)
+            raise pickle.UnpicklingError(
+                f"torch_load: {self.path} describes a tensor of dtype {dtype!r:.80} in a {type(storage).__name__}, "
+                "which torch does not write: a corrupt checkpoint"
+            )
+        order = ">" if self.big_endian else "<"
+        elements = storage[: len(storage) // held.itemsize * held.itemsize].view(held.np.newbyteorder(order))
+        values = _tensor_from_storage(elements, offset, tuple(size), tuple(stride), self.path)
+        if held == dtypes.bfloat16:  # (as a BFloat16Storage is read: the high 16 bits of a float32)
+            values = (values.astype(np.uint32) << 16).view(np.float32)
+        return _Loaded(values.astype(values.dtype.newbyteorder("=")), held)
 
     def _rebuild_parameter(self, data, requires_grad=False, hooks=None):
         return data
@@ -395,9 +524,12 @@ def _tensor_from_storage(storage: np.ndarray, offset: int, size: tuple, stride: 
 
 def torch_load(path: str, device: str | None = None) -> Any:
     """Read a PyTorch checkpoint written by `torch.save` (the zip format, torch >= 1.6) without torch: the object
-    it holds, with every tensor a lazygrad Tensor on `device`. Only tensors and containers are loaded: a pickle that
-    names anything else (a class, a function) is refused with an error, since loading it could run code.
-    Every dtype stays what it was."""
+    it holds, with every tensor a lazygrad Tensor on `device`. Every dtype stays what it was; a tensor of a dtype
+    lazygrad has none for (complex, float8, quantized) is an error naming its key, its dtype and what to save
+    instead. Besides tensors, what torch's own `weights_only` loader takes is loaded: dicts, lists, tuples, sets,
+    numbers, strings, bytes, a torch.Size as a tuple of ints, a torch.dtype as its name (the string
+    "torch.float32") and a torch.device as its string ("cuda:0"). A pickle that names anything else (a class, a
+    function) is refused with an error, since loading it could run code."""
     device = Device.canonicalize(device) if device is not None else Device.DEFAULT
     if not zipfile.is_zipfile(path):
         raise ValueError(
@@ -411,10 +543,10 @@ def torch_load(path: str, device: str | None = None) -> Any:
             raise ValueError(f"torch_load: {path} has no single <name>/data.pkl: not a torch checkpoint")
         prefix = pickles[0][: -len("data.pkl")]
         big_endian = f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() == b"big"
-        storages: dict[str, np.ndarray] = {}
+        storages: dict[tuple[str, str], np.ndarray] = {}
 
         def read_storage(key: str, np_dtype, count: int, kind: str) -> np.ndarray:
-            if key not in storages:
+            if (key, kind) not in storages:  # (by kind too: tensors of two dtypes may share a storage's bytes)
                 entry = f"{prefix}data/{key}"
                 if entry not in names:
                     raise ValueError(f"torch_load: {path} refers to storage {key!r}, which the archive lacks")
@@ -430,20 +562,27 @@ def torch_load(path: str, device: str | None = None) -> Any:
                 )
                 if kind == "BFloat16Storage":  # the high 16 bits of a float32
                     array = (array.astype(np.uint32) << 16).view(np.float32)
-                storages[key] = array.astype(array.dtype.newbyteorder("="))
-            return storages[key]
+                storages[key, kind] = array.astype(array.dtype.newbyteorder("="))
+            return storages[key, kind]
 
         with archive.open(pickles[0]) as file:
-            loaded = _TensorOnlyUnpickler(file, path, read_storage).load()
-    return _to_tensors(loaded, device)
+            loaded = _TensorOnlyUnpickler(file, path, read_storage, big_endian).load()
+    return _to_tensors(loaded, device, path)
 
 
-def _to_tensors(value: Any, device: str) -> Any:
-    """The loaded structure with each loaded array a Tensor in its dtype."""
+def _to_tensors(value: Any, device: str, path: str, where: str = "") -> Any:
+    """The loaded structure with each loaded array a Tensor in its dtype (`where`: the keys leading to `value`)."""
     if isinstance(value, _Loaded):
         return Tensor(value.values, dtype=value.dtype, device=device)
+    if isinstance(value, _Unheld):
+        reason = TORCH_DTYPES[value.torch_dtype[len("torch.") :]]
+        raise TypeError(
+            f"torch_load: the tensor{' at ' + where if where else ''} in {path} is {value.torch_dtype}, which lazygrad "
+            f"cannot hold ({reason})"
+        )
     if isinstance(value, dict):
-        return {key: _to_tensors(item, device) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_tensors(item, device) for item in value)
+        return {key: _to_tensors(item, device, path, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = (_to_tensors(item, device, path, f"{where}[{number}]") for number, item in enumerate(value))
+        return type(value)(items)
     return value
