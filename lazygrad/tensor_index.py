@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from lazygrad.dtype import check_fits, dtypes, integer_range
+from lazygrad.dtype import check_fits, dtypes, fits, integer_range
 from lazygrad.engine.buffers import is_buffer_view
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
@@ -147,8 +147,11 @@ class IndexMixin:
         others = [(1 if a == dim else s) for a, s in enumerate(self.shape)]
         index_others = [(1 if a == dim else s) for a, s in enumerate(indices.shape)]
         shape = list(_broadcast_shapes("take_along_dim", [tuple(others), tuple(index_others)]))
-        source = self.expand(*(self.shape[dim] if a == dim else s for a, s in enumerate(shape)))
-        return source.gather(dim, indices.expand(*(indices.shape[dim] if a == dim else s for a, s in enumerate(shape))))
+        # (as tuples: 0-d ones have no axes, and expand() with none is an error)
+        source = self.expand(tuple(self.shape[dim] if a == dim else s for a, s in enumerate(shape)))
+        return source.gather(
+            dim, indices.expand(tuple(indices.shape[dim] if a == dim else s for a, s in enumerate(shape)))
+        )
 
     def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """The slices at the positions of a 1-D int `index` along `dim` (torch.index_select)."""
@@ -157,6 +160,11 @@ class IndexMixin:
             raise TypeError(f"index_select: index must be a 0-d or 1-D integer Tensor, got {index!r}")
         check_same_device("index_select", self, index)
         # checked here, under this op's name and without getitem's negative indices, which torch refuses here
+        if self.ndim == 0:  # as torch: a 0-d tensor's one axis, picked by exactly one index (0)
+            if index.numel() != 1:
+                raise ValueError(f"index_select: a 0-d tensor takes exactly one index, got {index.numel()}")
+            _check_range(index.numpy(), 1, "index_select", dim, allow_negative=False)
+            return self
         _check_range(index.numpy(), self.shape[dim], "index_select", dim, allow_negative=False)
         return self[(slice(None),) * dim + (index.reshape(-1),)]
 
@@ -501,14 +509,18 @@ class IndexMixin:
                 _, values, tensor = item
                 size = self.shape[axis]
                 _check_range(values, size, "getitem", axis, allow_negative=True)
+                # int32 keeps the one-hot compare narrow; an axis longer than 2**31 needs int64, or far indices
+                # wrap and select nothing (silently 0)
+                wide = not fits(size - 1, dtypes.int32)
                 if tensor is None:
-                    index = type(self)(np.where(values < 0, values + size, values).astype(np.int32), device=self.device)
+                    values = np.where(values < 0, values + size, values).astype(np.int64 if wide else np.int32)
+                    index = type(self)(values, device=self.device)
                 else:
                     if tensor.device != self.device:
                         raise ValueError(
                             f"getitem: the index is on {tensor.device} but the tensor is on {self.device}; use .to()"
                         )
-                    index = tensor.cast(dtypes.int32)
+                    index = tensor.cast(dtypes.int64 if wide else dtypes.int32)
                     index = (index < 0).where(index + size, index)
                 basic.append(slice(None))
                 positions.append(out_axis)

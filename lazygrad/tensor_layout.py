@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.tensor_elementwise import check_same_device
-from lazygrad.tensor_movement import normalize_axis
+from lazygrad.tensor_movement import check_has_axis, normalize_axis
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -61,6 +61,7 @@ class LayoutMixin:
 
     def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
         """`length` elements from `start` along `dim` (a negative start counts from the end), as a view."""
+        check_has_axis(self.ndim, "narrow")
         dim = normalize_axis(dim, self.ndim, "narrow")
         size = self.shape[dim]
         begin = start + size if isinstance(start, int) and -size <= start < 0 else start
@@ -93,6 +94,8 @@ class LayoutMixin:
         destinations = tuple(normalize_axis(a, self.ndim, "movedim") for a in destinations)
         if len(set(sources)) != len(sources) or len(set(destinations)) != len(destinations):
             raise ValueError(f"movedim: repeated axes in source {sources} or destination {destinations}")
+        if self.ndim == 0:  # (its one axis, 0 or -1 as torch allows, moved onto itself)
+            return self
         order: list = [None] * self.ndim
         for axis_from, axis_to in zip(sources, destinations):
             order[axis_to] = axis_from
@@ -155,6 +158,8 @@ class LayoutMixin:
             raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims; give one shift per dim")
         if not all(isinstance(shift, int) and not isinstance(shift, bool) for shift in shifts):
             raise TypeError(f"roll: shifts must be ints, got {shifts}")
+        if dims:
+            check_has_axis(self.ndim, "roll")
         result = self
         for shift, dim in zip(shifts, dims):
             dim = normalize_axis(dim, self.ndim, "roll")
@@ -171,6 +176,7 @@ class LayoutMixin:
         flattened tensor)."""
         if dim is None:
             return self.flatten().repeat_interleave(repeats, 0)
+        check_has_axis(self.ndim, "repeat_interleave")
         dim = normalize_axis(dim, self.ndim, "repeat_interleave")
         if isinstance(repeats, int):
             if repeats < 0:
@@ -213,6 +219,10 @@ class LayoutMixin:
         dimension = normalize_axis(dimension, self.ndim, "unfold")
         if size <= 0 or step <= 0:
             raise ValueError(f"unfold: size and step must be positive, got size={size}, step={step}")
+        if self.ndim == 0:  # as torch: a 0-d tensor is one window of its one element, shape (1,)
+            if size > 1:
+                raise ValueError(f"unfold: size {size} exceeds the one element of a 0-d tensor")
+            return self.reshape(1)
         if size > self.shape[dimension]:
             raise ValueError(f"unfold: size {size} exceeds dimension {dimension} of {self.shape}")
         windows = self._window(dimension, size, step, 1)
@@ -276,10 +286,11 @@ class LayoutMixin:
         product = None
         for term, operand in aligned:
             # each operand's axes ordered as `letters`, with size-1 axes for the letters it lacks
-            permuted = operand.permute(*(term.index(c) for c in letters if c in term))
-            shaped = permuted.reshape(*(operand.shape[term.index(c)] if c in term else 1 for c in letters))
+            # (as tuples: a 0-d operand of ",->" has no axes, and permute() or reshape() with none is an error)
+            permuted = operand.permute(tuple(term.index(c) for c in letters if c in term))
+            shaped = permuted.reshape(tuple(operand.shape[term.index(c)] if c in term else 1 for c in letters))
             product = shaped if product is None else product * shaped
-        full = product.expand(*(sizes[c] for c in letters))
+        full = product.expand(tuple(sizes[c] for c in letters))
         summed = tuple(range(len(output), len(letters)))
         return full._sum_unwidened(summed) if summed else full
 

@@ -37,6 +37,13 @@ def normalize_axis(axis: int, ndim: int, op_name: str) -> int:
     return axis % max(ndim, 1)
 
 
+def check_has_axis(ndim: int, op_name: str) -> None:
+    """An IndexError for ops that take an axis apart (split, chunk, unbind, narrow, roll and repeat_interleave
+    along a dim): a 0-d tensor has none, and torch refuses these too (normalize_axis alone lets its axis 0 pass)."""
+    if ndim == 0:
+        raise IndexError(f"{op_name}: needs a tensor with at least 1 dimension, got a 0-d tensor; reshape(1) first")
+
+
 def _first_of(tensors: list | tuple, op_name: str) -> Tensor:
     """The first of a list of tensors given in torch's form (`Tensor.cat([a, b])`), checked."""
     if not tensors or not all(hasattr(tensor, "uop") for tensor in tensors):
@@ -108,8 +115,12 @@ class MovementMixin:
         return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
 
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
-        order = list(range(self.ndim))
+        """Axes `dim0` and `dim1` exchanged (a view); a 0-d tensor's one axis (0 or -1) with itself is the tensor,
+        as in torch."""
         a, b = normalize_axis(dim0, self.ndim, "transpose"), normalize_axis(dim1, self.ndim, "transpose")
+        if self.ndim == 0:
+            return self
+        order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
@@ -358,6 +369,7 @@ class MovementMixin:
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `sizes` (or of equal size `sizes`, the last one smaller) along `dim`."""
+        check_has_axis(self.ndim, "split")
         dim = normalize_axis(dim, self.ndim, "split")
         length = self.shape[dim]
         if isinstance(sizes, int):
@@ -378,6 +390,7 @@ class MovementMixin:
 
     def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
         """The slices along `dim`, that axis removed (torch.unbind)."""
+        check_has_axis(self.ndim, "unbind")
         dim = normalize_axis(dim, self.ndim, "unbind")
         return tuple(self[(slice(None),) * dim + (index,)] for index in range(self.shape[dim]))
 
@@ -391,6 +404,7 @@ class MovementMixin:
         """`chunks` nearly equal pieces along `dim`."""
         if chunks <= 0:
             raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        check_has_axis(self.ndim, "chunk")
         dim = normalize_axis(dim, self.ndim, "chunk")
         if self.shape[dim] == 0:  # (as torch: that many empty pieces)
             return tuple(self._movement(Ops.RESHAPE, self.shape) for _ in range(chunks))

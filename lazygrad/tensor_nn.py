@@ -106,7 +106,7 @@ class NNMixin:
         if self.dtype in (dtypes.float16, dtypes.bfloat16):
             return self.float().layernorm(axis, eps).cast(self.dtype)
         centered = self - self.mean(axis, keepdim=True)
-        return centered * (self.var(axis, keepdim=True, correction=0) + eps).rsqrt()
+        return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
 
     def batchnorm(
         self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis=1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lazygrad.dtype import DType, dtypes, is_small_int, least_upper_dtype, to_dtype
+from lazygrad.dtype import DType, dtypes, fits, is_small_int, least_upper_dtype, to_dtype
 from lazygrad.tensor_elementwise import (
     ElementwiseMixin,
     broadcast_const,
@@ -188,9 +188,15 @@ class ReduceMixin:
         source = self._to_float()
         if source.dtype in _HALF_FLOATS:  # in float32, as the mean
             return source.float().var(axis, keepdim, correction).cast(source.dtype)
-        squared = (source - source.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+        # the corrected two-pass form: a float32 sum's rounding can leave the mean off by far more than the spread
+        # around it (1e6 + noise: off by 22), and the squares would take that error in; the deviations' own sum
+        # measures it, and its square over n takes it out again (exactly 0 for an exact mean)
+        deviation = source - source.mean(axis, keepdim=True)
+        count = self._count(axis)
+        drift = deviation.sum(axis, keepdim)
+        squared = (deviation.square().sum(axis, keepdim) - drift.square() / count).maximum(0)
         # no degrees of freedom left: the sum over zero, as torch divides it (inf, or nan where the sum is 0)
-        return squared / max(0, self._count(axis) - correction)
+        return squared / max(0, count - correction)
 
     @keyword_aliases(dim="axis")
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
@@ -211,7 +217,8 @@ class ReduceMixin:
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def _argmax_along(self: Tensor, axis, keepdim: bool, op_name: str) -> Tensor:
-        """The index of the first maximum along `axis`, as int32 (the public argmax widens it to int64)."""
+        """The index of the first maximum along `axis`, as int32 (int64 past int32's range: the public argmax widens
+        it to int64)."""
         if axis is None:
             return self.flatten()._argmax_along(0, False, op_name).reshape(() if not keepdim else (1,) * self.ndim)
         axis = normalize_axis(axis, self.ndim, op_name)
@@ -228,7 +235,8 @@ class ReduceMixin:
             # a row holding NaN has the maximum NaN, which equals nothing: its first NaN is the answer, as in torch
             is_max = is_max | (self != self)
         best = (is_max.where(countdown, 0)).max(axis, keepdim=keepdim)
-        return (length - best).cast(dtypes.int32)
+        # int32 keeps the kernel narrow; an axis longer than 2**31 needs int64, or its far indices wrap negative
+        return (length - best).cast(dtypes.int32 if fits(length - 1, dtypes.int32) else dtypes.int64)
 
     @keyword_aliases(dim="axis")
     def argmax(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:

@@ -490,3 +490,16 @@ def test_llvm_ir_has_no_wrap_flags_and_guards_its_divisions():
         assert all(line.endswith("_divisor") for line in divisions), (name, divisions)
         shifts = [line for line in lines if " shl " in line or " ashr " in line]
         assert all("_amount" in line or "_shifted" in line for line in shifts), (name, shifts)
+
+
+def test_variance_of_data_far_from_zero_matches_torch():
+    """The corrected two-pass variance: a float32 sum left the mean of 1e6 + noise off by 22, and the variance took
+    its square in (477 for a variance of 1); the deviations' own sum takes it out again."""
+    noise = np.random.default_rng(3).standard_normal((3, 10000))
+    for offset in (0.0, 1e4, 1e6):
+        x = (offset + noise).astype(np.float32)
+        expected = torch.tensor(x).var(1).numpy()
+        np.testing.assert_allclose(Tensor(x).var(1).numpy(), expected, rtol=2e-2)
+        np.testing.assert_allclose(
+            Tensor(x).std(1, correction=0).numpy(), torch.tensor(x).std(1, correction=0), rtol=1e-2
+        )
