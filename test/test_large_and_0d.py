@@ -22,6 +22,15 @@ big_tests = pytest.mark.skipif(
 )
 
 
+@needs_fast_device
+@big_tests
+def test_the_mean_of_2_to_the_30_ones_is_one():
+    """A sum no part count divides is padded and split: in one block of float32 accumulators each stopped at 2**24
+    (the mean of 2**31 ones was 0.5). The parts' float32 sum rounds at the end only: within a few ulps."""
+    ones = Tensor(np.ones(2**30 + 100, np.uint8))
+    np.testing.assert_allclose(ones.mean().item(), 1.0, rtol=1e-6)
+
+
 def compared_dtypes(tensor: Tensor) -> set:
     """The dtypes compared in the graph behind `tensor` (the one-hot index comparison of getitem)."""
     return {u.src[0].dtype for u in tensor.uop.toposort if u.op in (Ops.CMPNE, Ops.CMPLT)}
