@@ -360,7 +360,8 @@ def _gradients_given(name: str, launches: list, before: dict, inputs: list) -> l
     refused: a replay would add to that old buffer, the same every call, where eager code adds to the last sum."""
     from lazygrad.tensor import Tensor, _made
 
-    written = {launch.buffers[0] for launch in launches}  # (a launch's first buffer is the one it writes)
+    # (a launch's first buffer is the one it writes; a host step may have none: a barrier)
+    written = {launch.buffers[0] for launch in launches if launch.buffers}
     read = {node for launch in launches for node in launch.buffers}
     given = []
     for reference in list(_made.values()):
