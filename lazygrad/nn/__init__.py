@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 import operator
 
 import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.tensor import Tensor
-from lazygrad.tensor_conv import _pair
+from lazygrad.tensor_conv import _is_int, _pair
 
 # torch.finfo(dtype).eps, RMSNorm's default eps (NumPy has no bfloat16)
 MACHINE_EPSILON = {
@@ -54,7 +53,7 @@ class Linear:
 
 def _count(value, name: str, layer: str) -> int:
     """A channel or group count: any integral (a NumPy int too, as torch takes it) as an int."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+    if not _is_int(value):
         raise TypeError(f"{layer}: {name} must be an int, got {value!r}")
     return operator.index(value)
 
@@ -86,7 +85,7 @@ class _ConvNd:
         kernel = _pair(kernel_size, self.spatial, f"{name}: kernel_size")
         if min(kernel) < 1:
             raise ValueError(f"{name}: kernel_size must be positive, got {kernel_size}; a kernel covers at least 1")
-        if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        if not _is_int(groups) or groups < 1:
             raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
         groups = operator.index(groups)
         if in_channels % groups or out_channels % groups:
@@ -302,7 +301,7 @@ class Embedding:
     def __init__(self, vocab_size: int, embed_size: int, padding_idx: int | None = None):
         self.vocab_size, self.embed_size = vocab_size, embed_size
         if padding_idx is not None:
-            if not isinstance(padding_idx, numbers.Integral) or not -vocab_size <= padding_idx < vocab_size:
+            if not _is_int(padding_idx) or not -vocab_size <= padding_idx < vocab_size:
                 raise ValueError(
                     f"Embedding: padding_idx must be an int in [-{vocab_size}, {vocab_size}) (a row of the table), "
                     f"got {padding_idx!r}"
@@ -334,7 +333,7 @@ class RMSNorm:
     Half and bfloat16 are normalized in float32 and rounded back."""
 
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True):
-        shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+        shape = (normalized_shape,) if _is_int(normalized_shape) else tuple(normalized_shape)
         self.normalized_shape = tuple(operator.index(size) for size in shape)
         self.eps = eps
         self.weight = Tensor.ones(*self.normalized_shape).contiguous().realize() if elementwise_affine else None
