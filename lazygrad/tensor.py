@@ -475,9 +475,10 @@ class Tensor(
 
     def _wants_gradient(self) -> bool:
         """Float tensors get gradients unless marked requires_grad=False or they are broadcast Python constants."""
-        if self.requires_grad is True:
+        requires_grad = self._requires_grad
+        if requires_grad is True:
             return True
-        return self.requires_grad is None and self.dtype.is_float and self.uop.base.op is not Ops.CONST
+        return requires_grad is None and self._uop.dtype.is_float and self._uop.base.op is not Ops.CONST
 
     @staticmethod
     def _backward(roots: list[Tensor], seeds: list[UOp]) -> None:
@@ -551,7 +552,8 @@ class Tensor(
 
     def realize(self, *others: Tensor) -> Tensor:
         """Compute this tensor (and `others`) now, in one schedule. Returns self."""
-        Tensor.realize_all(self, *others)
+        with realize_lock, collector_paused():  # (realize_all, inline: this runs on every eager op)
+            Tensor._realize_all((self, *others))
         return self
 
     @staticmethod

@@ -72,6 +72,8 @@ class ReduceMixin:
     def _axes(self: Tensor, axis, op_name: str) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
+        if type(axis) is int and 0 < (ndim := len(self.shape)) and -ndim <= axis < ndim:  # (the common case, inline)
+            return (axis % ndim,)
         if not isinstance(axis, (int, tuple, list)):
             raise TypeError(f"{op_name}: axis must be an int, a tuple of ints or None, got {axis!r}")
         axes = (axis,) if isinstance(axis, int) else tuple(axis)

@@ -508,8 +508,12 @@ def launch_kernel(kernel: CompiledKernel, buffers: list[Buffer], device_name: st
     start = time.perf_counter()
     measured = kernel.program(*[buffer.handle for buffer in buffers])
     # a device that times its own launches (GPU profiling events at DEBUG>=2) returns the seconds
-    elapsed = measured if isinstance(measured, float) else time.perf_counter() - start
-    count_launched([kernel], elapsed)
+    elapsed = measured if measured.__class__ is float else time.perf_counter() - start
+    counters = GlobalCounters  # (count_launched for one kernel, inline: this runs on every launch)
+    counters.kernel_count += 1
+    counters.global_ops += kernel.ops
+    counters.global_mem += kernel.memory
+    counters.time_sum_s += elapsed
     if DEBUG.value >= 2:
         print(
             f"*** {Device[device_name].name:6s} {GlobalCounters.kernel_count:4d} {kernel.name:28s} global {kernel.global_size:<10d} "
@@ -581,15 +585,17 @@ def run_schedule(schedule: Schedule) -> None:
             if key not in _programs:
                 break
         else:
-            if launches[1] and DEBUG.value < 2 and run_as_graph(plan, launches[1], buffers):
-                return
+            kept = plan.graph  # (a plan its device offered no graph for is launched kernel by kernel: checked inline)
+            if (kept is None or kept[1] is not None) and launches[1] and DEBUG.value < 2:
+                if run_as_graph(plan, launches[1], buffers):
+                    return
             for key, slots, device in launches[1]:
                 kernel = _programs[key]
                 _programs.move_to_end(key)
-                GlobalCounters.compile_cache_hits += 1
-                memories = [buffer_of(buffers[slot]) for slot in slots]
+                memories = [buffers[slot].__dict__["buffer"] for slot in slots]  # (buffer_of, inline)
                 if memories[0].size:
                     launch_kernel(kernel, memories, device)
+            GlobalCounters.compile_cache_hits += len(launches[1])
             return
     items = schedule.items
     keys = [key for key, _, _ in launches[1]]

@@ -30,7 +30,7 @@ from lazygrad.uop.ops import ALU, Ops, UOp, _const_key
 from lazygrad.uop.pattern import substitute
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduleItem:
     """One kernel (or copy) to run: its AST over DEFINE_GLOBAL parameters, and the BUFFER UOps bound to them, the
     output first."""
@@ -80,7 +80,7 @@ class Plan:
     graph: Any = None  # the device graph it runs them as, with the kernels it holds (see realize.run_as_graph)
 
 
-@dataclass
+@dataclass(slots=True)
 class Schedule:
     """A plan bound to one graph's buffers: what realize runs."""
 
@@ -228,7 +228,7 @@ def _leaf_entry(node: UOp) -> tuple:
 _UNIQUE_ARGS = (Ops.CONTIGUOUS, Ops.ASSIGN)
 
 
-@dataclass
+@dataclass(slots=True)
 class PlannedGraph:
     """A graph with its plan found (or made), before any buffer is allocated: `bind` makes it a schedule. A realize
     that overwrites buffers first asks it which values read them (see Tensor.realize_all), and may plan more."""

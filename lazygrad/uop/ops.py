@@ -6,7 +6,7 @@ import functools
 import hashlib
 import math
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -228,26 +228,32 @@ class UOp:
     def _derive(self, name: str, compute) -> Any:
         """A fact cached on each node, computed from the sources' facts; only nodes missing it are visited, so
         building a long graph node by node stays linear."""
-        if name in self.__dict__:
-            return self.__dict__[name]
-        if all(name in source.__dict__ for source in self.src):  # the common case: a node built on known ones
-            fact = self.__dict__[name] = compute(self)
+        facts = self.__dict__
+        if name in facts:
+            return facts[name]
+        for source in self.src:  # (a plain loop: the common case is a node built on known ones)
+            if name not in source.__dict__:
+                break
+        else:
+            fact = facts[name] = compute(self)
             return fact
         order: list[UOp] = []
         stack: list[tuple[UOp, bool]] = [(self, False)]
+        pop, push = stack.pop, stack.append
         visited: set[UOp] = set()
         while stack:
-            node, sources_done = stack.pop()
+            node, sources_done = pop()
             if sources_done:
                 order.append(node)
             elif node not in visited and name not in node.__dict__:
                 visited.add(node)
-                stack.append((node, True))
+                push((node, True))
                 for source in node.src:
-                    stack.append((source, False))
+                    if name not in source.__dict__:
+                        push((source, False))
         for node in order:
             node.__dict__[name] = compute(node)
-        return self.__dict__[name]
+        return facts[name]
 
     @property
     def key(self) -> bytes:
@@ -513,30 +519,38 @@ def _floordiv_toward_zero(a: int, b: int) -> int:
 
 
 def _shape_of(node: UOp) -> tuple[int, ...] | None:
-    op, arg = node.op, node.arg
-    if op in (Ops.BUFFER, Ops.DEFINE_GLOBAL):
-        return (arg[1],)
-    if op is Ops.CONST:
-        return ()
-    if op is Ops.ARANGE:
-        return (arg,)
-    if op in (Ops.RESHAPE, Ops.EXPAND):
-        return arg
-    if op is Ops.PERMUTE:
-        return tuple(node.src[0].shape[axis] for axis in arg)
-    if op is Ops.PAD:
-        return tuple(size + before + after for size, (before, after) in zip(node.src[0].shape, arg))
-    if op is Ops.SHRINK:
-        return tuple(end - start for start, end in arg)
-    if op is Ops.REDUCE:
-        return tuple(1 if axis in arg[1] else size for axis, size in enumerate(node.src[0].shape))
-    if op is Ops.WHERE:
-        return node.src[1].shape
-    if node.src and (
-        op in ALU or op in (Ops.CAST, Ops.BITCAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN)
-    ):
-        return node.src[0].shape
-    return None
+    # (a table by op: this runs for every tensor-graph node made; its sources' shapes are known, cached facts)
+    rule = _SHAPE_RULES.get(node.op)
+    return None if rule is None else rule(node)
+
+
+def _source_shape(node: UOp) -> tuple[int, ...] | None:
+    return node.src[0].__dict__["shape"]
+
+
+def _reduced_shape(node: UOp) -> tuple[int, ...]:
+    axes = node.arg[1]
+    return tuple([1 if axis in axes else size for axis, size in enumerate(node.src[0].__dict__["shape"])])
+
+
+_SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
+    **dict.fromkeys(
+        (*ALU, Ops.CAST, Ops.BITCAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN), _source_shape
+    ),
+    Ops.WHERE: lambda node: node.src[1].__dict__["shape"],
+    Ops.BUFFER: lambda node: (node.arg[1],),
+    Ops.DEFINE_GLOBAL: lambda node: (node.arg[1],),
+    Ops.CONST: lambda node: (),
+    Ops.ARANGE: lambda node: (node.arg,),
+    Ops.RESHAPE: lambda node: node.arg,
+    Ops.EXPAND: lambda node: node.arg,
+    Ops.PERMUTE: lambda node: tuple([node.src[0].__dict__["shape"][axis] for axis in node.arg]),
+    Ops.PAD: lambda node: tuple(
+        [size + before + after for size, (before, after) in zip(node.src[0].__dict__["shape"], node.arg)]
+    ),
+    Ops.SHRINK: lambda node: tuple([end - start for start, end in node.arg]),
+    Ops.REDUCE: _reduced_shape,
+}
 
 
 # the slots' own setters: UOp.__setattr__ refuses every assignment, so nodes are filled in through these
