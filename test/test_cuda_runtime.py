@@ -156,6 +156,9 @@ class FakeDriver:
         values = tuple(ctypes.c_uint64.from_address(pointer).value for pointer in params)
         self.record("launch", function, grid, block, values)
 
+    def prepared_launch(self, function, grid, block, stream, params, shared=0):
+        return lambda: self.launch(function, grid, block, stream, params, shared)
+
     def event_create(self):
         self.record("event_create")
         return self.new_handle()

@@ -15,6 +15,7 @@ call whose arguments did not change, the older name is used.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c_uint64, c_ulonglong, c_void_p
 
 from lazygrad.device import DeviceUnavailable
@@ -142,8 +143,10 @@ class CUDADriver:
             raise DeviceUnavailable(f"CUDA: the NVIDIA driver cannot start: {self.error('cuInit', status)}")
         if self.device_count() == 0:
             raise DeviceUnavailable("CUDA: the NVIDIA driver finds no GPU")
-        # the hot calls, bound once
+        # the hot calls, bound once; the launch also unprototyped, for launches whose arguments are converted once
         self._launch = self.calls["cuLaunchKernel"]
+        self._launch_converted = self.library["cuLaunchKernel"]  # (a function object of its own: no argtypes)
+        self._launch_converted.restype = c_int
         self._get_current = self.calls["cuCtxGetCurrent"]
         self._set_current = self.calls["cuCtxSetCurrent"]
 
@@ -263,6 +266,28 @@ class CUDADriver:
         status = self._launch(function, grid, 1, 1, block, 1, 1, shared, stream, params, None)
         if status != SUCCESS:
             raise self.error("cuLaunchKernel", status)
+
+    def prepared_launch(
+        self, function: int, grid: int, block: int, stream: int, params: ctypes.Array, shared: int = 0
+    ) -> Callable[[], None]:
+        """`launch` with these arguments, as a call that takes none: they are converted to C values once, which
+        halves what ctypes spends on each launch (~1.6 of a repeated small op's microseconds otherwise). `params`
+        is read at each launch: write new argument values into it, not a new array."""
+        arguments = (
+            c_void_p(function),
+            *(c_uint(value) for value in (grid, 1, 1, block, 1, 1, shared)),
+            c_void_p(stream),
+            params,
+            None,
+        )
+        launch = self._launch_converted
+
+        def launch_prepared() -> None:
+            status = launch(*arguments)
+            if status != SUCCESS:
+                raise self.error("cuLaunchKernel", status)
+
+        return launch_prepared
 
     def event_create(self) -> int:
         return self.out("cuEventCreate", c_void_p, 0)

@@ -160,6 +160,9 @@ class MockDriver:
         self.require_context("cuLaunchKernel")
         function(params, grid, block)
 
+    def prepared_launch(self, function, grid: int, block: int, stream: int, params: ctypes.Array, shared: int = 0):
+        return lambda: self.launch(function, grid, block, stream, params, shared)  # (`launch` looked up each time)
+
     def event_create(self) -> int:
         self.require_context("cuEventCreate")
         return self.new_handle()

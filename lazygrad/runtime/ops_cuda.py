@@ -80,6 +80,7 @@ class CUDAProgram:
                 device.driver.allow_shared_memory(self.function, self.shared)
         self.values: ctypes.Array | None = None  # the argument values and params, made at the first launch
         self.params: ctypes.Array | None = None
+        self.launch: Callable[[], None] | None = None  # the driver's launch of it on `params`, arguments converted
         self.buffers: tuple[int, ...] = ()  # the pointers in `values`
         self.graphs = 0  # graphs that launch this kernel: its module stays loaded while there are any
         self.released = False
@@ -98,12 +99,8 @@ class CUDAProgram:
                 if buffers != self.buffers:  # (a repeated step gets the same memory back from the allocator)
                     self.set_arguments(buffers)
                 if wait or DEBUG.value >= 2:
-                    return device.timed(
-                        lambda: driver.launch(
-                            self.function, self.grid, self.block, device.stream, self.params, self.shared
-                        )
-                    )
-                driver.launch(self.function, self.grid, self.block, device.stream, self.params, self.shared)
+                    return device.timed(self.launch)
+                self.launch()
             finally:
                 if previous is not None and previous != context:
                     driver.set_current_context(previous)
@@ -118,6 +115,10 @@ class CUDAProgram:
             if self.function is None:
                 raise RuntimeError(f"CUDA: kernel {self.name} was released and cannot run")
             self.values, self.params = argument_array(len(buffers))
+            device = self.device
+            self.launch = device.driver.prepared_launch(
+                self.function, self.grid, self.block, device.stream, self.params, self.shared
+            )
         elif len(buffers) != len(self.values):
             raise ValueError(f"CUDA: kernel {self.name} takes {len(self.values)} buffers, not {len(buffers)}")
         self.values[:] = buffers
@@ -137,7 +138,7 @@ class CUDAProgram:
         with device.lock, device.current():
             device.driver.stream_synchronize(device.stream)  # no queued launch of it may still be waiting
             device.driver.module_unload(self.module)
-        self.module = self.function = self.values = None
+        self.module = self.function = self.values = self.launch = None
         self.buffers = ()
 
 
