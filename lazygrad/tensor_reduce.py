@@ -177,8 +177,10 @@ class ReduceMixin:
         """The mean (ints and bools average as floats); `dtype` casts the input first, and must be a float."""
         if dtype is not None and not to_dtype(dtype).is_float:
             raise TypeError(f"mean: dtype must be a float dtype, got {to_dtype(dtype)}; cast the result instead")
-        source = self.cast(dtype) if dtype is not None else self._to_float()
         count = self._count(axis)
+        if dtype is None and not self.dtype.is_float:  # summed exactly (in int64, as `sum`), then made a float once
+            return self.sum(axis, keepdim).cast(dtypes.default_float) / count
+        source = self.cast(dtype) if dtype is not None else self._to_float()
         if source.dtype in _HALF_FLOATS:  # summed in float32, as torch does: 5,000 halves of 30 overflow a half
             return source.float().mean(axis, keepdim).cast(source.dtype)
         # divided, not times 1/count: the mean of seven 7s is 7 (and the mean of none is nan)
@@ -190,11 +192,17 @@ class ReduceMixin:
         source = self._to_float()
         if source.dtype in _HALF_FLOATS:  # in float32, as the mean
             return source.float().var(axis, keepdim, correction).cast(source.dtype)
-        # the corrected two-pass form: a float32 sum's rounding can leave the mean off by far more than the spread
-        # around it (1e6 + noise: off by 22), and the squares would take that error in; the deviations' own sum
-        # measures it, and its square over n takes it out again (exactly 0 for an exact mean)
-        deviation = source - source.mean(axis, keepdim=True)
+        # The values are first shifted by one of their own (the first of each reduced slice, a constant for the
+        # gradient: it cancels): a float32 sum of 1e6 + unit noise is off by far more than the spread (200,000
+        # values summed one by one: the mean off by 40, and the variance 0), while the sum of their distances from a
+        # value among them stays near the spread's scale and rounds little. Then the corrected two-pass form: the
+        # deviations' own sum measures what error the mean still has, and its square over n takes it out again.
         count = self._count(axis)
+        axes = self._axes(axis, "var")
+        if count and axes:
+            first = source.shrink(tuple((0, 1) if a in axes else None for a in range(source.ndim)))
+            source = source - first.detach()
+        deviation = source - source.mean(axis, keepdim=True)
         drift = deviation.sum(axis, keepdim)
         squared = (deviation.square().sum(axis, keepdim) - drift.square() / count).maximum(0)
         # no degrees of freedom left: the sum over zero, as torch divides it (inf, or nan where the sum is 0)

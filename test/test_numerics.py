@@ -493,13 +493,35 @@ def test_llvm_ir_has_no_wrap_flags_and_guards_its_divisions():
 
 
 def test_variance_of_data_far_from_zero_matches_torch():
-    """The corrected two-pass variance: a float32 sum left the mean of 1e6 + noise off by 22, and the variance took
-    its square in (477 for a variance of 1); the deviations' own sum takes it out again."""
+    """The variance shifts the values by one of their own, then takes the corrected two-pass form: a float32 sum
+    left the mean of 1e6 + noise off by 22 (by 40 for 200,000 values summed one by one), and the variance took its
+    square in (477 for a variance of 1, or 0 once the correction's cancellation went below zero)."""
     noise = np.random.default_rng(3).standard_normal((3, 10000))
     for offset in (0.0, 1e4, 1e6):
         x = (offset + noise).astype(np.float32)
         expected = torch.tensor(x).var(1).numpy()
-        np.testing.assert_allclose(Tensor(x).var(1).numpy(), expected, rtol=2e-2)
+        np.testing.assert_allclose(Tensor(x).var(1).numpy(), expected, rtol=1e-3)
+        np.testing.assert_allclose(Tensor(x.T).var(0).numpy(), expected, rtol=1e-3)
         np.testing.assert_allclose(
-            Tensor(x).std(1, correction=0).numpy(), torch.tensor(x).std(1, correction=0), rtol=1e-2
+            Tensor(x).std(1, correction=0).numpy(), torch.tensor(x).std(1, correction=0), rtol=1e-3
         )
+    long = (np.random.default_rng(7).standard_normal(200_000) + 1e6).astype(np.float32)
+    np.testing.assert_allclose(Tensor(long).std().item(), torch.tensor(long).std().item(), rtol=1e-3)
+
+
+def test_variance_gradient_is_unchanged_by_the_shift():
+    values = (np.random.default_rng(4).standard_normal((3, 4, 5)) + 100).astype(np.float32)
+    x, reference = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    x.var((0, 2)).sum().backward()
+    reference.var((0, 2)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_mean_of_ints_is_their_exact_sum_divided_once():
+    """Ints are summed in int64, as `sum` does, then divided as a float: cast to float32 first, the values' own
+    rounding made the mean of [-2**31, 2**31 - 1, 5] 1.667, and 15 int64 values' mean differed between devices."""
+    values = np.array([-(2**31), 2**31 - 1, 5], dtype=np.int32)
+    assert Tensor(values).mean().item() == np.float32(4 / 3)
+    wide = np.random.default_rng(5).integers(-(2**40), 2**40, size=(4, 15))
+    np.testing.assert_allclose(Tensor(wide).mean(1).numpy(), wide.mean(1), rtol=1e-6)
+    assert Tensor([True, False, True, True]).mean().item() == 0.75
