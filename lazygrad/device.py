@@ -35,12 +35,20 @@ class _DeviceRegistry:
 
     @staticmethod
     def canonicalize(name: str) -> str:
-        """The registry name for a user's device string: "llvm" → "LLVM", "clang" → "CPU"."""
-        upper = name.upper().split(":")[0]
-        upper = DEVICE_ENV_VARS.get(upper, upper)
-        if upper not in KNOWN_DEVICES:
+        """The registry name for a user's device string: "llvm" → "LLVM", "clang" → "CPU", "cuda:0" → "CUDA"."""
+        if not isinstance(name, str):
+            raise TypeError(
+                f"device must be a string, got {type(name).__name__} {name!r}: name it as "
+                f"{', '.join(map(repr, KNOWN_DEVICES))}, optionally with ':0' (e.g. 'CUDA:0')"
+            )
+        kind, colon, index = name.upper().partition(":")
+        kind = DEVICE_ENV_VARS.get(kind, kind)
+        if kind not in KNOWN_DEVICES or colon and not index.isdecimal():
             raise ValueError(f"unknown device {name!r}: choose one of {', '.join(KNOWN_DEVICES)}")
-        return upper
+        # (there is one device of each kind: "CUDA:1" used to run silently on the one CUDA device)
+        if colon and int(index) != 0:
+            raise ValueError(f"{name.upper()}: lazygrad uses one device of each kind; use {kind!r} or '{kind}:0'")
+        return kind
 
     def __getitem__(self, name: str) -> Compiled:
         if (opened := self._opened.get(name)) is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import weakref
 from typing import Any
 
@@ -194,8 +195,14 @@ class Tensor(
         else:
             if isinstance(data, range):
                 data = list(data)
+            elif (torch := sys.modules.get("torch")) is not None and isinstance(data, torch.Tensor):
+                # through NumPy, detached (NumPy refuses a tensor that requires grad: any nn.Parameter); NumPy has no
+                # bfloat16, so its values go as float32, exactly (every bfloat16 is one), and stay bfloat16 here
+                if data.dtype == torch.bfloat16:
+                    data, dtype = data.detach().float(), dtypes.bfloat16 if dtype is None else dtype
+                data = data.numpy(force=True)
             elif not isinstance(data, (np.ndarray, np.generic)) and hasattr(data, "__array__"):
-                data = np.asarray(data)  # (another library's array, a torch tensor: through NumPy, as torch.as_tensor)
+                data = np.asarray(data)  # (another library's array: through NumPy, as torch.as_tensor)
             if not isinstance(data, (list, tuple, np.ndarray, int, float, bool, np.generic)):
                 raise TypeError(
                     f"Tensor: cannot make a tensor from {type(data).__name__}; pass a list, tuple, number or numpy array"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from lazygrad.dtype import check_fits, dtypes, fits, integer_range
-from lazygrad.engine.buffers import is_buffer_view
+from lazygrad.engine.buffers import is_buffer_view, views_memory
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
@@ -538,6 +538,14 @@ class IndexMixin:
         new values (a slice or transpose of another tensor's memory is an error: see `_check_writable`). Where an
         advanced index names a place twice, the last value wins (as in NumPy). A list, tuple or NumPy array value
         is taken as a tensor of this tensor's dtype, as NumPy takes it."""
+        # (as `+=` refuses, see Tensor._in_place: a graph read from this tensor before the write would get no gradient)
+        if self.requires_grad and not type(self).no_grad and views_memory(self.uop) and self._history is None:
+            raise RuntimeError(
+                f"setitem: this {self.shape} tensor requires grad and holds its own values (a leaf), so writing into "
+                "it would lose what its gradient needs, as torch refuses; do it under `with Tensor.test():` "
+                "(Tensor.no_grad, torch.no_grad()), or write into a copy (y = x.clone(); y[i] = v: gradients flow "
+                "back to x where y was not written)"
+            )
         self._check_writable("setitem")
         index = _numpy_ints_as_ints(index)
         target_shape = self[index].shape
@@ -603,10 +611,13 @@ class IndexMixin:
         while node.op in MOVEMENT_OPS:
             node = node.src[0]
         if node.op not in (Ops.CONST, Ops.ARANGE):
+            instead = "x[0, 1] = v rather than y = x[0]; y[1] = v"
+            if op_name.endswith("="):  # (Python runs `x[i] += v` as `y = x[i]; y += v; x[i] = y`: a write into a view)
+                instead += f"; x[i] = x[i] {op_name[:-1]} v rather than x[i] {op_name} v"
             raise RuntimeError(
                 f"{op_name}: this {self.shape} tensor is a view (a slice, transpose, flip or pad) of another tensor, and "
-                "writing into it would not change that tensor as in torch; index the original instead "
-                "(x[0, 1] = v rather than y = x[0]; y[1] = v), or make a copy with .contiguous() first"
+                f"writing into it would not change that tensor as in torch; index the original instead ({instead}), "
+                "or make a copy with .contiguous() first"
             )
 
     def _realize_reshaped_base(self: Tensor, base, op_name: str) -> None:

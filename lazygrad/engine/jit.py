@@ -90,6 +90,18 @@ def _gradients_held() -> dict[int, tuple[weakref.ref, bool, weakref.ref | None]]
     return held
 
 
+def _lazy_tensors() -> list:
+    """The live tensors whose values are still graphs, not memory (a view of memory, `w.T`, reads its buffer)."""
+    from lazygrad.tensor import _made
+
+    found = []
+    for reference in list(_made.values()):
+        tensor = reference()
+        if tensor is not None and not views_memory(tensor.uop):
+            found.append(tensor)
+    return found
+
+
 def _array_in(value: Any, where: str) -> tuple[str, Any] | None:
     """(where, value) of the first array (a NumPy array, or another library's tensor) in an argument, or None."""
     from lazygrad.tensor import Tensor
@@ -148,7 +160,9 @@ class TinyJit:
     - State the function updates must be updated in place with `assign` (the optimizers' parameters, batch norm's
       running statistics): a replay writes the same buffers. Rebinding a Python attribute after the capture is not
       seen: `opt.lr = 0.0` leaves the replays at the old rate, while `opt.lr.assign(Tensor([0.0]))` reaches them;
-      and a tensor the function rebinds each call (`self.h = self.h + x`) is read as it was at the capture.
+      and a tensor the function rebinds each call (`self.h = self.h + x`) is read as it was at the capture. Tensors
+      still lazy when it captures (`b = a * 3`) are computed first, so the replays read (and see assigns to) their
+      buffers.
     - `.grad`: each replay gives the tensors the function's backward filled the same `.grad` (holding this call's
       gradient), also when `opt.zero_grad()` runs outside the function. Adding to a `.grad` kept from an earlier
       call (backward without zero_grad in the function) cannot be replayed and is refused with a JitError.
@@ -254,6 +268,14 @@ class TinyJit:
         return result
 
     def _capture(self, recording: _Recording, args, kwargs, tensors: list):
+        from lazygrad.tensor import Tensor
+
+        # tensors made before this call and still lazy (`b = a * 3`, a bias set to Tensor.zeros(n)) are computed
+        # first, outside the capture, so the captured kernels read their buffers, which a later assign
+        # (load_state_dict) writes in place: inlined, their graphs stayed the values they had at the capture. All of
+        # them, not only those the function reads: that shows only once their graphs are inlined in its kernels (the
+        # others are computed now rather than when first read)
+        Tensor.realize_all(*_lazy_tensors())
         first_new_buffer = buffers_made_from_now()
         gradients_before = _gradients_held()
         realize.capture.launches = []
