@@ -59,6 +59,13 @@ class _DeviceRegistry:
             self._opened[name] = module.open_device()
         return self._opened[name]
 
+    def empty_cache(self) -> int:
+        """Give back the memory lazygrad keeps from dead buffers for reuse (torch.cuda.empty_cache): the memory pool's
+        (up to 1 GiB, reused by exact size) and each opened device allocator's own cache; the bytes given back."""
+        freed = memory_pool.held
+        memory_pool.clear()
+        return freed + sum(device.allocator.empty_cache() for device in list(self._opened.values()))
+
     @property
     def DEFAULT(self) -> str:
         if self._default is None:
@@ -178,6 +185,10 @@ class Allocator(ABC):
 
     def free(self, handle: Any) -> None:
         """Give memory back (a no-op where the handle frees itself)."""
+
+    def empty_cache(self) -> int:
+        """Give back the freed memory this allocator keeps for reuse (see `caches_memory`); the bytes given back."""
+        return 0
 
     @abstractmethod
     def copyin(self, handle: Any, array: np.ndarray) -> None:

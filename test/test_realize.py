@@ -405,6 +405,20 @@ def test_memory_of_dead_buffers_is_reused_up_to_a_limit():
     assert pool.held == 0 and memory_pool.held <= memory_pool.limit
 
 
+def test_empty_cache_gives_back_what_the_pool_keeps():
+    from lazygrad.device import memory_pool
+
+    sizes = [1000 * k for k in range(1, 11)]
+    for size in sizes:  # dead buffers of sizes no later buffer asks for: kept (by the pool, or CUDA's allocator)
+        Tensor.ones(size).contiguous().realize()
+    gc.collect()
+    assert Device.empty_cache() >= 4 * sum(sizes)
+    assert memory_pool.held == 0 and not any(memory_pool.free_memory.values())
+    stats = getattr(Device[Device.DEFAULT].allocator, "stats", None)
+    assert stats is None or stats()["cached_bytes"] == 0
+    np.testing.assert_array_equal((Tensor.ones(1005).contiguous() * 2).numpy(), np.full(1005, 2.0))
+
+
 def test_graph_with_a_nan_constant_compiles_once():
     steps = Tensor([1.0, 2.0]).realize()
     for _ in range(3):
