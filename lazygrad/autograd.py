@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+from lazygrad.engine.buffers import with_history
 from lazygrad.gradient import compute_gradients
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import Ops, UOp
@@ -44,7 +45,11 @@ def backward(
 def dump_backward_graph(roots: list[Tensor], seeds: list[UOp], directory: str) -> None:
     """Write backward_graph.dot and backward_graph.txt (each gradient node and the forward op it came from)."""
     os.makedirs(directory, exist_ok=True)
-    forward = [root.uop for root in roots]
+    # the graph backward differentiates: realized tensors replaced by the computations behind them (see
+    # Tensor._backward); the roots' own graphs stopped at every realized intermediate
+    nodes = [root.uop for root in roots]
+    expanded = with_history(nodes)
+    forward = [expanded[node] for node in nodes]
     leaves = [
         node for node in UOp(Ops.SINK, src=tuple(forward)).toposort if node.op is Ops.BUFFER and node.dtype.is_float
     ]

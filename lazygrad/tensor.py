@@ -32,6 +32,7 @@ from lazygrad.engine.buffers import (
     with_history,
 )
 from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
+from lazygrad.engine.rng import is_random_source
 from lazygrad.engine.schedule import ScheduleItem, bind, create_schedule, plan_graph
 from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, Context, GlobalCounters, prod
@@ -99,10 +100,14 @@ def _pending_writes(buffer: UOp) -> list[Tensor]:
 
 def _prune_made() -> None:
     global _made_pruned_at
-    for key in [key for key, reference in _made.items() if reference() is None]:
-        del _made[key]
+    # (a copy of the items, and pop: another thread may be making tensors, or pruning too)
+    for key in [key for key, reference in list(_made.items()) if reference() is None]:
+        _made.pop(key, None)
     _made_pruned_at = max(64, 2 * len(_made))
 
+
+# ids of the tensors a setitem is writing into with gradients flowing through the write (see Tensor.__setitem__)
+_writes_keeping_gradient: set[int] = set()
 
 _RELEASED = "released"  # `.grad` of a tensor whose gradient an assign invalidated (see `_values_to_keep`)
 
@@ -245,8 +250,8 @@ class Tensor(
         if holders is None:
             holders = facts["tensors"] = {}
         elif len(holders) >= facts.get("tensors_pruned_at", 8):
-            for key in [key for key, reference in holders.items() if reference() is None]:
-                del holders[key]
+            for key in [key for key, reference in list(holders.items()) if reference() is None]:
+                holders.pop(key, None)  # (as in _prune_made: other threads' tensors may hold this node)
             facts["tensors_pruned_at"] = max(8, 2 * len(holders))
         holders[id(self)] = reference = weakref.ref(self)
         if previous is None:
@@ -543,7 +548,16 @@ class Tensor(
         return self
 
     def gradient(self, *targets: Tensor, gradient: Tensor | Any | None = None) -> list[Tensor]:
-        """d(self)/d(target) for each target, as new lazy tensors (differentiable again)."""
+        """d(self)/d(target) for each target, as new lazy tensors (differentiable again). The targets come one by one
+        or as one list or tuple (torch.autograd.grad's): `y.gradient(x, w)` or `y.gradient([x, w])`."""
+        if len(targets) == 1 and isinstance(targets[0], (list, tuple)):
+            targets = tuple(targets[0])
+        for number, target in enumerate(targets):
+            if not isinstance(target, Tensor):
+                raise TypeError(
+                    f"gradient: target {number} is a {type(target).__name__}, not a Tensor; pass the tensors to "
+                    "differentiate by, one by one or as one list: y.gradient(x, w) or y.gradient([x, w])"
+                )
         expanded = with_history([self.uop, *(t.uop for t in targets)])
         nodes = [expanded.get(t.uop) or history_of(t.uop) for t in targets]
         grads, _ = compute_gradients({expanded[self.uop]: self._seed(gradient, "gradient")}, nodes)
@@ -632,6 +646,9 @@ class Tensor(
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device} but the target is on {self.device}; use .to()")
         self._check_writable("assign")
+        if _writes_keeping_gradient and id(self) in _writes_keeping_gradient:  # (setitem's write: see __setitem__)
+            _writes_keeping_gradient.discard(id(self))
+            return self._assign_keeping_gradient(value)
         # Write in place only into a buffer this tensor owns. Another live tensor with the very same node (two
         # `Tensor.zeros(3)` realized together share one buffer) must keep its values, so then, as when there is
         # no buffer yet, the tensor simply becomes the value and gets a fresh buffer when realized. A pending
@@ -675,7 +692,45 @@ class Tensor(
                     f"(as torch refuses); write `x = x {op_name[:-1]} y` for a new tensor, or cast first"
                 )
             result = result.cast(self.dtype)
+        if self._has_gradient_history():
+            return self._assign_keeping_gradient(result)
         return self.assign(result)
+
+    def __setitem__(self, index, value) -> None:
+        # (IndexMixin's setitem, whose write into a tensor with gradient history keeps the gradient flowing: see
+        # _assign_keeping_gradient, which its assign turns into)
+        if not self._has_gradient_history():
+            return IndexMixin.__setitem__(self, index, value)
+        _writes_keeping_gradient.add(id(self))
+        try:
+            IndexMixin.__setitem__(self, index, value)
+        finally:
+            _writes_keeping_gradient.discard(id(self))
+
+    def _has_gradient_history(self) -> bool:
+        """Whether gradients flow back through the computation behind this realized tensor's values into other
+        tensors', so that an in-place operator or setitem must keep them flowing (with gradients on). Not for a leaf,
+        nor for one whose buffer an assign overwrote since (its values no longer come from it), nor for one computed
+        from random numbers and constants alone (a layer's first weights: `w -= lr * w.grad` is an update, and must
+        not chain every step's graph to the weights)."""
+        if self._history is None or Tensor.no_grad or not self._wants_gradient():
+            return False
+        computation = history_of(self._uop)
+        return computation is not self._uop and any(
+            node.op is Ops.BUFFER and not is_random_source(node) for node in computation.toposort
+        )
+
+    def _assign_keeping_gradient(self, value: Tensor) -> Tensor:
+        """An in-place operator's or setitem's write into a tensor with gradient history (`y = (x * 2).realize();
+        y += 1`): as torch records the in-place op, gradients flow through the written value (to x) rather than
+        stopping at the write, where a plain assign, which has no derivative, dropped them. The write runs now, and
+        the value's graph becomes the tensor's history (as if it had been computed as `y = y + 1`)."""
+        # (the value's graph with realized tensors expanded, taken before the write: running it forgets the history
+        # of the buffer it overwrites)
+        expanded = with_history([value.uop])[value.uop]
+        self.assign(value).realize()
+        self._history = remember_history(self._uop, expanded)
+        return self
 
     def __iadd__(self, other) -> Tensor:
         return self._in_place("+=", self + other)

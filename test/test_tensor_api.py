@@ -1,7 +1,10 @@
 """The Tensor API at its edges, as torch behaves: writes into a leaf that requires grad, `x[i] += v`, tensors made from
-torch tensors, and device names with an index. Values are compared with NumPy and torch."""
+torch tensors, device names with an index, `y.gradient([x, w])`, in-place writes into a computed tensor, and the
+backward graph's dump. Values are compared with NumPy and torch."""
 
+import gc
 import re
+import weakref
 
 import numpy as np
 import pytest
@@ -176,3 +179,141 @@ def test_a_device_that_is_not_a_string_is_a_type_error(device):
         Tensor([1.0], device=device) if device is not None else Device.canonicalize(device)
     with pytest.raises(TypeError, match=re.escape(expected)):
         Device[device]
+
+
+# ---- y.gradient([x, w]) ---------------------------------------------------------------------------------------------
+
+
+def test_gradient_takes_its_targets_as_one_list_or_tuple_as_torch_autograd_grad(torch):
+    """`y.gradient((x,))` failed inside: "'tuple' object has no attribute 'uop'"."""
+    x, w = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, -4.0], requires_grad=True)
+    tx, tw = torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([3.0, -4.0], requires_grad=True)
+    y, ty = (x * x * w).sum(), (tx * tx * tw).sum()
+    expected = [g.numpy() for g in torch.autograd.grad(ty, [tx, tw])]
+    for targets in ([x, w], (x, w)):
+        gradients = y.gradient(targets)
+        assert isinstance(gradients, list) and len(gradients) == 2
+        for gradient, theirs in zip(gradients, expected):
+            np.testing.assert_array_equal(gradient.numpy(), theirs)
+    (alone,) = y.gradient((x,))
+    np.testing.assert_array_equal(alone.numpy(), expected[0])
+    np.testing.assert_array_equal(y.gradient(x, w)[1].numpy(), expected[1])  # (one by one, as before)
+
+
+def test_gradient_of_something_not_a_tensor_says_how_to_pass_targets():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    expected = "gradient: target 1 is a float, not a Tensor; pass the tensors to differentiate by, one by one or as"
+    with pytest.raises(TypeError, match=re.escape(expected)):
+        y.gradient([x, 1.0])
+    with pytest.raises(TypeError, match=re.escape("gradient: target 0 is a list, not a Tensor")):
+        y.gradient([x], [x])
+
+
+# ---- in-place writes into a realized computation ----------------------------------------------------------------------
+
+
+def _in_place_cases(torch):
+    """(lazygrad's, torch's) versions of in-place writes into a computed tensor; each returns the loss, and the
+    tensors it must keep alive (a realized tensor keeps the history its gradient flows through)."""
+
+    def plus(x, w, realize):
+        y = x * 2
+        if realize:
+            y.realize()
+        y += 1
+        return (y * y).sum(), y
+
+    def times_then_plus(x, w, realize):
+        y = x * 2
+        if realize:
+            y.realize()
+        y *= w
+        y -= x
+        return (y * y).sum(), y
+
+    def setitem(x, w, realize):
+        y = x * 2
+        if realize:
+            y.realize()
+        y[1] = w[0] * 3
+        y[2:] = 7.0
+        return (y * y).sum(), y
+
+    def a_reshape_sees_it(x, w, realize):
+        y = x * w
+        if realize:
+            y.realize()
+        grid = y.reshape(2, 2)
+        y += 1
+        return (grid * grid).sum() + y.sum(), y
+
+    # (the last only realized: a reshape of a tensor still lazy is a value of its own, not a view)
+    return [plus, times_then_plus, setitem, a_reshape_sees_it]
+
+
+@pytest.mark.parametrize("case, realize", [(case, True) for case in range(4)] + [(case, False) for case in range(3)])
+def test_in_place_writes_into_a_computed_tensor_keep_its_gradient_as_torch(torch, case, realize):
+    """Into a realized computation they wrote an assign, which has no derivative: x.grad was None (y += 1), or
+    lacked the part through the write."""
+    x, w = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True), Tensor([0.5, -1.0, 2.0, 3.0], requires_grad=True)
+    tx = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    tw = torch.tensor([0.5, -1.0, 2.0, 3.0], requires_grad=True)
+    write = _in_place_cases(torch)[case]
+    loss, kept = write(x, w, realize)
+    theirs, their_kept = write(tx, tw, False)
+    loss.backward()
+    theirs.backward()
+    np.testing.assert_allclose(loss.numpy(), theirs.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(kept.numpy(), their_kept.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+    if tw.grad is None:
+        assert w.grad is None
+    else:
+        np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)
+    assert not kept.is_leaf
+
+
+def test_in_place_writes_with_gradients_off_stay_plain_writes():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 2).realize()
+    with Tensor.test():
+        y += 1
+    np.testing.assert_array_equal(y.numpy(), [3.0, 5.0])
+    (y * x).sum().backward()  # (y's values no longer come from x: only the direct product's gradient)
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 5.0])
+
+
+def test_an_in_place_update_of_randomly_initialised_weights_keeps_no_graph():
+    """Weights drawn at random are realized with their drawing as history; an update written `w -= lr * w.grad`
+    must not make each step's gradient graph part of the weights' history (kept alive for ever)."""
+    w = Tensor.uniform(2, 3, requires_grad=True).realize()
+    first = w.numpy()
+    x = Tensor([[1.0, 2.0, 3.0]])
+    graphs = []
+    for _ in range(3):
+        w.grad = None
+        (x * w).sum().backward()
+        graphs.append(weakref.ref(w.grad.uop))
+        w -= 0.5 * w.grad
+    (x * w).sum().numpy()
+    w.grad = None
+    gc.collect()
+    assert [graph() for graph in graphs] == [None, None, None]
+    np.testing.assert_allclose(w.numpy(), first - 1.5 * np.array([[1.0, 2.0, 3.0]] * 2), rtol=1e-6)
+
+
+# ---- the backward graph's dump ---------------------------------------------------------------------------------------
+
+
+def test_the_backward_graph_dump_goes_through_realized_tensors(tmp_path):
+    """It drew the roots' graphs as they stand, which stop at a realized tensor (its buffer), where backward goes on
+    through the computation behind it: the square root's gradient was missing."""
+    from lazygrad import autograd
+
+    x = Tensor([1.0, 4.0], requires_grad=True)
+    root = x.sqrt().realize()
+    autograd.backward([(root * root).sum()], dump_backward_graph_path=str(tmp_path))
+    text = (tmp_path / "backward_graph.txt").read_text()
+    assert "gradient of SQRT (2,)" in text, text
+    np.testing.assert_allclose(x.grad.numpy(), [1.0, 1.0], rtol=1e-6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -147,8 +148,8 @@ class _Recording:
 class TinyJit:
     """Wrap a function whose work is realized Tensors (e.g. a training step). Call 1 runs it, call 2 runs it
     while recording every kernel launch, later calls replay the launches with the new inputs' buffers. The outputs
-    of a replay live in the same buffers every call (the containers holding them are new each call). `JIT=0` turns
-    capturing off.
+    of a replay live in the same buffers every call (the containers holding them are new each call): they hold this
+    call's values until the next call. `JIT=0` turns capturing off.
 
     A replay runs kernels, not the function's Python, so what the Python decided at the capture stays decided:
     - The mode it runs in, `Tensor.training` (dropout, batch norm) and `Tensor.no_grad` (`Tensor.test()`), is part
@@ -166,13 +167,51 @@ class TinyJit:
     - `.grad`: each replay gives the tensors the function's backward filled the same `.grad` (holding this call's
       gradient), also when `opt.zero_grad()` runs outside the function. Adding to a `.grad` kept from an earlier
       call (backward without zero_grad in the function) cannot be replayed and is refused with a JitError.
-    - A TinyJit called while another one captures runs as plain code, its kernels part of the outer capture."""
+    - A TinyJit called while another one captures runs as plain code, its kernels part of the outer capture.
+    - Threads: a TinyJit runs one call at a time (a second thread waits), and while it captures no other thread
+      realizes. A replay's outputs are the same buffers for every caller: another thread's call overwrites them.
+    - On a method (`@TinyJit` in a class body), each instance gets a TinyJit of its own: its tensors differ."""
 
     def __init__(self, function: Callable):
         self.function = function
         self.recordings: dict[tuple[bool, bool], _Recording] = {}  # by mode: (Tensor.training, Tensor.no_grad)
         self.recording = _Recording()  # the one the last call used
+        # (re-entrant: the function may call this TinyJit again, which then warms up inside it)
+        self._lock = threading.RLock()
+        self._bound: dict[int, TinyJit] = {}  # on a method: each instance's TinyJit, by the instance's id
         functools.update_wrapper(self, function)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> TinyJit:
+        """`instance.method`: the instance's own TinyJit (one capture shared by all instances would replay the first
+        one's tensors for every other). It holds the instance weakly and goes with it."""
+        if instance is None:
+            return self
+        bound = self._bound.get(id(instance))
+        if bound is not None:
+            return bound
+        try:
+            reference = weakref.ref(instance)
+        except TypeError:
+            raise TypeError(
+                f"TinyJit({self.function.__name__}): a method of a {type(instance).__name__} instance, which cannot be "
+                "weakly referenced (its __slots__ lack '__weakref__'), so its own capture cannot be kept with it; add "
+                "'__weakref__' to __slots__, or make one per instance: self.step = TinyJit(self._step)"
+            ) from None
+        function = self.function
+
+        def method(*args, **kwargs):
+            return function(reference(), *args, **kwargs)
+
+        functools.update_wrapper(method, function)
+        bound = self._bound.setdefault(id(instance), TinyJit(method))  # (setdefault: two threads get one)
+        if bound.function is method:
+            weakref.finalize(instance, self._bound.pop, id(instance), None)
+        return bound
+
+    def __deepcopy__(self, memo: dict) -> TinyJit:
+        """A TinyJit of a copy of the function (`copy.deepcopy(model)`, whose step reads the copy's tensors), which
+        captures again: a capture replays the buffers it was made with (and its lock cannot be copied)."""
+        return TinyJit(copy.deepcopy(self.function, memo))
 
     def __getattr__(self, name: str) -> Any:
         """The last call's capture, read as the TinyJit's own: `launches`, `plan`, `calls` (in that mode: 1 warmed
@@ -215,20 +254,33 @@ class TinyJit:
                 )
 
     def __call__(self, *args, **kwargs):
-        from lazygrad.tensor import Tensor, pending_assigns
-
         # inside another TinyJit's capture this one is plain code: its kernels join that capture (its own replay
         # would launch them unrecorded, and its own capture would end the outer one)
         if not JIT or realize.capture.launches is not None:
             return self.function(*args, **kwargs)
+        with self._lock:  # (one call at a time: its counter, capture and replay's output buffers are shared)
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict):
+        from lazygrad.tensor import Tensor, pending_assigns
+
         self._refuse_arrays(args, kwargs)
-        tensors = _tensors_in(list(args) + list(kwargs.values()))
+        # (keyword arguments in the signature's order, by name: the call's order would swap same-shaped inputs)
+        tensors = _tensors_in(list(args) + [kwargs[key] for key in sorted(kwargs)])
         # assigns made since the last call (`lr.assign(...)`, new weights) run first, outside any capture: a replay
         # reads the buffers they write, and would otherwise run on before them
         Tensor.realize_all(*tensors, *pending_assigns())
-        for tensor in tensors:
-            if not is_buffer_view(tensor.uop):
-                tensor.uop = tensor.contiguous().realize().uop
+        # a view (x[1:3], x.T) goes in as a copy in a buffer of its own, which a replay can swap for the next call's;
+        # the caller's tensor stays the view it is (it follows its buffer, and keeps its gradient)
+        copies = {id(tensor): tensor.contiguous() for tensor in tensors if not is_buffer_view(tensor.uop)}
+        if copies:
+            Tensor.realize_all(*copies.values())
+            tensors = [copies.get(id(tensor), tensor) for tensor in tensors]
+
+            def copied(value):
+                return copies.get(id(value), value) if isinstance(value, Tensor) else value
+
+            args, kwargs = _rebuilt(args, copied), _rebuilt(kwargs, copied)
         signature = self._signature(args, kwargs, tensors)
         mode = (bool(Tensor.training), bool(Tensor.no_grad))
         recording = self.recordings.get(mode)
@@ -249,7 +301,10 @@ class TinyJit:
         try:
             if recording.calls == 1:
                 return self._run(args, kwargs, tensors)
-            return self._capture(recording, args, kwargs, tensors)
+            # no other thread realizes meanwhile: it would record nothing here, but could compute (or realize
+            # first, outside the capture) tensors this call is building
+            with realize.realize_lock:
+                return self._capture(recording, args, kwargs, tensors)
         except BaseException:
             # (a failed warm-up or capture leaves nothing to replay: the next call in this mode starts again)
             self.recordings.pop(mode, None)
