@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -34,12 +35,52 @@ ERFC_SERIES = (
 )
 
 
+# Taylor's coefficients of sinh(x) = x + x (c0 + c1 x^2 + ...) (cn = 1 / (2n+1)!, c0 = 0) and of erf (cn =
+# 2/sqrt(pi) (-1)^n / (n! (2n+1)), c0 less the leading 1), for |x| < 1 and < 0.75, where exp(x) - exp(-x) and
+# 1 - erfc(x) cancel. float32 takes the terms until the first left out is below 2e-8 of the sum there; float64 all
+# of sinh's (below 1e-17), and erf's to x^21 (2e-12: finer than the erfc fit beyond, and a 12th term would cost the
+# forward and backward of a large tensor kernels more, see _odd_series)
+SINH_TAYLOR = tuple(1 / math.factorial(2 * n + 1) if n else 0.0 for n in range(9))
+ERF_TAYLOR = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) - (n == 0) for n in range(11))
+
+
 def _edge_slope(x: Tensor, direction, where: Tensor) -> Tensor:
     """0 in value, with slope `direction` * inf in x where `where` holds (finite x) and 0 elsewhere: the infinite or
     (times 0) nan gradients torch gives pow at the edges of its domain, added to a value that stays as it was."""
     shifted = x * direction
     # shifted - shifted is +0 with slope 1, and sqrt's slope at +0 is +inf
     return (where & x.isfinite()).where(shifted - shifted.detach(), 0.0).sqrt()
+
+
+def _in_float32(method):
+    """`method` computed in float32 for float16 and bfloat16 tensors and rounded once, as torch computes them: rounded
+    after every op it lost digits, and its squares overflowed float16 past 256 (asinh(300) was inf)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Tensor) -> Tensor:
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+            return method(self.float()).cast(self.dtype)
+        return method(self)
+
+    return wrapper
+
+
+def _odd_series(x: Tensor, coefficients) -> Tensor:
+    """x + x (c0 + c1 z + c2 z^2 + ...) with z = x^2, summed term by term from the smallest, each power of z the
+    product of two smaller ones: a gradient reads only those powers, cheap to compute again. (It would read every
+    partial sum of Horner's rule, each costlier than the last, and the scheduler stores those in kernels of their
+    own: sinh's forward and backward took 5 kernels rather than 2.)"""
+    powers = [None, x * x]
+    for k in range(2, len(coefficients)):
+        # z^k as z^(2^j) z^(k - 2^j), 2^j the largest power of two below k: the fewest products under each power
+        split = 1 << ((k - 1).bit_length() - 1)
+        powers.append(powers[split] * powers[k - split])
+    total = None
+    for k in range(len(coefficients) - 1, -1, -1):
+        if coefficients[k]:
+            term = coefficients[k] * (x * powers[k] if k else x)
+            total = term if total is None else total + term
+    return x + total
 
 
 def _largest_finite(dtype) -> float:
@@ -89,7 +130,13 @@ class MathMixin:
         if self.dtype == dtypes.bool or self.dtype.is_unsigned:  # (-x of an unsigned int wraps around)
             return self
         # max(x, -x): at 0 the tie splits the gradient into +1/2 and -1/2, so it is 0 there, as in torch
-        return self.maximum(-self)
+        magnitude = self.maximum(-self)
+        if not self.dtype.is_float:
+            return magnitude
+        # a tie gives MAX's second operand in C, OpenCL, CUDA and the emulator: -0.0 for +0.0. A max with +0.0 makes
+        # either zero +0.0 (as LLVM's maximum does) and keeps NaN; at 0 its tie passes half the gradient to max(x,
+        # -x), whose slope there is 0. (`x + 0.0` would do too, but the simplifier takes it for x)
+        return magnitude.maximum(0.0)
 
     def sign(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool:
@@ -255,10 +302,15 @@ class MathMixin:
 
     # ---- hyperbolic, inverse trigonometric and special functions ----------------------------------------------------
 
+    @_in_float32
     def sinh(self: Tensor) -> Tensor:
-        """(exp(x) - exp(-x)) / 2."""
+        """(exp(x) - exp(-x)) / 2, and its Taylor series for |x| < 1, where the difference cancels (sinh(1e-8) was 0)."""
+        source = self._to_float()
+        small = source.abs() < 1
+        near = small.where(source, 0.0)  # (the series of a large x would be inf: its slope times 0, nan)
+        series = _odd_series(near, SINH_TAYLOR[: 9 if source.dtype == dtypes.float64 else 6])
         # exp(x - ln 2) is exp(x) / 2 without overflowing where exp(x) alone would (88.7 < x < 89.4)
-        return (self - LN_2).exp() - (-self - LN_2).exp()
+        return small.where(series, (source - LN_2).exp() - (-source - LN_2).exp())
 
     def cosh(self: Tensor) -> Tensor:
         """(exp(x) + exp(-x)) / 2."""
@@ -300,27 +352,53 @@ class MathMixin:
         # 2 atan(sqrt((1-x)/(1+x))) is accurate near both ends, where pi/2 - asin(x) cancels
         return 2 * ((1 - self) / (1 + self)).sqrt().atan()
 
+    @_in_float32
     def asinh(self: Tensor) -> Tensor:
-        """The inverse hyperbolic sine: log(x + sqrt(x^2 + 1))."""
+        """The inverse hyperbolic sine: log(u), u = x + sqrt(x^2 + 1), plus what rounding u lost (log1p's correction:
+        log(u) alone lost a small x's digits, asinh(1e-6) was 4.6% off and asinh(1e-8) 0)."""
 
         def asinh_of_magnitude(a: Tensor) -> Tensor:
             # past 2**26, sqrt(a^2 + 1) is a in float32 (and a^2 overflows past 1e19): log(2a)
             huge = a > 2.0**26
             safe = huge.where(1.0, a)
-            return huge.where(huge.where(a, 1.0).log() + LN_2, (safe + (safe * safe + 1).sqrt()).log())
+            root = (safe * safe + 1).sqrt()
+            u = safe + root
+            # u - 1 is exact where u rounded, and a + a^2 / (root + 1) is what it should be: their difference over
+            # u (root - a is 1 / u) is what log(u) lacks (log1p's correction). Its slope is 0: the gradient reads only
+            # what log(u)'s does, as before
+            correction = (((safe + safe * safe / (root + 1)) - (u - 1)) * (root - safe)).detach()
+            return huge.where(huge.where(a, 1.0).log() + LN_2, u.log() + correction)
 
         return self._odd(asinh_of_magnitude)
 
+    @_in_float32
     def acosh(self: Tensor) -> Tensor:
-        """The inverse hyperbolic cosine: log(x + sqrt(x^2 - 1)); nan below 1."""
+        """The inverse hyperbolic cosine: log(u), u = x + sqrt(x^2 - 1), plus what rounding u lost (log(u) alone was
+        up to 1000 ulp off near 1); nan below 1, as torch."""
         source = self._to_float()
         huge = source > 2.0**26
-        safe = huge.where(1.0, source)
-        return huge.where(huge.where(source, 1.0).log() + LN_2, (safe + ((safe - 1) * (safe + 1)).sqrt()).log())
+        # d = x - 1, exact near 1 (written + -1: `- 1` is a negation node more, which the scheduler counts in what
+        # recomputing root costs, and a half acosh's forward and backward took a kernel more)
+        d = huge.where(0.0, source + -1.0)
+        root = (d * (d + 2)).sqrt()
+        x = d + 1
+        u = x + root
+        # as in asinh: u - 1 should be d + root, and x - root is 1 / u
+        correction = (((d + root) - (u - 1)) * (x - root)).detach()
+        # (below 1, log(u) is nan only between -1 and 1)
+        return huge.where(huge.where(source, 1.0).log() + LN_2, (source < 1).where(math.nan, u.log() + correction))
 
+    @_in_float32
     def atanh(self: Tensor) -> Tensor:
-        """The inverse hyperbolic tangent: log((1 + x) / (1 - x)) / 2; ±inf at ±1, nan beyond."""
-        return ((1 + self) / (1 - self)).log() * 0.5
+        """The inverse hyperbolic tangent: log(u) / 2, u = (1 + x) / (1 - x), plus what rounding u lost (log(u) alone
+        lost a small x's digits: atanh(1e-6) was 1.3% off); ±inf at ±1, nan beyond."""
+        source = self._to_float()
+        u = (1 + source) / (1 - source)
+        # as in asinh: u - 1 should be 2x / (1 - x). It is exact from x = -1/3 (u = 1/2) on; below, 1 + x is about
+        # exact and the correction not needed, and at 1 both are inf
+        needed = (source > -1 / 3) & (source < 1)
+        correction = needed.where((2 * source / (1 - source) - (u - 1)) / u, 0.0).detach()
+        return (u.log() + correction) * 0.5
 
     def log1p(self: Tensor) -> Tensor:
         """log(1 + x), accurate for small x where log(1 + x) loses x's digits to the rounding of 1 + x."""
@@ -349,19 +427,27 @@ class MathMixin:
         distance = same_infinity.where(0.0, (x - y).abs())
         return x.maximum(y) + same_infinity.where(0.0, (-distance).exp().log1p())
 
+    def _erfc_of_magnitude(a: Tensor) -> Tensor:
+        """erfc(a) for a >= 0 (or nan), from a fit of t exp(-a^2 + P(t)) with t = 1 / (1 + a/2) (within 3e-8 relative
+        in float64, so about float32's rounding)."""
+        t = 1 / (1 + 0.5 * a)
+        series = ERFC_SERIES[-1]
+        for coefficient in ERFC_SERIES[-2::-1]:
+            series = series * t + coefficient
+        # erfc underflows to 0 past a ~ 10 (and a^2 overflows past 1e19)
+        beyond = a > 10
+        bounded = beyond.where(0.0, a)
+        return beyond.where(0.0, t * (series - bounded * bounded).exp())
+
+    @_in_float32
     def erf(self: Tensor) -> Tensor:
-        """The error function, from a fit of erfc(a) = t exp(-a^2 + P(t)) with t = 1 / (1 + a/2) for a >= 0 (within
-        3e-8 relative of erfc in float64, so about float32's rounding)."""
+        """The error function: its Taylor series below 0.75 in magnitude, 1 - erfc beyond (which cancels near 0:
+        erf(0) was -1.2e-7)."""
+        terms = 11 if self.dtype == dtypes.float64 else 8
 
         def erf_of_magnitude(a: Tensor) -> Tensor:
-            t = 1 / (1 + 0.5 * a)
-            series = ERFC_SERIES[-1]
-            for coefficient in ERFC_SERIES[-2::-1]:
-                series = series * t + coefficient
-            # erfc underflows to 0 past a ~ 10 (and a^2 overflows past 1e19): there erf is 1
-            beyond = a > 10
-            bounded = beyond.where(0.0, a)
-            return 1 - beyond.where(0.0, t * (series - bounded * bounded).exp())
+            small = a < 0.75
+            return small.where(_odd_series(small.where(a, 0.0), ERF_TAYLOR[:terms]), 1 - a._erfc_of_magnitude())
 
         return self._odd(erf_of_magnitude)
 
