@@ -511,7 +511,7 @@ class Tensor(
             # (dicts, not sets, here: the tensors found come in the graph's order, the same for the same graph)
             in_graph = dict.fromkeys(order)
             # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
-            views = [view for view, reference in history.items() if reference() in in_graph]
+            views = [view for view, computation in history.items() if computation in in_graph]
             # (where no root changed, nothing below one did: the graph as built is the expanded one)
             graph = in_graph if expanded_roots == nodes else dict.fromkeys(toposort(nodes)) | in_graph
             candidates = tensors_holding([*graph, *views])
@@ -609,9 +609,8 @@ class Tensor(
         schedule, becomes, remember = bind(planned)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
-        # and the weak `realized` map lets deeper graphs that still contain the node read it too.
-        for node, view in remember.items():
-            realized.set(node, view)
+        # and the `realized` map lets deeper graphs that still contain the node read it too.
+        remembered: set[UOp] = set()  # the views given a history: the nodes they hold refer to them weakly
         for tensor in tensors_holding(becomes):
             node = tensor._uop
             view = becomes[node]
@@ -621,7 +620,10 @@ class Tensor(
             # read: not where this schedule overwrote one (a value computed from a buffer an assign here wrote)
             if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
                 tensor._history = remember_history(view, node)
+                remembered.add(view)
             tensor.uop = view
+        for node, view in remember.items():
+            realized.set(node, weakref.ref(view) if view in remembered else view)
         if DEBUG.value >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 

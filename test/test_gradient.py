@@ -8,6 +8,7 @@ user can make, graphs deeper than Python's recursion limit, the backward-graph d
 same random graph in lazygrad and PyTorch and compares every leaf's gradient.
 """
 
+import gc
 import sys
 
 import numpy as np
@@ -809,3 +810,33 @@ def test_graph_picture_needs_graphviz_for_svg(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="graphviz"):
         save_graph(Tensor([1.0]) * 2, str(tmp_path / "graph.svg"))
     assert (tmp_path / "graph.dot").exists()
+
+
+@needs_torch
+def test_gradients_flow_through_a_realized_tensor_that_died_before_backward():
+    """A realized tensor's computation lives as long as anything reads its buffer, not only as long as the tensor:
+    a loss built inside a function on an intermediate it realized (the tensor gone when the function returns) gave
+    x only the gradient of its direct use, [1, 1, 1, 1]."""
+    values = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+
+    def loss_of(x, library_realize):
+        y = library_realize(x * 2)
+        return (y * y + x).sum()
+
+    x = Tensor(values, requires_grad=True)
+    loss_of(x, lambda t: t.realize()).backward()
+    gc.collect()
+    reference = torch.tensor(values, requires_grad=True)
+    loss_of(reference, lambda t: t).backward()
+    np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy())
+    # and the graph that read it goes once nothing reads it: no buffer is left to the cyclic collector
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(5):
+            y = (x * 2).realize()
+            (y * y).sum().backward()
+            del y
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -61,11 +61,13 @@ class NodeFact:
         return bool(self._carriers)
 
 
-# computed node -> the view of the buffer that holds its value
+# computed node -> the view of the buffer that holds its value: the view itself, or a weak reference to it where the
+# view has a history (see `realized_view`)
 realized = NodeFact("realized")
-# view a tensor was switched to by realization -> (a weak reference to) the computation it replaced, so gradients
-# still flow through it. The tensor itself keeps that computation alive (see `remember_history`); held weakly,
-# this fact never keeps a graph alive by itself.
+# view a tensor was switched to by realization -> the computation it replaced, so gradients still flow through it:
+# as long as anything reads the view (a loss built on a tensor that has died since), not only while the tensor lives.
+# The computation's nodes then refer to the view weakly (`realized`): the two would otherwise keep each other alive,
+# and their buffers, until the cyclic collector ran.
 history = NodeFact("history")
 _unique_ids = itertools.count()
 _VIEW_OPS = (Ops.BUFFER, Ops.RESHAPE)
@@ -134,14 +136,14 @@ def forget_buffers(buffers: set[UOp]) -> None:
         return below[root]
 
     # (an executed assign stays: it stands for its buffer's current contents)
-    for node, view in realized.items():
-        if node.op is not Ops.ASSIGN and (view.base in buffers or reads(node)):
+    for node, _ in realized.items():
+        view = realized_view(node)
+        if view is None or node.op is not Ops.ASSIGN and (view.base in buffers or reads(node)):
             realized.drop(node)
     # a view of an overwritten buffer, or of a computation that read it, is a leaf now: its values no longer come
     # from that computation, and gradients through it would be taken at the new values
-    for view, reference in history.items():
-        computation = reference()
-        if computation is None or view.base in buffers or reads(computation):
+    for view, computation in history.items():
+        if view.base in buffers or reads(computation):
             history.drop(view)
 
 
@@ -166,7 +168,11 @@ def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: 
                 reads[node] = node in overwritten
             elif op is Ops.ASSIGN and node in written_now:
                 reads[node] = False
-            elif (view := node.__dict__.get(realized_key)) is not None and view.base in overwritten:
+            elif (
+                node.__dict__.get(realized_key) is not None
+                and (view := realized_view(node)) is not None
+                and (view.base in overwritten)
+            ):
                 reads[node] = True  # its value sits in the buffer about to be overwritten
             else:
                 push((node, True))
@@ -189,19 +195,26 @@ def _is_view_of_buffer(node: UOp) -> bool:
     return node.op is Ops.BUFFER
 
 
+def realized_view(node: UOp) -> UOp | None:
+    """The view of the buffer holding a computed node's value, while there is one."""
+    view = node.__dict__.get(realized.key)
+    if view is None or view.__class__ is UOp:
+        return view
+    return view()  # (weak: the view of a tensor with a history, which keeps this node alive)
+
+
 def remember_history(view: UOp, computation: UOp) -> UOp:
-    """Record that `view` holds the value of `computation`; returns the computation with earlier views expanded,
-    which the caller (the tensor switched to `view`) must keep alive for the history to last."""
+    """Record that `view` holds the value of `computation`; returns the computation with earlier views expanded.
+    Call it before `realized.set` of the nodes the view holds: those refer to a view with a history weakly."""
     # (with no history recorded anywhere, the graph has no view to expand)
     expanded = with_history([computation])[computation] if history else computation
-    history.set(view, weakref.ref(expanded))
+    history.set(view, expanded)
     return expanded
 
 
 def history_of(node: UOp) -> UOp:
     """The computation a realized view holds, or the node itself."""
-    reference = history.get(node)
-    inner = reference() if reference is not None else None
+    inner = history.get(node)
     return node if inner is None else inner
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType
-from lazygrad.engine.buffers import forget_buffers, is_buffer_view, new_buffer, realized
+from lazygrad.engine.buffers import forget_buffers, is_buffer_view, new_buffer, realized, realized_view
 from lazygrad.engine.fusion import kernel_roots
 from lazygrad.engine.kernel_work import split_reduces
 from lazygrad.helpers import DEBUG, prod
@@ -54,9 +54,12 @@ def _prepare(nodes: list[UOp], aliases: dict[UOp, UOp]) -> dict[UOp, UOp]:
     done: dict[UOp, UOp] = {}
     key = realized.key
     for node in nodes:
-        if (view := node.__dict__.get(key)) is not None:
-            done[node] = view
-        elif any(source in done or source in aliases for source in node.src):
+        if node.__dict__.get(key) is not None:
+            if (view := realized_view(node)) is not None:
+                done[node] = view
+                continue
+            realized.drop(node)  # (the view of a tensor with a history died: the node is computed again)
+        if any(source in done or source in aliases for source in node.src):
             sources = (aliases.get(source, source) for source in node.src)
             done[node] = node.replace(src=tuple(done.get(source, source) for source in sources))
     for detach, source in aliases.items():
