@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+import threading
 import weakref
 from typing import Any
 
@@ -163,6 +164,43 @@ def _pending_gradients(outputs: list[UOp], device: str) -> list[Tensor]:
     return list(found.values())
 
 
+class _ThreadModes(threading.local):
+    """The calling thread's own `Tensor.training` and `Tensor.no_grad`, set by `Tensor.train()`/`Tensor.test()`
+    (None: the process-wide setting)."""
+
+    training: bool | None = None
+    no_grad: bool | None = None
+
+
+_thread_modes = _ThreadModes()
+_process_modes = {"training": False, "no_grad": False}  # what assigning `Tensor.training = ...` sets
+
+
+class _TensorType(type):
+    """Tensor's class. `Tensor.training` and `Tensor.no_grad` are each thread's mode, as torch's grad mode is: a
+    thread inside `with Tensor.test():` turns off no other thread's gradients, and threads entering and leaving such
+    blocks at once cannot leave a mode stuck on (each restored the other's). Assigning one (`Tensor.training = True`,
+    tinygrad's way) sets it for the whole process, for the threads not inside such a block."""
+
+    @property
+    def training(cls) -> bool:
+        mode = _thread_modes.training
+        return _process_modes["training"] if mode is None else mode
+
+    @training.setter
+    def training(cls, value: bool) -> None:
+        _process_modes["training"], _thread_modes.training = value, None
+
+    @property
+    def no_grad(cls) -> bool:
+        mode = _thread_modes.no_grad
+        return _process_modes["no_grad"] if mode is None else mode
+
+    @no_grad.setter
+    def no_grad(cls, value: bool) -> None:
+        _process_modes["no_grad"], _thread_modes.no_grad = value, None
+
+
 class Tensor(
     CreationMixin,
     ElementwiseMixin,
@@ -175,13 +213,12 @@ class Tensor(
     ScanMixin,
     ConvMixin,
     NNMixin,
+    metaclass=_TensorType,
 ):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
 
     # _history: the computation behind a realized tensor's buffer, kept for gradients (see realize_all)
     __slots__ = ("_uop", "device", "_requires_grad", "_grad", "_history", "__weakref__")
-    training: bool = False
-    no_grad: bool = False  # while True, results carry no gradient and backward is an error
 
     def __init__(
         self,
@@ -264,22 +301,22 @@ class Tensor(
     def train(mode: bool = True):
         """`with Tensor.train():` (or as a decorator) sets `Tensor.training` (dropout drops, batchnorm uses batch
         statistics and updates its running ones) and restores it after."""
-        previous, Tensor.training = Tensor.training, mode
+        previous, _thread_modes.training = _thread_modes.training, mode  # (this thread's: see _TensorType)
         try:
             yield
         finally:
-            Tensor.training = previous
+            _thread_modes.training = previous
 
     @staticmethod
     @contextlib.contextmanager
     def test(mode: bool = True):
         """`with Tensor.test():` (or as a decorator) sets `Tensor.no_grad` (results carry no gradient) and restores
         it after."""
-        previous, Tensor.no_grad = Tensor.no_grad, mode
+        previous, _thread_modes.no_grad = _thread_modes.no_grad, mode  # (this thread's: see _TensorType)
         try:
             yield
         finally:
-            Tensor.no_grad = previous
+            _thread_modes.no_grad = previous
 
     @staticmethod
     def allow_tf32(mode: bool = True):
@@ -415,7 +452,8 @@ class Tensor(
         tensor = object.__new__(Tensor)
         # (_uop set first: the setter's look-up of an unset slot would raise and catch an AttributeError)
         tensor.device, tensor._grad, tensor._history, tensor._uop = self.device, None, None, None
-        if Tensor.no_grad:
+        no_grad = _thread_modes.no_grad  # (Tensor.no_grad, inline: the hottest path of graph building)
+        if no_grad if no_grad is not None else _process_modes["no_grad"]:
             tensor._requires_grad, tensor.uop = False, UOp(Ops.DETACH, uop.dtype, (uop,))
         else:
             tensor._requires_grad, tensor.uop = None, uop

@@ -317,3 +317,52 @@ def test_the_backward_graph_dump_goes_through_realized_tensors(tmp_path):
     text = (tmp_path / "backward_graph.txt").read_text()
     assert "gradient of SQRT (2,)" in text, text
     np.testing.assert_allclose(x.grad.numpy(), [1.0, 1.0], rtol=1e-6)
+
+
+def test_training_and_no_grad_are_each_threads_own():
+    """`with Tensor.test():` in one thread turned off another thread's gradients, and threads entering and leaving
+    such blocks at once left both modes stuck on (each restored the value another had set)."""
+    import threading
+    import time
+
+    from lazygrad import Tensor as T
+
+    start, errors = threading.Barrier(4), []
+
+    def flip(context, name):
+        start.wait()
+        for _ in range(50):
+            with context():
+                if not getattr(T, name):
+                    errors.append(f"{name} off inside its block")
+                time.sleep(0.0005)
+
+    def differentiate():
+        start.wait()
+        for _ in range(50):
+            x = T([1.0, 2.0], requires_grad=True)
+            (x * x).sum().backward()
+            if x.grad is None or x.grad.tolist() != [2.0, 4.0]:
+                errors.append("a gradient was off in a thread outside any block")
+
+    threads = [
+        threading.Thread(target=flip, args=(T.test, "no_grad")),
+        threading.Thread(target=flip, args=(T.test, "no_grad")),
+        threading.Thread(target=flip, args=(T.train, "training")),
+        threading.Thread(target=differentiate),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and T.no_grad is False and T.training is False
+    # assigning sets the mode for the process: a thread that never entered a block sees it
+    seen = []
+    T.training = True
+    try:
+        thread = threading.Thread(target=lambda: seen.append(T.training))
+        thread.start()
+        thread.join()
+    finally:
+        T.training = False
+    assert seen == [True] and T.training is False
