@@ -689,15 +689,21 @@ class Tensor(
         if _writes_keeping_gradient and id(self) in _writes_keeping_gradient:  # (setitem's write: see __setitem__)
             _writes_keeping_gradient.discard(id(self))
             return self._assign_keeping_gradient(value)
-        # Write in place only into a buffer this tensor owns. Another live tensor with the very same node (two
-        # `Tensor.zeros(3)` realized together share one buffer) must keep its values, so then, as when there is
-        # no buffer yet, the tensor simply becomes the value and gets a fresh buffer when realized. A pending
-        # write is followed by another write to the same buffer. Each assign is a distinct event: a number makes
-        # its node unique, so the same update issued twice runs twice.
+        # Write in place into the tensor's buffer. Another live tensor with the very same node (two
+        # `Tensor.zeros(3)` realized together share one buffer, as `w.detach()` shares w's) keeps its values: it
+        # becomes a copy of them, which the write's schedule computes first (see `_values_to_keep`), while this
+        # tensor keeps its buffer, which a TinyJit replay or an optimizer reads (given a new one, the replays
+        # read the old). A tensor with no buffer yet simply becomes the value. A pending write is followed by
+        # another write to the same buffer. Each assign is a distinct event: a number makes its node unique, so
+        # the same update issued twice runs twice.
         if self.uop.op is Ops.ASSIGN:
             target = self.uop.src[0]
-        elif is_buffer_view(self.uop) and not any(t is not self for t in tensors_holding([self.uop])):
+        elif is_buffer_view(self.uop):
             target = self.uop
+            if others := [t for t in tensors_holding([target]) if t is not self]:
+                copy = UOp(Ops.CONTIGUOUS, self.dtype, (target,), next(_contiguous_ids))
+                for other in others:
+                    other.uop = copy
         else:
             self.uop = value.uop
             return self

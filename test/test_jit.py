@@ -265,3 +265,21 @@ def test_a_deep_copied_model_steps_on_its_own_tensors():
     for _ in range(3):
         np.testing.assert_array_equal(copied.step(Tensor([1.0, 2.0])).numpy(), [5.0, 12.0])
         np.testing.assert_array_equal(model.step(Tensor([1.0, 2.0])).numpy(), [1.0, 4.0])
+
+
+def test_an_assign_reaches_the_replays_when_another_tensor_shares_the_node():
+    """`keep = w.detach()` is w's very node: assign gave w a new buffer (so keep kept the old values), and the
+    replays, which read the old buffer, never saw the new weights. Now keep gets a copy and w keeps its buffer."""
+    w = Tensor([1.0, 1.0]).realize()
+    keep = w.detach()
+
+    @TinyJit
+    def shifted(x):
+        return (x + w).realize()
+
+    for _ in range(3):
+        shifted(Tensor([0.0, 0.0]))
+    w.assign(Tensor([7.0, 7.0])).realize()
+    np.testing.assert_array_equal(shifted(Tensor([0.0, 0.0])).numpy(), [7.0, 7.0])
+    np.testing.assert_array_equal(keep.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(w.numpy(), [7.0, 7.0])
