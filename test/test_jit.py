@@ -17,19 +17,6 @@ from lazygrad import Tensor, TinyJit, nn
 from lazygrad.nn.state import load_state_dict
 
 
-@pytest.fixture(autouse=True)
-def _modes_restored():
-    """Every test starts and ends in eval mode with gradients on, whatever it sets."""
-    Tensor.training, Tensor.no_grad = False, False
-    yield
-    Tensor.training, Tensor.no_grad = False, False
-
-
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def test_a_replay_reads_what_an_assign_wrote_into_a_tensor_lazy_at_the_capture():
     """The capture inlined the lazy tensor's graph into its kernels, and the assign (into no buffer) only rebound its
     node: the replays kept adding [3, 6]."""

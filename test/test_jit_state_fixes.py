@@ -15,20 +15,6 @@ from lazygrad.engine.jit import JitError
 from lazygrad.nn.optim import SGD
 from lazygrad.nn.state import torch_load
 
-
-@pytest.fixture(autouse=True)
-def _modes_restored():
-    """Every test starts and ends in eval mode with gradients on, whatever it sets."""
-    Tensor.training, Tensor.no_grad = False, False
-    yield
-    Tensor.training, Tensor.no_grad = False, False
-
-
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 # ---- results: new containers each call ------------------------------------------------------------------------------
 
 Pair = collections.namedtuple("Pair", "double triple")
