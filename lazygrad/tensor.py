@@ -176,29 +176,28 @@ _thread_modes = _ThreadModes()
 _process_modes = {"training": False, "no_grad": False}  # what assigning `Tensor.training = ...` sets
 
 
+def _thread_mode(name: str) -> property:
+    """A mode read as the calling thread's own where it set one, else as the process's; assigned for the process."""
+
+    def read(cls) -> bool:
+        mode = getattr(_thread_modes, name)
+        return _process_modes[name] if mode is None else mode
+
+    def assign(cls, value: bool) -> None:
+        _process_modes[name] = value
+        setattr(_thread_modes, name, None)
+
+    return property(read, assign)
+
+
 class _TensorType(type):
     """Tensor's class. `Tensor.training` and `Tensor.no_grad` are each thread's mode, as torch's grad mode is: a
     thread inside `with Tensor.test():` turns off no other thread's gradients, and threads entering and leaving such
     blocks at once cannot leave a mode stuck on (each restored the other's). Assigning one (`Tensor.training = True`,
     tinygrad's way) sets it for the whole process, for the threads not inside such a block."""
 
-    @property
-    def training(cls) -> bool:
-        mode = _thread_modes.training
-        return _process_modes["training"] if mode is None else mode
-
-    @training.setter
-    def training(cls, value: bool) -> None:
-        _process_modes["training"], _thread_modes.training = value, None
-
-    @property
-    def no_grad(cls) -> bool:
-        mode = _thread_modes.no_grad
-        return _process_modes["no_grad"] if mode is None else mode
-
-    @no_grad.setter
-    def no_grad(cls, value: bool) -> None:
-        _process_modes["no_grad"], _thread_modes.no_grad = value, None
+    training = _thread_mode("training")
+    no_grad = _thread_mode("no_grad")
 
 
 class Tensor(
