@@ -145,6 +145,62 @@ def test_collectives_on_every_device(world, device):
 
 
 @under_mpirun
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_all_reduce_max_and_min_are_nan_where_any_rank_has_nan(world, op, dtype):
+    rank, size = world
+    inputs = all_ranks(size, (size + 1, 3), "float32")
+    for r in range(size):
+        inputs[r, r, 0] = np.nan  # row r: NaN on rank r only (MPI's MAX and MIN kept it on one side only)
+    inputs[:, size, 1] = np.nan  # NaN on every rank
+    inputs[0, size, 2] = np.inf if op == "max" else -np.inf  # an infinity is a number
+    result = distributed.all_reduce(Tensor(inputs[rank], dtype=dtype), op)
+    expected = REDUCTIONS[op](inputs, axis=0).astype(dtype)  # NumPy's, like Tensor.max: NaN wins
+    assert result.dtype == dtypes.from_numpy(np.dtype(dtype))
+    np.testing.assert_array_equal(np.isnan(result.numpy()), np.isnan(expected))
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-3 if dtype == "float16" else 1e-6)
+
+
+class RecordingComm:
+    """The job's communicator, noting each MPI collective it makes in `log`."""
+
+    def __init__(self, comm, log: list):
+        self.comm, self.log = comm, log
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self.comm, name)
+        if name not in ("Allreduce", "Allgather", "Bcast"):
+            return attribute
+
+        def collective(*args, **kwargs):
+            self.log.append(name)
+            return attribute(*args, **kwargs)
+
+        return collective
+
+
+@under_mpirun
+def test_gpu_memory_goes_to_mpi_only_after_the_device_synchronizes(world, monkeypatch):
+    """With a CUDA-aware MPI, GPU memory goes to MPI by its address, while the kernels that write it may still be
+    queued (CUDA launches return at once): the device must synchronize first. Here the default device poses as
+    such a GPU: no host memory of its own, an address for MPI, and a synchronize that is logged."""
+    rank, size = world
+    device, log = Device[Device.DEFAULT], []
+    monkeypatch.setattr(distributed, "_mpi_moves_gpu_memory", lambda: True)
+    monkeypatch.setattr(distributed, "_host_bytes", lambda buffer: None)
+    monkeypatch.setattr(device.allocator, "gpu_address", lambda handle: handle.address)
+    monkeypatch.setattr(device, "synchronize", lambda: log.append("synchronize"), raising=False)
+    monkeypatch.setattr(distributed._world, "comm", RecordingComm(distributed._world.comm, log))
+    inputs = all_ranks(size, (4, 3), "float32")
+    reduced = distributed.all_reduce(Tensor(inputs[rank]) * 2)
+    gathered = distributed.all_gather(Tensor(inputs[rank]) + 1)
+    assert log.count("Allreduce") == log.count("Allgather") == 1, log
+    assert all(log[i - 1] == "synchronize" for i, event in enumerate(log) if event != "synchronize"), log
+    np.testing.assert_allclose(reduced.numpy(), (inputs * 2).sum(0), rtol=1e-6)
+    np.testing.assert_array_equal(gathered.numpy(), inputs + 1)
+
+
+@under_mpirun
 def test_barrier_waits_for_every_rank(world):
     rank, size = world
     if rank == size - 1:
@@ -239,6 +295,35 @@ def test_bad_arguments_say_what_to_do(world):
         distributed.all_gather([1.0, 2.0])
     with pytest.raises(ValueError, match="the global batch of 5 does not split evenly over 2 ranks"):
         distributed.ShardedSampler(100, 5, rank=0, world_size=2)
+
+
+@under_mpirun
+def test_a_bad_argument_on_one_rank_raises_on_every_rank(world):
+    """A call only one rank's own checks refuse (a dtype, an op, a src) raises DistributedError naming both sides
+    on every rank, at once: the other ranks' collective would otherwise wait for it until the timeout."""
+    rank, size = world
+    x = Tensor.ones(2)
+    calls = {
+        r"rank 0 calls all_reduce\(float32 \(2,\), op='mean'\).*rank 1 calls all_reduce\(int32 \(2,\), op='mean'\)": (
+            lambda: distributed.all_reduce(x if rank == 0 else x.int(), "mean")
+        ),
+        r"rank 0 calls all_reduce\(float32 \(2,\), op='sum'\).*rank 1 calls all_reduce\(float32 \(2,\), op='avg'\)": (
+            lambda: distributed.all_reduce(x, "sum" if rank == 0 else "avg")
+        ),
+        r"rank 0 calls broadcast\(float32 \(2,\), src=0\).*rank 1 calls broadcast\(float32 \(2,\), src=7\)": (
+            lambda: distributed.broadcast(x, src=0 if rank == 0 else 7)
+        ),
+        r"rank 0 calls all_gather\(float32 \(2,\)\).*rank 1 calls all_gather\(list\)": (
+            lambda: distributed.all_gather(x if rank == 0 else [1.0, 1.0])
+        ),
+    }
+    for message, call in calls.items():
+        start = time.monotonic()
+        with pytest.raises(distributed.DistributedError, match=message) as error:
+            call()
+        assert time.monotonic() - start < 10, "every rank raised at once"
+        assert ("on this rank: distributed." in str(error.value)) == (rank != 0), "the refusing ranks say why"
+    assert distributed.all_reduce(Tensor([1.0])).item() == size
 
 
 def test_collectives_before_init_say_so(monkeypatch):
@@ -383,6 +468,137 @@ def test_sync_gradients_averages_in_buckets(world):
         inputs = all_ranks(size, param.shape, "float32").astype(param.dtype.np)
         assert param.grad.dtype == param.dtype
         np.testing.assert_allclose(param.grad.numpy(), inputs.astype(np.float32).mean(0), rtol=1e-3)
+
+
+@under_mpirun
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "TinyJit"])
+def test_sync_gradients_counts_a_gradient_missing_on_some_ranks_as_zero(world, jit):
+    """Rank r uses expert r % 2 only, and no rank expert 2: the experts have one shape, so only their positions tell
+    their gradients apart (averaging expert 0's with expert 1's went unnoticed)."""
+    rank, size = world
+    experts = [Tensor.zeros(2, 3, requires_grad=True) for _ in range(3)]
+    shared = Tensor.zeros(4, requires_grad=True)
+    params = [*experts, shared]
+
+    def step(x: Tensor, y: Tensor) -> None:
+        for param in params:
+            param.grad = None
+        ((experts[rank % 2] * x).sum() + (shared * y).sum()).backward()
+        distributed.sync_gradients(params)
+        Tensor.realize_all(*(param.grad for param in params if param.grad is not None))
+
+    step = TinyJit(step) if jit else step
+    for call in range(4):
+        xs, ys = all_ranks(size, (2, 3), "float32") + call, all_ranks(size, (4,), "float32") - call
+        step(Tensor(xs[rank]), Tensor(ys[rank]))
+        for expert in (0, 1):  # zeros from the ranks that did not use it, as PyTorch's DDP (find_unused_parameters)
+            users = np.array([r % 2 == expert for r in range(size)])
+            np.testing.assert_allclose(experts[expert].grad.numpy(), xs[users].sum(0) / size, rtol=1e-6)
+        assert experts[2].grad is None, "no rank has a gradient for it"
+        np.testing.assert_allclose(shared.grad.numpy(), ys.mean(0), rtol=1e-6)
+
+
+@under_mpirun
+def test_sync_gradients_of_different_parameter_lists_raise_naming_both(world):
+    rank, size = world
+    params = [Tensor.zeros(2, requires_grad=True) for _ in range(3 if rank == 0 else 2)]
+    for param in params:
+        param.grad = Tensor.ones(2)
+    with pytest.raises(
+        distributed.DistributedError,
+        match=r"rank 0 calls sync_gradients\(3 parameters\).*rank 1 calls sync_gradients\(2 parameters\)",
+    ):
+        distributed.sync_gradients(params)
+    assert distributed.all_reduce(Tensor([1.0])).item() == size
+
+
+@under_mpirun
+def test_uneven_batches_give_the_whole_batch_gradient_once_the_loss_is_scaled(world):
+    """The mean over ranks of each rank's mean-loss gradient (as PyTorch's DDP): with uneven local batches, the
+    README's fix (scale the loss by local_count * world_size / total_count) gives the whole batch's gradient."""
+    rank, size = world
+    counts = [5, 3, *([4] * (size - 2))]
+    data = np.arange(sum(counts), dtype=np.float32)
+    parts = np.split(data, np.cumsum(counts)[:-1])
+    w = Tensor([1.0], requires_grad=True)
+    (Tensor(parts[rank]) * w).mean().backward()
+    distributed.sync_gradients([w])
+    np.testing.assert_allclose(w.grad.numpy(), [np.mean([part.mean() for part in parts])], rtol=1e-6)
+    total = distributed.all_reduce(Tensor([counts[rank]])).item()
+    w.grad = None
+    ((Tensor(parts[rank]) * w).mean() * (counts[rank] * size / total)).backward()
+    distributed.sync_gradients([w])
+    np.testing.assert_allclose(w.grad.numpy(), [data.mean()], rtol=1e-6)
+
+
+class NormedLinear:
+    """A linear layer and batch norm: running statistics that each rank's forward updates."""
+
+    def __init__(self):
+        self.linear, self.norm = nn.Linear(3, 4), nn.BatchNorm(4)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.norm(self.linear(x))
+
+
+@under_mpirun
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "TinyJit"])
+def test_data_parallel_gives_every_rank_rank_0_running_statistics(world, jit):
+    rank, size = world
+    model = distributed.DataParallel(NormedLinear())
+    optimizer = optim.SGD([param for param in model.parameters if param.requires_grad is not False], lr=0.1)
+
+    def step(x: Tensor) -> None:
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        model.sync_gradients()
+        Tensor.realize_all(*optimizer.schedule_step())
+
+    step = TinyJit(step) if jit else step
+    mean, var, norm = np.zeros(4), np.ones(4), model.model.norm
+    for call in range(4):
+        batches = [
+            np.random.default_rng(10 * call + r).standard_normal((6, 3)).astype(np.float32) + r for r in range(size)
+        ]
+        # every rank keeps the statistics of rank 0's batch (PyTorch's DDP broadcasts rank 0's buffers)
+        hidden = batches[0] @ model.model.linear.weight.numpy().T + model.model.linear.bias.numpy()
+        mean, var = 0.9 * mean + 0.1 * hidden.mean(0), 0.9 * var + 0.1 * hidden.var(0, ddof=1)
+        with Tensor.train():
+            step(Tensor(batches[rank]))
+        np.testing.assert_allclose(norm.running_mean.numpy(), mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(norm.running_var.numpy(), var, rtol=1e-5, atol=1e-6)
+        assert norm.num_batches_tracked.numpy().tolist() == [call + 1]
+    weights = distributed.all_gather(model.model.linear.weight).numpy()
+    assert all(np.array_equal(weights[0], weights[r]) for r in range(size))
+
+
+@under_mpirun
+def test_data_parallel_state_dict_is_the_models(world):
+    rank, size = world
+    model = DigitsMLP()
+    parallel = distributed.DataParallel(model)
+    state = nn.state.get_state_dict(parallel)
+    assert list(state) == ["hidden.weight", "hidden.bias", "out.weight", "out.bias"]
+    assert all(state[name] is tensor for name, tensor in nn.state.get_state_dict(model).items())
+    bare = DigitsMLP()
+    nn.state.load_state_dict(bare, state)  # strict: no key missing or left over
+    for name, tensor in nn.state.get_state_dict(bare).items():
+        np.testing.assert_array_equal(tensor.numpy(), state[name].numpy())
+
+
+@under_mpirun
+def test_numpy_integers_are_ranks_and_seeds(world):
+    rank, size = world
+    inputs = all_ranks(size, (3,), "float32")
+    result = distributed.broadcast(Tensor(inputs[rank]), src=np.int64(size - 1))
+    np.testing.assert_array_equal(result.numpy(), inputs[size - 1])
+    params = [Tensor(inputs[rank])]
+    distributed.broadcast_parameters(params, src=np.int32(size - 1))
+    np.testing.assert_array_equal(params[0].numpy(), inputs[size - 1])
+    distributed.init(seed=np.int64(3), timeout=60)
+    drawn = Tensor.rand(4).numpy()
+    distributed.init(seed=3, timeout=60)
+    np.testing.assert_array_equal(Tensor.rand(4).numpy(), drawn)
 
 
 @under_mpirun
