@@ -342,6 +342,24 @@ class MathMixin:
 
         return self._odd(atan_of_magnitude)
 
+    def atan2(self: Tensor, other) -> Tensor:
+        """The angle of the point (other, self) in [-pi, pi], as torch.atan2(self, other): signed zeros and
+        infinities as IEEE's (atan2(0, -0) is pi, atan2(inf, inf) pi/4), NaN where either is NaN."""
+        y, x = self._operands(other, "atan2")
+        y, x = y._to_float(), x._to_float()
+        ay, ax = (y < 0).where(-y, y), (x < 0).where(-x, x)
+        # the smaller magnitude over the larger, so the ratio is in [0, 1]; selects (not max/min, whose gradient
+        # splits a tie) pick which, so the gradient follows the branch taken
+        steep = ay > ax
+        smaller, larger = steep.where(ax, ay), steep.where(ay, ax)
+        zero, infinite = larger == 0, smaller == math.inf  # (0/0 and inf/inf: the angle of the axes, of a diagonal)
+        ratio = zero.where(0.0, infinite.where(1.0, smaller / (zero | infinite).where(1.0, larger)))
+        angle = ratio.atan()
+        angle = steep.where(math.pi / 2 - angle, angle)
+        behind = (x < 0) | ((x == 0) & (x.reciprocal() < 0))  # (x = -0 counts: atan2(0, -0) is pi)
+        angle = behind.where(math.pi - angle, angle).copysign(y)
+        return (x.isnan() | y.isnan()).where(math.nan, angle)
+
     def asin(self: Tensor) -> Tensor:
         """The arcsine, in [-pi/2, pi/2]; nan outside [-1, 1]."""
         # (1 - x)(1 + x) keeps its precision near |x| = 1, where 1 - x*x cancels

@@ -272,3 +272,23 @@ def test_kernel_counts(name):
         y = function(x)
         (grad,) = y.sum().gradient(x)
         assert len(y.schedule(grad)) <= kernels, f"{np.dtype(dtype).name}: {len(y.schedule(grad))} kernels"
+
+
+def test_atan2_matches_torch_with_signed_zeros_infinities_and_gradients():
+    import itertools
+
+    values = [0.0, -0.0, 1.0, -1.0, 2.5, -3.0, np.inf, -np.inf, np.nan, 1e-30, -1e30, 0.5]
+    ys, xs = (np.array(column, np.float32) for column in zip(*itertools.product(values, values)))
+    got = Tensor(ys).atan2(Tensor(xs)).numpy()
+    expected = torch.atan2(torch.tensor(ys), torch.tensor(xs)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=3e-7)
+    assert (np.signbit(got) == np.signbit(expected))[~np.isnan(expected)].all()  # atan2(-0, 1) is -0, (0, -1) pi
+    rng = np.random.default_rng(0)
+    y, x = (rng.standard_normal(200).astype(np.float32) * 10 for _ in range(2))
+    y[:3], x[:3] = [1.0, -2.0, 0.0], [1.0, -2.0, 3.0]  # diagonals (equal magnitudes) and the axis
+    ty, tx = Tensor(y, requires_grad=True), Tensor(x, requires_grad=True)
+    ty.atan2(tx).sum().backward()
+    ry, rx = torch.tensor(y, requires_grad=True), torch.tensor(x, requires_grad=True)
+    torch.atan2(ry, rx).sum().backward()
+    np.testing.assert_allclose(ty.grad.numpy(), ry.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy(), rtol=1e-5, atol=1e-7)
