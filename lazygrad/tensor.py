@@ -99,6 +99,13 @@ def _pending_writes(buffer: UOp) -> list[Tensor]:
     return list(found.values())
 
 
+def _reads_data(node: UOp) -> bool:
+    """Whether a graph reads a buffer other than a random source's (its sources' answers are known)."""
+    if node.op is Ops.BUFFER:
+        return not is_random_source(node)
+    return any(source.__dict__["reads_data"] for source in node.src)
+
+
 def _prune_made() -> None:
     global _made_pruned_at
     # (a copy of the items, and pop: another thread may be making tensors, or pruning too)
@@ -761,9 +768,8 @@ class Tensor(
         if self._history is None or Tensor.no_grad or not self._wants_gradient():
             return False
         computation = history_of(self._uop)
-        return computation is not self._uop and any(
-            node.op is Ops.BUFFER and not is_random_source(node) for node in computation.toposort
-        )
+        # (a fact cached per node, as shapes are: a loop of `y += x` asks it of a history that grows by a few nodes)
+        return computation is not self._uop and computation._derive("reads_data", _reads_data)
 
     def _assign_keeping_gradient(self, value: Tensor) -> Tensor:
         """An in-place operator's or setitem's write into a tensor with gradient history (`y = (x * 2).realize();
