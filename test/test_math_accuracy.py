@@ -239,8 +239,8 @@ def test_gradients_match_torch(name, dtype):
     # off, tanh'(4) from 1 - tanh^2 4e-5)
     reference = torch.tensor(values.astype(np.float64), requires_grad=True)
     torch_fn(reference).sum().backward()
-    # (erf's slope beyond 0.75 and gelu's are the erfc fit's, within 3e-8 in float64 too; float32's exp rounds its
-    # argument, x^2 ulp off)
+    # (erf's slope beyond 0.75 and gelu's are the erfc fit's, within 3e-8 in float64 too; float32's exp(-x^2) takes
+    # the rounding of x^2 along: x^2 ulp off)
     fitted = name in ("erf", "gelu")
     rtol = (1e-5 if fitted else 1e-6) if dtype == np.float32 else (1e-7 if fitted else 1e-12)
     np.testing.assert_allclose(grad.numpy(), reference.grad.numpy(), rtol=rtol, atol=1e-20)

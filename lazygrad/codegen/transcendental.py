@@ -3,7 +3,9 @@ scalar library calls (LLVM lowers llvm.exp2/log2/sin/cos to libm calls that neve
 
 exp2: 2^x = 2^n · 2^f with n = round(x), |f| ≤ 1/2, 2^f = e^(f·ln2) by its Taylor series to degree 7 (relative
 error below 1e-8), and 2^n built from exponent bits in two halves so overflow gives inf and tiny results are
-denormal. log2: x = m · 2^e with m in [√½, √2) read from the bits, ln m = 2·atanh((m-1)/(m+1)) by its series.
+denormal. exp (Tensor.exp's EXP2(y·log2 e)): e^y = 2^n · e^r with n = round(y·log2 e) and r = y - n·ln2 exact,
+e^r by its series; renderers whose exp2 is good take that of r·log2 e instead (`exp_rules`). log2: x = m · 2^e
+with m in [√½, √2) read from the bits, ln m = 2·atanh((m-1)/(m+1)) by its series.
 sin and cos: |x| = (n + f)·π/2 with n an integer and |f| ≤ 1/2, computed exactly enough for every float32 (a
 Payne–Hanek reduction in integer arithmetic, below), then sin or cos of f·π/2 by their series, chosen and signed by
 n mod 4. Everything is straight-line code with selects, so loops of it vectorize; results are within 1 ulp of the
@@ -14,11 +16,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from lazygrad.dtype import dtypes
 from lazygrad.uop.ops import Ops, UOp
 from lazygrad.uop.pattern import PatternMatcher, UPat
 
-F32, F64, I32, I64 = dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64
+F16, F32, F64, I32, I64 = dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64
 
 
 def const(like: UOp, value) -> UOp:
@@ -48,17 +52,59 @@ def power_of_two(n: UOp) -> UOp:
 
 def exp2_float32(x: UOp) -> UOp:
     # clamp so the exponent halves stay in range; nan is routed around the integer conversion
-    clamped = select(x.lt(const(x, -151.0)), const(x, -151.0), select(const(x, 129.0).lt(x), const(x, 129.0), x))
-    safe = select(is_nan(x), const(x, 0.0), clamped)
-    # the nearest integer, as a float: adding and taking away 1.5·2^23 rounds away the fraction bits (|safe| is far
-    # below 2^22), cheaper than a compare, a select and two conversions
-    rounded = (safe + const(safe, 12582912.0)) - const(safe, 12582912.0)
-    n, fraction = rounded.cast(I32), safe - rounded
+    safe = select(is_nan(x), const(x, 0.0), clamp(x, -151.0, 129.0))
+    rounded = nearest_integer(safe)
     # e^(f·ln2) = Σ (f·ln2)^k / k!, with ln2^k folded into the coefficients
-    series = polynomial(fraction, [math.log(2) ** k / math.factorial(k) for k in range(8)])
+    series = polynomial(safe - rounded, [math.log(2) ** k / math.factorial(k) for k in range(8)])
+    return select(is_nan(x), x, times_power_of_two(series, rounded))
+
+
+# ln 2 in two parts: the first with 16 significant bits, so n·LN2_HIGH is exact for every |n| < 256; log2 e in two
+LN2_HIGH, LN2_LOW = 0.693145751953125, 1.4286068203094173e-06
+LOG2_E_HIGH = float(np.float32(1 / math.log(2)))
+LOG2_E_LOW = float(np.float32(1 / math.log(2) - LOG2_E_HIGH))
+
+
+def exp_float32(y: UOp) -> UOp:
+    """e^y, for EXP2(y·log2 e), by the series: see `reduce_for_exp`."""
+    rounded, reduced = reduce_for_exp(y)
+    series = polynomial(reduced, [1 / math.factorial(k) for k in range(8)])
+    return select(is_nan(y), y, times_power_of_two(series, rounded))
+
+
+def exp_by_exp2(y: UOp) -> UOp:
+    """e^y, for EXP2(y·log2 e), by the device's own exp2 of the reduced argument (see `reduce_for_exp`): within its
+    exp2's error. The product r·log2 e is taken in two parts (the sum then matches no rule)."""
+    rounded, reduced = reduce_for_exp(y)
+    scaled = UOp(Ops.EXP2, y.dtype, (reduced * LOG2_E_HIGH + reduced * LOG2_E_LOW,))
+    return select(is_nan(y), y, times_power_of_two(scaled, rounded))
+
+
+def reduce_for_exp(y: UOp) -> tuple[UOp, UOp]:
+    """y = n·ln2 + r with n = round(y·log2 e) and |r| ≤ ln2/2, r reduced in two steps (Cody and Waite), for float32 y
+    clamped to where e^y is finite and not zero (NaN as 0): (n as a float, r). Rounding the product
+    y·log2 e first, as EXP2(y·log2 e) does, would cost e^y |y·log2 e| bits of its last place (64 ulp near y = 88)."""
+    safe = select(is_nan(y), const(y, 0.0), clamp(y, -151.0 * math.log(2), 129.0 * math.log(2)))
+    rounded = nearest_integer(safe * (1 / math.log(2)))
+    return rounded, (safe - rounded * LN2_HIGH) - rounded * LN2_LOW
+
+
+def clamp(x: UOp, low: float, high: float) -> UOp:
+    return select(x.lt(const(x, low)), const(x, low), select(const(x, high).lt(x), const(x, high), x))
+
+
+def nearest_integer(x: UOp) -> UOp:
+    """round(x) as a float, for |x| far below 2^22: adding and taking away 1.5·2^23 rounds away the fraction bits,
+    cheaper than a compare, a select and two conversions."""
+    return (x + const(x, 12582912.0)) - const(x, 12582912.0)
+
+
+def times_power_of_two(x: UOp, rounded: UOp) -> UOp:
+    """x·2^n for a float32 integer n in [-151, 129]: x times two powers built from exponent bits, one after the
+    other, so a result past the largest float is inf and one below the smallest normal is denormal."""
+    n = rounded.cast(I32)
     low_half = n.alu(Ops.SHR, UOp.const(I32, 1))
-    result = series * power_of_two(low_half) * power_of_two(n - low_half)
-    return select(is_nan(x), x, result)
+    return x * power_of_two(low_half) * power_of_two(n - low_half)
 
 
 def log2_float32(x: UOp) -> UOp:
@@ -156,6 +202,28 @@ def via_float32(op: Ops, x: UOp) -> UOp:
     return UOp(op, F32, (x.cast(F32),)).cast(x.dtype)
 
 
+# Tensor.exp writes e^y as EXP2(y·log2 e): rounding that product first would cost e^y |y·log2 e| bits of its last
+# place, so these rules take y itself
+def exp_of_product(dtype) -> UPat:
+    return UPat(Ops.EXP2, dtype=dtype, src=(UPat(Ops.MUL, src=[UPat.var("y"), UPat.cvar("c")]),))
+
+
+LOG2_E_HALF = float(np.float16(1 / math.log(2)))
+
+
+def half_exp(y: UOp, c: UOp) -> UOp | None:
+    """A half e^y in float32 from y, rounded once (log2 e and the product rounded to 11 bits cost exp(10) 10 ulp)."""
+    return UOp(Ops.EXP2, F32, (y.cast(F32) * LOG2_E_HIGH,)).cast(F16) if c.arg == LOG2_E_HALF else None
+
+
+# for languages whose exp2 is good
+exp_rules = PatternMatcher(
+    [
+        (exp_of_product(F32), lambda y, c: exp_by_exp2(y) if c.arg == LOG2_E_HIGH else None),
+        (exp_of_product(F16), half_exp),
+    ]
+)
+
 # sin and cos alone, for languages whose exp2 and log2 are good but whose sin and cos are not to be trusted
 sin_cos_rules = PatternMatcher(
     [
@@ -168,6 +236,8 @@ sin_cos_rules = PatternMatcher(
 transcendental_rules = (
     PatternMatcher(
         [
+            (exp_of_product(F32), lambda y, c: exp_float32(y) if c.arg == LOG2_E_HIGH else None),
+            (exp_of_product(F16), half_exp),
             (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), exp2_float32),
             (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
             (UPat(Ops.EXP2, dtype=dtypes.float16, src=(UPat.var("x"),)), lambda x: via_float32(Ops.EXP2, x)),

@@ -19,6 +19,7 @@ import pickle
 import numpy as np
 
 from lazygrad.codegen.renderer import WARP, Renderer, Target, TensorCore
+from lazygrad.codegen.transcendental import exp_rules
 from lazygrad.device import Compiled, Compiler, HostAllocator
 from lazygrad.dtype import dtypes
 from lazygrad.uop.alu import cast_array, cast_value, exec_alu, exec_alu_array
@@ -41,6 +42,7 @@ class PythonRenderer(Renderer):
             TensorCore((16, 16, 8), dtypes.float32),
         ),
     )
+    rewrites = exp_rules  # (exp as the GPU devices take it: their exp2 of its reduced argument)
 
     def render(self, name: str, program: list[UOp]) -> str:
         return base64.b64encode(pickle.dumps(program)).decode()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from lazygrad.codegen.renderer import Target
 from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
-from lazygrad.codegen.transcendental import sin_cos_rules
+from lazygrad.codegen.transcendental import exp_rules, sin_cos_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
 from lazygrad.uop.ops import OUTPUT_KINDS, Ops, UOp
@@ -83,7 +83,7 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_array = False
     # exp2 and log2 are built in (PoCL's work on vectors, a GPU's are hardware); sin and cos are not: PoCL's vector
     # versions return garbage for denormal lanes when another lane of the vector is large
-    rewrites = sin_cos_rules
+    rewrites = exp_rules + sin_cos_rules
     special_indices = {"block": "get_group_id(0)", "thread": "get_local_id(0)"}
     shared_prefix = "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
