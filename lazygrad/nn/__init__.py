@@ -255,13 +255,14 @@ BatchNorm1d = BatchNorm
 
 
 class LayerNorm:
-    """Normalization over the last axes `normalized_shape`, with an elementwise affine transform."""
+    """Normalization over the last axes `normalized_shape`, with an elementwise affine transform (a weight, and a
+    bias unless `bias=False`, as in torch)."""
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
         self.weight = Tensor.ones(*self.normalized_shape).contiguous().realize() if elementwise_affine else None
-        self.bias = Tensor.zeros(*self.normalized_shape).contiguous().realize() if elementwise_affine else None
+        self.bias = Tensor.zeros(*self.normalized_shape).contiguous().realize() if elementwise_affine and bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         count = len(self.normalized_shape)
@@ -272,7 +273,8 @@ class LayerNorm:
             x.shape[-count:] == self.normalized_shape,
         )
         out = x.layernorm(axis=tuple(range(-count, 0)), eps=self.eps)
-        return out if self.weight is None else out * self.weight + self.bias
+        out = out if self.weight is None else out * self.weight
+        return out if self.bias is None else out + self.bias
 
 
 class GroupNorm:

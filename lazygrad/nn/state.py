@@ -9,6 +9,7 @@ import os
 import pickle
 import struct
 import sys
+import types
 import zipfile
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from lazygrad.device import Device
-from lazygrad.dtype import DType, bfloat16_bits, dtypes
+from lazygrad.dtype import DType, bfloat16_bits, data_to_numpy, dtypes
 from lazygrad.engine.buffers import buffer_of, new_buffer
 from lazygrad.helpers import prod
 from lazygrad.tensor import Tensor
@@ -43,7 +44,11 @@ MAX_HEADER_SIZE = 100_000_000
 
 
 def _members(obj: Any) -> Any:
-    """(name, value) of what `obj` holds: a dict's items, a list's or tuple's (a namedtuple's by field), attributes."""
+    """(name, value) of what `obj` holds: a dict's items, a list's or tuple's (a namedtuple's by field), attributes
+    (an object with an `_asdict` method gives that dict: a namedtuple, an optimizer). A class or a module holds no
+    model state: a model that keeps one (a namedtuple class for its outputs, `self.np = np`) is not walked into it."""
+    if isinstance(obj, (type, types.ModuleType)):
+        return ()
     if hasattr(obj, "_asdict"):
         obj = obj._asdict()
     if isinstance(obj, dict):
@@ -82,6 +87,19 @@ def _tell_loaded(obj: Any, _above: frozenset[int] = frozenset()) -> None:
         _tell_loaded(value, _above | {id(obj)})
 
 
+def _ignored_keys(obj: Any, keys: list[str], prefix: str = "", _above: frozenset[int] = frozenset()) -> set[str]:
+    """The keys among `keys` that an object reachable from `obj` (at its dotted prefix) says to skip with its
+    `_ignores_state_key` (an optimizer: the parameters its checkpoints held before)."""
+    if isinstance(obj, Tensor) or id(obj) in _above:
+        return set()
+    ignored = set()
+    if callable(getattr(obj, "_ignores_state_key", None)):
+        ignored = {key for key in keys if key.startswith(prefix) and obj._ignores_state_key(key[len(prefix) :])}
+    for key, value in _members(obj):
+        ignored |= _ignored_keys(value, keys, f"{prefix}{key}.", _above | {id(obj)})
+    return ignored
+
+
 def get_parameters(obj: Any) -> list[Tensor]:
     """The tensors of `obj`'s state dict, each once."""
     unique: dict[int, Tensor] = {}
@@ -101,12 +119,18 @@ class StateDictError(KeyError, ValueError):
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True) -> None:
     """Copy `state_dict` into the model's tensors (in place), casting to each tensor's dtype and device. With
     `strict`, keys the model has and the state dict lacks (missing) or the other way round (unexpected) are an
-    error; shapes must always match. One error names every such key."""
+    error; shapes must always match. One error names every such key. Every value is converted and checked before
+    the first is copied, so a load that fails leaves the model as it was; an error about a value names its key.
+    An optimizer's checkpoint written when its state dict also held the parameters (`params.N`, `buffers.N`) loads
+    without them: the model's weights stay as they are."""
     if not isinstance(state_dict, dict):
         raise TypeError(f"load_state_dict: expected a dict of tensors, got {type(state_dict).__name__}")
     own = get_state_dict(model)
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
+    if unexpected:
+        ignored = _ignored_keys(model, unexpected)
+        unexpected = [key for key in unexpected if key not in ignored]
     mismatched = [
         f"{name}: {np.shape(state_dict[name])} in the state dict, {own[name].shape} in the model"
         for name in own
@@ -122,18 +146,36 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     if problems:
         fix = "pass strict=False to skip missing and unexpected keys; " if strict and (missing or unexpected) else ""
         raise StateDictError(f"load_state_dict: {', '.join(problems)}; {fix}shapes must always match")
-    for name, tensor in own.items():
-        if name in state_dict:
-            value = state_dict[name]
-            if not isinstance(value, Tensor):  # straight into the parameter's dtype (a device may lack float64)
-                if hasattr(
-                    value, "detach"
-                ):  # a torch tensor (a Parameter too): NumPy takes it detached, without bfloat16
-                    value = value.detach()
-                    value = value.float() if str(value.dtype) == "torch.bfloat16" else value
-                value = Tensor(np.asarray(value), dtype=tensor.dtype, device=tensor.device)
-            tensor.assign(value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)).realize()
+    # every value converted and checked first (an error names its key), so a load that fails changes nothing; arrays
+    # become device tensors one at a time, as each is copied in (no second copy of the whole model at once)
+    values = {name: _loadable(name, state_dict[name], tensor) for name, tensor in own.items() if name in state_dict}
+    for name, value in values.items():
+        tensor = own[name]
+        if not isinstance(value, Tensor):
+            value = Tensor(value, dtype=tensor.dtype, device=tensor.device).reshape(tensor.shape)
+        tensor.assign(value).realize()
     _tell_loaded(model)
+
+
+def _loadable(name: str, value: Any, tensor: Tensor) -> Tensor | np.ndarray:
+    """`value` (a Tensor, a torch tensor, a NumPy array, a list, a number) made ready to copy into `tensor`: a Tensor
+    as one of its dtype, device and shape; anything else as a NumPy array checked to convert into its dtype. An error
+    names the key."""
+    try:
+        if isinstance(value, Tensor):
+            return value.to(tensor.device).cast(tensor.dtype).reshape(tensor.shape)
+        if hasattr(value, "detach"):  # a torch tensor (a Parameter too): NumPy takes it detached, without bfloat16
+            value = value.detach()
+            value = value.float() if str(value.dtype) == "torch.bfloat16" else value
+            value = value.numpy(force=True)
+        array = np.asarray(value)
+        if array.dtype.kind == "c":
+            raise TypeError(f"it is {array.dtype}, and lazygrad has no complex numbers (load its real part)")
+        data_to_numpy(array, tensor.dtype)  # (what Tensor(array, dtype) checks: numbers that fit the dtype)
+        return array
+    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
+        kind = next(kind for kind in (TypeError, ValueError, OverflowError, RuntimeError) if isinstance(error, kind))
+        raise kind(f"load_state_dict: the value of {name!r}: {error}") from error
 
 
 def _shapes_agree(saved: tuple[int, ...], own: tuple[int, ...]) -> bool:
