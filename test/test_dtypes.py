@@ -400,6 +400,22 @@ def test_out_of_range_float_to_int_casts_wrap_the_same_on_every_device():
         )
 
 
+@pytest.mark.parametrize("dtype", [*SMALL_INTS, dtypes.bfloat16], ids=str)
+def test_padded_and_gathered_rows_of_narrow_dtypes(dtype):
+    # rows of 8 take vector loads where a device has them: OpenCL's masked ones selected 8- and 16-bit lanes with an
+    # int condition, which did not compile (cat, pad, tril and roll of uint8 .. uint16 and bfloat16)
+    a = (np.arange(64) % 7).reshape(8, 8).astype(np.float32 if dtype == dtypes.bfloat16 else dtype.np)
+    x = Tensor(a, dtype=dtype)
+    for got, expected in (
+        (Tensor.cat(x, x, dim=1), np.concatenate([a, a], 1)),
+        (x.pad(((0, 0), (3, 5))), np.pad(a, ((0, 0), (3, 5)))),
+        (x.tril(), np.tril(a)),
+        (x.roll(3, 1), np.roll(a, 3, 1)),
+        (x.cumsum(1), np.cumsum(a, 1).astype(np.float32 if dtype == dtypes.bfloat16 else np.int64)),
+    ):
+        np.testing.assert_array_equal(got.numpy(), expected)
+
+
 # ---- reductions ----------------------------------------------------------------------------------------------------
 
 

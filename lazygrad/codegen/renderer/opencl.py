@@ -222,6 +222,10 @@ class OpenCLRenderer(CStyleRenderer):
             return self.value(node)
         if operand_dtype != dtypes.bool and operand_dtype.bits == 64:
             return self.convert(self.names[node], "long", wide=True)
+        # (bools are int vectors; 8- and 16-bit lanes, as loaded from memory, take a char or short condition)
+        narrow = {"char": "char", "uchar": "char", "short": "short", "ushort": "short"}
+        if (lanes := narrow.get(self.register_types.get(operand_dtype, ""))) is not None:
+            return self.convert(self.names[node], lanes, wide=False)
         return self.names[node]
 
     def stride(self, node: UOp) -> int | None:
