@@ -755,3 +755,25 @@ def test_kernel_facts_kept_between_rounds_give_the_plan_walking_every_kernel_aga
     )
     assert fusion.kernel_roots(sink, outputs) == kept
     assert len(walks) > 2 and sum(walked for walked, _ in walks) < sum(kernels for _, kernels in walks)
+
+
+def test_assigns_that_read_each_others_old_values_in_a_cycle_are_ordered():
+    # two linear layers fed one example: each SGD update fuses with the gradients it reads, and b1's update reads w2's
+    # old value while w2's reads b1's (through the hidden layer): a cycle the scheduler refused
+    torch = pytest.importorskip("torch")
+    from lazygrad.nn import optim
+
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(shape).astype(np.float32) for shape in ((2, 2), (2,), (1, 2), (1,))]
+    x = rng.standard_normal((1, 2)).astype(np.float32)
+    ours = [Tensor(value, requires_grad=True) for value in values]
+    theirs = [torch.tensor(value, requires_grad=True) for value in values]
+    for params, make, tensor in ((ours, optim.SGD, Tensor), (theirs, torch.optim.SGD, torch.tensor)):
+        opt = make(params, lr=0.1)
+        w1, b1, w2, b2 = params
+        for _ in range(2):
+            opt.zero_grad()
+            ((tensor(x) @ w1.T + b1) @ w2.T + b2).sum().backward()
+            opt.step()
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-7)

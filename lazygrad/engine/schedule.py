@@ -357,7 +357,7 @@ def _make_plan(sink: UOp, nodes: list[UOp], inputs: list[UOp], device: str) -> P
         ordered = _order(schedule)
         if isinstance(ordered, list):
             break
-        apart = _computed_apart(ordered, set(roots)) - forced
+        apart = _computed_apart(ordered, set(roots), forced) - forced
         if not apart:
             raise RuntimeError(
                 "schedule: a kernel must read a buffer both before and after an assign overwrites it; realize "
@@ -560,11 +560,13 @@ def _order(schedule: list[ScheduleItem]) -> list[ScheduleItem] | tuple[ScheduleI
     return [schedule[number] for number in ordered]
 
 
-def _computed_apart(stuck: tuple[ScheduleItem, ...], roots: set[UOp]) -> set[UOp]:
+def _computed_apart(stuck: tuple[ScheduleItem, ...], roots: set[UOp], forced: frozenset[UOp]) -> set[UOp]:
     """Nodes to compute in kernels of their own, before any assign, so that kernels waiting on each other in a
     cycle can be ordered. Where a kernel reads both a buffer's old contents and what an assign wrote there (a value
     built before the assign, combined with one built after), the parts of it that read only the old contents.
-    Otherwise assigns read each other's old values: the first one's value."""
+    Otherwise assigns read each other's old values: the first one's value not computed apart yet (one at a time:
+    an optimizer step over a network fed one example fuses each update with the others' gradients, and only
+    those in a cycle need a kernel more)."""
     assigned = {item.outputs[0].src[0].base for item in stuck if item.outputs[0].op is Ops.ASSIGN}
     apart: set[UOp] = set()
     for item in stuck:
@@ -572,7 +574,8 @@ def _computed_apart(stuck: tuple[ScheduleItem, ...], roots: set[UOp]) -> set[UOp
             apart |= _old_reads_beside_new(root, roots, assigned)
     if apart:
         return apart
-    return {next(item.outputs[0].src[1] for item in stuck if item.outputs[0].op is Ops.ASSIGN)}
+    values = (item.outputs[0].src[1] for item in stuck if item.outputs[0].op is Ops.ASSIGN)
+    return {next((value for value in values if value not in forced), None)} - {None}
 
 
 def _old_reads_beside_new(root: UOp, roots: set[UOp], assigned: set[UOp]) -> set[UOp]:
