@@ -438,6 +438,29 @@ def test_a_group_reduction_of_every_kind(threaded, reduce):
     np.testing.assert_allclose(run_with(tensor, (Opt(G, 0, 32),)), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("reduce", ["sum", "max", "prod", "expsum", "rows"])
+def test_a_padded_group_reduction_takes_the_identity_past_the_end(threaded, reduce):
+    # 97 values (a prime: no block of threads divides it) padded to 128 for 32 threads; the padding must not count:
+    # a max of negative values is not 0, a product not 0, a sum of exps not 31 more
+    data = -np.abs(rng.standard_normal((3, 97))).astype(np.float32) - 0.5
+    x = Tensor(data, device=threaded).realize()
+    tensor, expected, axis = {
+        "sum": (x[0].sum(), data[0].sum(), 0),
+        "max": (x[0].max(), data[0].max(), 0),
+        "prod": ((x[0] * 0.01 + 1).prod(), np.prod(data[0] * 0.01 + 1), 0),
+        "expsum": (x[0].exp().sum(), np.exp(data[0]).sum(), 0),
+        "rows": (x.max(1), data.max(1), 1),
+    }[reduce]
+    np.testing.assert_allclose(run_with(tensor, (Opt(D, axis, 32), Opt(G, axis, 32))), expected, rtol=1e-5)
+
+
+def test_the_heuristic_pads_a_long_reduce_few_threads_divide():
+    python = Device["PYTHON"].renderer.target  # (blocks of 8 threads)
+    assert thread_opts(kernel_of(realized(131)[0].max()), python) == (Opt(D, 0, 8), Opt(G, 0, 8))
+    # ... not where padding would add more than an eighth of the iterations
+    assert Opt(D, 0, 8) not in thread_opts(kernel_of(realized(41)[0].max()), python)
+
+
 @pytest.mark.parametrize(
     "opt, message",
     [
@@ -902,7 +925,7 @@ def test_a_pad_that_does_not_fit_is_an_error():
     with pytest.raises(KernelOptError, match="PAD"):
         apply_opts(kernel_of(a @ b), (Opt(D, 0, 4),))  # 4 divides 8 already
     with pytest.raises(KernelOptError, match="PAD"):
-        apply_opts(kernel_of(a.sum(1)), (Opt(D, 1, 5),))  # a reduce loop
+        apply_opts(kernel_of(a.sum(1)), (Opt(D, 1, 6),))  # 6 divides the reduce loop's 12 already
 
 
 def test_the_heuristic_pads_loops_a_block_nearly_divides():

@@ -652,7 +652,12 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [max(map(iterations, reduces))]):
         return False
     loop = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
-    amount = thread_count(loop.src[0].arg, block or plan.target.block_threads)
+    size, room = loop.src[0].arg, block or plan.target.block_threads
+    amount = thread_count(size, room)
+    # a length few threads divide (a prime one) is padded to a multiple of the block, where that adds at most
+    # 1/PAD_WASTE of its iterations: a max of 1000003 values ran on one thread
+    if 2 * amount <= room and (-size % room) * PAD_WASTE <= size and plan.try_apply(Opt(OptOp.PAD, loop.arg[0], room)):
+        amount = room
     return amount >= 2 and plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
 
 

@@ -71,6 +71,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lazygrad.codegen.lower import reduce_identity
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ALLOW_TF32, Kinds, auto, prod
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
@@ -327,9 +328,10 @@ def lanes(sink: UOp, loop: UOp) -> UOp:
 
 
 def pad(sink: UOp, loop: UOp, amount: int) -> UOp:
-    """Output loop `loop` run to the next multiple of `amount` iterations (so that an UPCAST by `amount` divides it):
-    in the iterations past its size, the loads that depend on it read nothing (a gated load's zero) and the stores
-    write nothing."""
+    """Loop `loop` run to the next multiple of `amount` iterations (so that an UPCAST, or a GROUP of a reduce loop, by
+    `amount` divides it): in the iterations past its size, the loads that depend on it read nothing (a gated load's
+    zero), the stores write nothing, and a reduce over it takes its identity (a max -inf, not the zero a function of
+    the loads gives)."""
     size = loop.src[0].arg
     longer = new_loop(loop, -(-size // amount) * amount)
     inside = longer.alu(Ops.CMPLT, UOp.const(longer.dtype, size))
@@ -344,6 +346,10 @@ def pad(sink: UOp, loop: UOp, amount: int) -> UOp:
             else:
                 gate = inside if len(new.src) < 3 else new.src[2].alu(Ops.AND, inside)
                 new = new.replace(src=(*new.src[:2], gate))
+        elif node.op is Ops.RANGE_REDUCE and longer in new.src[1:]:
+            value = new.src[0]
+            identity = UOp.const(value.dtype, reduce_identity(node.arg, value.dtype))
+            new = new.replace(src=(inside.where(value, identity), *new.src[1:]))
         done[node] = new
     return simplify(done[sink])
 
@@ -769,8 +775,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
             raise KernelOptError(f"{opt}: PACK takes no amount (the copies hold the whole reduce)")
         return pack(sink, loop, target)
     if opt.op is OptOp.PAD:
-        if kind is not LoopKind.GLOBAL or opt.amount < 2 or size % opt.amount == 0:
-            raise KernelOptError(f"{opt}: PAD takes an output loop and an amount of 2 or more that its {size} misses")
+        if kind not in (LoopKind.GLOBAL, LoopKind.REDUCE) or opt.amount < 2 or size % opt.amount == 0:
+            raise KernelOptError(
+                f"{opt}: PAD takes an output or reduce loop and an amount of 2 or more that its {size} misses"
+            )
         return pad(sink, loop, opt.amount)
     if opt.amount < 2 or size % opt.amount:
         raise KernelOptError(f"{opt}: the amount must be at least 2 and divide the loop's {size} iterations")
