@@ -514,21 +514,29 @@ def test_long_reduce_into_one_value_is_split_across_cores():
     assert kernels(rand(1000).sum()) == 1 and kernels(rand(512, 1024).sum(1)) == 1
 
 
-def test_a_long_sum_no_part_count_divides_is_padded_and_split():
-    """A sum's parts may be padded with zeros: unsplit, it added into one block of float32 accumulators, where each
-    stops growing at 2**24 (the mean of 2**31 ones was 0.5). A max is not padded (zeros are no identity of it)."""
+def test_a_long_reduce_no_part_count_divides_is_padded_and_split():
+    """A reduce's parts are padded with its identity: unsplit, a sum added into one block of float32 accumulators,
+    where each stops growing at 2**24 (the mean of 2**31 ones was 0.5), and a max ran on one core (one thread of
+    a GPU). The padding of a max is its lowest value, of a product 1, not zeros."""
     length = (1 << 20) + 3
     values = np.random.default_rng(2).random(length, dtype=np.float32)
     x = Tensor(values, requires_grad=True)
-    assert kernels(x.sum()) == 2 and kernels(x.max()) == 1
+    assert kernels(x.sum()) == 2 and kernels(x.max()) == 2
     np.testing.assert_allclose(x.sum().numpy(), values.astype(np.float64).sum(), rtol=1e-6)
     assert Tensor(np.ones(length, np.int32)).sum().item() == length and x.max().item() == values.max()
+    negative = Tensor(-values - 1)
+    assert negative.max().item() == (-values - 1).max() and negative.argmax().item() == (-values - 1).argmax()
+    assert (-negative).min().item() == (values + 1).min()
+    assert Tensor(-(np.arange(length) % 7).astype(np.int32) - 3).max().item() == -3
+    factors = np.ones(length, np.float32)
+    factors[::100_000] = -2  # (11 of them: the product is exact)
+    assert Tensor(factors).prod().item() == -(2.0**11)
+    assert not (x > 2).any().item() and (x >= 0).all().item()
     (x * 3).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full(length, 3, np.float32))
     from lazygrad.codegen.renderer import Target
 
-    assert Target(cores=4).reduce_parts(1, length, paddable=True) == 256
-    assert Target(cores=4).reduce_parts(1, length) == 1
+    assert Target(cores=4).reduce_parts(1, length) == 256
 
 
 def test_the_scheduler_splits_every_long_reduce_into_fewer_values_than_cores():

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from lazygrad.codegen.lower import reduce_identity
+from lazygrad.dtype import dtypes
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
@@ -120,8 +122,8 @@ def _members(node: UOp, read: set[UOp], members: dict[UOp, frozenset[UOp]]) -> f
     return members[node]
 
 
-def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int, bool], int]) -> dict[UOp, UOp]:
-    """The graph of `nodes` (sources first) with every reduce that `parts_of(outputs, length, is a sum)` splits into more than
+def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int], int]) -> dict[UOp, UOp]:
+    """The graph of `nodes` (sources first) with every reduce that `parts_of(outputs, length)` splits into more than
     one part reduced in two steps: its parts first (one kernel, whose outputs the cores share), then the parts (a
     small kernel). Returns what each changed node (a split reduce, and the nodes above it) becomes."""
     done: dict[UOp, UOp] = {}
@@ -133,9 +135,9 @@ def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int, bool], int]) -
             shape, axes = new.src[0].shape, new.arg[1]
             kept = tuple(axis for axis in range(len(shape)) if axis not in axes)
             outputs = prod(shape[axis] for axis in kept)
-            # (a sum's parts may be padded with zeros; a sum that is not split adds into one block of float32
-            # accumulators, which a long one overflows in precision: 2**31 ones averaged 0.5)
-            if (parts := parts_of(outputs, prod(shape) // max(outputs, 1), new.arg[0] is Ops.ADD)) > 1:
+            # (a sum that is not split adds into one block of float32 accumulators, which a long one overflows in
+            # precision: 2**31 ones averaged 0.5)
+            if (parts := parts_of(outputs, prod(shape) // max(outputs, 1))) > 1:
                 new = _reduced_in_parts(new, kept, parts)
         if new is not node:
             done[node] = new
@@ -150,9 +152,19 @@ def _reduced_in_parts(reduce: UOp, kept: tuple[int, ...], parts: int) -> UOp:
         source = UOp(Ops.PERMUTE, dtype, (source,), order)
     sizes = tuple(source.shape[: len(kept)])
     length = prod(source.shape[len(kept) :])
-    if length % parts:  # (a sum: its values in one axis, padded with zeros to a multiple of the parts)
+    if length % parts:  # its values in one axis, padded to a multiple of the parts with the reduce's identity
         source = UOp(Ops.RESHAPE, dtype, (source,), (*sizes, length))
-        source = UOp(Ops.PAD, dtype, (source,), (*((0, 0),) * len(sizes), (0, -length % parts)))
+        padding = (*((0, 0),) * len(sizes), (0, -length % parts))
+        source = UOp(Ops.PAD, dtype, (source,), padding)  # (zeros: a sum's identity)
+        if op is not Ops.ADD:  # (a max's is the lowest value, a product's 1: where the values are not, those)
+            inside = UOp(Ops.RESHAPE, dtypes.bool, (UOp.const(dtypes.bool, True),), (1,) * (len(sizes) + 1))
+            inside = UOp(Ops.EXPAND, dtypes.bool, (inside,), (*sizes, length))
+            inside = UOp(Ops.PAD, dtypes.bool, (inside,), padding)
+            identity = UOp(
+                Ops.RESHAPE, dtype, (UOp.const(dtype, reduce_identity(op, dtype)),), (1,) * len(inside.shape)
+            )
+            identity = UOp(Ops.EXPAND, dtype, (identity,), inside.shape)
+            source = UOp(Ops.WHERE, dtype, (inside, source, identity))
         length += -length % parts
     pieces = UOp(Ops.RESHAPE, dtype, (source,), (*sizes, parts, length // parts))
     partial = UOp(Ops.REDUCE, dtype, (pieces,), (op, (len(sizes) + 1,)))

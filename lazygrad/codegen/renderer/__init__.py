@@ -94,14 +94,14 @@ class Target:
     # (its blocks). A reduce into fewer values than this is split so that all of them share it (`reduce_parts`)
     cores: int = 1
 
-    def reduce_parts(self, outputs: int, length: int, paddable: bool = False) -> int:
+    def reduce_parts(self, outputs: int, length: int) -> int:
         """Into how many parts the scheduler splits a reduce of `length` values into each of `outputs` (1: none). A
         kernel's cores share its outputs, so a long reduce into fewer outputs than cores reduces its parts first (a
-        kernel with `outputs * parts` outputs), then the parts (a small kernel). A `paddable` reduce (a sum: zeros
-        change nothing) whose length no part count divides is padded to one."""
+        kernel with `outputs * parts` outputs), then the parts (a small kernel). A reduce whose length no part count
+        divides is padded to one with its identity (a sum's zeros, a max's lowest value)."""
         if outputs >= self.cores or length < SPLIT_REDUCE_LENGTH:
             return 1
-        return next((parts for parts in (256, 128, 64, 32, 16) if length % parts == 0), 256 if paddable else 1)
+        return next((parts for parts in (256, 128, 64, 32, 16) if length % parts == 0), 256)
 
 
 class Renderer(ABC):
