@@ -229,7 +229,7 @@ class NNMixin:
         keep = type(self).arange(rows, device=self.device).reshape(rows, 1) + diagonal <= type(self).arange(
             cols, device=self.device
         ).reshape(1, cols)
-        return keep.where(self, 0)
+        return keep.where(self, self.zeros_like())  # (a bool tensor stays bool, as tril's)
 
     def fold(self: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
         """Sliding blocks back into an image, overlaps summed (torch.nn.functional.fold, the inverse of an im2col):

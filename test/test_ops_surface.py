@@ -469,3 +469,13 @@ def test_torch_spellings_of_squeeze_chunk_scans_round_and_one_hot():
     np.testing.assert_array_equal(
         Tensor(labels).one_hot().numpy(), torch.nn.functional.one_hot(torch.from_numpy(labels)).numpy()
     )
+
+
+@pytest.mark.parametrize("name", ["triu", "tril"])
+def test_triangles_keep_the_dtype_as_torch(name):
+    torch = pytest.importorskip("torch")
+    for values in (np.ones((3, 4), bool), np.arange(12, dtype=np.int32).reshape(3, 4), data(3, 4)):
+        result = getattr(Tensor(values), name)(1).numpy()
+        expected = getattr(torch.tensor(values), name)(1).numpy()
+        assert result.dtype == expected.dtype
+        np.testing.assert_array_equal(result, expected)
