@@ -21,17 +21,21 @@ from lazygrad.dtype import (
     to_dtype,
 )
 from lazygrad.engine.buffers import (
+    DETACHED_VIEW,
     buffer_from_numpy,
     buffer_of,
     history,
     history_of,
     is_buffer_view,
+    memory_of,
     read_before_overwrite,
     realized,
     remember_history,
     views_memory,
     with_history,
+    write_target,
 )
+from lazygrad.engine.buffers import writes_pending as _written
 from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
 from lazygrad.engine.rng import is_random_source
 from lazygrad.engine.schedule import ScheduleItem, bind, create_schedule, plan_graph
@@ -75,28 +79,134 @@ def tensors_holding(nodes) -> list[Tensor]:
 
 
 def pending_assigns() -> list[Tensor]:
-    """The live tensors whose value is an assign that has not run yet (state a step updated, such as batch norm's
-    running statistics, before anything read it)."""
-    found = []
+    """Tensors for the assigns that have not run yet (state a step updated, such as batch norm's running statistics,
+    before anything read it): the newest write pending on each buffer (it reads the earlier ones it needs; a later
+    write replaces a buffer's whole contents), and any live tensor holding an assign."""
+    found: dict[UOp, Tensor] = {}
     for reference in list(_made.values()):
         tensor = reference()
-        if tensor is not None and tensor._uop.op is Ops.ASSIGN:
-            found.append(tensor)
+        if tensor is not None and tensor._uop.op is Ops.ASSIGN and "realized" not in tensor._uop.__dict__:
+            found.setdefault(tensor._uop, tensor)
+    for reference in list(_written.values()):
+        buffer = reference()
+        if buffer is not None and (write := _newest_write(buffer)) is not None and write not in found:
+            found[write] = Tensor(write, device=buffer.arg[2])
+    return list(found.values())
+
+
+# Writes pending on a buffer. Each assign notes itself on its buffer's node (`writes`: its number -> a weak reference
+# to it and the key of the tensor that made it, in the order they were made), so every name of the memory (a view, a
+# reshape, a detached tensor) reads the newest (see `Tensor.uop`), and reading or realizing one runs them. A write is
+# held strongly (the buffer's node holds it only weakly: the write holds the buffer, and so does the intern table's
+# key of the write, so a strong reference from the buffer would keep both alive for good) by the tensor that made
+# it, while that tensor lives (`_held_writes`), then, if it has not run, until the next realize runs it
+# (`_orphaned_writes`: `flat = p.view(-1); flat *= 0.5`, with `flat` gone before anything read p). `_written`
+# (buffers.writes_pending) holds the buffers with writes noted, weakly, so that a read checks nothing when there are
+# none.
+_held_writes: dict[int, tuple[weakref.ref, UOp]] = {}  # id of a tensor -> (it, weakly; the newest write it made)
+_orphaned_writes: list[UOp] = []
+
+
+def _write_made_by_dead_tensor(key: int, reference: weakref.ref) -> None:
+    entry = _held_writes.get(key)
+    if entry is not None and entry[0] is reference:
+        del _held_writes[key]
+        if "realized" not in entry[1].__dict__:
+            _orphaned_writes.append(entry[1])
+
+
+def _note_write(buffer: UOp, write: UOp, writer: Tensor) -> None:
+    writes = buffer.__dict__.get("writes")
+    if writes is None:
+        writes = buffer.__dict__["writes"] = {}
+        number = id(buffer)
+        _written[number] = weakref.ref(
+            buffer, lambda ref, number=number: _written.get(number) is ref and _written.pop(number)
+        )
+    key = id(writer)
+    entry = _held_writes.get(key)
+    if entry is None or entry[0]() is not writer:
+        entry = (weakref.ref(writer, lambda reference, key=key: _write_made_by_dead_tensor(key, reference)), write)
+    _held_writes[key] = (entry[0], write)
+    writes[write.arg] = (weakref.ref(write), key)
+
+
+def _pending_writes(buffer: UOp) -> list[UOp]:
+    """The writes noted on `buffer` that have not run, in the order they were made (forgetting those that ran or died:
+    a write no tensor holds any more, nor any value built on it, is one a later write replaced)."""
+    writes = buffer.__dict__.get("writes")
+    if writes is None:
+        return []
+    found, gone = [], []
+    for number, (reference, _) in writes.items():
+        write = reference()
+        if write is None or "realized" in write.__dict__:
+            gone.append(number)
+        else:
+            found.append(write)
+    for number in gone:
+        del writes[number]
+    if not writes:
+        del buffer.__dict__["writes"]
+        _written.pop(id(buffer), None)
     return found
 
 
-def _pending_writes(buffer: UOp) -> list[Tensor]:
-    """The live tensors whose pending assign writes `buffer` (each assign notes itself on its buffer's node, so a
-    view of the buffer read before it runs runs it first)."""
-    writes = buffer.__dict__["writes"]
-    found = {}
-    for key, reference in list(writes.items()):
-        tensor = reference()
-        if tensor is not None and tensor._uop.op is Ops.ASSIGN and tensor._uop.src[0].base is buffer:
-            found[key] = tensor
-    if len(found) < len(writes):  # (those that ran, or died)
-        buffer.__dict__["writes"] = {key: weakref.ref(tensor) for key, tensor in found.items()}
-    return list(found.values())
+def _newest_write(buffer: UOp) -> UOp | None:
+    """The last write pending on `buffer` (its node stands for the buffer's contents once the writes have run)."""
+    writes = buffer.__dict__.get("writes")
+    if writes:
+        reference = writes[next(reversed(writes))][0]
+        if (write := reference()) is not None and "realized" not in write.__dict__:
+            return write
+        pending = _pending_writes(buffer)
+        return pending[-1] if pending else None
+    return None
+
+
+def _forget_writes_run(buffer: UOp) -> None:
+    """Drop the writes on `buffer` that ran, with those made before them (a write replaces the whole contents: one
+    made before a write that ran is either run too, or will never be seen), and let go of them."""
+    writes = buffer.__dict__.get("writes")
+    if not writes:
+        return
+    last = None
+    for number, (reference, _) in writes.items():
+        if (write := reference()) is not None and "realized" in write.__dict__:
+            last = number
+    if last is not None:
+        for number in [number for number in writes if number <= last]:
+            reference, key = writes.pop(number)
+            if (entry := _held_writes.get(key)) is not None and entry[1].arg <= last:
+                del _held_writes[key]
+    _pending_writes(buffer)  # (and forget the dead)
+
+
+def _over(node: UOp, write: UOp, buffer: UOp) -> UOp:
+    """`node`, a name of `buffer`'s memory (movement ops of a view, a detached name), read over the contents `write`
+    leaves there: the view's chain rebuilt on the write's node."""
+    chain = []
+    target = write.src[0]
+    while node is not target and node is not buffer:
+        chain.append(node)
+        node = node.src[0]
+    contents = (
+        write
+        if node is target or write.shape == buffer.shape
+        else UOp(Ops.RESHAPE, write.dtype, (write,), buffer.shape)
+    )
+    for link in reversed(chain):
+        contents = UOp(link.op, link.dtype, (contents,), link.arg)
+    return contents
+
+
+def _read_node(node: UOp) -> UOp:
+    """The node a computation reads for a tensor of `node`: a name of memory with writes pending reads the newest
+    (a tensor built before the write keeps the old contents: its graph reads the buffer itself)."""
+    buffer = memory_of(node)
+    if buffer is None or "writes" not in buffer.__dict__ or (write := _newest_write(buffer)) is None:
+        return node
+    return _over(node, write, buffer)
 
 
 def _reads_data(node: UOp) -> bool:
@@ -121,9 +231,10 @@ _RELEASED = "released"  # `.grad` of a tensor whose gradient an assign invalidat
 
 
 def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
-    """The nodes of live pending tensors (besides `outputs` and what this schedule computes) that read the old
-    contents of an `overwritten` buffer: the schedule computes them too, before the write, so a value keeps the
-    meaning it had when it was built (`loss.item()` after `opt.step()` is the loss before the step).
+    """The nodes of live pending tensors and of the writes pending on buffers (besides `outputs` and what this
+    schedule computes) that read the old contents of an `overwritten` buffer: the schedule computes them too, before
+    the write, so a value keeps the meaning it had when it was built (`loss.item()` after `opt.step()` is the loss
+    before the step, and a running statistic updated beside the step reads the weights it was given).
 
     Gradients are the exception: a `.grad` that reads the old contents is released (reading it then raises and
     says why). `backward` fills one for every float tensor in the graph, and an optimizer step consumes them as
@@ -135,9 +246,14 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
     for reference in list(_made.values()):
         tensor = reference()
         if tensor is not None and (node := tensor._uop) not in skip and node not in written_now:
-            if not views_memory(node):  # (a view shows the new contents: it keeps no old value)
+            if memory_of(node) is None:  # (a view shows the new contents: it keeps no old value)
                 pending[node] = None
     tensor = None  # (no reference of a loop may keep a tensor alive)
+    writes = {}
+    for reference in list(_written.values()):  # (the newest write on a buffer reads the earlier ones it needs)
+        if (buffer := reference()) is not None and (write := _newest_write(buffer)) is not None:
+            if write not in skip and write not in written_now:
+                pending[write] = writes[write] = None
     # (in the order the tensors were made, not a set's: the readers join the schedule's outputs, and a step that
     # makes the same tensors again must give the same graph, so its plan is found again instead of made anew)
     stale = dict.fromkeys(read_before_overwrite(list(pending), overwritten, written_now)) if pending else {}
@@ -150,7 +266,7 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
             # PyTorch has none, and the next backward starts it afresh)
             tensor._grad = None if tensor._requires_grad is None else _RELEASED
     tensor = None
-    return [node for node in stale if tensors_holding([node])]
+    return [node for node in stale if node in writes or tensors_holding([node])]
 
 
 def _pending_gradients(outputs: list[UOp], device: str) -> list[Tensor]:
@@ -274,8 +390,10 @@ class Tensor(
 
     @property
     def uop(self) -> UOp:
-        """The node this tensor is: a graph until realized, then (usually) a view of the buffer holding it."""
-        return self._uop
+        """The node this tensor is read as: a graph until realized, then (usually) a view of the buffer holding it. A
+        name of memory (a view) whose buffer has writes pending, made through any name of it, reads the newest, so a
+        value built now sees them (`_uop` is the node the tensor holds)."""
+        return _read_node(self._uop) if _written else self._uop
 
     @uop.setter
     def uop(self, node: UOp) -> None:
@@ -410,7 +528,7 @@ class Tensor(
     def is_leaf(self) -> bool:
         """Whether this tensor is no computation's result (torch's meaning): it takes no gradient, or holds values of
         its own (a computation realized keeps its history for gradients, and is no leaf)."""
-        return self.requires_grad is False or (views_memory(self.uop) and self._history is None)
+        return self.requires_grad is False or (views_memory(self._uop) and self._history is None)
 
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
@@ -510,7 +628,7 @@ class Tensor(
 
     def _shares_its_node(self) -> bool:
         """Whether another tensor may be this one's node: a constant's, or one another live tensor holds."""
-        return self.uop.base.op is Ops.CONST or any(tensor is not self for tensor in tensors_holding([self.uop]))
+        return self._uop.base.op is Ops.CONST or any(tensor is not self for tensor in tensors_holding([self._uop]))
 
     def _seed(self, gradient: Tensor | Any | None, op_name: str) -> UOp:
         """The gradient to start from at this root, checked against its shape."""
@@ -630,12 +748,21 @@ class Tensor(
 
     @staticmethod
     def _realize_all(tensors: tuple[Tensor, ...]) -> None:
+        if _orphaned_writes:  # writes whose tensors died before they ran run now (see `_held_writes`)
+            orphans = [write for write in _orphaned_writes if "realized" not in write.__dict__]
+            _orphaned_writes.clear()
+            tensors = (*(Tensor(write, device=write.src[0].base.arg[2]) for write in orphans), *tensors)
         # (plain loops: on Python 3.11 a comprehension costs a frame, and one tensor is the common case)
         outputs = []
         for tensor in tensors:
             node = tensor._uop
             if views_memory(node):  # (realized, or a view of memory: it stays one, see `_without_views`)
-                if "writes" in node.base.__dict__ and _pending_writes(node.base):
+                if node.op is Ops.DETACH and is_buffer_view(node.src[0]):
+                    # a detached name of memory (`x.detach()`, a view made with gradients off) realized is that
+                    # memory's view, as any DETACH computed is its source (TinyJit binds it as its buffer)
+                    tensor.uop = node = node.src[0]
+                buffer = memory_of(node) if _written else None
+                if buffer is not None and "writes" in buffer.__dict__ and _newest_write(buffer) is not None:
                     return Tensor._realize_all(Tensor._without_views(tensors))
                 continue
             if not outputs:
@@ -658,26 +785,45 @@ class Tensor(
         for tensor in tensors_holding(becomes):
             node = tensor._uop
             view = becomes[node]
-            if tensor.device != view.base.arg[2]:
-                continue  # the same device-less node (a constant) on another device
+            if tensor.device != view.base.arg[2] or node.arg is DETACHED_VIEW:
+                continue  # the same device-less node (a constant) on another device, or a detached name of memory
             # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
             # read: not where this schedule overwrote one (a value computed from a buffer an assign here wrote)
             if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
                 tensor._history = remember_history(view, node)
                 remembered.add(view)
             tensor.uop = view
+            if len(holders := view.__dict__["tensors"]) > 1 and node.op is not Ops.ASSIGN:
+                if sum(reference() is not None for reference in holders.values()) > 1:
+                    view.__dict__["shared"] = True  # equal values computed into one buffer: see `assign`
         for node, view in remember.items():
             realized.set(node, weakref.ref(view) if view in remembered else view)
+        if planned.plan.overwritten and _written:
+            for buffer in planned.overwritten():
+                _forget_writes_run(buffer)
         if DEBUG.value >= 1:
             print(f"compiles {GlobalCounters.compile_count}, compile cache hits {GlobalCounters.compile_cache_hits}")
 
     @staticmethod
+    def _live_tensors():
+        """Every live tensor, one at a time (for the mixins, which do not import this module at run time)."""
+        for reference in list(_made.values()):
+            if (tensor := reference()) is not None:
+                yield tensor
+
+    @staticmethod
     def _without_views(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        """`tensors` with each view of memory replaced by the writes pending on its buffer: a view stays one (it
-        shows its buffer's contents whenever it is read, as a torch view does), and realizing it runs those writes."""
-        viewed = {tensor._uop.base for tensor in tensors if views_memory(tensor._uop)}
-        kept = tuple(tensor for tensor in tensors if not views_memory(tensor._uop))
-        return kept + tuple(write for buffer in viewed for write in _pending_writes(buffer))
+        """`tensors` with each view of memory replaced by the newest write pending on its buffer (whichever name of
+        it made the write, and whether or not that tensor lives): a view stays one (it shows its buffer's contents
+        whenever it is read, as a torch view does), and realizing it runs those writes. Movement ops that copy in
+        torch (a flip, a pad) keep their values: they need no write, and are computed before one runs."""
+        kept, viewed = [], {}
+        for tensor in tensors:
+            if not views_memory(tensor._uop):
+                kept.append(tensor)
+            elif (buffer := memory_of(tensor._uop)) is not None and (write := _newest_write(buffer)) is not None:
+                viewed[write] = buffer
+        return (*kept, *(Tensor(write, device=buffer.arg[2]) for write, buffer in viewed.items()))
 
     def assign(self, value: Tensor | Any) -> Tensor:
         """Write `value` into this tensor's memory (in place, when it is realized). Kernels that read the old
@@ -694,38 +840,45 @@ class Tensor(
         self._check_writable("assign")
         if _writes_keeping_gradient and id(self) in _writes_keeping_gradient:  # (setitem's write: see __setitem__)
             _writes_keeping_gradient.discard(id(self))
-            return self._assign_keeping_gradient(value)
-        # Write in place into the tensor's buffer. Another live tensor with the very same node (two
-        # `Tensor.zeros(3)` realized together share one buffer, as `w.detach()` shares w's) keeps its values: it
-        # becomes a copy of them, which the write's schedule computes first (see `_values_to_keep`), while this
-        # tensor keeps its buffer, which a TinyJit replay or an optimizer reads (given a new one, the replays
-        # read the old). A tensor with no buffer yet simply becomes the value. A pending write is followed by
-        # another write to the same buffer. Each assign is a distinct event: a number makes its node unique, so
-        # the same update issued twice runs twice.
-        if self.uop.op is Ops.ASSIGN:
-            target = self.uop.src[0]
-        elif is_buffer_view(self.uop):
-            target = self.uop
-            if others := [t for t in tensors_holding([target]) if t is not self]:
-                copy = UOp(Ops.CONTIGUOUS, self.dtype, (target,), next(_contiguous_ids))
-                for other in others:
-                    other.uop = copy
-        else:
+            if self._gradient_history() is not None:
+                return self._assign_keeping_gradient(value)
+        # Write in place into the tensor's buffer: the write is noted on the buffer, pending until something reads
+        # the memory, and the tensor stays the name of that memory it was, as every other name of it (a view, a
+        # reshape, a detached tensor) does: they all read the newest write (see `uop`), and realizing any of them
+        # runs it, whether or not the tensor that made it still lives. Another live tensor that realization gave the
+        # very same buffer (equal values, as two `Tensor.zeros(3)` realized together, are one node) keeps its
+        # values: it becomes a copy of them, which the write's schedule computes first (see `_values_to_keep`),
+        # while this tensor keeps its buffer, which a TinyJit replay or an optimizer reads (given a new one, the
+        # replays read the old). (Two views made alike, `x.reshape(2, 2)` twice, are one node too, and both views.)
+        # A tensor with no buffer yet simply becomes the value. Each assign is a distinct event: a number makes its
+        # node unique, so the same update issued twice runs twice.
+        node = self._uop
+        if node.op is Ops.ASSIGN:  # (a tensor made of a pending write: it writes that buffer, and becomes its name)
+            target = node.src[0]
+        elif (target := write_target(node)) is None:
             self.uop = value.uop
             return self
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop), next(_assign_ids))
-        buffer = target.base  # (noted on its node: see `_pending_writes`)
-        writes = buffer.__dict__.setdefault("writes", {})
-        writes[id(self)] = weakref.ref(self)
-        if len(writes) > 8:  # (forget those that ran and died, should many tensors write it in turn)
-            _pending_writes(buffer)
+        elif node.__dict__.pop("shared", False) and (others := [t for t in tensors_holding([node]) if t is not self]):
+            copy = UOp(Ops.CONTIGUOUS, self.dtype, (_read_node(node),), next(_contiguous_ids))
+            for other in others:
+                other.uop = copy
+        if names := target.base.__dict__.get("detached"):  # detached names of the memory (see `detach`)
+            for key, reference in list(names.items()):
+                if (detached := reference()) is not self:
+                    names.pop(key, None)
+                    if detached is not None:
+                        detached.uop = UOp(Ops.CONTIGUOUS, self.dtype, (detached.uop,), next(_contiguous_ids))
+            detached = None
+        _note_write(target.base, UOp(Ops.ASSIGN, self.dtype, (target, value.uop), next(_assign_ids)), self)
+        if node.op is Ops.ASSIGN:
+            self.uop = target
         return self
 
     def _in_place(self, op_name: str, result: Tensor) -> Tensor:
         """`self op= other` as torch's in-place ops: `result` (self op other) written into this tensor, which keeps
         its shape and dtype, so every name for it (`b = a; a += 1`) sees the new values. Rebinding the name instead
         left an optimizer training a tensor the model no longer held (`layer.weight *= 0`)."""
-        if self.requires_grad and not Tensor.no_grad and views_memory(self.uop) and self._history is None:
+        if self.requires_grad and not Tensor.no_grad and views_memory(self._uop) and self._history is None:
             raise RuntimeError(
                 f"{op_name}: this {self.shape} tensor requires grad and holds its own values (a leaf), so changing it "
                 "in place would lose what its gradient needs, as torch refuses; do it under `with Tensor.test():` "
@@ -744,14 +897,14 @@ class Tensor(
                     f"(as torch refuses); write `x = x {op_name[:-1]} y` for a new tensor, or cast first"
                 )
             result = result.cast(self.dtype)
-        if self._has_gradient_history():
+        if self._gradient_history() is not None:
             return self._assign_keeping_gradient(result)
         return self.assign(result)
 
     def __setitem__(self, index, value) -> None:
-        # (IndexMixin's setitem, whose write into a tensor with gradient history keeps the gradient flowing: see
-        # _assign_keeping_gradient, which its assign turns into)
-        if not self._has_gradient_history():
+        # (IndexMixin's setitem, whose write into a tensor with gradient history keeps the gradient flowing: its
+        # assign turns into _assign_keeping_gradient where the tensor, once writable, has a history)
+        if Tensor.no_grad:
             return IndexMixin.__setitem__(self, index, value)
         _writes_keeping_gradient.add(id(self))
         try:
@@ -759,28 +912,43 @@ class Tensor(
         finally:
             _writes_keeping_gradient.discard(id(self))
 
-    def _has_gradient_history(self) -> bool:
-        """Whether gradients flow back through the computation behind this realized tensor's values into other
-        tensors', so that an in-place operator or setitem must keep them flowing (with gradients on). Not for a leaf,
-        nor for one whose buffer an assign overwrote since (its values no longer come from it), nor for one computed
-        from random numbers and constants alone (a layer's first weights: `w -= lr * w.grad` is an update, and must
-        not chain every step's graph to the weights)."""
-        if self._history is None or Tensor.no_grad or not self._wants_gradient():
-            return False
-        computation = history_of(self._uop)
+    def _gradient_history(self) -> UOp | None:
+        """The realized node whose history gradients flow back through into other tensors' values, where an in-place
+        operator or setitem into this tensor must keep them flowing (with gradients on): this tensor's own, or, for a
+        reshape of another tensor's memory (`y.reshape(2, 2)[0] = v`), the node of the tensor it reshapes. None for
+        a leaf, for one whose buffer an assign overwrote since (its values no longer come from that history), and
+        for one computed from random numbers and constants alone (a layer's first weights: `w -= lr * w.grad` is an
+        update, and must not chain every step's graph to the weights)."""
+        if Tensor.no_grad or not self._wants_gradient():
+            return None
+        node = self._uop
+        while (computation := history.get(node)) is None:
+            if node.op is not Ops.RESHAPE:
+                return None
+            node = node.src[0]
         # (a fact cached per node, as shapes are: a loop of `y += x` asks it of a history that grows by a few nodes)
-        return computation is not self._uop and computation._derive("reads_data", _reads_data)
+        return node if computation._derive("reads_data", _reads_data) else None
 
     def _assign_keeping_gradient(self, value: Tensor) -> Tensor:
         """An in-place operator's or setitem's write into a tensor with gradient history (`y = (x * 2).realize();
-        y += 1`): as torch records the in-place op, gradients flow through the written value (to x) rather than
-        stopping at the write, where a plain assign, which has no derivative, dropped them. The write runs now, and
-        the value's graph becomes the tensor's history (as if it had been computed as `y = y + 1`)."""
-        # (the value's graph with realized tensors expanded, taken before the write: running it forgets the history
-        # of the buffer it overwrites)
+        y += 1`, or through a reshape of y): as torch records the in-place op, gradients flow through the written
+        value (to x) rather than stopping at the write, where a plain assign, which has no derivative, dropped them.
+        The write runs now, and the value's graph becomes the tensor's history (as if it had been computed as
+        `y = y + 1`), and the history of every other name of the memory that had one, in its shape."""
+        # (the value's graph with realized tensors expanded, and the names with a history, taken before the write:
+        # running it forgets the history of the buffer it overwrites)
         expanded = with_history([value.uop])[value.uop]
+        # the other names of this memory with a history (`y` under `y.reshape(2, 2)[0] = v`, or a reshape of this
+        # tensor): they hold the written values too (a view with a history is a reshape of its buffer)
+        buffer = self._uop.base
+        owners = [view for view, _ in history.items() if view.base is buffer and view is not self._uop]
         self.assign(value).realize()
         self._history = remember_history(self._uop, expanded)
+        for owner in owners:
+            owned = remember_history(owner, UOp(Ops.RESHAPE, expanded.dtype, (expanded,), owner.shape))
+            for tensor in tensors_holding([owner]):
+                if tensor._wants_gradient():
+                    tensor._history = owned
         return self
 
     def __iadd__(self, other) -> Tensor:
@@ -841,7 +1009,7 @@ class Tensor(
 
     def contiguous(self) -> Tensor:
         """This tensor laid out in its own buffer in row-major order (a no-op for one already laid out so)."""
-        if is_buffer_view(self.uop):
+        if is_buffer_view(self._uop):
             return self
         # each call asks for a buffer of its own: a number makes the node unique, so two equal tensors made
         # contiguous (two layers' weights initialised to ones) never end up sharing one buffer
@@ -851,9 +1019,12 @@ class Tensor(
         """The values as a NumPy array of the tensor's dtype (runs the graph). NumPy has no bfloat16: a bfloat16
         tensor gives float32 (exactly its values; PyTorch raises here instead)."""
         tensor = self.realize()
-        if not is_buffer_view(tensor.uop):  # a strided view of memory: copy it into order first
-            tensor = tensor.contiguous().realize()
-        array = buffer_of(tensor.uop.base).numpy().reshape(self.shape)
+        node = tensor._uop
+        if node.op is Ops.DETACH and node.arg == DETACHED_VIEW:  # (a detached name of memory reads it as it is)
+            node = node.src[0]
+        if not is_buffer_view(node):  # a strided view of memory: copy it into order first
+            node = tensor.contiguous().realize()._uop
+        array = buffer_of(node.base).numpy().reshape(self.shape)
         # (np.asarray: NumPy gives a 0-d array's conversion as a scalar, which np.asarray(tensor) refused)
         return np.asarray(bfloat16_to_float32(array)) if self.dtype == dtypes.bfloat16 else array
 
@@ -869,8 +1040,20 @@ class Tensor(
         return self.numpy().reshape(()).item()
 
     def detach(self) -> Tensor:
-        """The same values, with no gradient flowing through."""
-        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
+        """The same values, with no gradient flowing through. Of a tensor in memory (or a view of it), a name of that
+        memory, as torch's: a write through it (`d = x.detach(); d += 1`, `p.detach().mul_(...)`) changes x. A write
+        into the memory through another name leaves it the values it had (it becomes a copy of them, as a value made
+        before the write keeps them: `keep = w.detach()` before an update keeps the old weights)."""
+        if (buffer := memory_of(self._uop)) is None:
+            return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
+        detached = Tensor(UOp(Ops.DETACH, self.dtype, (self._uop,), DETACHED_VIEW), device=self.device)
+        detached._requires_grad = False
+        names = buffer.__dict__.setdefault("detached", {})  # (see `assign`)
+        if len(names) >= 8:  # (forget the dead: an optimizer detaches every parameter in every step)
+            for key in [key for key, reference in list(names.items()) if reference() is None]:
+                names.pop(key, None)
+        names[id(detached)] = weakref.ref(detached)
+        return detached
 
     def clone(self) -> Tensor:
         """A copy in a buffer of its own (later writes into this tensor do not reach it); gradients flow through,

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from lazygrad.dtype import check_fits, dtypes, fits, integer_range
-from lazygrad.engine.buffers import is_buffer_view, views_memory
+from lazygrad.engine.buffers import is_buffer_view, strided_view, views_memory, write_target
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
-from lazygrad.uop.ops import Ops
+from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -70,6 +70,19 @@ def _numpy_ints_as_ints(index):
     if isinstance(index, tuple) and any(isinstance(item, np.integer) for item in index):
         return tuple(int(item) if isinstance(item, np.integer) else item for item in index)
     return index
+
+
+def _holders(node) -> list:
+    """The live tensors holding `node` (from the map Tensor's `uop` setter keeps with the node; this module does not
+    import tensor.py at run time)."""
+    return [
+        tensor for reference in list(node.__dict__.get("tensors", {}).values()) if (tensor := reference()) is not None
+    ]
+
+
+def _held_by_another(node, tensor) -> bool:
+    """Whether a live tensor other than `tensor` holds `node`."""
+    return any(held is not tensor for held in _holders(node))
 
 
 class IndexMixin:
@@ -539,7 +552,7 @@ class IndexMixin:
         advanced index names a place twice, the last value wins (as in NumPy). A list, tuple or NumPy array value
         is taken as a tensor of this tensor's dtype, as NumPy takes it."""
         # (as `+=` refuses, see Tensor._in_place: a graph read from this tensor before the write would get no gradient)
-        if self.requires_grad and not type(self).no_grad and views_memory(self.uop) and self._history is None:
+        if self.requires_grad and not type(self).no_grad and views_memory(self._uop) and self._history is None:
             raise RuntimeError(
                 f"setitem: this {self.shape} tensor requires grad and holds its own values (a leaf), so writing into "
                 "it would lose what its gradient needs, as torch refuses; do it under `with Tensor.test():` "
@@ -573,7 +586,7 @@ class IndexMixin:
         else:
             check_fits("setitem", value, self.dtype, of_tensor=True)
             value = type(self).full((), value, dtype=self.dtype, device=self.device)
-        in_memory = is_buffer_view(self.uop)
+        in_memory = write_target(self._uop) is not None
         self.assign(written.where(value, self))
         if in_memory:  # written now, as torch does: other views of this memory (reshapes) see the new values
             self.realize()
@@ -594,31 +607,41 @@ class IndexMixin:
         return type(self)(array, dtype=self.dtype, device=self.device)
 
     def _check_writable(self: Tensor, op_name: str) -> None:
-        """Make a write into this tensor (setitem, assign) reach what it views, or refuse it. A slice, transpose,
-        flip or padding of other data cannot be written through to that data (torch would change it too), so a
-        write into one is an error rather than a silent copy. Reshapes of memory write through (see assign); a
-        reshape of a tensor not in memory yet (`a.contiguous().reshape(12)`, a computation) first computes that
-        tensor into its buffer, so the write reaches it as in torch. Constants belong to no other tensor's memory."""
-        node = self.uop
-        if node.op not in MOVEMENT_OPS or is_buffer_view(node):
+        """Make a write into this tensor (setitem, assign) reach what it views, or refuse it. A slice, transpose or
+        expand of another tensor cannot be written through to that tensor (torch would change it too), so a write
+        into one is an error rather than a silent copy. Reshapes of memory write through (see assign); a reshape of
+        a tensor not in memory yet (a computation, a constant such as `Tensor.zeros(4)`, a flip) first computes that
+        tensor into its buffer, so the write reaches it as in torch. Movement ops that copy in torch (a flip, a pad,
+        a repeat) make a value of their own, which a write simply replaces, as a computation's; so does a view of
+        values no live tensor holds."""
+        node = self._uop
+        if node.op not in MOVEMENT_OPS or write_target(node) is not None:
             return
-        base = node
-        while base.op is Ops.RESHAPE:
-            base = base.src[0]
-        if base.op not in MOVEMENT_OPS and base.op not in (Ops.CONST, Ops.ARANGE):
-            self._realize_reshaped_base(base, op_name)
+        # the values this tensor is a view of: those of the deepest tensor below it (else the deepest node) that its
+        # movement ops make a view of (a computation, a constant, or a copy such as a flip, whose own values they are)
+        chain = [node]
+        while chain[-1].src[0].op in MOVEMENT_OPS:
+            chain.append(chain[-1].src[0])
+        cuts = [cut for cut in range(len(chain), 0, -1) if strided_view(chain[:cut][::-1], chain[cut - 1].src[0].shape)]
+        if not cuts:
+            return  # a copy (a flip, a pad, ...): a value of its own
+        held_cuts = [cut for cut in cuts if _held_by_another(chain[cut - 1].src[0], self)]
+        cut = held_cuts[0] if held_cuts else cuts[0]
+        between, below, held = chain[:cut], chain[cut - 1].src[0], bool(held_cuts)
+        if all(link.op is Ops.RESHAPE for link in between):
+            if held or below.op not in (Ops.CONST, Ops.ARANGE, Ops.BUFFER):
+                self._realize_reshaped_base(below, op_name)
+            return  # (a view of a constant no live tensor holds: nothing else shows the write)
+        if not held and below.op in (Ops.CONST, Ops.ARANGE):
             return
-        while node.op in MOVEMENT_OPS:
-            node = node.src[0]
-        if node.op not in (Ops.CONST, Ops.ARANGE):
-            instead = "x[0, 1] = v rather than y = x[0]; y[1] = v"
-            if op_name.endswith("="):  # (Python runs `x[i] += v` as `y = x[i]; y += v; x[i] = y`: a write into a view)
-                instead += f"; x[i] = x[i] {op_name[:-1]} v rather than x[i] {op_name} v"
-            raise RuntimeError(
-                f"{op_name}: this {self.shape} tensor is a view (a slice, transpose, flip or pad) of another tensor, and "
-                f"writing into it would not change that tensor as in torch; index the original instead ({instead}), "
-                "or make a copy with .contiguous() first"
-            )
+        instead = "x[0, 1] = v rather than y = x[0]; y[1] = v"
+        if op_name.endswith("="):  # (Python runs `x[i] += v` as `y = x[i]; y += v; x[i] = y`: a write into a view)
+            instead += f"; x[i] = x[i] {op_name[:-1]} v rather than x[i] {op_name} v"
+        raise RuntimeError(
+            f"{op_name}: this {self.shape} tensor is a view (a slice, transpose or expand) of another tensor, and "
+            f"writing into it would not change that tensor as in torch; index the original instead ({instead}), "
+            "or make a copy with .contiguous() first"
+        )
 
     def _realize_reshaped_base(self: Tensor, base, op_name: str) -> None:
         """Compute `base` (the node under this tensor's reshapes, not in memory yet) into its buffer, switching the
@@ -638,9 +661,29 @@ class IndexMixin:
             )
         # realizing switches every live tensor holding `base` (the one this reshapes, if any) to the buffer
         owner = type(self)(base, device=self.device, requires_grad=False).realize()
-        if not is_buffer_view(owner.uop):
-            raise RuntimeError(
-                f"{op_name}: computing the {base.shape} tensor under this {self.shape} reshape left it a {owner.uop.op} "
-                "view, not memory, so the write could not reach it; write into a copy (.contiguous()) instead"
-            )
-        self.uop = owner.reshape(self.shape).uop
+        if not is_buffer_view(owner._uop):
+            if views_memory(owner._uop):  # (a flip or a pad of memory stays lazy when realized: copied here)
+                owner = type(self)(owner.contiguous()._uop, device=self.device, requires_grad=False).realize()
+                for tensor in _holders(base):
+                    tensor.uop = owner._uop
+            if not is_buffer_view(owner._uop):
+                raise RuntimeError(
+                    f"{op_name}: computing the {base.shape} tensor under this {self.shape} reshape left it a "
+                    f"{owner._uop.op} view, not memory, so the write could not reach it; write into a copy "
+                    "(.contiguous()) instead"
+                )
+        # every live tensor made of it by movement ops (a view of x made before, this very reshape of it made again)
+        # is now made of its buffer: a view of it shows the write, as in torch
+        memory = owner._uop
+        memory.__dict__.pop("shared", None)  # (the tensors holding `base` are one: see Tensor.assign)
+        for tensor in type(self)._live_tensors():
+            chain, node = [], tensor._uop
+            while node is not base and (node.op in MOVEMENT_OPS or node.op is Ops.DETACH):
+                chain.append(node)
+                node = node.src[0]
+            if node is base and chain and tensor is not owner:
+                for link in reversed(chain):
+                    node = UOp(link.op, link.dtype, (memory if node is base else node,), link.arg)
+                tensor.uop = node
+        tensor = None
+        self.uop = owner.reshape(self.shape)._uop

@@ -1,5 +1,8 @@
 """Movement ops (reshape, permute, expand, pad, shrink, flip), indexing and joining. None of these copy: each is
-a UOp that the consuming kernel turns into index arithmetic."""
+a UOp that the consuming kernel turns into index arithmetic. Of a tensor in memory, those torch makes views of (a
+reshape that keeps the layout, a slice, a transpose, an expand) are views: they show the memory's contents whenever
+they are read. The others (a flip, a pad, a repeat, a reshape of a transpose, `cat` of one tensor) are values, as
+torch's copies: they keep the contents they were made from (see engine/buffers.py's `memory_of`)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,10 @@ import math
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from lazygrad.dtype import dtypes
+from lazygrad.engine.buffers import DETACHED_VIEW, memory_of, views_memory, writes_pending
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -79,7 +83,32 @@ class MovementMixin:
     __slots__ = ()
 
     def _movement(self: Tensor, op: Ops, arg) -> Tensor:
-        return self._new(UOp(op, self.dtype, (self.uop,), arg))
+        # a view of memory is made of the memory's node (it reads the writes pending on it when read: see
+        # Tensor.uop); a copy in torch's terms (a flip or a pad of memory) of the values now, so the writes pending
+        # on the memory run first (movement ops made of the memory's node stay views where more movement ops make
+        # them one again, as a diagonal is cut out of a pad)
+        source = self._uop
+        node = UOp(op, self.dtype, (source,), arg)
+        if writes_pending and (buffer := memory_of(source)) is not None and "writes" in buffer.__dict__:
+            if memory_of(node) is None:
+                self.realize()
+        result = self._new(node)
+        if result._requires_grad is False and memory_of(source) is not None:
+            # (made with gradients off: still a view of the memory, through which no gradient flows; or a copy, as
+            # `memory_of` tells, once asked)
+            result.uop = UOp(Ops.DETACH, self.dtype, (node,), DETACHED_VIEW)
+        return result
+
+    def _copied(self: Tensor, source: Tensor) -> Tensor:
+        """The result of an op torch copies with (the one-tensor `cat`, `repeat`, a flip or pad that moves nothing)
+        as a value of its own where it would be `source` itself or movement ops (over memory, or over a tensor that a
+        write through a reshape of it later puts in memory): a no-op cast, which keeps the kernels, and no longer
+        shows later writes into the memory (or into `source`)."""
+        if self is not source and not views_memory(self._uop) and self._uop.op not in MOVEMENT:
+            return self
+        # (of memory, the values now, after the writes pending on it; of a value, as it is)
+        node = self.uop if memory_of(source._uop) is not None else self._uop
+        return self._new(UOp(Ops.CAST, self.dtype, (node,)))
 
     def reshape(self: Tensor, shape, *more) -> Tensor:
         """The same values in a new shape: `reshape(2, 3)`, `reshape((2, 3))` or `reshape(shape=(2, 3))`; one size may
@@ -216,7 +245,7 @@ class MovementMixin:
         else:
             cropped, positive = self, pairs
         if all(p == (0, 0) for p in positive):
-            return cropped
+            return cropped._copied(self)  # (torch's pad copies)
         padded = cropped._movement(Ops.PAD, positive)
         if value == 0:
             return padded
@@ -250,7 +279,11 @@ class MovementMixin:
             raise ValueError(f"flip: axes {axes} repeat an axis")
         axes = tuple(sorted(normalized))
         axes = tuple(a for a in axes if self.ndim and self.shape[a] > 1)  # (a scalar's axis 0 is itself, as in torch)
-        return self._movement(Ops.FLIP, axes) if axes else self
+        if not axes:
+            return self._copied(self)  # (torch's flip copies)
+        flipped = self._movement(Ops.FLIP, axes)
+        # (a flip of memory's expanded axes, or of a flip, would show the memory as it is: a view, where torch copies)
+        return flipped._copied(self) if memory_of(flipped._uop) is not None else flipped
 
     def repeat(self: Tensor, *repeats) -> Tensor:
         """The tensor tiled `repeats` times along each axis."""
@@ -260,7 +293,8 @@ class MovementMixin:
         base = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
         interleaved = base.reshape(tuple(s for size in base.shape for s in (1, size)))
         expanded = interleaved.expand(tuple(s for r, size in zip(repeats, base.shape) for s in (r, size)))
-        return expanded.reshape(tuple(r * size for r, size in zip(repeats, base.shape)))
+        # (torch's repeat copies: of memory, the expand it is made of would be a view, so it is a value of its own)
+        return expanded.reshape(tuple(r * size for r, size in zip(repeats, base.shape)))._copied(self)
 
     # ---- indexing ------------------------------------------------------------------------------------------------
 
@@ -318,7 +352,9 @@ class MovementMixin:
     def _strided(self: Tensor, steps: list[int]) -> Tensor:
         """Every steps[i]-th element of each axis, starting at the first (pad to a multiple, reshape, take one)."""
         padded_shape = [math.ceil(size / step) * step for size, step in zip(self.shape, steps)]
-        padded = self.pad(tuple((0, p - size) for p, size in zip(padded_shape, self.shape)))
+        padding = tuple((0, p - size) for p, size in zip(padded_shape, self.shape))
+        # (a view of memory: the padding is never selected)
+        padded = self._movement(Ops.PAD, padding) if any(after for _, after in padding) else self
         split = padded.reshape(tuple(s for p, step in zip(padded_shape, steps) for s in (p // step, step)))
         taken = split.shrink(tuple(w for p, step in zip(padded_shape, steps) for w in ((0, p // step), (0, 1))))
         return taken.reshape(tuple(p // step for p, step in zip(padded_shape, steps)))
@@ -343,6 +379,8 @@ class MovementMixin:
         dtype = least_upper_dtype(*(t.dtype for t in tensors), op_name="cat")
         sizes = [t.shape[dim] for t in tensors]
         total, ndim = sum(sizes), self.ndim
+        if not others:  # (torch's cat makes a new tensor: not a view of this one's memory)
+            return self.cast(dtype)._copied(self)
         result, offset = None, 0
         for tensor, size in zip(tensors, sizes):
             # each piece padded with zeros to the whole length (the sizes are checked: a PAD node at once)

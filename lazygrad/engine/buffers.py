@@ -15,6 +15,7 @@ import numpy as np
 
 from lazygrad.device import Buffer
 from lazygrad.dtype import DType
+from lazygrad.helpers import prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
 
@@ -107,12 +108,214 @@ def is_buffer_view(node: UOp) -> bool:
     return node.op is Ops.BUFFER
 
 
+# the argument of the DETACH node `Tensor.detach()` puts over a view of memory: a name of that memory (writes through it
+# reach the memory, and it shows the memory's contents) through which no gradient flows
+DETACHED_VIEW = "detached view"
+
+
 def views_memory(node: UOp) -> bool:
-    """True for a BUFFER seen through movement ops only (a slice, transpose, flip, pad, reshape): a view, whose
-    values are the buffer's contents whenever it is read, so realizing it computes nothing to keep."""
+    """True for a BUFFER seen through movement ops only (a slice, transpose, flip, pad, reshape, or a detached name
+    of one): realizing it computes nothing to keep. (Whether it follows later writes into the buffer, as a torch
+    view does, or keeps the values it had when it was made, as a flip or a pad does, `memory_of` says.)"""
     while node.op in MOVEMENT:
         node = node.src[0]
-    return node.op is Ops.BUFFER
+    op = node.op
+    if op is _BUFFER:
+        return True
+    return op is _DETACH and node.arg == DETACHED_VIEW and views_memory(node.src[0])
+
+
+_BUFFER, _DETACH = Ops.BUFFER, Ops.DETACH  # (read on every realize)
+
+
+_MISSING = object()
+# id -> (a weak reference to) each BUFFER node with writes pending on it (see tensor.py's `_note_write`)
+writes_pending: dict[int, weakref.ref] = {}
+
+
+def memory_of(node: UOp) -> UOp | None:
+    """The buffer whose contents `node` shows whenever it is read, as a torch view does: a BUFFER, or one seen through
+    the movement ops of a strided view (a reshape that keeps the layout, a slice with positive steps, a transpose, an
+    expand, a diagonal, ...), or a detached name of one. None for a computation, and for movement ops that make a
+    copy in torch (a flip, a pad, a repeat, a reshape of a transpose): their values are those the buffer had when
+    they were made, as any other computation's. A fact cached on the node."""
+    op = node.op
+    if op is Ops.BUFFER:
+        return node
+    if op not in MOVEMENT and (op is not Ops.DETACH or node.arg != DETACHED_VIEW):
+        return None
+    facts = node.__dict__
+    found = facts.get("memory", _MISSING)
+    if found is _MISSING:
+        chain = []
+        base = node
+        while base.op in MOVEMENT or base.op is Ops.DETACH and base.arg == DETACHED_VIEW:
+            chain.append(base)
+            base = base.src[0]
+        if base.op is not Ops.BUFFER:
+            found = None
+        elif all(link.op is Ops.RESHAPE or link.op is Ops.DETACH for link in chain):
+            found = base  # (reshapes of memory in order: the common case, known without a look at the layout)
+        else:
+            found = base if strided_view(chain[::-1], base.shape) else None
+        facts["memory"] = found
+    return found
+
+
+def write_target(node: UOp) -> UOp | None:
+    """The buffer view an assign into a tensor of `node` writes: its reshapes of a BUFFER (a detached name's DETACH
+    dropped), or None where `node` is no such view (a computation, a slice or transpose of memory)."""
+    chain = []
+    while node.op is Ops.RESHAPE or node.op is Ops.DETACH and node.arg == DETACHED_VIEW:
+        if node.op is Ops.RESHAPE:
+            chain.append(node)
+        node = node.src[0]
+    if node.op is not Ops.BUFFER:
+        return None
+    for reshape in reversed(chain):
+        node = UOp(Ops.RESHAPE, reshape.dtype, (node,), reshape.arg)
+    return node
+
+
+def strided_view(chain: list[UOp], shape: tuple[int, ...]) -> bool:
+    """Whether movement ops `chain` (the first applied first) over values of `shape` laid out in order show each
+    element as values[offset + sum(index * stride)] with strides >= 0 and no padding in sight: a view torch can
+    make. Each index into the values and each bound a pad sets is tracked as a linear form of the current indices;
+    a reshape re-expresses them as torch's `view` does, and where it cannot (it merges axes not laid out as one, as a
+    reshape of a transpose does) they are a copy. Only where axes it merges were expanded (as the windows of an
+    unfold are made: repeated, re-read with a stride, and cut) is the whole map checked element by element (up to
+    VIEW_CHECK_LIMIT elements; a larger one counts as a copy)."""
+    linear = _linear_view(chain, shape)
+    if linear is None:
+        return any(node.op is Ops.EXPAND for node in chain) and _checked_view(chain, shape)
+    return linear
+
+
+VIEW_CHECK_LIMIT = 1 << 16
+
+
+def _checked_view(chain: list[UOp], shape: tuple[int, ...]) -> bool:
+    """`strided_view` by the index of every element (-1 where padding shows)."""
+    if any(prod(node.shape) > VIEW_CHECK_LIMIT for node in chain) or prod(shape) > VIEW_CHECK_LIMIT:
+        return False
+    index = np.arange(prod(shape), dtype=np.int64).reshape(shape)
+    for node in chain:
+        op, arg = node.op, node.arg
+        if op is Ops.RESHAPE:
+            index = index.reshape(arg)
+        elif op is Ops.PERMUTE:
+            index = index.transpose(arg)
+        elif op is Ops.EXPAND:
+            index = np.broadcast_to(index, arg)
+        elif op is Ops.SHRINK:
+            index = index[tuple(slice(start, end) for start, end in arg)]
+        elif op is Ops.FLIP:
+            index = np.flip(index, arg)
+        elif op is Ops.PAD:
+            index = np.pad(index, arg, constant_values=-1)
+    if not index.size:
+        return True
+    origin = int(index.reshape(-1)[0])
+    expected = np.full((), origin, dtype=np.int64)
+    for axis, length in enumerate(index.shape):
+        stride = int(index[(0,) * axis + (1,) + (0,) * (index.ndim - axis - 1)]) - origin if length > 1 else 0
+        if stride < 0:
+            return False
+        expected = np.expand_dims(expected, -1) + np.arange(length, dtype=np.int64) * stride
+    return bool((index >= 0).all() and (index == expected).all())
+
+
+def _linear_view(chain: list[UOp], shape: tuple[int, ...]) -> bool | None:
+    """`strided_view` by linear forms; None where a reshape cannot re-express them."""
+    strides = [prod(shape[axis + 1 :]) for axis in range(len(shape))]
+    shape = list(shape)
+    forms = [[*strides, 0]]  # coefficients per axis, then the constant: forms[0] is the index, the others padded axes
+    bounds: list[tuple[int, int]] = [(0, 0)]  # (low, high) of each form but the first
+    for node in chain:
+        op, arg = node.op, node.arg
+        if op is Ops.RESHAPE:
+            kept = [0] + [n for n in range(1, len(forms)) if not _always_within(forms[n], *bounds[n], shape)]
+            forms, bounds = [forms[n] for n in kept], [bounds[n] for n in kept]
+            for number, form in enumerate(forms):
+                strides = _restride(shape, form[:-1], list(arg))
+                if strides is None:
+                    return None
+                forms[number] = [*strides, form[-1]]
+            shape = list(arg)
+        elif op is Ops.PERMUTE:
+            forms = [[form[axis] for axis in arg] + [form[-1]] for form in forms]
+            shape = [shape[axis] for axis in arg]
+        elif op is Ops.EXPAND:
+            for axis, (old, new) in enumerate(zip(shape, arg)):
+                if old != new:
+                    for form in forms:
+                        form[axis] = 0
+            shape = list(arg)
+        elif op is Ops.SHRINK:
+            for axis, (start, end) in enumerate(arg):
+                for form in forms:
+                    form[-1] += form[axis] * start
+                shape[axis] = end - start
+        elif op is Ops.FLIP:
+            for axis in arg:
+                for form in forms:
+                    form[-1] += form[axis] * (shape[axis] - 1)
+                    form[axis] = -form[axis]
+        elif op is Ops.PAD:
+            added = []  # (a form, its bounds): the index into the axis as it was lies inside it
+            for axis, (before, after) in enumerate(arg):
+                for form in forms:
+                    form[-1] -= form[axis] * before
+                if before or after:
+                    inside = [0] * (len(shape) + 1)
+                    inside[axis], inside[-1] = 1, -before
+                    added.append((inside, (0, shape[axis])))
+                shape[axis] += before + after
+            forms += [form for form, _ in added]
+            bounds += [limits for _, limits in added]
+        # (a detached name's DETACH changes nothing)
+    if not prod(shape):
+        return True
+    if any(not _always_within(forms[n], *bounds[n], shape) for n in range(1, len(forms))):
+        return False  # padding shows
+    return all(stride >= 0 or length == 1 for stride, length in zip(forms[0], shape))
+
+
+def _always_within(form: list[int], low: int, high: int, shape: list[int]) -> bool:
+    """Whether low <= form(index) < high for every index of `shape`."""
+    least = most = form[-1]
+    for coefficient, length in zip(form, shape):
+        if length == 0:
+            return True
+        if coefficient > 0:
+            most += coefficient * (length - 1)
+        else:
+            least += coefficient * (length - 1)
+    return low <= least and most < high
+
+
+def _restride(old_shape: list[int], old_strides: list[int], new_shape: list[int]) -> list[int] | None:
+    """The strides that show `old_shape` with `old_strides` as `new_shape`, or None where no strides do (torch's
+    computeStride: a reshape keeps its input's layout only where the axes it merges are laid out as one)."""
+    if not old_shape:
+        return [0] * len(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_axis = len(new_shape) - 1
+    chunk_stride = old_strides[-1]
+    tensor_count = view_count = 1
+    for axis in range(len(old_shape) - 1, -1, -1):
+        tensor_count *= old_shape[axis]
+        if axis == 0 or (old_shape[axis - 1] != 1 and old_strides[axis - 1] != tensor_count * chunk_stride):
+            while view_axis >= 0 and (view_count < tensor_count or new_shape[view_axis] == 1):
+                new_strides[view_axis] = view_count * chunk_stride
+                view_count *= new_shape[view_axis]
+                view_axis -= 1
+            if view_count != tensor_count:
+                return None
+            if axis > 0:
+                chunk_stride = old_strides[axis - 1]
+                tensor_count = view_count = 1
+    return new_strides if view_axis == -1 else None
 
 
 def forget_buffers(buffers: set[UOp]) -> None:
@@ -150,11 +353,14 @@ def forget_buffers(buffers: set[UOp]) -> None:
 def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
     """The roots whose values depend on the current contents of an `overwritten` buffer: computing them after the
     write would give other values. A root that is only a view of a buffer (movement ops over it) is left out: like
-    a PyTorch view, it shows the buffer's contents whenever it is read. An assign in `written_now` (run by the
-    same schedule) stands for the new contents; what its value reads is computed before the write."""
+    a PyTorch view, it shows the buffer's contents whenever it is read. The last assign to a buffer in
+    `written_now` (run by the same schedule) stands for the new contents; what its value reads is computed before
+    the write. An earlier assign to an overwritten buffer (run by it, or before, or one it skips: a later one
+    writes the whole buffer) is a value that buffer will not hold any more, as the old contents are."""
     # (plain loops and lookups: an eager training step walks its whole backward graph here, from the gradients the
     # optimizer reads)
     reads: dict[UOp, bool] = {}
+    last_writes: dict[UOp, UOp] | None = None  # buffer -> the last assign `written_now` makes to it (found when needed)
     stack = [(root, False) for root in roots]
     pop, push, realized_key = stack.pop, stack.append, realized.key
     while stack:
@@ -166,8 +372,22 @@ def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: 
         if not sources_done:
             if op is Ops.BUFFER:
                 reads[node] = node in overwritten
-            elif op is Ops.ASSIGN and node in written_now:
-                reads[node] = False
+            elif op is Ops.ASSIGN and (node in written_now or node.src[0].base in overwritten):
+                if last_writes is None:
+                    last_writes = {}
+                    for written in written_now:
+                        if written.op is Ops.ASSIGN:
+                            buffer = written.src[0].base
+                            if buffer not in last_writes or last_writes[buffer].arg < written.arg:
+                                last_writes[buffer] = written
+                last = last_writes.get(node.src[0].base)
+                if node in written_now or last is not None and last.arg > node.arg:
+                    reads[node] = last is not node
+                else:  # a write issued after this schedule's: it stands for contents to come, read from its value
+                    push((node, True))
+                    for source in sources:
+                        if source not in reads:
+                            push((source, False))
             elif (
                 node.__dict__.get(realized_key) is not None
                 and (view := realized_view(node)) is not None
@@ -186,13 +406,7 @@ def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: 
                 break
         else:
             reads[node] = False
-    return [root for root in roots if reads[root] and not _is_view_of_buffer(root)]
-
-
-def _is_view_of_buffer(node: UOp) -> bool:
-    while node.op in MOVEMENT:
-        node = node.src[0]
-    return node.op is Ops.BUFFER
+    return [root for root in roots if reads[root] and memory_of(root) is None]
 
 
 def realized_view(node: UOp) -> UOp | None:
@@ -238,5 +452,7 @@ def with_history(roots: list[UOp]) -> dict[UOp, UOp]:
                     stack.append((source, False))
             continue
         new_src = tuple([done[source] for source in node.src])
+        if node.op is Ops.ASSIGN:  # (what an assign writes stays its buffer: only its value has a history)
+            new_src = (node.src[0], *new_src[1:])
         done[node] = node if new_src == node.src else node.replace(src=new_src)
     return done
