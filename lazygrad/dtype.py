@@ -152,9 +152,10 @@ def bfloat16_bits(values: np.ndarray | float) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even), as the uint16 bits of those bfloat16s; NaN
     stays a (quiet) NaN and values beyond bfloat16's range become infinities."""
     with np.errstate(over="ignore", invalid="ignore"):
-        bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        single = np.asarray(values, dtype=np.float32)
+    bits = single.view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    nan = np.isnan(single)
     return np.where(nan, (bits >> 16).astype(np.uint16) | np.uint16(0x40), rounded)
 
 
@@ -236,9 +237,11 @@ def python_type_dtype(value) -> DType:
 def scalar_dtype(op_name: str, value: int | float | bool, dtype: DType) -> DType:
     """The dtype a Python number computes in beside a tensor of `dtype`. As in PyTorch: the tensor's dtype (a float
     beside an int or bool tensor: the default float; an int beside a bool tensor: the default int), so `uint8 + 1`
-    stays uint8, and a float too large for a float dtype becomes inf. Unlike PyTorch, an int the dtype cannot hold
-    never wraps around: it widens the computation to int32 or int64 (`uint8 + 300` is int32), and one that no int
-    can hold beside the tensor's values is an error."""
+    stays uint8, and a number beside a float16 or bfloat16 tensor is rounded to that dtype (one too large becomes
+    inf), as PyTorch's `+`, `-`, `%`, `**` and comparisons round it; its `*`, `/` and `//` keep the number in float32
+    (Tensor.mul and Tensor.div see to that, not this). Unlike PyTorch, an int the dtype cannot hold never wraps
+    around: it widens the computation to int32 or int64 (`uint8 + 300` is int32), and one that no int can hold beside
+    the tensor's values is an error."""
     if isinstance(value, bool) or dtype.is_float:
         return dtype
     if isinstance(value, float):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes
 from lazygrad.tensor_elementwise import broadcast_const
-from lazygrad.tensor_math import _odd_series
+from lazygrad.tensor_math import _in_float32, _odd_series
 from lazygrad.tensor_movement import keyword_aliases
 from lazygrad.uop.ops import Ops
 
@@ -65,15 +65,17 @@ class ActivationMixin:
         return (self > 0).where(self, self * neg_slope)
 
     def _negative_magnitude(self: Tensor) -> Tensor:
-        """-|x|, with the gradient of the side each value is on (-1 for x >= 0): `abs` splits its gradient at 0,
-        which would zero the slope of functions built on exp(-|x|) there."""
+        """-|x| of a float tensor, with the gradient of the side each value is on (-1 for x >= 0): `abs` splits its
+        gradient at 0, which would zero the slope of functions built on exp(-|x|) there."""
         return (self >= 0).where(-self, self)
 
     def sigmoid(self: Tensor) -> Tensor:
-        """1 / (1 + exp(-x))."""
+        """1 / (1 + exp(-x)); of an int or bool tensor's values as floats, as torch's (-x of uint8 1 wrapped to
+        255: sigmoid was 0)."""
+        x = self._to_float()
         # exp(-|x|) never overflows, so neither the value nor the gradient meets inf (or 0 * inf)
-        decay = self._negative_magnitude().exp()
-        return (self >= 0).where(1 / (1 + decay), decay / (1 + decay))
+        decay = x._negative_magnitude().exp()
+        return (x >= 0).where(1 / (1 + decay), decay / (1 + decay))
 
     def tanh(self: Tensor) -> Tensor:
         """tanh, within a few float32 ulp everywhere (as torch's): Cephes' tanhf, an odd polynomial below 0.625 and
@@ -93,9 +95,11 @@ class ActivationMixin:
         far = (1 - decay) / (1 + decay)
         return small.where(series, negative.where(-far, far))
 
+    @_in_float32
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU: with the tanh approximation by default (tinygrad's gelu), or exact with `approximate="none"`
-        (PyTorch's default: x * Phi(x), through erfc)."""
+        (PyTorch's default: x * Phi(x), through erfc). A float16 or bfloat16 one is computed in float32 and rounded
+        once, as torch's (rounded after every op, float16's was 14 ulp off)."""
         if approximate == "none":
             # x Phi(x) with Phi(x) = erfc(-x / sqrt(2)) / 2 taken from erfc of |x| / sqrt(2): 1 + erf(x / sqrt(2))
             # cancels for a negative x (gelu(-4) was 2.7e-4 off, gelu(-6) 0)
@@ -107,13 +111,17 @@ class ActivationMixin:
             raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
         # 0.5·x·(1 + tanh(z)) is x·sigmoid(2z): fewer operations than through tanh, and no cancellation in 1 + tanh(z)
         # for a negative z
-        return self * ((2 * math.sqrt(2 / math.pi)) * (self + 0.044715 * self * self * self)).sigmoid()
+        x = self._to_float()
+        return x * ((2 * math.sqrt(2 / math.pi)) * (x + 0.044715 * x * x * x)).sigmoid()
 
     def quick_gelu(self: Tensor) -> Tensor:
         return self * (self * 1.702).sigmoid()
 
+    @_in_float32
     def silu(self: Tensor) -> Tensor:
-        return self * self.sigmoid()
+        """x * sigmoid(x); a float16 or bfloat16 one computed in float32 and rounded once, as torch's."""
+        x = self._to_float()
+        return x * x.sigmoid()
 
     def swish(self: Tensor) -> Tensor:
         return self.silu()
@@ -140,7 +148,7 @@ class ActivationMixin:
 
     def logsigmoid(self: Tensor) -> Tensor:
         """log(sigmoid(x)), without overflow: -softplus(-x)."""
-        return -(-self).softplus(threshold=math.inf)
+        return -(-self._to_float()).softplus(threshold=math.inf)
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """x where x > 0, else alpha * (exp(x) - 1), through expm1 (exp(x) - 1 made elu(-1e-8) 0)."""
@@ -158,33 +166,43 @@ class ActivationMixin:
         """gamma * elu(x, alpha); the defaults are SELU's self-normalizing constants."""
         return gamma * self.elu(alpha)
 
+    @_in_float32
     def mish(self: Tensor) -> Tensor:
         """x * tanh(softplus(x)), as x · n / (n + 2) with n = e^x (e^x + 2), written in t = exp(-|x|) so nothing
-        overflows. (One exp and a division: through softplus and tanh it took twice the kernels on large inputs.)"""
-        decay = self._negative_magnitude().exp()
-        positive = self >= 0
+        overflows. (One exp and a division: through softplus and tanh it took twice the kernels on large inputs.)
+        A float16 or bfloat16 one is computed in float32 and rounded once, as torch's."""
+        x = self._to_float()
+        decay = x._negative_magnitude().exp()
+        positive = x >= 0
         # n and n + 2, divided by e^2x where x >= 0: 1 + 2t and 1 + 2t + 2t²
         numerator = positive.where(1 + 2 * decay, decay * (decay + 2))
-        return self * (numerator / (numerator + positive.where(2 * decay * decay, 2.0)))
+        return x * (numerator / (numerator + positive.where(2 * decay * decay, 2.0)))
 
     def softsign(self: Tensor) -> Tensor:
-        """x / (1 + |x|)."""
-        return self / (1 + self.abs())
+        """x / (1 + |x|), of an int tensor's values as floats (1 + |x| of uint8 255 wrapped to 0)."""
+        x = self._to_float()
+        return x / (1 + x.abs())
 
     def relu6(self: Tensor) -> Tensor:
         """min(max(x, 0), 6)."""
         # a select, not relu(x) - relu(x - 6): that is inf - inf at inf
         return (self >= 6).where(6, self.relu())
 
+    @_in_float32
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-        """alpha * x + beta limited to [0, 1]: a piecewise-linear sigmoid (the defaults give PyTorch's)."""
+        """alpha * x + beta limited to [0, 1]: a piecewise-linear sigmoid (the defaults give PyTorch's). A float16 or
+        bfloat16 one is computed in float32 and rounded once, as torch's (x / 6 + 0.5 rounded twice cancels near
+        x = -3: float16's was hundreds of ulp off there)."""
         line = self * alpha + beta
         # selects, so the slope is alpha strictly inside and 0 on and past the ends, as in torch (NaN passes through)
         return (line >= 1).where(1.0, ((line > 0) | (line != line)).where(line, 0.0))
 
+    @_in_float32
     def hardswish(self: Tensor) -> Tensor:
-        """x * relu6(x + 3) / 6."""
-        return self * (self + 3).relu6() * (1 / 6)
+        """x * relu6(x + 3) / 6, of an int tensor's values as floats (x + 3 of int8 127 wrapped); a float16 or bfloat16
+        one computed in float32 and rounded once, as torch's (x * 6 overflowed float16 from x = 10923 on)."""
+        x = self._to_float()
+        return x * (x + 3).relu6() * (1 / 6)
 
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         """x limited to [min_val, max_val]; unlike clip, its slope is 0 on the bounds, as torch's."""

@@ -301,6 +301,15 @@ class CreationMixin:
         """Uniform random numbers in [0, 1), of a float dtype."""
         shape = cls._shape_arg(shape, size, "rand")
         dtype = _random_float_dtype("rand", dtype)
+        if dtype == dtypes.float64:
+            # 53 random bits, every float64 in [0, 1) with a step of 2**-53 (as torch's): the 32 bits of one draw
+            # above the top 21 of another, each exact in float64, as is their sum
+            count = prod(shape)
+            bits = cls._random_bits(2 * count, device)
+            high, low = bits[:count].cast(dtypes.float64), (bits[count:] >> 11).cast(dtypes.float64)
+            result = ((high * 2.0**21 + low) * 2.0**-53).reshape(shape)
+            result.requires_grad = requires_grad
+            return result
         bits = cls._random_bits(prod(shape), device)
         # the top 24 bits give every float32 in [0, 1) with a step of 2**-24; a narrower float takes as many bits as
         # its significand holds (11 for half, 8 for bfloat16), so no value rounds up to 1 when cast
@@ -315,7 +324,8 @@ class CreationMixin:
         """Standard normal random numbers (Box-Muller), of a float dtype."""
         shape = cls._shape_arg(shape, size, "randn")
         dtype = _random_float_dtype("randn", dtype)
-        uniform = cls.rand(2, *shape, device=device)
+        # (float64 from float64 uniforms, 53 bits each: from float32 ones, every value was a float32, cut at 5.8 sigma)
+        uniform = cls.rand(2, *shape, device=device, dtype=dtypes.float64 if dtype == dtypes.float64 else None)
         radius = (-2.0 * (1.0 - uniform[0]).log()).sqrt()
         result = (radius * (2 * math.pi * uniform[1]).cos()).cast(dtype)
         result.requires_grad = requires_grad

@@ -3,13 +3,14 @@ comparisons, bitwise ops and the Python operators."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, scalar_dtype, to_dtype
-from lazygrad.uop.ops import Ops, UOp, _const_key
+from lazygrad.uop.ops import Ops, UOp, _const_key, cast_python
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Scalar, Tensor
@@ -95,6 +96,36 @@ def check_device_has(dtype: DType, device: str, op_name: str) -> None:
             f"{op_name}: {device} cannot compute in {dtype} ({Device[device].unsupported_dtypes[dtype]}); "
             "cast to a narrower dtype or use another device"
         )
+
+
+# half and bfloat16: memory formats whose kernels compute in float32 and round each result
+NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
+
+def is_number(value) -> bool:
+    """Whether `value` is a Python (or NumPy) int or float, not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def needs_float32(dtype: DType, value) -> bool:
+    """Whether a Python number beside a tensor of `dtype` in `*`, `/` or `//` is computed in float32, as torch computes
+    it: beside a float16 or bfloat16 tensor, where the number is not one of the dtype's values (one that is gives the
+    same result in the tensor's own dtype, whose ops round each result from float32, with no casts more to fuse)."""
+    if dtype not in NARROW_FLOATS or not is_number(value):
+        return False
+    value = float32_value(value)
+    return not math.isfinite(value) or cast_python(value, dtype) != value
+
+
+def float32_value(value) -> float:
+    """A Python number as the float32 it becomes in a float32 computation (one too large: inf with its sign)."""
+    value = value.item() if isinstance(value, np.generic) else value
+    try:
+        value = float(value)
+    except OverflowError:  # (an int beyond float64's range)
+        return math.copysign(math.inf, value)
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
 
 
 class ElementwiseMixin:
@@ -204,7 +235,19 @@ class ElementwiseMixin:
         return self._binary(Ops.ADD, other if alpha == 1 else other * alpha, reverse, "add")
 
     def mul(self: Tensor, other, reverse: bool = False) -> Tensor:
+        if needs_float32(self.dtype, other):
+            return self._beside_float32_number(Ops.MUL, other, reverse)
         return self._binary(Ops.MUL, other, reverse, "mul")
+
+    def _beside_float32_number(self: Tensor, op: Ops, number, reverse: bool = False) -> Tensor:
+        """A half or bfloat16 tensor times or divided by a Python number, as torch's `*` and `/` compute it: in
+        float32, with the number in float32 (not first rounded to the tensor's dtype, where 1e5 was inf and 1e-8
+        0), rounded once to the tensor's dtype."""
+        x = UOp(Ops.CAST, dtypes.float32, (self.uop,))
+        y = broadcast_const(dtypes.float32, float32_value(number), x.shape)
+        x, y = (y, x) if reverse else (x, y)
+        # (x / y by a power of two is the multiply by its reciprocal, as for every float division)
+        return self._new(UOp(Ops.CAST, self.dtype, (x.alu(Ops.MUL, y) if op is Ops.MUL else x / y,)))
 
     def sub(self: Tensor, other, reverse: bool = False, *, alpha=1) -> Tensor:
         """self - other (PyTorch's `alpha` scales other first)."""
@@ -222,6 +265,10 @@ class ElementwiseMixin:
     def div(self: Tensor, other, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """Division. rounding_mode None: true division (integers are divided as floats); "trunc": rounded toward
         zero; "floor": rounded down. The rounded modes keep the operands' dtype, as in PyTorch."""
+        if rounding_mode == "trunc" and not reverse and self.dtype in NARROW_FLOATS and is_number(other):
+            # in float32 with the number unrounded, truncated and rounded once, as torch's division by a number (the
+            # quotient rounded first to bfloat16 could round up to the next integer: 1000 / 7 was 143)
+            return self.float().div(float32_value(other), rounding_mode="trunc").cast(self.dtype)
         if rounding_mode == "trunc":
             x, y = self._operands(other, "div", reverse)
             return x.div(y).trunc() if x.dtype.is_float else x.idiv(y)
@@ -229,6 +276,8 @@ class ElementwiseMixin:
             return self.floordiv(other, reverse)
         if rounding_mode is not None:
             raise ValueError(f'div: rounding_mode must be None, "trunc" or "floor", got {rounding_mode!r}')
+        if needs_float32(self.dtype, other):
+            return self._beside_float32_number(Ops.FDIV, other, reverse)
         x, y = self._operand_nodes(other, "div", reverse)
         if not x.dtype.is_float:  # integers are divided as floats
             if dtypes.default_float.itemsize == 8:
@@ -256,6 +305,9 @@ class ElementwiseMixin:
         it: exact while the quotient is an integer the dtype holds (below 2**51 for float64), else within an ulp or
         two (as `/` is); `x // 0.0` is x / 0.0. For ints, `x // 0` is 0 (as in NumPy) and the most negative value
         divided by -1 wraps to itself."""
+        if not reverse and needs_float32(self.dtype, other):
+            # a half or bfloat16 tensor by a Python number: in float32 with the number unrounded, as torch
+            return self.float().floordiv(float32_value(other)).cast(self.dtype)
         x, y = self._operands(other, "floordiv", reverse)
         if x.dtype == dtypes.bool:
             raise TypeError("floordiv: not defined for bool tensors; cast to int first")
@@ -362,6 +414,11 @@ class ElementwiseMixin:
                 f"{name}: bitwise ops need int or bool tensors, got {x.dtype} (from {self.dtype} and "
                 f"{getattr(other, 'dtype', type(other).__name__)}); cast to an int dtype first, or use .bitcast()"
             )
+        if x.dtype == dtypes.bool and op in (Ops.SHL, Ops.SHR):  # (a bool beside an int number or tensor is an int)
+            raise TypeError(
+                f"{name}: not implemented for two bools, as in torch (from {self.dtype} and "
+                f"{getattr(other, 'dtype', type(other).__name__)}); cast to an int dtype first (.int())"
+            )
         return self._new(x.alu(op, y))
 
     def bitwise_and(self: Tensor, other, reverse: bool = False) -> Tensor:
@@ -381,14 +438,27 @@ class ElementwiseMixin:
         return ~self
 
     def lshift(self: Tensor, other, reverse: bool = False) -> Tensor:
-        """Bits shifted left by `other` (ints only)."""
-        self._check_shift(other, reverse, "lshift")
-        return self._bitwise(Ops.SHL, other, reverse, "lshift")
+        """Bits shifted left by `other` (ints only); by an amount outside [0, bits) every bit is shifted out (0)."""
+        return self._shift(Ops.SHL, other, reverse, "lshift")
 
     def rshift(self: Tensor, other, reverse: bool = False) -> Tensor:
-        """Bits shifted right by `other` (ints only; signed ints shift in copies of the sign bit)."""
-        self._check_shift(other, reverse, "rshift")
-        return self._bitwise(Ops.SHR, other, reverse, "rshift")
+        """Bits shifted right by `other` (ints only; signed ints shift in copies of the sign bit); by an amount
+        outside [0, bits) every bit is shifted out (0, or -1 for a negative signed value)."""
+        return self._shift(Ops.SHR, other, reverse, "rshift")
+
+    def _shift(self: Tensor, op: Ops, other, reverse: bool, name: str) -> Tensor:
+        if not reverse and isinstance(other, (int, np.integer)) and not isinstance(other, (bool, np.bool_)):
+            amount = int(other)
+            # the dtype is the tensor's (a bool tensor's: the default int), whatever the amount: an amount outside
+            # [0, bits), negative too, shifts every bit out, as a tensor of amounts does and as torch does (torch
+            # wraps a Python amount to the dtype first; lazygrad never wraps a number you wrote)
+            dtype = dtypes.default_int if self.dtype == dtypes.bool else self.dtype
+            if not dtype.is_float and not 0 <= amount < dtype.bits:
+                source = self.cast(dtype)
+                if op is Ops.SHR and not dtype.is_unsigned:  # the sign fills every bit
+                    return source._bitwise(op, dtype.bits - 1, False, name)
+                return source.full_like(0)
+        return self._bitwise(op, other, reverse, name)
 
     def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
         """The same bits read as `dtype`, which must have the same size (float32 <-> int32 / uint32, ...)."""
@@ -421,13 +491,6 @@ class ElementwiseMixin:
 
     def __rxor__(self: Tensor, other):
         return self._bitwise(Ops.XOR, other, True, "^")
-
-    def _check_shift(self: Tensor, amount, reverse: bool, name: str) -> None:
-        if not reverse and isinstance(amount, int) and not 0 <= amount < self.dtype.bits:
-            raise ValueError(
-                f"{name}: shift amount {amount} is outside 0..{self.dtype.bits - 1} for {self.dtype}; "
-                "shift by less than the bit width"
-            )
 
     def __lshift__(self, other):
         return self.lshift(other)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lazygrad.dtype import bfloat16_to_float32, dtypes, scalar_dtype
-from lazygrad.uop.ops import Ops
+from lazygrad.dtype import bfloat16_to_float32, dtypes, least_upper_dtype, round_bfloat16, scalar_dtype
+from lazygrad.tensor_elementwise import NARROW_FLOATS, broadcast_const, is_number
+from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -57,12 +58,25 @@ def _in_float32(method):
     after every op it lost digits, and its squares overflowed float16 past 256 (asinh(300) was inf)."""
 
     @functools.wraps(method)
-    def wrapper(self: Tensor) -> Tensor:
-        if self.dtype in (dtypes.float16, dtypes.bfloat16):
-            return method(self.float()).cast(self.dtype)
-        return method(self)
+    def wrapper(self: Tensor, *args, **kwargs) -> Tensor:
+        if self.dtype in NARROW_FLOATS:
+            return method(self.float(), *args, **kwargs).cast(self.dtype)
+        return method(self, *args, **kwargs)
 
     return wrapper
+
+
+def _rounded_to(value, dtype) -> float:
+    """A Python number rounded to a float16 or bfloat16 `dtype`, as torch rounds a number beside such a tensor in
+    `**` (one too large: inf with its sign)."""
+    try:
+        value = float(value)
+    except OverflowError:  # (an int beyond float64's range)
+        return math.copysign(math.inf, value)
+    if dtype == dtypes.bfloat16:
+        return round_bfloat16(value)
+    with np.errstate(over="ignore"):
+        return float(np.float16(value))
 
 
 def _odd_series(x: Tensor, coefficients) -> Tensor:
@@ -98,7 +112,10 @@ class MathMixin:
     def exp(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bfloat16:  # x * log2(e) rounded to 8 bits would cost exp(x) |x| bits: one rounding
             return self.float().exp().cast(dtypes.bfloat16)
-        return (self._to_float() * LOG2_E)._unary(Ops.EXP2)
+        x = self._to_float()
+        # (on the nodes, as the product is written for float32: a half x times log2(e) in half is what the code
+        # generator computes in float32 from x, rounded once; `x * LOG2_E` of a half is a float32 product now)
+        return x._new(UOp(Ops.EXP2, x.dtype, (x.uop.alu(Ops.MUL, broadcast_const(x.dtype, LOG2_E, x.shape)),)))
 
     def exp2(self: Tensor) -> Tensor:
         return self._to_float()._unary(Ops.EXP2)
@@ -145,9 +162,12 @@ class MathMixin:
         return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) + self.isfinite().where(self, 0) * 0
 
     def square(self: Tensor) -> Tensor:
-        return self * self
+        """x * x; a bool tensor's square is the default int (int64 in torch, whose default int that is)."""
+        source = self.cast(dtypes.default_int) if self.dtype == dtypes.bool else self
+        return source * source
 
     def floor(self: Tensor) -> Tensor:
+        """Rounded down; ints and bools are whole already, and come back as they are (torch refuses bools)."""
         if not self.dtype.is_float:
             return self
         # through an integer wide enough for every value with a fraction (float64 has them up to 2**52): the larger
@@ -157,6 +177,9 @@ class MathMixin:
         return (self.abs() < limit).where((truncated > self).where(truncated - 1, truncated), self)
 
     def ceil(self: Tensor) -> Tensor:
+        """Rounded up; ints and bools come back as they are, as from `floor` (torch refuses bools)."""
+        if not self.dtype.is_float:
+            return self
         return -((-self).floor())
 
     def round(self: Tensor, decimals: int = 0) -> Tensor:
@@ -171,12 +194,17 @@ class MathMixin:
                 raise TypeError(f"round: decimals needs a float tensor, got {self.dtype} (ints are whole already)")
             scale = 10.0**decimals
             return (self * scale).round() / scale
+        if not self.dtype.is_float:  # ints and bools are whole already, as for `floor` (torch refuses bools)
+            return self
         down = self.floor()
         fraction = self - down
         is_even = (down * 0.5).floor() * 2 == down
         return (fraction > 0.5).where(down + 1, (fraction < 0.5).where(down, is_even.where(down, down + 1)))
 
     def trunc(self: Tensor) -> Tensor:
+        """Rounded toward zero; ints and bools come back as they are, as from `floor` (torch refuses bools)."""
+        if not self.dtype.is_float:
+            return self
         return (self < 0).where(self.ceil(), self.floor())
 
     def pow(self: Tensor, exponent, reverse: bool = False) -> Tensor:
@@ -187,6 +215,14 @@ class MathMixin:
         an error, as in torch."""
         if isinstance(exponent, np.generic):  # (np.int64(-1) as -1: the same rules as a Python number)
             exponent = exponent.item()
+        narrow = self._narrow_pow_dtype(exponent)
+        if narrow is not None:
+            # a float16 or bfloat16 power is computed in float32 and rounded once, as torch computes it (rounded after
+            # every op, bfloat16 10**10 was 2% off). As in torch, the operands are first the result's dtype: an int
+            # tensor's values, and a Python number, base or exponent, rounded to it
+            if hasattr(exponent, "uop"):
+                return self.cast(narrow).float().pow(exponent.cast(narrow).float(), reverse).cast(narrow)
+            return self.float().pow(_rounded_to(exponent, narrow), reverse).cast(narrow)
         number = exponent if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
         source = self
         if number is not None and not reverse and not self.dtype.is_float:
@@ -238,6 +274,14 @@ class MathMixin:
             + _edge_slope(base, 1, unit_base & exp.isnan()) * 0
         )
         return special.where(slope_exp + slope_base + 1, finite).cast(base.dtype)
+
+    def _narrow_pow_dtype(self: Tensor, exponent):
+        """float16 or bfloat16 where `self ** exponent` (or `exponent ** self`) is a power of that dtype computed
+        from a tensor of it, else None."""
+        if hasattr(exponent, "uop"):
+            dtype = least_upper_dtype(self.dtype, exponent.dtype, op_name="pow")
+            return dtype if dtype in NARROW_FLOATS else None
+        return self.dtype if self.dtype in NARROW_FLOATS and is_number(exponent) else None
 
     def _integer_pow(base: Tensor, exp: Tensor, number: int | None) -> Tensor:
         """base**exp for integers, exact and wrapping as the dtype does (torch's integer pow; a float power is exact
@@ -312,9 +356,11 @@ class MathMixin:
         # exp(x - ln 2) is exp(x) / 2 without overflowing where exp(x) alone would (88.7 < x < 89.4)
         return small.where(series, (source - LN_2).exp() - (-source - LN_2).exp())
 
+    @_in_float32
     def cosh(self: Tensor) -> Tensor:
-        """(exp(x) + exp(-x)) / 2."""
-        return (self - LN_2).exp() + (-self - LN_2).exp()
+        """(exp(x) + exp(-x)) / 2, of an int or bool tensor's values as floats (-x of int8 -128 wrapped)."""
+        source = self._to_float()
+        return (source - LN_2).exp() + (-source - LN_2).exp()
 
     def _odd(self: Tensor, function) -> Tensor:
         """An odd function from its values at x >= 0: f(x) = -f(-x). The magnitude is a select, not `abs`, so the
@@ -324,6 +370,7 @@ class MathMixin:
         result = function(negative.where(-source, source))
         return negative.where(-result, result)
 
+    @_in_float32
     def atan(self: Tensor) -> Tensor:
         """The arctangent, in (-pi/2, pi/2)."""
 
@@ -360,15 +407,20 @@ class MathMixin:
         angle = behind.where(math.pi - angle, angle).copysign(y)
         return (x.isnan() | y.isnan()).where(math.nan, angle)
 
+    @_in_float32
     def asin(self: Tensor) -> Tensor:
         """The arcsine, in [-pi/2, pi/2]; nan outside [-1, 1]."""
-        # (1 - x)(1 + x) keeps its precision near |x| = 1, where 1 - x*x cancels
-        return (self / ((1 - self) * (1 + self)).sqrt()).atan()
+        # (1 - x)(1 + x) keeps its precision near |x| = 1, where 1 - x*x cancels; of an int's value as a float
+        # (1 - x of uint8 2 wrapped to 255)
+        x = self._to_float()
+        return (x / ((1 - x) * (1 + x)).sqrt()).atan()
 
+    @_in_float32
     def acos(self: Tensor) -> Tensor:
         """The arccosine, in [0, pi]; nan outside [-1, 1]."""
         # 2 atan(sqrt((1-x)/(1+x))) is accurate near both ends, where pi/2 - asin(x) cancels
-        return 2 * ((1 - self) / (1 + self)).sqrt().atan()
+        x = self._to_float()
+        return 2 * ((1 - x) / (1 + x)).sqrt().atan()
 
     @_in_float32
     def asinh(self: Tensor) -> Tensor:

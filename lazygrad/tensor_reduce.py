@@ -211,6 +211,8 @@ class ReduceMixin:
     @keyword_aliases(dim="axis")
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The standard deviation: sqrt of `var`."""
+        if self.dtype in _HALF_FLOATS:  # the root of the float32 variance, rounded once, as torch: a half variance
+            return self.float().std(axis, keepdim, correction).cast(self.dtype)  # above 65504 was inf
         variance = self.var(axis, keepdim, correction)
         # a zero variance (one element, or equal ones) has slope 0 here, as in torch, not the 0 * inf of sqrt's
         is_zero = variance == 0

@@ -1962,8 +1962,8 @@ def test_api_bitwise_and_shifts():
             bad()
     with pytest.raises(TypeError, match="cast to an int dtype"):
         Tensor([1.5]) << 1
-    with pytest.raises(ValueError, match="lshift.*32.*int32"):
-        Tensor([1]) << 32
+    # a number of bits past the dtype's shifts every bit out, as torch (it was an error)
+    assert (Tensor([1]) << 32).tolist() == [0] and (Tensor([-8]) >> 40).tolist() == [-1]
 
 
 def test_api_bitcast():
