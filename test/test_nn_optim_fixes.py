@@ -508,3 +508,27 @@ def test_load_state_dict_converts_every_value_before_loading_any(torch):
     assert model.a.tolist() == [1.0, 2.0]
     load_state_dict(model, {"a": np.array([5.0, 6.0]), "b": [7, 8]})
     assert model.a.tolist() == [5.0, 6.0] and model.b.tolist() == [7.0, 8.0]
+
+
+@pytest.mark.parametrize("make", ["SGD", "Adam", "LAMB"])
+def test_a_step_leaves_no_reference_cycles(make):
+    # a step's tables of learning rates and bias corrections held themselves through their makers: each step's
+    # tensors (and their buffers) lived until a garbage collection
+    import gc
+
+    w = Tensor(np.ones((4, 4), np.float32), requires_grad=True)
+    opt = getattr(optim, make)([w], lr=0.01)
+    for _ in range(2):
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            opt.zero_grad()
+            (w * w).sum().backward()
+            opt.step()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -441,14 +441,11 @@ class LAMB(Optimizer):
             return scales if device == self.steps.device else (scales[0].to(device), scales[1].to(device))
 
         # the bias corrections of `steps`, shared by every parameter that missed no step: built once a step for
-        # each dtype and device the parameters need
-        shared = _OnDevices(
-            lambda dtype, device: (
-                self._scales(self.steps, dtype)
-                if device == self.steps.device
-                else moved(shared(dtype, self.steps.device), device)
-            )
-        )
+        # each dtype (on the counter's device) and copied to each other device the parameters need. (Two tables: one
+        # whose maker read the table itself would be a reference cycle, holding each step's tensors until a gc)
+        home = self.steps.device
+        at_home = _OnDevices(lambda dtype, _: self._scales(self.steps, dtype))
+        shared = _OnDevices(lambda dtype, device: moved(at_home(dtype, home), device))
         learning_rates = self._learning_rates()
         updated = [self.steps]
         for number, (param, grad, first, second) in enumerate(zip(self.params, grads, self.first, self.second)):
