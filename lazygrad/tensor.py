@@ -747,13 +747,15 @@ class Tensor(
             Tensor._realize_all(tensors)
 
     @staticmethod
-    def _realize_all(tensors: tuple[Tensor, ...]) -> None:
+    def _realize_all(tensors: tuple[Tensor, ...], writes: tuple[UOp, ...] = ()) -> None:
+        """Realize `tensors` and the pending `writes` (assign nodes, which no tensor needs to hold) in one schedule."""
         if _orphaned_writes:  # writes whose tensors died before they ran run now (see `_held_writes`)
-            orphans = [write for write in _orphaned_writes if "realized" not in write.__dict__]
+            writes = (*(write for write in _orphaned_writes if "realized" not in write.__dict__), *writes)
             _orphaned_writes.clear()
-            tensors = (*(Tensor(write, device=write.src[0].base.arg[2]) for write in orphans), *tensors)
         # (plain loops: on Python 3.11 a comprehension costs a frame, and one tensor is the common case)
-        outputs = []
+        outputs = list(writes)
+        if writes:
+            device = writes[0].src[0].base.arg[2]  # (the written buffer's)
         for tensor in tensors:
             node = tensor._uop
             if views_memory(node):  # (realized, or a view of memory: it stays one, see `_without_views`)
@@ -763,7 +765,8 @@ class Tensor(
                     tensor.uop = node = node.src[0]
                 buffer = memory_of(node) if _written else None
                 if buffer is not None and "writes" in buffer.__dict__ and _newest_write(buffer) is not None:
-                    return Tensor._realize_all(Tensor._without_views(tensors))
+                    kept, pending = Tensor._without_views(tensors)
+                    return Tensor._realize_all(kept, tuple(dict.fromkeys((*writes, *pending))))
                 continue
             if not outputs:
                 device = tensor.device  # (the first pending tensor's)
@@ -771,7 +774,6 @@ class Tensor(
         if not outputs:
             return
         if gradients := _pending_gradients(outputs, device):
-            tensors = (*tensors, *gradients)
             outputs += [gradient._uop for gradient in gradients]
         planned = plan_graph(outputs, device)
         if planned.plan.overwritten:  # (buffers are allocated only for the final plan)
@@ -812,18 +814,18 @@ class Tensor(
                 yield tensor
 
     @staticmethod
-    def _without_views(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        """`tensors` with each view of memory replaced by the newest write pending on its buffer (whichever name of
-        it made the write, and whether or not that tensor lives): a view stays one (it shows its buffer's contents
-        whenever it is read, as a torch view does), and realizing it runs those writes. Movement ops that copy in
-        torch (a flip, a pad) keep their values: they need no write, and are computed before one runs."""
-        kept, viewed = [], {}
+    def _without_views(tensors: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], tuple[UOp, ...]]:
+        """`tensors` without the views of memory, and the newest write pending on each of their buffers (whichever
+        name of it made the write, and whether or not that tensor lives): a view stays one (it shows its buffer's
+        contents whenever it is read, as a torch view does), and realizing it runs those writes. Movement ops that
+        copy in torch (a flip, a pad) keep their values: they need no write, and are computed before one runs."""
+        kept, writes = [], {}
         for tensor in tensors:
             if not views_memory(tensor._uop):
                 kept.append(tensor)
             elif (buffer := memory_of(tensor._uop)) is not None and (write := _newest_write(buffer)) is not None:
-                viewed[write] = buffer
-        return (*kept, *(Tensor(write, device=buffer.arg[2]) for write, buffer in viewed.items()))
+                writes[write] = None
+        return tuple(kept), tuple(writes)
 
     def assign(self, value: Tensor | Any) -> Tensor:
         """Write `value` into this tensor's memory (in place, when it is realized). Kernels that read the old

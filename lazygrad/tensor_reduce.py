@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import DType, dtypes, fits, is_small_int, least_upper_dtype, to_dtype
 from lazygrad.tensor_elementwise import (
+    NARROW_FLOATS,
     ElementwiseMixin,
     broadcast_const,
     broadcast_node,
@@ -18,8 +19,6 @@ from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
-
-_HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 
 def _refuse_torch_max(keywords: dict, op_name: str) -> None:
@@ -46,7 +45,7 @@ def product_node(a: UOp, b: UOp) -> UOp:
     w = UOp(Ops.PERMUTE, dtype, (w,), order)
     shape = broadcast_shape("mul", x.shape, w.shape)
     products = broadcast_node(x, shape).alu(Ops.MUL, broadcast_node(w, shape))
-    if dtype in _HALF_FLOATS:  # (summed in float32, as `sum` does)
+    if dtype in NARROW_FLOATS:  # (summed in float32, as `sum` does)
         products = UOp(Ops.CAST, dtypes.float32, (products,))
     reduced = UOp(Ops.REDUCE, products.dtype, (products,), (Ops.ADD, (len(shape) - 1,)))
     product = UOp(Ops.RESHAPE, products.dtype, (reduced,), shape[:-1])
@@ -181,7 +180,7 @@ class ReduceMixin:
         if dtype is None and not self.dtype.is_float:  # summed exactly (in int64, as `sum`), then made a float once
             return self.sum(axis, keepdim).cast(dtypes.default_float) / count
         source = self.cast(dtype) if dtype is not None else self._to_float()
-        if source.dtype in _HALF_FLOATS:  # summed in float32, as torch does: 5,000 halves of 30 overflow a half
+        if source.dtype in NARROW_FLOATS:  # summed in float32, as torch does: 5,000 halves of 30 overflow a half
             return source.float().mean(axis, keepdim).cast(source.dtype)
         # divided, not times 1/count: the mean of seven 7s is 7 (and the mean of none is nan)
         return source.sum(axis, keepdim) / count
@@ -190,7 +189,7 @@ class ReduceMixin:
     def var(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The variance with `correction` subtracted from the count (1: the unbiased estimate, as in torch)."""
         source = self._to_float()
-        if source.dtype in _HALF_FLOATS:  # in float32, as the mean
+        if source.dtype in NARROW_FLOATS:  # in float32, as the mean
             return source.float().var(axis, keepdim, correction).cast(source.dtype)
         # The values are first shifted by one of their own (the first of each reduced slice, a constant for the
         # gradient: it cancels): a float32 sum of 1e6 + unit noise is off by far more than the spread (200,000
@@ -211,7 +210,7 @@ class ReduceMixin:
     @keyword_aliases(dim="axis")
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The standard deviation: sqrt of `var`."""
-        if self.dtype in _HALF_FLOATS:  # the root of the float32 variance, rounded once, as torch: a half variance
+        if self.dtype in NARROW_FLOATS:  # the root of the float32 variance, rounded once, as torch: a half variance
             return self.float().std(axis, keepdim, correction).cast(self.dtype)  # above 65504 was inf
         variance = self.var(axis, keepdim, correction)
         # a zero variance (one element, or equal ones) has slope 0 here, as in torch, not the 0 * inf of sqrt's

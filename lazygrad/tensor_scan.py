@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, integer_range
+from lazygrad.tensor_elementwise import NARROW_FLOATS
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 
 if TYPE_CHECKING:
@@ -20,9 +21,6 @@ if TYPE_CHECKING:
 
 # the most values in the prefixes of all rows (rows * n^2) that a scan reduces directly (one kernel); more go by blocks
 DIRECT_SCAN_WORK = 1 << 22
-# half and bfloat16 scans run in float32 and round once, as torch's: the blocked scan rounded its blocks' prefixes
-# and totals before adding them, so a row's result depended on how many rows came with it
-_HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 
 class ScanMixin:
@@ -83,7 +81,9 @@ class ScanMixin:
         # sum's own dtype would widen an int `dtype` back to int64 (and the prefixes of bools, filled with int 0,
         # are int32): the sums take the source's dtype, the one asked for
         source = self._scan_source(dtype)
-        if source.dtype in _HALF_FLOATS:
+        # half and bfloat16 scans run in float32 and round once, as torch's: the blocked scan rounded its blocks'
+        # prefixes and totals before adding them, so a row's result depended on how many rows came with it
+        if source.dtype in NARROW_FLOATS:
             return source.float().cumsum(axis).cast(source.dtype)
         return source._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2, dtype=source.dtype))
 
@@ -92,7 +92,7 @@ class ScanMixin:
         """Running products along `axis`; bools and ints multiply as int64, as in PyTorch, unless `dtype` is given
         (the input is cast to it first, and the products wrap as that dtype does)."""
         source = self._scan_source(dtype)  # (the products take its dtype, as cumsum's sums do)
-        if source.dtype in _HALF_FLOATS:
+        if source.dtype in NARROW_FLOATS:
             return source.float().cumprod(axis).cast(source.dtype)
         return source._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2, dtype=source.dtype))
 
@@ -105,7 +105,7 @@ class ScanMixin:
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along `axis`, with each prefix shifted by its own maximum (no overflow)."""
         source = self._to_float()
-        if source.dtype in _HALF_FLOATS:
+        if source.dtype in NARROW_FLOATS:
             return source.float().logcumsumexp(axis).cast(source.dtype)
         return source._scan(axis, "logcumsumexp", float("-inf"), lambda prefixes: prefixes.logsumexp(-2))
 
