@@ -1,5 +1,6 @@
 """lazygrad beside PyTorch on shapes off the ones extra/bench.py tunes for: odd and prime sizes, batched small
-products, transposes and permutes, reductions over leading axes, long scans, convolutions of other sizes.
+products, transposes and permutes, reductions over leading axes, long scans, convolutions of other sizes, lookups
+by index in large tables.
 
 Each row is one expression, written once for both libraries (where their spellings differ, twice), timed as warm
 calls (median) on realized inputs and checked against PyTorch. lazygrad's rows all run before PyTorch's first op:
@@ -42,6 +43,15 @@ def layer_norm(x):
     return centered / ((centered * centered).mean(-1, keepdim=True) + 1e-5).sqrt()
 
 
+class Indices(tuple):
+    """An input of random int64 indices below `high` (a shape's place in a case), not of normal floats."""
+
+    def __new__(cls, high: int, *shape: int):
+        instance = super().__new__(cls, shape)
+        instance.high = high
+        return instance
+
+
 # name: (function, input shapes)
 CASES = {
     "matmul 1000^3": (lambda a, b: a @ b, [(1000, 1000), (1000, 1000)]),
@@ -77,6 +87,8 @@ CASES = {
     "cumsum 1024x1024": (lambda a: a.cumsum(1), [(1024, 1024)]),
     "cumsum 1x1000000": (lambda a: a.cumsum(1), [(1, 1000000)]),
     "argmax over axis 1 of 4096x1024": (lambda a: a.argmax(1), [(4096, 1024)]),
+    "embedding lookup 32000x512, 4x128 tokens": (lambda table, idx: table[idx], [(32000, 512), Indices(32000, 4, 128)]),
+    "gather along axis 1 of 4096x1024": (lambda a, idx: a.gather(1, idx), [(4096, 1024), Indices(1024, 4096, 8)]),
 }
 
 
@@ -99,7 +111,11 @@ def main() -> int:
     rng = np.random.default_rng(0)
     cases = {name: case for name, case in CASES.items() if args.only in name}
     inputs = {
-        name: [rng.standard_normal(shape, dtype=np.float32) for shape in shapes] for name, (_, shapes) in cases.items()
+        name: [
+            rng.integers(0, shape.high, shape) if isinstance(shape, Indices) else rng.standard_normal(shape, np.float32)
+            for shape in shapes
+        ]
+        for name, (_, shapes) in cases.items()
     }
     lazy_ms, outputs = {}, {}
     for name, (function, _) in cases.items():

@@ -4,6 +4,7 @@ input (and PAD adds a validity condition), so they never copy."""
 
 from __future__ import annotations
 
+from lazygrad.codegen.lookup import collapse_lookups
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp, dtype_limits
 from lazygrad.uop.symbolic import simplify, simplify_gated_loads
@@ -94,7 +95,8 @@ class Lowerer:
             stores.append(UOp(Ops.STORE, src=(output, flat_index(ranges, value.shape), lowered)))
         # every parameter stays in the signature, even one whose loads simplified away
         parameters = tuple(sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg[0]))
-        return simplify_gated_loads(simplify(UOp(Ops.SINK, src=tuple(stores), arg=parameters)))
+        sink = simplify(UOp(Ops.SINK, src=tuple(stores), arg=parameters))
+        return simplify_gated_loads(simplify(collapse_lookups(sink)))
 
     # ---- the walk ---------------------------------------------------------------------------------------------
 

@@ -278,9 +278,26 @@ PRODUCT_OPERAND_COSTLY, PRODUCT_REPEATED_WORK = 6, 1 << 26
 SHARED_WORK = 1 << 21
 
 
+def _is_one_hot(node: UOp) -> bool:
+    """Whether `node` is a one-hot mask, `a == arange` as bools or as numbers: cheap to compute where it is read,
+    and a sum over its arange axis becomes a lookup at `a` in codegen (see codegen/lookup.py) only where it fuses."""
+
+    def under_views(node: UOp) -> UOp:
+        while node.op in MOVEMENT or node.op is Ops.CAST:
+            node = node.src[0]
+        return node
+
+    node = under_views(node)
+    if node.op is not Ops.XOR or node.src[0].op is not Ops.CMPNE or under_views(node.src[1]).arg is not True:
+        return False
+    return any(under_views(side).op is Ops.ARANGE for side in node.src[0].src)
+
+
 def _repeats_costly_work(expand: UOp, computed: UOp, to_realize: set[UOp], costs: Costs, in_product: bool) -> bool:
     """Whether the elementwise value `computed`, read through `expand` (inside a reduce where `in_product`), is
     costly and repeated enough to be computed once into a buffer."""
+    if _is_one_hot(computed):
+        return False
     cost = _cost(computed, to_realize, costs)
     work = cost * (prod(expand.shape) - prod(expand.src[0].shape))
     if cost >= COSTLY and work >= REPEATED_WORK:

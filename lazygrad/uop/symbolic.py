@@ -212,15 +212,17 @@ def fits_product(dtype, constant: UOp, factor: int) -> bool:
 
 
 def gate_load(c: UOp, load: UOp, zero: UOp) -> UOp | None:
+    if zero.arg != 0 or load.src[0].op is not Ops.DEFINE_GLOBAL:
+        return None
+    present = set(gate_clauses(load.src[2])) if len(load.src) == 3 else set()
+    missing = [clause for clause in gate_clauses(c) if clause not in present]
+    if not missing:  # a load gated by c already reads 0 where c fails
+        return load
     # only conditions on indices: a gate that depends on loaded data (relu's gradient) would turn vector loads
     # into masked or gathered ones
-    if zero.arg != 0 or load.src[0].op is not Ops.DEFINE_GLOBAL or any(n.op is Ops.LOAD for n in c.toposort):
+    if any(n.op is Ops.LOAD for n in c.toposort):
         return None
-    if len(load.src) == 2:
-        return load.replace(src=(*load.src, c))
-    present = set(gate_clauses(load.src[2]))
-    missing = [clause for clause in gate_clauses(c) if clause not in present]
-    return load.replace(src=(*load.src[:2], _all_of([load.src[2], *missing]))) if missing else load
+    return load.replace(src=(*load.src[:2], _all_of([load.src[2], *missing]) if present else c))
 
 
 def divide_by_power_of_two(x: UOp, divisor: UOp) -> UOp | None:

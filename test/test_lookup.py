@@ -1,0 +1,160 @@
+"""Lookups by index (codegen/lookup.py): a sum of a one-hot selection (embedding, gather, indexing by tensors, the
+label pick of a cross-entropy) becomes one load at the index, on every device, with the values NumPy and torch give.
+"""
+
+import numpy as np
+import pytest
+import torch
+from support import available
+
+from lazygrad import Tensor, dtypes, nn
+from lazygrad.codegen.lower import lower_kernel
+from lazygrad.uop.ops import Ops
+
+DEVICES = ["LLVM", "CPU", "GPU", "CUDA", "PYTHON"]
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    return available(request.param)
+
+
+def reduce_loops(tensor: Tensor) -> int:
+    """The sums left in the kernel computing `tensor` (its last one), after lowering."""
+    kernel = lower_kernel(tensor.schedule()[-1].ast)
+    return sum(node.op is Ops.RANGE_REDUCE for node in kernel.toposort)
+
+
+def table(rows: int, columns: int, device: str | None = None) -> tuple[Tensor, np.ndarray]:
+    values = rng.standard_normal((rows, columns)).astype(np.float32)
+    return Tensor(values, device=device).realize(), values
+
+
+def indices(high: int, *shape: int, device: str | None = None) -> tuple[Tensor, np.ndarray]:
+    values = rng.integers(0, high, size=shape).astype(np.int32)
+    return Tensor(values, device=device).realize(), values
+
+
+# ---- the kernels read one element per lookup ---------------------------------------------------------------------
+
+
+def test_embedding_is_one_kernel_without_a_loop_over_the_vocabulary():
+    embedding = nn.Embedding(5000, 16)
+    embedding.weight.realize()
+    idx, _ = indices(5000, 4, 33)
+    out = embedding(idx)
+    # the one-hot mask is computed where it is read (a mask of its own would be 4*33*5000 floats), and its sum
+    # over the vocabulary is a load
+    assert len(out.schedule()) == 1
+    assert reduce_loops(out) == 0
+
+
+def test_gather_indexing_and_cross_entropy_have_no_loop_over_the_axis():
+    x, _ = table(300, 40)
+    rows, _ = indices(300, 7)
+    columns, _ = indices(40, 7)
+    assert reduce_loops(x[rows]) == 0
+    assert reduce_loops(x[rows, columns]) == 0
+    assert reduce_loops(x[:, columns]) == 0
+    assert reduce_loops(x.gather(1, indices(40, 300, 3)[0])) == 0
+    labels, _ = indices(40, 300)
+    picked = x.sparse_categorical_crossentropy(labels, reduction="none")
+    # the log-softmax's max and sum over each row stay; the pick of the label's column is a load
+    assert reduce_loops(picked) == 2
+
+
+def test_a_sum_over_the_other_axis_stays_a_sum():
+    """The gradient of a lookup sums over the lookups that chose each row: no single element, so no load."""
+    idx, values = indices(50, 64)
+    one_hot = idx.one_hot(50).float()
+    g, g_values = table(64, 8)
+    result = one_hot.T @ g
+    assert reduce_loops(result) == 1
+    expected = np.zeros((50, 8), np.float32)
+    np.add.at(expected, values, g_values)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_float_comparisons_are_not_lookups():
+    """x == arange with float x selects only where x holds an integer: a cast of 2.5 to an index would pick 2."""
+    x = Tensor([0.0, 2.5, 3.0, -1.0])
+    selected = (x.unsqueeze(-1) == Tensor.arange(5).float()).float() @ Tensor.arange(5).float()
+    np.testing.assert_array_equal(selected.numpy(), [0.0, 0.0, 3.0, 0.0])
+
+
+# ---- the values, on every device ---------------------------------------------------------------------------------
+
+
+def test_embedding(device):
+    embedding = nn.Embedding(1000, 24)
+    weights = embedding.weight.numpy()
+    embedding.weight = Tensor(weights, device=device).realize()
+    idx, values = indices(1000, 3, 17, device=device)
+    np.testing.assert_array_equal(embedding(idx).numpy(), weights[values])
+
+
+def test_half_embedding(device):
+    embedding = nn.Embedding(300, 8)
+    weights = embedding.weight.numpy().astype(np.float16)
+    embedding.weight = Tensor(weights, device=device).realize()
+    idx, values = indices(300, 40, device=device)
+    out = embedding(idx)
+    assert out.dtype == dtypes.float16
+    np.testing.assert_array_equal(out.numpy(), weights[values])
+
+
+def test_gather_and_indexing(device):
+    x, values = table(30, 20, device)
+    rows, row_values = indices(30, 5, 2, device=device)
+    columns, column_values = indices(20, 5, 2, device=device)
+    np.testing.assert_array_equal(x[rows].numpy(), values[row_values])
+    np.testing.assert_array_equal(x[rows, columns].numpy(), values[row_values, column_values])
+    np.testing.assert_array_equal(x[1:, columns].numpy(), values[1:, column_values])
+    np.testing.assert_array_equal(x[[-1, 0, -30]].numpy(), values[[-1, 0, -30]])  # (negative ones count from the end)
+    index, index_values = indices(20, 30, 4, device=device)
+    np.testing.assert_array_equal(x.gather(1, index).numpy(), np.take_along_axis(values, index_values, 1))
+
+
+def test_int_lookups(device):
+    x = Tensor(np.arange(-60, 60, dtype=np.int32).reshape(12, 10), device=device)
+    idx, values = indices(12, 9, device=device)
+    np.testing.assert_array_equal(x[idx].numpy(), np.arange(-60, 60, dtype=np.int32).reshape(12, 10)[values])
+    bools = Tensor(np.arange(12) % 3 == 0, device=device)
+    np.testing.assert_array_equal(bools[idx].numpy(), (np.arange(12) % 3 == 0)[values])
+
+
+def test_cross_entropy(device):
+    logits, values = table(64, 10, device)
+    labels, label_values = indices(10, 64, device=device)
+    expected = torch.nn.functional.cross_entropy(torch.tensor(values), torch.tensor(label_values).long())
+    np.testing.assert_allclose(logits.sparse_categorical_crossentropy(labels).numpy(), expected.numpy(), rtol=1e-5)
+
+
+def test_rows_not_looked_up_do_not_matter(device):
+    """A NaN or inf in a row no lookup chose leaves the lookups alone, as torch's embedding and gather: only the
+    rows read are read (a one-hot product gave 0 * NaN = NaN in every lookup)."""
+    values = rng.standard_normal((6, 3)).astype(np.float32)
+    values[4] = np.nan
+    values[5] = np.inf
+    weights = Tensor(values, device=device).realize()
+    idx = Tensor(np.array([0, 3, 1, 3], np.int32), device=device)
+    embedding = nn.Embedding(6, 3)
+    embedding.weight = weights
+    np.testing.assert_array_equal(embedding(idx).numpy(), values[[0, 3, 1, 3]])
+    np.testing.assert_array_equal(weights[idx].numpy(), values[[0, 3, 1, 3]])
+    looked = torch.nn.functional.embedding(torch.tensor([4, 5, 2]), torch.tensor(values)).numpy()
+    np.testing.assert_array_equal(embedding(Tensor(np.array([4, 5, 2], np.int32), device=device)).numpy(), looked)
+
+
+def test_embedding_gradient(device):
+    embedding = nn.Embedding(40, 5, padding_idx=2)
+    embedding.weight = Tensor(embedding.weight.numpy(), device=device).realize()
+    embedding.weight.requires_grad = True
+    idx = np.array([[3, 2, 3], [39, 0, 3]], np.int32)
+    upstream = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    (embedding(Tensor(idx, device=device)) * Tensor(upstream, device=device)).sum().backward()
+    expected = np.zeros((40, 5), np.float32)
+    np.add.at(expected, idx, upstream)
+    expected[2] = 0  # (the padding row gets no gradient)
+    np.testing.assert_allclose(embedding.weight.grad.numpy(), expected, rtol=1e-6, atol=1e-6)
