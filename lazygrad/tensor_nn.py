@@ -289,9 +289,13 @@ class NNMixin:
         return self._one_hot(num_classes, "one_hot", "fix the labels or pass a larger num_classes")
 
     def _one_hot(self: Tensor, num_classes: int, op_name: str, fix: str) -> Tensor:
-        """one_hot, for an op that uses it (an embedding's lookup): an out-of-range label is that op's error."""
+        """one_hot, for an op that uses it: an out-of-range label is that op's error."""
+        return self._label_mask(num_classes, op_name, fix).cast(dtypes.int32)
+
+    def _label_mask(self: Tensor, num_classes: int, op_name: str, fix: str) -> Tensor:
+        """one_hot as bools (an embedding's selection of rows), its labels checked as `_one_hot` checks them."""
         _check_label_range(self, num_classes, op_name, fix)
-        return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(dtypes.int32)
+        return self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)
 
     def _check_labels(self: Tensor, labels: Tensor, op_name: str, ignore_index: int | None = None) -> None:
         if not labels.dtype.is_int:

@@ -76,6 +76,17 @@ def test_a_sum_over_the_other_axis_stays_a_sum():
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_one_hot_product_stays_a_sum():
+    """one_hot @ W multiplies every row: 0 * inf is NaN, as in torch, whether or not the one-hot was realized first
+    (a select of the row named would give finite values)."""
+    table = Tensor([[1.0, 2.0], [float("inf"), float("nan")]])
+    expected = (torch.nn.functional.one_hot(torch.tensor([0, 0]), 2).float() @ torch.tensor(table.numpy())).numpy()
+    fused = Tensor([0, 0]).one_hot(2).float() @ table
+    assert reduce_loops(fused) == 1
+    np.testing.assert_array_equal(fused.numpy(), expected)
+    np.testing.assert_array_equal((Tensor([0, 0]).one_hot(2).float().realize() @ table).numpy(), expected)
+
+
 def test_float_comparisons_are_not_lookups():
     """x == arange with float x selects only where x holds an integer: a cast of 2.5 to an index would pick 2."""
     x = Tensor([0.0, 2.5, 3.0, -1.0])
@@ -114,6 +125,36 @@ def test_gather_and_indexing(device):
     np.testing.assert_array_equal(x[[-1, 0, -30]].numpy(), values[[-1, 0, -30]])  # (negative ones count from the end)
     index, index_values = indices(20, 30, 4, device=device)
     np.testing.assert_array_equal(x.gather(1, index).numpy(), np.take_along_axis(values, index_values, 1))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_narrow_lookups(device, dtype):
+    """A half or bfloat16 lookup sums in float32 (a cast between the select and the sum): a load all the same."""
+    values = rng.standard_normal((300, 8)).astype(np.float32)
+    values[7] = np.inf
+    table = Tensor(values, device=device).cast(dtype).realize()
+    idx, picked = indices(300, 40, device=device)
+    picked[picked == 7] = 8
+    idx = Tensor(picked, device=device)
+    assert reduce_loops(table[idx]) == 0
+    expected = torch.tensor(values).to(getattr(torch, dtype.name))[torch.tensor(picked).long()].float().numpy()
+    np.testing.assert_array_equal(table[idx].float().numpy(), expected)
+    embedding = nn.Embedding(300, 8)
+    embedding.weight = table
+    np.testing.assert_array_equal(embedding(idx).float().numpy(), expected)
+
+
+def test_padded_and_joined_lookups(device):
+    """A lookup padded or joined to more rows: the index is read only inside the rows it has (the pad's gate on its
+    load stays, though the table's load is gated by the pad too)."""
+    x, values = table(6, 2, device)
+    idx = Tensor(np.array([1, 5, 0, 2], np.int32), device=device)
+    expected = np.pad(values[[1, 5, 0, 2]], ((3, 40), (0, 0)))
+    np.testing.assert_array_equal(x[idx].pad(((3, 40), (0, 0))).numpy(), expected)
+    embedding = nn.Embedding(6, 2)
+    embedding.weight = x
+    rest = Tensor.ones(50, 2, device=device).contiguous()
+    np.testing.assert_array_equal(Tensor.cat(embedding(idx), rest).numpy(), np.concatenate([expected[3:7], np.ones((50, 2))]))
 
 
 def test_int_lookups(device):

@@ -1,5 +1,6 @@
 """Lookups by index: a sum over a loop of values selected where the loop's index equals a value `a` that does not
-depend on the loop (the one-hot mask of gather, embedding lookups and indexing by tensors) is the one value at `a`.
+depend on the loop (`where(a == i, value, 0)`: the one-hot masks of gather, embedding lookups and indexing by
+tensors) is the one value at `a`.
 Lowering leaves that sum as a loop; this rewrite makes it a load at `a`, gated by `a` lying inside the loop. A lookup
 in a table of V rows then reads one row instead of V, and codegen sees an elementwise kernel.
 
@@ -36,24 +37,20 @@ def _equal_to_loop(condition: UOp, loop: UOp) -> UOp | None:
     return None
 
 
-def _indicator(node: UOp) -> UOp | None:
-    """The condition whose 0 or 1 `node` is (a bool cast to numbers), if it is one."""
-    while node.op is Ops.CAST:
-        node = node.src[0]
-    return node if node.dtype == dtypes.bool else None
-
-
 def _condition_and_value(body: UOp) -> tuple[UOp, UOp] | None:
-    """(condition, value) where `body` is `value` if the condition holds else 0: a select, or a product with the
-    condition's 0 or 1 (a one-hot matrix times a table)."""
-    if body.op is Ops.WHERE and body.src[2].op is Ops.CONST and body.src[2].arg == 0:
-        return body.src[0], body.src[1]
-    if body.op is Ops.MUL:
-        for factor, value in (body.src, reversed(body.src)):
-            condition = _indicator(factor)
-            if condition is not None:
-                return condition, value
-    return None
+    """(condition, value) where `body` is `value` if the condition holds else 0, cast or not (a half lookup sums in
+    float32). A product with the condition's 0 or 1 is not one: 0 * inf is NaN, so a one-hot matrix times a table
+    with an infinite row is NaN everywhere, as in torch, and that stays a sum."""
+    casts = []
+    while body.op is Ops.CAST:
+        casts.append(body.dtype)
+        body = body.src[0]
+    if body.op is not Ops.WHERE or body.src[2].op is not Ops.CONST or body.src[2].arg != 0:
+        return None
+    condition, value = body.src[0], body.src[1]
+    for dtype in reversed(casts):  # (a cast of 0 is 0: the casts go to the value, innermost first)
+        value = value.cast(dtype)
+    return condition, value
 
 
 def _selection(body: UOp, loop: UOp) -> tuple[UOp, UOp, UOp | None] | None:

@@ -319,8 +319,10 @@ class Embedding:
         if not idx.dtype.is_int:
             raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}; cast them with .int()")
         fix = f"indices must be below vocab_size {self.vocab_size}: fix them, or make a larger Embedding"
-        one_hot = idx._one_hot(self.vocab_size, "Embedding", fix).cast(self.weight.dtype)
-        out = one_hot @ self.weight
+        # the rows selected, summed over the vocabulary: codegen makes that a load of each row (codegen/lookup.py),
+        # and a row no index names is never read (an inf there leaves the lookups alone, as in torch)
+        selected = idx._label_mask(self.vocab_size, "Embedding", fix).unsqueeze(-1)
+        out = self.weight._sum_selected(selected, -2)
         if self.padding_idx is None:
             return out
         # the padding row's value, detached: the select passes no gradient to the lookups of padding, so none

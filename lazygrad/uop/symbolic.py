@@ -344,7 +344,11 @@ def _remembered(table: dict, key, compute):
 
 def simplify_given(index: UOp, valid: UOp) -> UOp:
     """`index` simplified knowing `valid` holds (the index of a load gated by `valid` only matters then), which
-    often removes a `%` or `//`."""
+    often removes a `%` or `//`. An index that reads memory (a lookup's, see codegen/lookup.py) stays as it is: the
+    gates of the loads in it keep them inside their buffers wherever the index is computed, which is everywhere, not
+    only where `valid` holds."""
+    if any(node.op is Ops.LOAD for node in index.toposort):
+        return index
     return _remembered(_given, (index, valid), lambda: _simplify_given(index, valid))
 
 
