@@ -4,11 +4,11 @@ Each is built from a pairwise view of the axis: an (n, n) comparison of every el
 along one side. That costs n^2 work per row, which is what a fused elementwise-and-reduce kernel does well for the
 short axes these ops usually see; it keeps each op a composition of primitives, with gradients for free (sort's
 values are a select of the input, so their gradient goes to exactly the element each came from). Running sums,
-products and log-sum-exps of long rows go by blocks of about sqrt(n) (`_scan_last`): n*sqrt(n) work."""
+products and log-sum-exps of long rows go by blocks, the blocks' totals scanned the same way (`_scan_last`): n*sqrt(n)
+work, or n*SCAN_BLOCK a level for the longest rows."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, integer_range
@@ -19,8 +19,12 @@ if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
 
 
-# the most values in the prefixes of all rows (rows * n^2) that a scan reduces directly (one kernel); more go by blocks
-DIRECT_SCAN_WORK = 1 << 22
+# the most values in the prefixes of all rows (rows * n^2) that a scan reduces directly (one kernel); more go by
+# blocks. A block's prefixes cost its length per value, and each level of blocks four kernels: rows up to LONG_SCAN
+# go by blocks of about sqrt(n) (two levels), longer ones by blocks of SCAN_BLOCK, level after level (a (1, 10^6)
+# cumsum: 22 ms in blocks of 512, 2.4 ms in blocks of 16 and ten kernels; (8, 4096): 0.48 ms in blocks of 64, 0.57
+# in blocks of 16)
+DIRECT_SCAN_WORK, LONG_SCAN, SCAN_BLOCK = 1 << 22, 1 << 13, 16
 
 
 class ScanMixin:
@@ -57,15 +61,16 @@ class ScanMixin:
 
     def _scan_last(self: Tensor, fill, reduce) -> Tensor:
         """The inclusive scan along the last axis by `reduce` (over axis -2), whose identity is `fill`. Where the
-        prefixes of every row are more than DIRECT_SCAN_WORK values, rows are scanned in blocks of about the square
-        root of their length: each block's own prefixes, then the scan of the blocks' totals, each block combined with
-        the total of the blocks before it. That is n*sqrt(n) work a row instead of n^2 (a (1024, 1024) cumsum: 18.9
-        -> 1.7 ms; (1, 10^6): 15 s -> 17 ms), in four kernels instead of one (the padded values the blocks' prefixes
-        read get a buffer of their own, see engine/fusion)."""
+        prefixes of every row are more than DIRECT_SCAN_WORK values, rows are scanned in blocks: each block's own
+        prefixes, then the scan of the blocks' totals (in blocks again, where long), each block combined with the
+        total of the blocks before it. That is n*sqrt(n) work a row instead of n^2, or n*SCAN_BLOCK a level for rows
+        longer than LONG_SCAN, in four kernels a level instead of one (the padded values the blocks' prefixes read get
+        a buffer of their own, see engine/fusion)."""
         length = self.shape[-1]
         if self.numel() * length <= DIRECT_SCAN_WORK or length < 4:
             return reduce(self._prefixes(fill))
-        block = 1 << math.floor(math.log2(length)) // 2  # (a power of two, at most the square root)
+        # (a power of two, at most the square root)
+        block = SCAN_BLOCK if length > LONG_SCAN else 1 << (length.bit_length() - 1) // 2
         blocks, batch = -(-length // block), self.shape[:-1]
         padded = self.pad(((0, 0),) * len(batch) + ((0, blocks * block - length),), value=fill)
         within = reduce(padded.reshape(*batch, blocks, block)._prefixes(fill))  # (..., blocks, block)

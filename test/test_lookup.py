@@ -154,7 +154,9 @@ def test_padded_and_joined_lookups(device):
     embedding = nn.Embedding(6, 2)
     embedding.weight = x
     rest = Tensor.ones(50, 2, device=device).contiguous()
-    np.testing.assert_array_equal(Tensor.cat(embedding(idx), rest).numpy(), np.concatenate([expected[3:7], np.ones((50, 2))]))
+    np.testing.assert_array_equal(
+        Tensor.cat(embedding(idx), rest).numpy(), np.concatenate([expected[3:7], np.ones((50, 2))])
+    )
 
 
 def test_int_lookups(device):

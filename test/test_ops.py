@@ -1994,9 +1994,10 @@ def test_api_scans_against_torch(shape, axis):
 
 
 @needs_torch
-@pytest.mark.parametrize("shape, axis", [((3, 1500), 1), ((2100,), 0), ((1100, 2, 4), 0)])
+@pytest.mark.parametrize("shape, axis", [((3, 1500), 1), ((2100,), 0), ((1100, 2, 4), 0), ((40000,), 0)])
 def test_api_long_scans_go_by_blocks_against_torch(shape, axis):
     # rows whose prefixes are more than DIRECT_SCAN_WORK values: blocks' prefixes, then the blocks' running totals
+    # (40,000: the totals of 2,500 blocks go by blocks again)
     x = data(*shape, low=-1.5, high=1.5)
     against_torch(lambda x: x.cumsum(axis), lambda x: x.cumsum(axis), x, rtol=1e-4, atol=1e-4)
     against_torch(lambda x: (x * 0.001 + 1).cumprod(axis), lambda x: (x * 0.001 + 1).cumprod(axis), x, rtol=1e-4)
