@@ -13,6 +13,8 @@ import numpy as np
 
 from lazygrad.dtype import check_fits, dtypes, fits, integer_range
 from lazygrad.engine.buffers import is_buffer_view, strided_view, views_memory, write_target
+from lazygrad.engine.jit import JitError
+from lazygrad.engine.realize import computed_from_capture_inputs
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
@@ -29,6 +31,28 @@ def _is_advanced(item) -> bool:
     """An index item that selects by data: a list, a range, a NumPy array or a Tensor (ints, slices, None, ... are
     basic). A range is a list of its ints, as in torch and NumPy (not a slice: x[range(2)] is advanced)."""
     return isinstance(item, (list, range, np.ndarray)) or hasattr(item, "uop")
+
+
+# what to write instead of an op whose graph is built from the values of its indices, inside a TinyJit function
+WRITE_FIX = (
+    "Write with scatter or index_copy (x.assign(x.index_copy(0, index, value))), which follow each call's indices, "
+    "or with a where for a bool mask (x.assign(mask.where(value, x))); or write outside the TinyJit function"
+)
+SELECT_FIX = (
+    "Keep the shape with a where (mask.where(x, 0)), or select outside the TinyJit function (the result's length "
+    "depends on the values)"
+)
+
+
+def refuse_host_values_in_capture(tensor, op_name: str, fix: str) -> None:
+    """An error inside a TinyJit capture where `tensor`, whose values `op_name` reads on the host to build its graph
+    (the places a setitem writes, a mask's positions), is computed from the captured function's inputs: a replay runs
+    only the captured kernels, so it would silently keep this call's values."""
+    if hasattr(tensor, "uop") and computed_from_capture_inputs(tensor.uop):
+        raise JitError(
+            f"TinyJit: {op_name} reads the values of a tensor computed from the function's inputs on the host, to "
+            f"build its graph; a replay runs only the captured kernels, so it would keep this call's values. {fix}"
+        )
 
 
 def _broadcast_shapes(op_name: str, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
@@ -230,6 +254,7 @@ class IndexMixin:
         if not hasattr(index, "uop") or index.ndim > 1 or index.dtype.is_float or index.dtype == dtypes.bool:
             raise TypeError(f"index_fill: index must be a 0-d or 1-D integer Tensor, got {index!r}")
         size = self.shape[dim] if self.ndim else 1
+        refuse_host_values_in_capture(index, "index_fill", WRITE_FIX)
         positions = self._index_values(index, "index_fill").reshape(-1)
         _check_range(positions, size, "index_fill", dim, allow_negative=True)
         chosen = np.zeros(size, dtype=np.bool_)
@@ -249,6 +274,7 @@ class IndexMixin:
             raise IndexError("index_put: give at least one index tensor")
         arrays = []
         for item in indices:
+            refuse_host_values_in_capture(item, "index_put", WRITE_FIX)
             item_values = self._index_values(item, "index_put")
             arrays.extend(np.nonzero(item_values) if item_values.dtype == np.bool_ else [item_values])
         if len(arrays) > self.ndim:
@@ -276,6 +302,7 @@ class IndexMixin:
     def nonzero(self: Tensor, as_tuple: bool = False):
         """The indices of the non-zero elements, computed on the host (the count depends on the values, so the
         tensor is realized): an int64 (count, ndim) tensor, or with `as_tuple` one 1-D tensor per axis, as torch."""
+        refuse_host_values_in_capture(self, "nonzero", SELECT_FIX)
         values = self.numpy()
         if as_tuple:
             return tuple(
@@ -427,6 +454,7 @@ class IndexMixin:
             kind = mask.dtype if hasattr(mask, "uop") else type(mask).__name__
             raise TypeError(f"masked_select: mask must be a bool Tensor, got {kind}")
         shape = _broadcast_shapes("masked_select", [self.shape, mask.shape])
+        refuse_host_values_in_capture(mask, "masked_select", SELECT_FIX)
         positions = np.flatnonzero(np.broadcast_to(mask.numpy(), shape))
         return self.expand(shape).flatten()[positions]
 
@@ -484,6 +512,7 @@ class IndexMixin:
                 continue
             values = self._index_values(item, "getitem")
             if values.dtype == np.bool_:
+                refuse_host_values_in_capture(item, "getitem with a bool mask", SELECT_FIX)
                 if values.ndim == 0:
                     raise IndexError("getitem: a 0-d bool index is not supported; use a bool tensor with axes")
                 covered = self.shape[axis : axis + values.ndim] if axis is not None else values.shape
@@ -561,6 +590,8 @@ class IndexMixin:
             )
         self._check_writable("setitem")
         index = _numpy_ints_as_ints(index)
+        for item in index if isinstance(index, tuple) else (index,):  # (their places are found on the host)
+            refuse_host_values_in_capture(item, "setitem with a tensor index", WRITE_FIX)
         target_shape = self[index].shape
         if isinstance(value, (list, tuple, np.ndarray, np.generic)):
             value = self._setitem_value(value)

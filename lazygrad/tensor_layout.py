@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.tensor_elementwise import check_same_device
+from lazygrad.tensor_index import refuse_host_values_in_capture
 from lazygrad.tensor_movement import check_has_axis, normalize_axis
 
 if TYPE_CHECKING:
@@ -184,6 +185,9 @@ class LayoutMixin:
             x = self.unsqueeze(dim + 1)
             x = x.expand(*x.shape[: dim + 1], repeats, *x.shape[dim + 2 :])
             return x.flatten(dim, dim + 1)
+        refuse_host_values_in_capture(
+            repeats, "repeat_interleave", "Pass repeats as a list (the length depends on them)"
+        )
         counts = self._index_values(repeats, "repeat_interleave").reshape(-1)
         if counts.shape != (self.shape[dim],) or (counts < 0).any():
             raise ValueError(

@@ -14,6 +14,7 @@ from lazygrad.engine.realize import run_host
 from lazygrad.helpers import prod
 from lazygrad.tensor_conv import _pair
 from lazygrad.tensor_elementwise import broadcast_shape, check_same_device
+from lazygrad.tensor_index import refuse_host_values_in_capture
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -283,6 +284,7 @@ class NNMixin:
         if self.dtype.is_float:
             raise TypeError(f"one_hot: labels must be integers, got {self.dtype}")
         if num_classes == -1 and isinstance(num_classes, int):
+            refuse_host_values_in_capture(self, "one_hot without num_classes", "Pass num_classes")
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"one_hot: num_classes must be a non-negative int (or -1: inferred), got {num_classes!r}")

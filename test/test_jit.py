@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Tensor, TinyJit, nn
+from lazygrad.engine.jit import JitError
 from lazygrad.nn.state import load_state_dict
 
 
@@ -270,3 +271,64 @@ def test_an_assign_reaches_the_replays_when_another_tensor_shares_the_node():
     np.testing.assert_array_equal(shifted(Tensor([0.0, 0.0])).numpy(), [7.0, 7.0])
     np.testing.assert_array_equal(keep.numpy(), [1.0, 1.0])
     np.testing.assert_array_equal(w.numpy(), [7.0, 7.0])
+
+
+def _write(cache, index, value):
+    cache[index] = value
+
+
+@pytest.mark.parametrize(
+    "name, op",
+    [
+        ("setitem with a tensor index", lambda cache, i, m: _write(cache, i, 1.0)),
+        ("setitem with a tensor index", lambda cache, i, m: _write(cache, m, 1.0)),
+        ("index_fill", lambda cache, i, m: cache.index_fill(0, i, 1.0)),
+        ("index_put", lambda cache, i, m: cache.index_put((i,), Tensor([1.0]))),
+        ("getitem with a bool mask", lambda cache, i, m: cache[m]),
+        ("masked_select", lambda cache, i, m: cache.masked_select(m)),
+        ("nonzero", lambda cache, i, m: m.nonzero()),
+        ("one_hot without num_classes", lambda cache, i, m: i.one_hot()),
+    ],
+)
+def test_ops_that_build_from_their_indices_are_refused_in_a_capture(name, op):
+    """These ops read their indices on the host and build a graph from the values: a replay ran the kernels built
+    from the capture's values, so `cache[pos] = v` went on writing where the capture wrote (a KV cache filled one
+    step at a time held [1, 4, 0, ...])."""
+    cache = Tensor.zeros(6).contiguous().realize()
+
+    @TinyJit
+    def step(i, m):
+        result = op(cache, i, m)
+        return (cache if result is None else result).realize()
+
+    with pytest.raises(JitError, match=f"{name}.*computed from the function's inputs"):
+        for position in range(3):
+            step(Tensor([position]), Tensor([k == position for k in range(6)]))
+
+
+def test_a_write_by_index_copy_follows_each_calls_index():
+    """What the refusal suggests for a KV cache: index_copy (a scatter in the graph) writes where each call says."""
+    cache = Tensor.zeros(6).contiguous().realize()
+
+    @TinyJit
+    def step(position, value):
+        cache.assign(cache.index_copy(0, position, value))
+        return cache.realize()
+
+    for position in range(4):
+        step(Tensor([position]), Tensor([float(position + 1)]))
+    np.testing.assert_array_equal(cache.numpy(), [1, 2, 3, 4, 0, 0])
+
+
+def test_a_tensor_index_made_outside_the_function_is_no_input():
+    """An index tensor the function closes over is the same each call: its places may be found on the host."""
+    cache, places = Tensor.zeros(4).contiguous().realize(), Tensor([1, 3])
+
+    @TinyJit
+    def step(value):
+        cache[places] = value
+        return cache.realize()
+
+    for k in range(3):
+        step(Tensor([float(k), float(k)]))
+    np.testing.assert_array_equal(cache.numpy(), [0, 2, 0, 2])

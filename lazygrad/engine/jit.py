@@ -334,11 +334,12 @@ class TinyJit:
         first_new_buffer = buffers_made_from_now()
         gradients_before = _gradients_held()
         realize.capture.launches = []
+        realize.capture.inputs = frozenset(tensor.uop.base for tensor in tensors)
         try:
             result = self._run(args, kwargs, tensors)
             launches = realize.capture.launches
         finally:
-            realize.capture.launches = None
+            realize.capture.launches, realize.capture.inputs = None, frozenset()
         name = self.function.__name__
         if not launches:
             raise JitError(f"TinyJit({name}): the function launched no kernels, so there is nothing to replay")

@@ -461,9 +461,23 @@ class Launch:
 
 
 class _Capture(threading.local):
-    """While a JIT captures on a thread, the launches of that thread (and only that thread) are appended here."""
+    """While a JIT captures on a thread, the launches of that thread (and only that thread) are appended here;
+    `inputs` holds the buffers of the captured function's tensor arguments."""
 
     launches: list[Launch] | None = None
+    inputs: frozenset[UOp] = frozenset()
+
+
+def computed_from_capture_inputs(node: UOp) -> bool:
+    """Whether, during a capture, the graph `node` reads values computed from the captured function's inputs: one of
+    their buffers, or a buffer a captured launch wrote from them (or from such a buffer)."""
+    if capture.launches is None or not capture.inputs:
+        return False
+    derived = set(capture.inputs)
+    for launch in capture.launches:
+        if launch.buffers and any(read in derived for read in launch.buffers[1:]):
+            derived.add(launch.buffers[0])
+    return any(source in derived for source in node.toposort if source.op is Ops.BUFFER)
 
 
 capture = _Capture()
