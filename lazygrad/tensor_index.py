@@ -14,7 +14,7 @@ import numpy as np
 from lazygrad.dtype import check_fits, dtypes, fits, integer_range
 from lazygrad.engine.buffers import is_buffer_view, strided_view, views_memory, write_target
 from lazygrad.engine.jit import JitError
-from lazygrad.engine.realize import computed_from_capture_inputs
+from lazygrad.engine.realize import computed_from_capture_inputs, run_host
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
@@ -82,6 +82,28 @@ def _check_range(values: np.ndarray, size: int, op_name: str, axis: int, allow_n
         )
 
 
+def _check_index(index, size: int, op_name: str, axis: int, allow_negative: bool) -> None:
+    """`_check_range` of an index: of a Tensor's values as a host step, so that a TinyJit replay checks each call's
+    indices too (it would read zeros where an index is out of range, and a row of the wrapped value where an int64
+    index does not fit the int32 the lookup compares in)."""
+    if not hasattr(index, "uop"):
+        _check_range(index, size, op_name, axis, allow_negative)
+        return
+    index = index.contiguous().realize()
+    shape = index.shape
+    run_host(
+        lambda buffer: _check_range(buffer.numpy().reshape(shape), size, op_name, axis, allow_negative),
+        [index.uop.base],
+        index.device,
+    )
+
+
+def _comparable(index):
+    """An index ready to compare with an arange: uint64 (no int dtype holds it beside int32) as int64, which holds
+    every value of an index checked to lie inside its axis."""
+    return index.cast(dtypes.int64) if index.dtype == dtypes.uint64 else index
+
+
 def _one_element(value):
     """A 0-d tensor as a tensor of one element (a number as it is)."""
     return value.reshape(1) if getattr(value, "ndim", None) == 0 else value
@@ -131,7 +153,7 @@ class IndexMixin:
         """`index` with a new axis of `size` after `axis`: True where that axis' position equals the index."""
         shape = [1] * (index.ndim + 1)
         shape[axis + 1] = size
-        return index.unsqueeze(axis + 1) == type(self).arange(size, device=self.device).reshape(shape)
+        return _comparable(index).unsqueeze(axis + 1) == type(self).arange(size, device=self.device).reshape(shape)
 
     def _sum_selected(self: Tensor, mask: Tensor, axis: int) -> Tensor:
         """The sum over `axis` of this tensor where `mask` holds (zero elsewhere), in this tensor's dtype."""
@@ -157,7 +179,7 @@ class IndexMixin:
                 )
             if other is not None and wanted > other.shape[axis]:
                 raise ValueError(f"{op_name}: index {index.shape} is larger than src {other.shape} in dimension {axis}")
-        _check_range(index.numpy(), self.shape[dim], op_name, dim, allow_negative=False)
+        _check_index(index, self.shape[dim], op_name, dim, allow_negative=False)
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather)."""
@@ -200,9 +222,9 @@ class IndexMixin:
         if self.ndim == 0:  # as torch: a 0-d tensor's one axis, picked by exactly one index (0)
             if index.numel() != 1:
                 raise ValueError(f"index_select: a 0-d tensor takes exactly one index, got {index.numel()}")
-            _check_range(index.numpy(), 1, "index_select", dim, allow_negative=False)
+            _check_index(index, 1, "index_select", dim, allow_negative=False)
             return self
-        _check_range(index.numpy(), self.shape[dim], "index_select", dim, allow_negative=False)
+        _check_index(index, self.shape[dim], "index_select", dim, allow_negative=False)
         return self[(slice(None),) * dim + (index.reshape(-1),)]
 
     def take(self: Tensor, index) -> Tensor:
@@ -228,7 +250,7 @@ class IndexMixin:
                 f"{op_name}: source {source.shape} must be the input's shape {self.shape} with dim {dim} the index's "
                 f"length {index.shape[0]}: {wanted}"
             )
-        _check_range(index.numpy(), self.shape[dim], op_name, dim, allow_negative=False)
+        _check_index(index, self.shape[dim], op_name, dim, allow_negative=False)
         return dim, index.reshape(tuple(wanted[dim] if axis == dim else 1 for axis in range(self.ndim))).expand(wanted)
 
     def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, alpha=1) -> Tensor:
@@ -550,7 +572,7 @@ class IndexMixin:
             if isinstance(item, tuple):
                 _, values, tensor = item
                 size = self.shape[axis]
-                _check_range(values, size, "getitem", axis, allow_negative=True)
+                _check_index(values if tensor is None else tensor, size, "getitem", axis, allow_negative=True)
                 # int32 keeps the one-hot compare narrow; an axis longer than 2**31 needs int64, or far indices
                 # wrap and select nothing (silently 0)
                 wide = not fits(size - 1, dtypes.int32)

@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 import pytest
 
-from lazygrad import Tensor, TinyJit, nn
+from lazygrad import Tensor, TinyJit, dtypes, nn
 from lazygrad.engine.jit import JitError
 from lazygrad.nn.state import load_state_dict
 
@@ -332,3 +332,23 @@ def test_a_tensor_index_made_outside_the_function_is_no_input():
     for k in range(3):
         step(Tensor([float(k), float(k)]))
     np.testing.assert_array_equal(cache.numpy(), [0, 2, 0, 2])
+
+
+@pytest.mark.parametrize(
+    "op, bad",
+    [
+        (lambda x, i: x[i], [7, 0]),
+        (lambda x, i: x[i], [2**32 + 1, 0]),  # (an int64 index the int32 compare would wrap to row 1)
+        (lambda x, i: x.gather(0, i.reshape(2, 1).expand(2, 2)), [-1, 0]),
+        (lambda x, i: x.index_select(0, i), [3, 0]),
+    ],
+)
+def test_a_replay_checks_each_calls_indices(op, bad):
+    """Indices are checked as a host step, as labels are: a replay with an index out of range raises as the eager op
+    does (it gave zeros, or the row of a wrapped int64 index)."""
+    x = Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]).realize()
+    step = TinyJit(lambda i: op(x, i).realize())
+    for _ in range(3):
+        np.testing.assert_array_equal(step(Tensor([1, 0], dtype=dtypes.int64)).numpy(), [[2, 2], [1, 1]])
+    with pytest.raises(IndexError, match="out of range"):
+        step(Tensor(bad, dtype=dtypes.int64))

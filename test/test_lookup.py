@@ -201,3 +201,19 @@ def test_embedding_gradient(device):
     np.add.at(expected, idx, upstream)
     expected[2] = 0  # (the padding row gets no gradient)
     np.testing.assert_allclose(embedding.weight.grad.numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_uint64_indices_and_labels():
+    """uint64 indices compare with the int32 arange of a one-hot as int64 (no int dtype holds both): they were an
+    error naming `!=`, though getitem took them."""
+    x, values = table(10, 2)
+    picked = np.array([0, 3, 9], np.uint64)
+    idx = Tensor(picked)
+    np.testing.assert_array_equal(x.gather(0, idx.reshape(3, 1).expand(3, 2)).numpy(), values[picked.astype(np.int64)])
+    embedding = nn.Embedding(10, 2)
+    embedding.weight = x
+    np.testing.assert_array_equal(embedding(idx).numpy(), values[picked.astype(np.int64)])
+    np.testing.assert_array_equal(idx.one_hot(10).numpy(), np.eye(10, dtype=np.int32)[picked.astype(np.int64)])
+    labels = picked % 2
+    expected = torch.nn.functional.cross_entropy(torch.tensor(values[:3]), torch.tensor(labels.astype(np.int64)))
+    np.testing.assert_allclose(x[:3].cross_entropy(Tensor(labels)).numpy(), expected.numpy(), rtol=1e-6)
