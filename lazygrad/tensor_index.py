@@ -98,7 +98,7 @@ def _check_index(index, size: int, op_name: str, axis: int, allow_negative: bool
     )
 
 
-def _comparable(index):
+def comparable_index(index):
     """An index ready to compare with an arange: uint64 (no int dtype holds it beside int32) as int64, which holds
     every value of an index checked to lie inside its axis."""
     return index.cast(dtypes.int64) if index.dtype == dtypes.uint64 else index
@@ -153,7 +153,7 @@ class IndexMixin:
         """`index` with a new axis of `size` after `axis`: True where that axis' position equals the index."""
         shape = [1] * (index.ndim + 1)
         shape[axis + 1] = size
-        return _comparable(index).unsqueeze(axis + 1) == type(self).arange(size, device=self.device).reshape(shape)
+        return comparable_index(index).unsqueeze(axis + 1) == type(self).arange(size, device=self.device).reshape(shape)
 
     def _sum_selected(self: Tensor, mask: Tensor, axis: int) -> Tensor:
         """The sum over `axis` of this tensor where `mask` holds (zero elsewhere), in this tensor's dtype."""

@@ -14,7 +14,7 @@ from lazygrad.engine.realize import run_host
 from lazygrad.helpers import prod
 from lazygrad.tensor_conv import _pair
 from lazygrad.tensor_elementwise import broadcast_shape, check_same_device
-from lazygrad.tensor_index import _comparable, refuse_host_values_in_capture
+from lazygrad.tensor_index import comparable_index, refuse_host_values_in_capture
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -297,7 +297,7 @@ class NNMixin:
     def _label_mask(self: Tensor, num_classes: int, op_name: str, fix: str) -> Tensor:
         """one_hot as bools (an embedding's selection of rows), its labels checked as `_one_hot` checks them."""
         _check_label_range(self, num_classes, op_name, fix)
-        return _comparable(self).unsqueeze(-1) == type(self).arange(num_classes, device=self.device)
+        return comparable_index(self).unsqueeze(-1) == type(self).arange(num_classes, device=self.device)
 
     def _check_labels(self: Tensor, labels: Tensor, op_name: str, ignore_index: int | None = None) -> None:
         if not labels.dtype.is_int:
@@ -331,7 +331,7 @@ class NNMixin:
         _check_reduction(reduction, op_name)
         _check_label_smoothing(label_smoothing, op_name)
         self._check_labels(Y, op_name, ignore_index)
-        Y = _comparable(Y)
+        Y = comparable_index(Y)
         classes = self.shape[-1]
         log_probs = self.log_softmax(-1)
         chosen = Y.unsqueeze(-1) == type(self).arange(classes, device=self.device)
@@ -463,7 +463,7 @@ class NNMixin:
         if target.shape != expected:
             raise ValueError(f"nll_loss: input {self.shape} needs a target of shape {expected}, got {target.shape}")
         log_probs._check_labels(target, "nll_loss", ignore_index)
-        target = _comparable(target)
+        target = comparable_index(target)
         classes = log_probs.shape[-1]
         if weight is not None and getattr(weight, "shape", None) != (classes,):
             raise ValueError(

@@ -279,8 +279,9 @@ SHARED_WORK = 1 << 21
 
 
 def _is_one_hot(node: UOp) -> bool:
-    """Whether `node` is a one-hot mask, `a == arange` as bools or as numbers: cheap to compute where it is read,
-    and a sum over its arange axis becomes a lookup at `a` in codegen (see codegen/lookup.py) only where it fuses."""
+    """Whether `node` is a one-hot mask, `a == arange` as bools or as numbers: cheap to compute where it is read, and
+    a sum over its arange axis of values it selects becomes a lookup at `a` in codegen (see codegen/lookup.py) only
+    where it fuses."""
 
     def under_views(node: UOp) -> UOp:
         while node.op in MOVEMENT or node.op is Ops.CAST:
