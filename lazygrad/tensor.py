@@ -230,17 +230,18 @@ _writes_keeping_gradient: set[int] = set()
 _RELEASED = "released"  # `.grad` of a tensor whose gradient an assign invalidated (see `_values_to_keep`)
 
 
-def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
+def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[UOp], read_now: set[UOp]) -> list[UOp]:
     """The nodes of live pending tensors and of the writes pending on buffers (besides `outputs` and what this
     schedule computes) that read the old contents of an `overwritten` buffer: the schedule computes them too, before
     the write, so a value keeps the meaning it had when it was built (`loss.item()` after `opt.step()` is the loss
     before the step, and a running statistic updated beside the step reads the weights it was given).
 
-    Gradients are the exception: a `.grad` that reads the old contents is released (reading it then raises and
-    says why). `backward` fills one for every float tensor in the graph, and an optimizer step consumes them as
-    it overwrites the parameters; computing them all before each write would cost a kernel per parameter (and a
-    product per input batch) in every training step. A gradient tensor held elsewhere (`g = w.grad`) is a value
-    like any other and is computed."""
+    Gradients are the exception: a `.grad` that reads the old contents and that this schedule reads too (`read_now`:
+    an optimizer step consumes the gradients as it overwrites the parameters) is released (reading it then raises
+    and says why): computing them all before each write would cost a kernel per parameter in every training step.
+    An input's implicit gradient is dropped. The gradient of a tensor that asked for one and that the schedule does
+    not read (a parameter of a second optimizer, stepped next) is computed, as torch's backward computes it. A
+    gradient tensor held elsewhere (`g = w.grad`) is a value like any other and is computed."""
     skip = set(outputs)
     pending: dict[UOp, None] = {}
     for reference in list(_made.values()):
@@ -264,7 +265,10 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
         if tensor is not None and isinstance(tensor._grad, Tensor) and tensor._grad._uop in stale:
             # (an implicit gradient, of a tensor that never asked for one, e.g. an input batch, is simply dropped:
             # PyTorch has none, and the next backward starts it afresh)
-            tensor._grad = None if tensor._requires_grad is None else _RELEASED
+            if tensor._requires_grad is None:
+                tensor._grad = None
+            elif tensor._grad._uop in read_now:
+                tensor._grad = _RELEASED
     tensor = None
     return [node for node in stale if node in writes or tensors_holding([node])]
 
@@ -777,7 +781,7 @@ class Tensor(
             outputs += [gradient._uop for gradient in gradients]
         planned = plan_graph(outputs, device)
         if planned.plan.overwritten:  # (buffers are allocated only for the final plan)
-            if readers := _values_to_keep(outputs, planned.overwritten(), planned.computed()):
+            if readers := _values_to_keep(outputs, planned.overwritten(), planned.computed(), set(planned.nodes)):
                 planned = plan_graph(outputs + readers, device, planned.walk)
         schedule, becomes, remember = bind(planned)
         run_schedule(schedule)

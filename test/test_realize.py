@@ -619,3 +619,31 @@ def test_listing_a_schedule_forgets_nothing_running_it_forgets():
     update.realize()  # now w holds new values: the sum computed from the old ones is no longer w's sum
     assert buffers.realized_view(computation) is None
     np.testing.assert_allclose([total.item(), w.sum().item()], [6.0, 12.0])
+
+
+def test_a_second_optimizer_steps_after_the_first():
+    """torch's param groups as two optimizers (decay for the weights, none for the biases): the first step overwrote
+    the weights that the bias's gradient reads, and that gradient was released, so the second step raised. A
+    gradient this step does not read is computed before the write instead, as torch's backward computed it."""
+    torch = pytest.importorskip("torch")
+    from lazygrad.nn.optim import AdamW
+
+    w = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    b = Tensor([0.5, -0.5], requires_grad=True)
+    decayed, plain = AdamW([w], lr=0.1, weight_decay=0.1), AdamW([b], lr=0.1, weight_decay=0.0)
+    tw, tb = torch.tensor(w.numpy(), requires_grad=True), torch.tensor(b.numpy(), requires_grad=True)
+    torch_opt = torch.optim.AdamW(
+        [{"params": [tw], "weight_decay": 0.1}, {"params": [tb], "weight_decay": 0.0}], lr=0.1
+    )
+    for step in range(3):
+        x = np.array([[1.0, -1.0 - step]], np.float32)
+        ((Tensor(x) @ w + b) ** 2).sum().backward()
+        decayed.step()
+        plain.step()
+        decayed.zero_grad()
+        plain.zero_grad()
+        torch_opt.zero_grad()
+        ((torch.tensor(x) @ tw + tb) ** 2).sum().backward()
+        torch_opt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), rtol=1e-5)
