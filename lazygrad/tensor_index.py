@@ -685,8 +685,8 @@ class IndexMixin:
             if held or below.op not in (Ops.CONST, Ops.ARANGE, Ops.BUFFER):
                 self._realize_reshaped_base(below, op_name)
             return  # (a view of a constant no live tensor holds: nothing else shows the write)
-        if not held and below.op in (Ops.CONST, Ops.ARANGE):
-            return
+        if not held and below.op is not Ops.BUFFER:
+            return  # (a view of a computation or constant no live tensor holds: `w.grad`, a permuted product's)
         instead = "x[0, 1] = v rather than y = x[0]; y[1] = v"
         if op_name.endswith("="):  # (Python runs `x[i] += v` as `y = x[i]; y += v; x[i] = y`: a write into a view)
             instead += f"; x[i] = x[i] {op_name[:-1]} v rather than x[i] {op_name} v"

@@ -471,3 +471,22 @@ def test_random_chains_of_movement_ops_are_views_exactly_where_torch_s_are(torch
         ours += 100
         theirs += 100
         _same(mine, their)
+
+
+def test_scaling_a_gradient_in_place_as_clipping_does():
+    """`p.grad *= coef` (torch's clip_grad_norm_ by hand): a matrix product's weight gradient is a transpose of a sum
+    no other tensor holds, a value of its own that the write replaces. It was refused as a view of another tensor."""
+    torch = pytest.importorskip("torch")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = Tensor(np.ones((4, 3), np.float32), requires_grad=True)
+    (Tensor(x) @ w.T).sum().backward()
+    tw = torch.ones(4, 3, requires_grad=True)
+    (torch.tensor(x) @ tw.T).sum().backward()
+    coef = 1.0 / float(np.sqrt((w.grad * w.grad).sum().item()))
+    w.grad *= coef
+    torch.nn.utils.clip_grad_norm_([tw], 1.0)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+    product = Tensor(x) @ w.detach().T
+    turned = product.T  # (a transpose of a tensor someone holds is still refused: the write would not reach it)
+    with pytest.raises(RuntimeError, match=r"\*=: this \(4, 2\) tensor is a view"):
+        turned *= 2
