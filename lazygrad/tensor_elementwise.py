@@ -89,6 +89,15 @@ def check_same_device(op_name: str, *tensors) -> None:
         )
 
 
+def type_name(value) -> str:
+    """A value's type for an error message, with its module where it is not lazygrad's (torch.Tensor, not Tensor: a
+    torch tensor mixed in by mistake reads "expected a Tensor, got Tensor" otherwise), and how to convert it."""
+    kind = type(value)
+    if kind.__module__.split(".")[0] in ("lazygrad", "builtins"):
+        return kind.__name__
+    return f"{kind.__module__.split('.')[0]}.{kind.__name__} (convert it with Tensor(value))"
+
+
 def check_device_has(dtype: DType, device: str, op_name: str) -> None:
     """An error naming the op when `device` cannot compute in `dtype` (an OpenCL device without doubles)."""
     if dtype in Device[device].unsupported_dtypes:
@@ -203,9 +212,7 @@ class ElementwiseMixin:
             y = broadcast_const(dtype, other, node.shape)
             return (y, x) if reverse else (x, y)
         else:
-            raise TypeError(
-                f"{op_name}: unsupported operand type {type(other).__name__}; use a Tensor or a Python number"
-            )
+            raise TypeError(f"{op_name}: unsupported operand type {type_name(other)}; use a Tensor or a Python number")
         x, y = (other_node, node) if reverse else (node, other_node)
         x = x if x.dtype == dtype else UOp(Ops.CAST, dtype, (x,))
         y = y if y.dtype == dtype else UOp(Ops.CAST, dtype, (y,))

@@ -12,6 +12,7 @@ from lazygrad.tensor_elementwise import (
     broadcast_node,
     broadcast_shape,
     check_same_device,
+    type_name,
 )
 from lazygrad.tensor_math import LN_2, LOG2_E
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
@@ -310,7 +311,7 @@ class ReduceMixin:
     def dot(self: Tensor, other: Tensor) -> Tensor:
         """Matrix product with NumPy's rules: 1-D operands are vectors, leading axes broadcast as a batch."""
         if not isinstance(other, ElementwiseMixin):
-            raise TypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
+            raise TypeError(f"matmul: expected a Tensor, got {type_name(other)}")
         check_same_device("matmul", self, other)
         if self.ndim == 0 or other.ndim == 0:
             raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {other.shape}")

@@ -479,3 +479,13 @@ def test_triangles_keep_the_dtype_as_torch(name):
         expected = getattr(torch.tensor(values), name)(1).numpy()
         assert result.dtype == expected.dtype
         np.testing.assert_array_equal(result, expected)
+
+
+def test_a_torch_tensor_mixed_in_is_named_with_its_module():
+    """("matmul: expected a Tensor, got Tensor" read as a contradiction.)"""
+    with pytest.raises(TypeError, match=r"matmul: expected a Tensor, got torch\.Tensor \(convert it with Tensor"):
+        Tensor([[1.0]]) @ torch.ones(1, 1)
+    with pytest.raises(TypeError, match=r"mul: unsupported operand type torch\.Tensor \(convert it with Tensor"):
+        Tensor([1.0]) * torch.tensor([2.0])
+    with pytest.raises(TypeError, match=r"add: unsupported operand type str; use a Tensor or a Python number"):
+        Tensor([1.0]) + "a"
