@@ -420,6 +420,8 @@ class CreationMixin:
         keys = (weights > 0).where(weights.log() - races.log(), float("-inf"))
         if replacement:
             return keys.argmax(-1)
+        if num_samples == 1:  # (the one largest key: a reduce, where topk sorts the row, n^2 compares)
+            return keys.argmax(-1).unsqueeze(-1)
         return keys.topk(num_samples, dim=-1)[1]
 
     @classmethod
