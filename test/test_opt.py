@@ -825,6 +825,22 @@ def test_the_heuristic_takes_a_row_of_up_to_four_vectors_whole_in_blocks_of_two_
         np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_one_output_loop_takes_every_accumulator_across_it():
+    """A vector times a matrix (or a column sum) has no rows to share its loads with: its block is 8 vectors of outputs
+    (the FMA chains), not 2 vectors by rows that do not exist (the multiply-adds waited on each other)."""
+    from lazygrad.codegen.renderer import Target
+
+    avx512 = Target(vector_width=16, vector_registers=32, pack_bytes=1 << 18)
+    avx2 = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
+    v, vector = realized(1, 512)
+    m, matrix = realized(512, 1024)
+    for target, width in ((avx512, 128), (avx2, 64)):
+        assert heuristic_opts(kernel_of(v @ m), target) == (Opt(U, 0, width),)
+        assert heuristic_opts(kernel_of(m.sum(0)), target) == (Opt(U, 0, width),)
+    np.testing.assert_allclose((v @ m).numpy(), vector @ matrix, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(m.sum(0).numpy(), matrix.sum(0), rtol=1e-4, atol=1e-4)
+
+
 # ---- values kept on the stack (STASH): the host devices -------------------------------------------------------------
 
 H = OptOp.STASH
