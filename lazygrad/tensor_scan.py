@@ -9,7 +9,7 @@ work, or n*SCAN_BLOCK a level for the longest rows."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from lazygrad.dtype import dtypes, integer_range
 from lazygrad.tensor_elementwise import NARROW_FLOATS
@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 # cumsum: 22 ms in blocks of 512, 2.4 ms in blocks of 16 and ten kernels; (8, 4096): 0.48 ms in blocks of 64, 0.57
 # in blocks of 16)
 DIRECT_SCAN_WORK, LONG_SCAN, SCAN_BLOCK = 1 << 22, 1 << 13, 16
+
+
+class ValuesIndices(NamedTuple):
+    """(values, indices), by name too, as torch's sort, topk, cummax and cummin return them."""
+
+    values: Tensor
+    indices: Tensor
 
 
 class ScanMixin:
@@ -115,12 +122,12 @@ class ScanMixin:
         return source._scan(axis, "logcumsumexp", float("-inf"), lambda prefixes: prefixes.logsumexp(-2))
 
     @keyword_aliases(dim="axis")
-    def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummax(self: Tensor, axis: int = 0) -> ValuesIndices:
         """Running maxima along `axis` and the index each came from (the latest one on ties; NaN propagates), as in
         PyTorch. The gradient goes to the element at that index."""
         moved, axis = self._along_last(axis, "cummax")
         if moved.shape[-1] == 0:
-            return self, self.cast(dtypes.int64)
+            return ValuesIndices(self, self.cast(dtypes.int64))
         lowest = (
             float("-inf")
             if self.dtype.is_float
@@ -139,15 +146,15 @@ class ScanMixin:
         in_prefix = index <= type(self).arange(length, device=self.device)
         indices = (matches & in_prefix).where(index, -1).max(-2)
         values = (index == indices.unsqueeze(-2)).where(moved.unsqueeze(-1), 0)._sum_unwidened(-2).cast(moved.dtype)
-        return self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int64), axis)
+        return ValuesIndices(self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int64), axis))
 
     @keyword_aliases(dim="axis")
-    def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummin(self: Tensor, axis: int = 0) -> ValuesIndices:
         """Running minima along `axis` and the index each came from (the latest one on ties; NaN propagates), as in
         PyTorch: cummax of the values in reversed order (-x for floats, ~x for ints and bools: exact, and no int
         wraps), mapped back. The gradient goes to the element at that index."""
         values, indices = self._order_reversed().cummax(axis)
-        return values._order_reversed(), indices
+        return ValuesIndices(values._order_reversed(), indices)
 
     # ---- sorting ---------------------------------------------------------------------------------------------------
 
@@ -168,7 +175,7 @@ class ScanMixin:
         rank = (before | (same & earlier))._sum_unwidened(-1)
         return moved, rank, axis
 
-    def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> tuple[Tensor, Tensor]:
+    def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> ValuesIndices:
         """(values, indices) sorted along `dim`, ascending unless `descending`. Always stable (equal elements keep
         their order, so it equals PyTorch's stable=True); NaN sorts as the largest value. Indices are int64."""
         del stable  # always stable
@@ -178,14 +185,16 @@ class ScanMixin:
         # [i, p]: element i goes to position p
         goes_to = rank.unsqueeze(-1) == index
         indices = goes_to.where(index.reshape(length, 1), 0)._sum_unwidened(-2).cast(dtypes.int64)
-        values = goes_to.where(moved.unsqueeze(-1), 0)._sum_unwidened(-2).cast(moved.dtype)
-        return self._back_from_last(values, axis), self._back_from_last(indices, axis)
+        # each position's value looked up at its index (a load in codegen, see codegen/lookup.py): exact, -0.0 too,
+        # where a sum of the element that goes there with zeros gave +0.0
+        values = moved.unsqueeze(-2)._sum_selected(indices.unsqueeze(-1) == index, -1)
+        return ValuesIndices(self._back_from_last(values, axis), self._back_from_last(indices, axis))
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
         """The indices that sort this tensor along `dim` (see `sort`)."""
         return self.sort(dim, descending, stable)[1]
 
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
         """(values, indices) of the k largest (or smallest) elements along `dim`, in sorted order; equal elements
         keep their input order."""
         del sorted  # the results always come in sorted order
@@ -194,7 +203,7 @@ class ScanMixin:
             raise ValueError(f"topk: k must be an int in 0..{size} (the size of dim {dim} of {self.shape}), got {k!r}")
         values, indices = self.sort(dim, descending=largest)
         if self.ndim == 0:
-            return values, indices
+            return ValuesIndices(values, indices)
         window = [None] * self.ndim
         window[normalize_axis(dim, self.ndim, "topk")] = (0, k)
-        return values.shrink(tuple(window)), indices.shrink(tuple(window))
+        return ValuesIndices(values.shrink(tuple(window)), indices.shrink(tuple(window)))

@@ -217,3 +217,27 @@ def test_uint64_indices_and_labels():
     labels = picked % 2
     expected = torch.nn.functional.cross_entropy(torch.tensor(values[:3]), torch.tensor(labels.astype(np.int64)))
     np.testing.assert_allclose(x[:3].cross_entropy(Tensor(labels)).numpy(), expected.numpy(), rtol=1e-6)
+
+
+def test_sorted_values_are_looked_up(device):
+    """sort's values are each position's element looked up at its index: -0.0 stays -0.0 and NaN NaN, as torch's
+    (a sum of the element with zeros gave +0.0)."""
+    values = np.array([0.5, -0.0, 1.0, np.nan, -2.0, 0.0], np.float32)
+    expected = torch.tensor(values).sort(stable=True)
+    got, order = Tensor(values, device=device).sort()
+    np.testing.assert_array_equal(order.numpy(), expected.indices.numpy())
+    np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(expected.values.numpy()))
+    np.testing.assert_array_equal(got.numpy(), expected.values.numpy())
+    smallest = Tensor(values, device=device).topk(2, largest=False)[0]
+    np.testing.assert_array_equal(np.signbit(smallest.numpy()), [True, True])
+
+
+def test_sort_topk_and_running_extremes_name_their_results():
+    x = Tensor([3.0, 1.0, 2.0])
+    expected = torch.tensor([3.0, 1.0, 2.0])
+    np.testing.assert_array_equal(x.sort().values.numpy(), expected.sort().values.numpy())
+    np.testing.assert_array_equal(x.topk(2).indices.numpy(), expected.topk(2).indices.numpy())
+    np.testing.assert_array_equal(x.cummax(0).values.numpy(), expected.cummax(0).values.numpy())
+    np.testing.assert_array_equal(x.cummin(0).indices.numpy(), expected.cummin(0).indices.numpy())
+    values, indices = x.sort(descending=True)  # (still a pair)
+    assert values.tolist() == [3.0, 2.0, 1.0] and indices.tolist() == [0, 2, 1]
