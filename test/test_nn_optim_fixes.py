@@ -532,3 +532,32 @@ def test_a_step_leaves_no_reference_cycles(make):
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_setting_lr_to_a_number_keeps_it_in_the_state_dict_and_the_replays():
+    """`opt.lr = 0.05` (torch's schedules) replaced the learning-rate tensor with a float: the state dict lost `lr`, a
+    strict resume failed and a loose one took the constructor's rate. It now sets the tensor."""
+    from lazygrad.nn.state import get_state_dict, load_state_dict
+
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    opt.lr = 0.05
+    state = get_state_dict(opt)
+    np.testing.assert_allclose(state["lr"].numpy(), [0.05])
+    resumed = optim.SGD([Tensor([1.0, 2.0], requires_grad=True)], lr=0.1)
+    load_state_dict(resumed, state)
+    np.testing.assert_allclose(resumed.lr.numpy(), [0.05])
+
+    @TinyJit
+    def step(x):
+        opt.zero_grad()
+        (w * x).sum().backward()
+        opt.step()
+        return w.realize()
+
+    for _ in range(3):
+        step(Tensor([1.0, 1.0]))
+    opt.lr = 1.0
+    before = w.numpy().copy()
+    step(Tensor([1.0, 1.0]))
+    np.testing.assert_allclose(w.numpy(), before - 1.0, rtol=1e-6)

@@ -175,6 +175,15 @@ class Optimizer(ABC):
             device=kept[0].device,
         ).realize()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # `opt.lr = 0.01`, as torch's schedules write it, sets the learning-rate tensor a step (and a TinyJit replay)
+        # reads and the state dict holds; replacing it with a float dropped `lr` from the state dict, so a resumed run
+        # silently took the constructor's rate
+        if name == "lr" and isinstance(self.__dict__.get("lr"), LearningRate) and not isinstance(value, LearningRate):
+            self.__dict__["lr"].assign(value)
+            return
+        super().__setattr__(name, value)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's gradient: None (torch's default), or with `set_to_none=False` zeros where a
         parameter has one (a step then updates it with a zero gradient, as torch does)."""
