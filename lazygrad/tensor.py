@@ -230,13 +230,13 @@ _writes_keeping_gradient: set[int] = set()
 _RELEASED = "released"  # `.grad` of a tensor whose gradient an assign invalidated (see `_values_to_keep`)
 
 
-def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[UOp], read_now: set[UOp]) -> list[UOp]:
+def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[UOp], nodes: list[UOp]) -> list[UOp]:
     """The nodes of live pending tensors and of the writes pending on buffers (besides `outputs` and what this
     schedule computes) that read the old contents of an `overwritten` buffer: the schedule computes them too, before
     the write, so a value keeps the meaning it had when it was built (`loss.item()` after `opt.step()` is the loss
     before the step, and a running statistic updated beside the step reads the weights it was given).
 
-    Gradients are the exception: a `.grad` that reads the old contents and that this schedule reads too (`read_now`:
+    Gradients are the exception: a `.grad` that reads the old contents and that this schedule reads too (`nodes`:
     an optimizer step consumes the gradients as it overwrites the parameters) is released (reading it then raises
     and says why): computing them all before each write would cost a kernel per parameter in every training step.
     An input's implicit gradient is dropped. The gradient of a tensor that asked for one and that the schedule does
@@ -260,6 +260,7 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
     stale = dict.fromkeys(read_before_overwrite(list(pending), overwritten, written_now)) if pending else {}
     if not stale:
         return []
+    read_now = None  # (the schedule's nodes as a set, made only where a gradient asks)
     for reference in list(_made.values()):
         tensor = reference()
         if tensor is not None and isinstance(tensor._grad, Tensor) and tensor._grad._uop in stale:
@@ -267,8 +268,10 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
             # PyTorch has none, and the next backward starts it afresh)
             if tensor._requires_grad is None:
                 tensor._grad = None
-            elif tensor._grad._uop in read_now:
-                tensor._grad = _RELEASED
+            else:
+                read_now = set(nodes) if read_now is None else read_now
+                if tensor._grad._uop in read_now:
+                    tensor._grad = _RELEASED
     tensor = None
     return [node for node in stale if node in writes or tensors_holding([node])]
 
@@ -781,7 +784,7 @@ class Tensor(
             outputs += [gradient._uop for gradient in gradients]
         planned = plan_graph(outputs, device)
         if planned.plan.overwritten:  # (buffers are allocated only for the final plan)
-            if readers := _values_to_keep(outputs, planned.overwritten(), planned.computed(), set(planned.nodes)):
+            if readers := _values_to_keep(outputs, planned.overwritten(), planned.computed(), planned.nodes):
                 planned = plan_graph(outputs + readers, device, planned.walk)
         schedule, becomes, remember = bind(planned)
         run_schedule(schedule)

@@ -532,6 +532,12 @@ class IndexMixin:
                 expanded.append(item)
                 axis = None if item is Ellipsis or axis is None else axis + (item is not None)
                 continue
+            if hasattr(item, "uop") and item.dtype.is_int and item.dtype != dtypes.bool:
+                # an int tensor stays in the graph, its values checked in a host step (`_check_index`): a captured
+                # (jitted) step then indexes with each call's values, and nothing reads them here
+                expanded.append(("index", None, item))
+                axis = None if axis is None else axis + 1
+                continue
             values = self._index_values(item, "getitem")
             if values.dtype == np.bool_:
                 refuse_host_values_in_capture(item, "getitem with a bool mask", SELECT_FIX)
@@ -547,9 +553,7 @@ class IndexMixin:
                 expanded.extend(("index", axis_values, None) for axis_values in np.nonzero(values))
                 axis = None if axis is None else axis + values.ndim
                 continue
-            # an int tensor stays in the graph (its values are read only to check them): a captured (jitted) step
-            # then indexes with each call's values
-            expanded.append(("index", values.astype(np.int64), item if hasattr(item, "uop") else None))
+            expanded.append(("index", values.astype(np.int64), None))
             axis = None if axis is None else axis + 1
         consuming = sum(item is not None and item is not Ellipsis for item in expanded)
         if sum(item is Ellipsis for item in expanded) > 1:

@@ -9,9 +9,12 @@ composition of primitives; only its forward reads change here."""
 
 from __future__ import annotations
 
+import functools
+
 from lazygrad.dtype import dtypes
 from lazygrad.uop.ops import Ops, UOp, dtype_limits
 from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, substitute
+from lazygrad.uop.symbolic import gate_clauses
 
 
 def _loop_index_cast(node: UOp, loop: UOp) -> bool:
@@ -59,19 +62,12 @@ def _selection(body: UOp, loop: UOp) -> tuple[UOp, UOp, UOp | None] | None:
     if selected is None:
         return None
     condition, value = selected
-    clauses = [condition]
-    while any(c.op is Ops.AND for c in clauses):  # a conjunction: one clause may be the selection
-        clause = next(c for c in clauses if c.op is Ops.AND)
-        clauses.remove(clause)
-        clauses.extend(clause.src)
+    clauses = gate_clauses(condition)  # (a conjunction: one clause may be the selection)
     for clause in clauses:
         a = _equal_to_loop(clause, loop)
         if a is not None:
             others = [c for c in clauses if c is not clause]
-            rest = others[0] if others else None
-            for other in others[1:]:
-                rest = rest.logical_and(other)
-            return a, value, rest
+            return a, value, functools.reduce(UOp.logical_and, others) if others else None
     return None
 
 
