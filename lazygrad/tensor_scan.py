@@ -5,13 +5,15 @@ along one side. That costs n^2 work per row, which is what a fused elementwise-a
 short axes these ops usually see; it keeps each op a composition of primitives, with gradients for free (sort's
 values are a select of the input, so their gradient goes to exactly the element each came from). Running sums,
 products and log-sum-exps of long rows go by blocks, the blocks' totals scanned the same way (`_scan_last`): n*sqrt(n)
-work, or n*SCAN_BLOCK a level for the longest rows."""
+work, or n*SCAN_BLOCK a level for the longest rows. Long sorts go through a bitonic sorting network instead
+(`_network_order`): n log^2 n work, in log^2 n elementwise kernels."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
 from lazygrad.dtype import dtypes, integer_range
+from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import NARROW_FLOATS
 from lazygrad.tensor_movement import keyword_aliases, normalize_axis
 
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 # cumsum: 22 ms in blocks of 512, 2.4 ms in blocks of 16 and ten kernels; (8, 4096): 0.48 ms in blocks of 64, 0.57
 # in blocks of 16)
 DIRECT_SCAN_WORK, LONG_SCAN, SCAN_BLOCK = 1 << 22, 1 << 13, 16
+# the most comparisons (rows * n^2) a sort makes directly, in one kernel; more go through a sorting network, whose
+# log2(n)(log2(n)+1)/2 steps are a kernel each (on an AVX-512 core pair: (4, 8192) 16 ms either way; (1, 16384) 32 ms
+# direct, 18 through the network; (1, 50257) 184 and 27; (64, 1000) 4.6 and 10)
+NETWORK_SORT_WORK = 1 << 28
 
 
 class ValuesIndices(NamedTuple):
@@ -158,33 +164,72 @@ class ScanMixin:
 
     # ---- sorting ---------------------------------------------------------------------------------------------------
 
-    def _sort_order(self: Tensor, axis: int, descending: bool, op_name: str) -> tuple[Tensor, Tensor, int]:
-        """(moved, rank, axis): with `axis` moved last, each element's position in the stable sorted order, NaN
-        counting as larger than every number (as PyTorch sorts)."""
-        moved, axis = self._along_last(axis, op_name)
-        mine, other = moved.unsqueeze(-1), moved.unsqueeze(-2)  # [i, j]: element i against element j
-        before = other > mine if descending else other < mine
-        same = other == mine
-        if moved.dtype.is_float:
-            mine_nan, other_nan = mine.isnan(), other.isnan()
-            before = (before | (other_nan & ~mine_nan)) if descending else (before | (mine_nan & ~other_nan))
-            same = same | (mine_nan & other_nan)
-        length = moved.shape[-1]
+    def _direct_order(self: Tensor, descending: bool) -> Tensor:
+        """int64 indices that sort (..., n) along its last axis stably: each element's rank is the count of
+        elements ordered before it (a smaller key, or an equal one earlier in the row), an (n, n) comparison reduced
+        in one kernel; then position p holds the element whose rank is p."""
+        keys = self._order_keys(descending)
+        length = keys.shape[-1]
         index = type(self).arange(length, device=self.device)
-        earlier = index.reshape(1, length) < index.reshape(length, 1)  # [i, j]: j comes before i in the input
-        rank = (before | (same & earlier))._sum_unwidened(-1)
-        return moved, rank, axis
+        mine, other = keys.unsqueeze(-1), keys.unsqueeze(-2)  # [i, j]: element i against element j
+        earlier = index.reshape(1, length) < index.reshape(length, 1)  # [i, j]: j comes before i in the row
+        rank = ((other < mine) | ((other == mine) & earlier))._sum_unwidened(-1)
+        goes_to = rank.unsqueeze(-1) == index  # [i, p]: element i goes to position p
+        return goes_to.where(index.reshape(length, 1), 0)._sum_unwidened(-2).cast(dtypes.int64)
+
+    def _order_keys(self: Tensor, descending: bool) -> Tensor:
+        """Integers (int32, or int64 for 64-bit dtypes) in the order this tensor's values sort in, ascending or
+        `descending` as asked: equal values have equal keys (-0.0 and 0.0 too, and every NaN, which sorts as the
+        largest value). A float's bits, negative ones with their magnitude bits flipped, order as signed ints; an
+        unsigned int with its top bit flipped orders as a signed one; ~key reverses the order without wrapping."""
+        values = self.detach()
+        if values.dtype in NARROW_FLOATS:
+            values = values.float()  # (exact)
+        wide = values.dtype.itemsize == 8
+        int_type = dtypes.int64 if wide else dtypes.int32
+        lowest, highest = integer_range(int_type)
+        if values.dtype.is_float:
+            bits = (values == 0).where(0.0, values).bitcast(int_type)
+            keys = bits ^ ((bits >> (8 * int_type.itemsize - 1)) & highest)
+            keys = values.isnan().where(highest - 1, keys)  # (above +inf's key, every NaN alike)
+        elif values.dtype.is_unsigned and values.dtype.itemsize >= 4:
+            keys = values.bitcast(int_type) ^ lowest
+        else:
+            keys = values.cast(int_type)
+        return ~keys if descending else keys
+
+    def _network_order(self: Tensor, descending: bool) -> Tensor:
+        """int64 indices that sort (..., n) along its last axis stably, by a bitonic sorting network: n log^2 n
+        work in log2(n)(log2(n)+1)/2 elementwise steps, each putting every element and one partner in order. The
+        network orders (key, index) pairs, a total order, so the result is the stable sort's; for 32-bit keys the
+        pair is one int64, key * 2^32 + index. The row is padded to a power of two with the largest key, which
+        sorts last (its index puts it after equal keys)."""
+        keys = self._order_keys(descending)
+        length, lead = keys.shape[-1], keys.shape[:-1]
+        size = 1 << (length - 1).bit_length()
+        if size != length:
+            keys = keys.pad(((0, 0),) * len(lead) + ((0, size - length),), value=integer_range(keys.dtype)[1])
+        index = type(self).arange(size, dtype=keys.dtype, device=self.device).expand(*lead, size)
+        pairs = (keys, index) if keys.dtype == dtypes.int64 else (keys.cast(dtypes.int64) * (1 << 32) + index,)
+        span = 2
+        while span <= size:  # merge sorted runs of span/2 into runs of span, alternately ascending and descending
+            step = span // 2
+            while step:
+                pairs = _network_step(pairs, span, step)
+                step //= 2
+            span *= 2
+        order = pairs[-1] if len(pairs) == 2 else pairs[0] & 0xFFFFFFFF
+        return order.shrink((*((0, n) for n in lead), (0, length))).cast(dtypes.int64)
 
     def sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> ValuesIndices:
         """(values, indices) sorted along `dim`, ascending unless `descending`. Always stable (equal elements keep
         their order, so it equals PyTorch's stable=True); NaN sorts as the largest value. Indices are int64."""
         del stable  # always stable
-        moved, rank, axis = self._sort_order(dim, descending, "sort")
+        moved, axis = self._along_last(dim, "sort")
         length = moved.shape[-1]
+        direct = prod(moved.shape) * length <= NETWORK_SORT_WORK
+        indices = moved._direct_order(descending) if direct else moved._network_order(descending)
         index = type(self).arange(length, device=self.device)
-        # [i, p]: element i goes to position p
-        goes_to = rank.unsqueeze(-1) == index
-        indices = goes_to.where(index.reshape(length, 1), 0)._sum_unwidened(-2).cast(dtypes.int64)
         # each position's value looked up at its index (a load in codegen, see codegen/lookup.py): exact, -0.0 too,
         # where a sum of the element that goes there with zeros gave +0.0
         values = moved.unsqueeze(-2)._sum_selected(indices.unsqueeze(-1) == index, -1)
@@ -207,3 +252,23 @@ class ScanMixin:
         window = [None] * self.ndim
         window[normalize_axis(dim, self.ndim, "topk")] = (0, k)
         return ValuesIndices(values.shrink(tuple(window)), indices.shrink(tuple(window)))
+
+
+def _network_step(pairs: tuple[Tensor, ...], span: int, step: int) -> tuple[Tensor, ...]:
+    """One step of the bitonic network over (..., size) tensors ordered lexicographically (a key, then ties broken by
+    the next): the element at i and the one at i ^ step are put in order, ascending in runs of `span` whose
+    i & span is 0, descending in the others. Each step is its own kernel (`contiguous`): fused, an element would
+    read 2^steps elements of the step before."""
+    lead, size = pairs[0].shape[:-1], pairs[0].shape[-1]
+    runs = size // span
+    shape = (*lead, (runs + 1) // 2, min(runs, 2), span // (2 * step), 2, step)  # (, run parity, group, side, offset)
+    pairs = tuple(p.reshape(shape) for p in pairs)
+    low, high = (tuple((0, n) for n in shape[:-2]) + ((side, side + 1), (0, step)) for side in (0, 1))
+    swap, tied = None, None
+    for p in pairs:  # high sorts first where its key is smaller, or equal and its tie-breaker smaller
+        first = p.shrink(high) < p.shrink(low)
+        swap = first if swap is None else swap | (tied & first)
+        tied = p.shrink(high) == p.shrink(low)
+    if runs > 1:
+        swap = swap != (type(swap).arange(2, device=swap.device) == 1).reshape(2, 1, 1, 1)  # (odd runs descending)
+    return tuple(swap.where(p.flip(-2), p).reshape(*lead, size).contiguous() for p in pairs)

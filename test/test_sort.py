@@ -1,0 +1,100 @@
+"""Sorting through the bitonic network (tensor_scan's `_network_order`), which long rows take: the same stable order
+as torch's stable sort, for every dtype and the special float values, on every device. The network is forced on small
+rows by lowering the threshold; the threshold itself is checked by the kernels a sort schedules."""
+
+import numpy as np
+import pytest
+import torch
+from support import available
+
+import lazygrad.tensor_scan as tensor_scan
+from lazygrad import Tensor, dtypes
+
+DEVICES = ["LLVM", "CPU", "GPU", "CUDA", "PYTHON"]
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    return available(request.param)
+
+
+@pytest.fixture
+def network(monkeypatch):
+    """Every sort goes through the network."""
+    monkeypatch.setattr(tensor_scan, "NETWORK_SORT_WORK", -1)
+
+
+def special_floats(*shape: int) -> np.ndarray:
+    """Whole numbers (ties) mixed with NaN, infinities and both zeros."""
+    values = rng.integers(-3, 4, shape).astype(np.float32)
+    flat = values.reshape(-1)
+    for offset, special in enumerate([np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan]):
+        flat[offset::7] = special
+    return values
+
+
+def expected_order(values: np.ndarray, descending: bool) -> np.ndarray:
+    """The stable sort's indices along the last axis (NumPy's for the unsigned types torch cannot sort)."""
+    if values.dtype in (np.uint32, np.uint64):
+        keys = np.iinfo(values.dtype).max - values if descending else values
+        return np.argsort(keys, axis=-1, kind="stable")
+    return torch.sort(torch.tensor(values), dim=-1, descending=descending, stable=True).indices.numpy()
+
+
+@pytest.mark.usefixtures("network")
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("shape", [(1,), (6,), (3, 13), (2, 32)])
+def test_network_sorts_special_floats_as_torch(device, shape, descending):
+    values = special_floats(*shape)
+    got_values, got_order = Tensor(values, device=device).sort(descending=descending)
+    order = expected_order(values, descending)
+    np.testing.assert_array_equal(got_order.numpy(), order)
+    assert got_order.dtype == dtypes.int64
+    want = np.take_along_axis(values, order, -1)
+    np.testing.assert_array_equal(got_values.numpy(), want)
+    np.testing.assert_array_equal(np.signbit(got_values.numpy()), np.signbit(want))  # (-0.0 stays -0.0)
+
+
+@pytest.mark.usefixtures("network")
+@pytest.mark.parametrize(
+    "dtype", ["float16", "bfloat16", "float64", "int8", "uint8", "int32", "uint32", "int64", "uint64", "bool"]
+)
+def test_network_sorts_every_dtype(dtype):
+    if dtype == "bool":
+        values = rng.integers(0, 2, (3, 11)).astype(np.bool_)
+    elif dtype in ("float16", "bfloat16", "float64"):
+        values = special_floats(3, 11).astype(np.float64)
+    else:
+        info = np.iinfo(dtype)
+        # the extremes among small values: ties, and the top bit of unsigned types set
+        values = rng.choice(np.array([info.min, info.max, info.max - 1, 0, 1, 2], dtype), (3, 11))
+    for descending in (False, True):
+        got = Tensor(values, dtype=dtype).argsort(descending=descending).numpy()
+        rounded = values.astype(np.float32) if dtype in ("float16", "bfloat16") else values  # (whole numbers: exact)
+        np.testing.assert_array_equal(got, expected_order(rounded, descending), err_msg=f"{dtype} {descending}")
+
+
+@pytest.mark.usefixtures("network")
+def test_network_sorts_along_any_axis_and_keeps_gradients():
+    values = rng.standard_normal((5, 4, 3)).astype(np.float32)
+    x, reference = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    got, want = x.sort(dim=0, descending=True), torch.sort(reference, dim=0, descending=True, stable=True)
+    np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+    upstream = rng.standard_normal((5, 4, 3)).astype(np.float32)
+    (got.values * Tensor(upstream)).sum().backward()
+    (want.values * torch.tensor(upstream)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), reference.grad.numpy())
+    top = x.detach().topk(2, dim=1, largest=False)
+    expected = torch.topk(torch.tensor(values), 2, dim=1, largest=False)
+    np.testing.assert_array_equal(top.values.numpy(), expected.values.numpy())
+    np.testing.assert_array_equal(top.indices.numpy(), expected.indices.numpy())
+
+
+def test_long_rows_take_the_network():
+    # rows * n^2 comparisons above NETWORK_SORT_WORK: one kernel per step of the network (120 for 2^15 elements)
+    # instead of the direct sort's few
+    limit = tensor_scan.NETWORK_SORT_WORK
+    longest_direct = int(limit**0.5)
+    assert len(Tensor.zeros(1, longest_direct).argsort().schedule()) <= 3
+    assert len(Tensor.zeros(1, longest_direct + 1).argsort().schedule()) >= 120
