@@ -10,6 +10,7 @@ work, or n*SCAN_BLOCK a level for the longest rows. Long sorts go through a bito
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, NamedTuple
 
 from lazygrad.dtype import dtypes, integer_range
@@ -243,15 +244,89 @@ class ScanMixin:
         """(values, indices) of the k largest (or smallest) elements along `dim`, in sorted order; equal elements
         keep their input order."""
         del sorted  # the results always come in sorted order
-        size = self.shape[normalize_axis(dim, self.ndim, "topk")] if self.ndim else 1
-        if not isinstance(k, int) or not 0 <= k <= size:
-            raise ValueError(f"topk: k must be an int in 0..{size} (the size of dim {dim} of {self.shape}), got {k!r}")
+        axis, size = self._sorted_axis(dim, "topk")
+        k = _count_argument(k, "topk", 0, size, f"the size of dim {dim} of {self.shape}")
         values, indices = self.sort(dim, descending=largest)
         if self.ndim == 0:
             return ValuesIndices(values, indices)
-        window = [None] * self.ndim
-        window[normalize_axis(dim, self.ndim, "topk")] = (0, k)
-        return ValuesIndices(values.shrink(tuple(window)), indices.shrink(tuple(window)))
+        window = tuple((0, k) if a == axis else (0, n) for a, n in enumerate(self.shape))
+        return ValuesIndices(values.shrink(window), indices.shrink(window))
+
+    def msort(self: Tensor) -> Tensor:
+        """The values sorted along the first axis, as torch.msort."""
+        return self.sort(0).values
+
+    def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
+        """(values, indices) of the k-th smallest element along `dim`, k counted from 1, as torch.kthvalue: NaN
+        counts as the largest value. Of equal elements, the stable sort's is taken (torch's choice is unspecified)."""
+        axis, size = self._sorted_axis(dim, "kthvalue")
+        k = _count_argument(k, "kthvalue", 1, size, f"the size of dim {dim} of {self.shape}")
+        return self._sorted_pick(axis, k - 1, keepdim)
+
+    def median(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor | ValuesIndices:
+        """The lower median (for n values, the ((n - 1) // 2)-th smallest) along `dim` as (values, indices), or of
+        every element as a 0-d tensor without `dim`, as torch.median: NaN where there is a NaN (its index is the
+        first NaN's). Of equal elements, the stable sort's index is given (torch's choice is unspecified)."""
+        return self._median(dim, keepdim, "median")
+
+    def nanmedian(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor | ValuesIndices:
+        """`median` of the values that are not NaN (NaN where all are), as torch.nanmedian."""
+        return self._median(dim, keepdim, "nanmedian")
+
+    def _median(self: Tensor, dim: int | None, keepdim: bool, op_name: str) -> Tensor | ValuesIndices:
+        if dim is None:
+            flat = self.reshape(-1)
+            if flat.shape[0] == 0 and self.dtype.is_float:
+                return type(self).full((), float("nan"), dtype=self.dtype, device=self.device)
+            return flat._median(0, False, op_name).values
+        axis, size = self._sorted_axis(dim, op_name)
+        if size == 0:
+            raise ValueError(f"{op_name}: dim {dim} of {self.shape} is empty, so it has no median")
+        position = (size - 1) // 2
+        if self.dtype.is_float:
+            # NaN sorts last, the NaNs in input order: the first NaN comes right after the numbers
+            numbers = (~self.isnan()).sum(axis, keepdim=True) if self.ndim else (~self.isnan()).reshape(1).int()
+            if op_name == "nanmedian":
+                position = ((numbers - 1) // 2).maximum(0)
+            else:
+                position = (numbers < size).where(numbers, position)
+        return self._sorted_pick(axis, position, keepdim)
+
+    def _sorted_axis(self: Tensor, dim: int, op_name: str) -> tuple[int, int]:
+        """(axis, its size) for an op along `dim` (a 0-d tensor has one element along axis 0)."""
+        if self.ndim == 0:
+            normalize_axis(dim, 0, op_name)
+            return 0, 1
+        axis = normalize_axis(dim, self.ndim, op_name)
+        return axis, self.shape[axis]
+
+    def _sorted_pick(self: Tensor, axis: int, position, keepdim: bool) -> ValuesIndices:
+        """(values, indices) of the element at `position` (an int, or an int tensor with the axis kept at size 1) of
+        the ascending sort along `axis`."""
+        if self.ndim == 0:
+            values, indices = self.reshape(1)._sorted_pick(0, position, False)
+            return ValuesIndices(values, indices)
+        values, indices = self.sort(axis)
+        if isinstance(position, int):
+            window = tuple((position, position + 1) if a == axis else (0, n) for a, n in enumerate(self.shape))
+            values, indices = values.shrink(window), indices.shrink(window)
+        else:
+            values, indices = values.gather(axis, position), indices.gather(axis, position)
+        if keepdim:
+            return ValuesIndices(values, indices)
+        return ValuesIndices(values.squeeze(axis), indices.squeeze(axis))
+
+
+def _count_argument(value, op_name: str, low: int, high: int, what: str) -> int:
+    """`value` as an int in low..high (a NumPy integer too; a bool is refused, as torch refuses it)."""
+    if not isinstance(value, bool):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{op_name}: k must be an int in {low}..{high} ({what}), got {value!r}")
+    return value
 
 
 def _network_step(pairs: tuple[Tensor, ...], span: int, step: int) -> tuple[Tensor, ...]:

@@ -98,3 +98,53 @@ def test_long_rows_take_the_network():
     longest_direct = int(limit**0.5)
     assert len(Tensor.zeros(1, longest_direct).argsort().schedule()) <= 3
     assert len(Tensor.zeros(1, longest_direct + 1).argsort().schedule()) >= 120
+
+
+@pytest.mark.parametrize("op", ["median", "nanmedian"])
+def test_medians_as_torch(op):
+    nan = np.nan
+    rows = np.array([[3, nan, 1, 2, nan], [4, 1.5, 1, 2, 5], [nan, 7, nan, nan, 6], [2, -1, 0.5, 3, -0.0]], np.float32)
+    for keepdim in (False, True):
+        for dim in (1, 0):
+            got = getattr(Tensor(rows), op)(dim, keepdim)
+            want = getattr(torch, op)(torch.tensor(rows), dim, keepdim)
+            np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())
+            np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+    np.testing.assert_array_equal(getattr(Tensor(rows), op)().numpy(), getattr(torch, op)(torch.tensor(rows)).numpy())
+    ints = np.array([[1, 3, 2, 9], [5, 7, 1, 0]], np.int32)
+    got, want = getattr(Tensor(ints), op)(1), getattr(torch, op)(torch.tensor(ints), 1)
+    np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())
+    np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+    x, reference = (
+        Tensor([3.0, 1.0, 2.0, 5.0], requires_grad=True),
+        torch.tensor([3.0, 1.0, 2.0, 5.0], requires_grad=True),
+    )
+    getattr(x, op)().backward()
+    getattr(torch, op)(reference).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), reference.grad.numpy())
+    assert getattr(Tensor(5.0), op)(0).values.item() == 5.0
+    assert np.isnan(getattr(Tensor.zeros(0), op)().item())
+    with pytest.raises(ValueError, match=f"{op}: dim 1 of \\(2, 0\\) is empty"):
+        getattr(Tensor.zeros(2, 0), op)(1)
+
+
+def test_kthvalue_and_msort_as_torch():
+    values = rng.permutation(24).reshape(4, 6).astype(np.float32)  # distinct: torch picks among ties freely
+    values[1, 2] = np.nan
+    for k in (1, 3, 4):
+        for dim, keepdim in ((1, False), (0, True)):
+            got = Tensor(values).kthvalue(k, dim, keepdim)
+            want = torch.kthvalue(torch.tensor(values), k, dim, keepdim)
+            np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())
+            np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+    np.testing.assert_array_equal(Tensor(values).msort().numpy(), torch.msort(torch.tensor(values)).numpy())
+    with pytest.raises(ValueError, match=r"kthvalue: k must be an int in 1\.\.6.*got 0"):
+        Tensor(values).kthvalue(0)
+
+
+def test_topk_takes_numpy_ints_and_refuses_bools():
+    x = Tensor([1.0, 3.0, 2.0])
+    assert x.topk(np.int64(2)).indices.tolist() == [1, 2]
+    for bad in (True, 2.0, 4):
+        with pytest.raises(ValueError, match=r"topk: k must be an int in 0\.\.3"):
+            x.topk(bad)
