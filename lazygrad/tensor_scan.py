@@ -4,8 +4,8 @@ Each is built from a pairwise view of the axis: an (n, n) comparison of every el
 along one side. That costs n^2 work per row, which is what a fused elementwise-and-reduce kernel does well for the
 short axes these ops usually see; it keeps each op a composition of primitives, with gradients for free (sort's
 values are a select of the input, so their gradient goes to exactly the element each came from). Running sums,
-products and log-sum-exps of long rows go by blocks, the blocks' totals scanned the same way (`_scan_last`): n*sqrt(n)
-work, or n*SCAN_BLOCK a level for the longest rows. Long sorts go through a bitonic sorting network instead
+products, maxima and log-sum-exps of long rows go by blocks, the blocks' totals scanned the same way (`_scan_last`):
+n*sqrt(n) work, or n*SCAN_BLOCK a level for the longest rows. Long sorts go through a bitonic sorting network instead
 (`_network_order`): n log^2 n work, in log^2 n elementwise kernels."""
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ class ScanMixin:
     @keyword_aliases(dim="axis")
     def cummax(self: Tensor, axis: int = 0) -> ValuesIndices:
         """Running maxima along `axis` and the index each came from (the latest one on ties; NaN propagates), as in
-        PyTorch. The gradient goes to the element at that index."""
+        PyTorch. The gradient goes to the element at that index. Both are scans (`_scan_last`): long rows go by
+        blocks."""
         moved, axis = self._along_last(axis, "cummax")
         if moved.shape[-1] == 0:
             return ValuesIndices(self, self.cast(dtypes.int64))
@@ -142,17 +143,17 @@ class ScanMixin:
             if self.dtype == dtypes.bool
             else integer_range(self.dtype)[0]
         )
-        prefixes = moved._prefixes(lowest)
-        peaks = prefixes.max(-2, keepdim=True).detach()
-        matches = prefixes == peaks
+        running_max = lambda prefixes: prefixes.max(-2)  # noqa: E731
+        peaks = moved.detach()._scan_last(lowest, running_max)
+        # the maximum so far is the latest element that equalled the maximum so far when it came (a later larger one
+        # is such an element itself; after a NaN, only a NaN is), so the indices are a running maximum too
+        matches = moved.detach() == peaks
         if self.dtype.is_float:
-            matches = matches | (prefixes.isnan() & peaks.isnan())
+            matches = matches | moved.detach().isnan()
         length = moved.shape[-1]
-        index = type(self).arange(length, device=self.device).reshape(length, 1)
-        # the latest matching index within the prefix (entries past it hold `lowest`, so are ruled out by i <= j)
-        in_prefix = index <= type(self).arange(length, device=self.device)
-        indices = (matches & in_prefix).where(index, -1).max(-2)
-        values = (index == indices.unsqueeze(-2)).where(moved.unsqueeze(-1), 0)._sum_unwidened(-2).cast(moved.dtype)
+        index = type(self).arange(length, device=self.device)
+        indices = matches.where(index, -1)._scan_last(-1, running_max)
+        values = moved.unsqueeze(-2)._sum_selected(indices.unsqueeze(-1) == index, -1)  # (a load, as sort's values)
         return ValuesIndices(self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int64), axis))
 
     @keyword_aliases(dim="axis")

@@ -2004,6 +2004,12 @@ def test_api_long_scans_go_by_blocks_against_torch(shape, axis):
     against_torch(lambda x: x.logcumsumexp(axis), lambda x: x.logcumsumexp(axis), x, rtol=1e-5, atol=1e-5)
     ints = data(*shape, dtype=np.int32, low=-3, high=4)
     assert_tensor(Tensor(ints).cumsum(axis), torch.tensor(ints).cumsum(axis).numpy(), dtype=dtypes.int64)
+    # running extremes by blocks too (their indices are a running maximum of where each element equalled the
+    # maximum so far): ties take the latest index, a NaN the latest NaN from it on
+    ties = data(*shape, low=-3, high=3, integral=True)
+    ties.reshape(-1)[ties.size // 3] = np.nan
+    against_torch(lambda x: x.cummax(axis), lambda x: tuple(torch.cummax(x, axis)), ties)
+    against_torch(lambda x: x.cummin(axis), lambda x: tuple(torch.cummin(x, axis)), ties)
 
 
 @needs_torch
