@@ -94,18 +94,21 @@ def test_frozen_tensors_get_state_only_once_they_have_a_gradient():
     opt = optim.Adam(get_parameters(net), lr=0.01)
     trained = [net.conv.bias, net.norm.weight, net.norm.bias]
     assert [id(p) for p in opt.params] == [id(p) for p in trained]
-    # no moments for the frozen weight, nor for BatchNorm's running statistics (they never get a gradient)
-    assert "first.3" not in get_state_dict(opt)
+    # no moments for the frozen weight, nor for BatchNorm's running statistics (they never get a gradient); state
+    # is numbered by place in the list given, as torch numbers it: the weight is 0, the statistics 4 and 5
+    moments = lambda: sorted(key for key in get_state_dict(opt) if key.startswith("first."))  # noqa: E731
+    assert moments() == ["first.1", "first.2", "first.3"]
     x = Tensor(np.random.default_rng(0).standard_normal((2, 1, 5, 5)).astype(np.float32))
     net(x).backward()
     opt.step()
-    assert len(opt.params) == 3 and "first.3" not in get_state_dict(opt)
+    assert len(opt.params) == 3 and moments() == ["first.1", "first.2", "first.3"]
     net.conv.weight.requires_grad = True  # unfrozen: it joins at its first gradient, the statistics never do
     opt.zero_grad()
     net(x).backward()
     opt.step()
     assert [id(p) for p in opt.params] == [id(p) for p in (*trained, net.conv.weight)]
-    assert "first.3" in get_state_dict(opt) and "first.4" not in get_state_dict(opt)
+    assert moments() == ["first.0", "first.1", "first.2", "first.3"]
+    assert get_state_dict(opt)["first.0"] is opt.first[3]
     # its count starts at its first step, as torch's state does: steps 2, missed 1
     assert opt.steps.item() == 2 and opt.missed_steps[3].item() == 1
 
@@ -500,7 +503,7 @@ class _Two:
 
 def test_load_state_dict_converts_every_value_before_loading_any(torch):
     model = _Two()
-    with pytest.raises(TypeError, match=r"load_state_dict: the value of 'b': .*"):
+    with pytest.raises(TypeError, match=r"load_state_dict: the value of 'b'"):
         load_state_dict(model, {"a": np.array([5.0, 6.0]), "b": np.array(["x", "y"])})
     assert model.a.tolist() == [1.0, 2.0] and model.b.tolist() == [3.0, 4.0]
     with pytest.raises(TypeError, match=r"load_state_dict: the value of 'b': .*complex64"):
@@ -561,3 +564,113 @@ def test_setting_lr_to_a_number_keeps_it_in_the_state_dict_and_the_replays():
     before = w.numpy().copy()
     step(Tensor([1.0, 1.0]))
     np.testing.assert_allclose(w.numpy(), before - 1.0, rtol=1e-6)
+
+
+# ---- a second hunt: resuming after an unfreeze, torch-style calls, loads that fail part way -------------------------
+
+
+@pytest.mark.parametrize("make", ["SGD", "Adam"])
+def test_state_is_numbered_by_place_in_the_list_so_a_resume_after_an_unfreeze_matches_torch(torch, make):
+    kwargs = {"lr": 0.1, "momentum": 0.9} if make == "SGD" else {"lr": 0.1}
+    start = {"A": [1.0, 2.0], "B": [3.0, -4.0]}
+    a, b = Tensor(start["A"], requires_grad=False), Tensor(start["B"], requires_grad=True)
+    ta, tb = torch.tensor(start["A"]), torch.tensor(start["B"], requires_grad=True)
+    ours, theirs = getattr(optim, make)([a, b], **kwargs), getattr(torch.optim, make)([ta, tb], **kwargs)
+
+    def step(x, y, opt):
+        opt.zero_grad()
+        (x * 3 + y * y).sum().backward()
+        opt.step()
+
+    step(a, b, ours)
+    step(ta, tb, theirs)
+    a.requires_grad, _ = True, ta.requires_grad_(True)  # unfrozen: A joins after B, but keeps number 0
+    step(a, b, ours)
+    step(ta, tb, theirs)
+    checkpoint = {key: value.numpy() for key, value in get_state_dict(ours).items()}
+    their_checkpoint = copy.deepcopy(theirs.state_dict())  # (torch's loads share the moments' tensors)
+    assert {key.rsplit(".", 1)[-1] for key in checkpoint if "." in key} == {"0", "1"}
+    for frozen_again in (False, True):  # resumed with A trainable, or frozen as at the start (it joins at the load)
+        a2 = Tensor(a.numpy(), requires_grad=not frozen_again)
+        b2 = Tensor(b.numpy(), requires_grad=True)
+        resumed = getattr(optim, make)([a2, b2], **kwargs)
+        load_state_dict(resumed, checkpoint)
+        a2.requires_grad = True
+        reference = getattr(torch.optim, make)(
+            [ta2 := ta.detach().clone().requires_grad_(), tb2 := tb.detach().clone().requires_grad_()], **kwargs
+        )
+        reference.load_state_dict(copy.deepcopy(their_checkpoint))
+        for _ in range(2):
+            step(a2, b2, resumed)
+            step(ta2, tb2, reference)
+        np.testing.assert_allclose(a2.numpy(), ta2.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b2.numpy(), tb2.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_refuses_arguments_whose_place_torch_and_tinygrad_read_differently():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"SGD: got 2 more positional arguments \(0, 0.0005\).*weight_decay=, nesterov="):
+        optim.SGD([w], 0.1, 0.9, 0, 5e-4)  # (torch: dampening 0, weight decay 5e-4; tinygrad: weight decay 0)
+    with pytest.raises(TypeError, match="nesterov must be True or False, got 0.0005"):
+        optim.SGD([w], 0.1, 0.9, nesterov=5e-4)
+    assert optim.SGD([w], 0.1, 0.9, weight_decay=5e-4, dampening=0).weight_decay == 5e-4
+
+
+def test_int_and_bool_state_in_a_model_is_left_out_of_the_optimizer():
+    class Model:
+        def __init__(self):
+            self.fc = nn.Linear(2, 2)
+            self.position_ids = Tensor.arange(8)  # (torch: a buffer, never a parameter)
+            self.mask = Tensor.ones(2, 2).tril().bool()
+
+    model = Model()
+    opt = optim.AdamW(get_parameters(model), lr=0.1)
+    assert [id(p) for p in opt.params] == [id(model.fc.weight), id(model.fc.bias)]
+    model.fc(X).sum().backward()
+    opt.step()
+    assert model.position_ids.tolist() == list(range(8))
+
+
+def test_a_load_into_a_view_fails_before_it_changes_anything():
+    class Model:
+        def __init__(self):
+            self.a = Tensor([1.0, 2.0, 3.0]).realize()
+            self.b = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).realize().T  # (a view of memory)
+            self.c = Tensor([7.0]).realize()
+
+    model = Model()
+    new = {"a": np.zeros(3, np.float32), "b": np.ones((3, 2), np.float32), "c": np.zeros(1, np.float32)}
+    with pytest.raises(RuntimeError, match=r"load_state_dict \('b'\): this \(3, 2\) tensor is a view"):
+        load_state_dict(model, new)
+    assert model.a.tolist() == [1.0, 2.0, 3.0] and model.c.tolist() == [7.0]
+
+
+def test_a_value_that_is_not_an_array_of_numbers_names_its_key():
+    with pytest.raises(ValueError, match="the value of 'weight' is not a rectangular array"):
+        load_state_dict(nn.Linear(3, 2), {"weight": [[1, 2, 3], [4, 5]], "bias": [0.0, 0.0]})
+    for value in (None, "abc"):
+        with pytest.raises(TypeError, match="the value of 'weight' is not numbers"):
+            load_state_dict(nn.Linear(3, 1), {"weight": value, "bias": [0.0]})
+
+
+def test_batchnorm_trains_on_a_float64_input_keeping_its_float32_statistics(torch):
+    values = np.random.default_rng(5).standard_normal((8, 3))
+    norm = nn.BatchNorm1d(3)
+    with Tensor.train():
+        out = norm(Tensor(values))
+    assert out.dtype == dtypes.float64 and norm.running_mean.dtype == dtypes.float32
+    reference = torch.nn.BatchNorm1d(3).double()
+    expected = reference(torch.tensor(values))
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(norm.running_mean.numpy(), reference.running_mean.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(norm.running_var.numpy(), reference.running_var.numpy(), rtol=1e-6)
+
+
+def test_a_checkpoint_whose_moments_do_not_fit_a_frozen_parameter_fails_and_joins_nothing():
+    frozen, trained = Tensor([1.0, 2.0], requires_grad=False), Tensor([3.0], requires_grad=True)
+    opt = optim.Adam([frozen, trained], lr=0.1)
+    state = {key: value.numpy() for key, value in get_state_dict(opt).items()}
+    state["first.0"] = state["second.0"] = np.zeros(3, np.float32)  # (another model's moments at its place)
+    with pytest.raises(nn.state.StateDictError, match=r"unexpected keys \['first.0', 'second.0'\]"):
+        load_state_dict(opt, state)
+    assert opt.params == [trained] and "first.0" not in get_state_dict(opt)

@@ -240,8 +240,10 @@ class BatchNorm:
                     self.momentum if self.momentum is not None else tracked.cast(self.running_mean.dtype).reciprocal()
                 )
                 if count:  # (an empty batch has no statistics: torch keeps the running ones, but counts the batch)
-                    self.running_mean.assign((1 - factor) * self.running_mean + factor * mean.detach())
-                    self.running_var.assign((1 - factor) * self.running_var + factor * unbiased)
+                    # (kept in their own dtype: a float64 input's statistics are float64, as in eval mode's output)
+                    kept = self.running_mean.dtype
+                    self.running_mean.assign(((1 - factor) * self.running_mean + factor * mean.detach()).cast(kept))
+                    self.running_var.assign(((1 - factor) * self.running_var + factor * unbiased).cast(kept))
                 self.num_batches_tracked.assign(tracked)
         else:
             mean, var = self.running_mean, self.running_var

@@ -139,32 +139,44 @@ class Optimizer(ABC):
         if isinstance(params, Tensor):
             raise TypeError(f"{name}: params must be a list of tensors, got one tensor; pass [tensor]")
         _check_hyperparameter(name, "lr", lr)
-        trained, frozen = [], []
-        for param in params:
+        trained, frozen, left_out = [], [], 0
+        for number, param in enumerate(params):
             if not isinstance(param, Tensor):
-                raise TypeError(f"{name}: parameters must be float Tensors, got {type(param)}")
-            if param.requires_grad is False:
-                if param.dtype.is_float:
-                    frozen.append(param)
-                    # a node of its own, as a trained parameter gets (two equal constants are one node, and realized
-                    # together one buffer: unfrozen later, both updates would write it)
-                    param.requires_grad = True
-                    param.requires_grad = False
-                continue  # (int or bool state: counters, masks)
+                raise TypeError(f"{name}: parameters must be float Tensors, got {type(param)} at position {number}")
             if not param.dtype.is_float:
-                raise TypeError(f"{name}: parameters must be float Tensors, got {param.dtype}")
+                if param.requires_grad:
+                    raise TypeError(
+                        f"{name}: parameter {number} (shape {param.shape}) is {param.dtype} and requires_grad; only "
+                        "float tensors can be trained"
+                    )
+                left_out += 1
+                continue  # (int or bool state: counters, masks, position ids)
+            position = len(trained) + len(frozen)  # (its number in the state dict: its place among the floats)
+            if param.requires_grad is False:
+                frozen.append((position, param))
+                # a node of its own, as a trained parameter gets (two equal constants are one node, and realized
+                # together one buffer: unfrozen later, both updates would write it)
+                param.requires_grad = True
+                param.requires_grad = False
+                continue
             if param.requires_grad is None:
                 param.requires_grad = True
-            trained.append(param)
-        kept = trained + frozen
+            trained.append((position, param))
+        kept = [param for _, param in trained + frozen]
         if not kept:
-            raise ValueError(f"{name}: got no parameters to optimize; pass e.g. nn.state.get_parameters(model)")
+            ints = f" ({left_out} int or bool tensor{'s' if left_out != 1 else ''} left out)" if left_out else ""
+            raise ValueError(
+                f"{name}: got no float parameters to optimize{ints}; pass e.g. nn.state.get_parameters(model)"
+            )
         # parameters live in buffers so updates can be written in place
         Tensor.realize_all(*kept)
         _refuse_shared(kept, name)
-        for number, param in enumerate(trained):
+        for number, param in trained:
             _refuse_view(param, number, name)
-        self.params, self.frozen = trained, frozen
+        # the trained parameters, and each one's place among the float parameters given (frozen ones included): its
+        # state's number in the state dict, as torch numbers it, whenever it joined
+        self.params, self.positions = [param for _, param in trained], [number for number, _ in trained]
+        self.frozen = frozen
         # the learning rate is a tensor, so changing it (lr.assign) needs no recompile and a JIT replay sees it. It
         # lives on the first parameter's device (a step copies it to the others'), in float64 if a parameter is
         # float64 (torch computes with Python's floats): float32 updates read it as float32
@@ -187,7 +199,7 @@ class Optimizer(ABC):
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's gradient: None (torch's default), or with `set_to_none=False` zeros where a
         parameter has one (a step then updates it with a zero gradient, as torch does)."""
-        for param in self.params + self.frozen:
+        for param in self.params + [param for _, param in self.frozen]:
             if not set_to_none:
                 try:
                     had = param.grad is not None
@@ -209,22 +221,50 @@ class Optimizer(ABC):
 
     def _unfrozen(self) -> None:
         """Frozen parameters that have a gradient now join the trained ones, with fresh state."""
-        joining = [param for param in self.frozen if param.grad is not None]
+        self._join([(number, param) for number, param in self.frozen if param.grad is not None])
+
+    def _join(self, joining: list[tuple[int, Tensor]]) -> None:
         if not joining:
             return
-        ids = {id(param) for param in joining}
-        self.frozen = [param for param in self.frozen if id(param) not in ids]
+        numbers = {number for number, _ in joining}
+        self.frozen = [(number, param) for number, param in self.frozen if number not in numbers]
         state = []
-        for param in joining:
-            _refuse_view(param, len(self.params), type(self).__name__)
+        for number, param in joining:
+            _refuse_view(param, number, type(self).__name__)
             self.params.append(param)
+            self.positions.append(number)
             state += self._add_state(param, joining=True)
         Tensor.realize_all(*state)
 
+    def state_loading(self, state: dict[str, Any]) -> None:
+        """Called by nn.state.load_state_dict with the state it loads (keys relative to this optimizer): a frozen
+        parameter whose moments the checkpoint holds, in its shape (it had joined when it was saved), joins now, so
+        they are loaded into its place. (Moments of another shape are left to the load's own check: it fails and
+        nothing joins.)"""
+        joining = []
+        for number, param in self.frozen:
+            moments = [state[key] for name in self._moments if (key := f"{name}.{number}") in state]
+            try:
+                shapes = [tuple(m.shape) if hasattr(m, "shape") else np.shape(m) for m in moments]
+                if shapes and all(shape == param.shape for shape in shapes):
+                    joining.append((number, param))
+            except ValueError:  # (a ragged list: the load names it)
+                pass
+        self._join(joining)
+
     def _asdict(self) -> dict[str, Any]:
         """What nn.state walks for the state dict (as a namedtuple's fields): the optimizer's own state (learning
-        rate, moments, counters), not the parameters, which are the model's."""
-        return {name: value for name, value in vars(self).items() if name not in ("params", "frozen")}
+        rate, moments, counters), not the parameters, which are the model's. A parameter's state is numbered by its
+        place in the list the optimizer was given, whenever it joined."""
+        state = {name: value for name, value in vars(self).items() if name not in ("params", "positions", "frozen")}
+        for name in self._per_parameter:
+            state[name] = dict(zip(self.positions, state[name]))
+        return state
+
+    # the lists of state that hold one tensor for each trained parameter, in the order of self.params, and those
+    # among them of the parameter's shape
+    _per_parameter: tuple[str, ...] = ()
+    _moments: tuple[str, ...] = ()
 
     @staticmethod
     def _ignores_state_key(key: str) -> bool:
@@ -274,15 +314,25 @@ class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum (and dampening), Nesterov momentum and (L2) weight decay,
     as in torch."""
 
+    _per_parameter, _moments = ("velocity", "momentum_started"), ("velocity",)
+
     def __init__(
         self,
         params: list[Tensor],
         lr: float = 0.001,
         momentum: float = 0.0,
+        *by_position: Any,
         weight_decay: float = 0.0,
         nesterov: bool = False,
         dampening: float = 0.0,
     ):
+        if by_position:  # (torch's fourth is dampening, tinygrad's weight_decay: a guess would be silently wrong)
+            raise TypeError(
+                f"SGD: got {len(by_position)} more positional arguments {by_position} after momentum; pass "
+                "weight_decay=, nesterov= and dampening= by name (torch's and tinygrad's orders differ there)"
+            )
+        if not isinstance(nesterov, (bool, np.bool_)):
+            raise TypeError(f"SGD: nesterov must be True or False, got {nesterov!r}")
         _check_hyperparameter("SGD", "lr", lr)
         for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
             _check_hyperparameter("SGD", name, value)
@@ -364,6 +414,9 @@ def _betas(name: str, b1: float | None, b2: float | None, betas: tuple[float, fl
 class LAMB(Optimizer):
     """Adam with decoupled weight decay and, when `adam` is False, LAMB's layer-wise trust ratio. The decays are
     `b1` and `b2`, or torch's `betas=(b1, b2)`."""
+
+    _per_parameter = ("first", "second", "max_second", "missed_steps")
+    _moments = ("first", "second", "max_second")
 
     def __init__(
         self,

@@ -87,6 +87,17 @@ def _tell_loaded(obj: Any, _above: frozenset[int] = frozenset()) -> None:
         _tell_loaded(value, _above | {id(obj)})
 
 
+def _tell_loading(obj: Any, state: dict[str, Any], prefix: str = "", _above: frozenset[int] = frozenset()) -> None:
+    """Call `state_loading(state)` on each object reachable from `obj` that has one, with the state under its dotted
+    prefix (an optimizer makes the state a checkpoint holds for a parameter that is still frozen)."""
+    if isinstance(obj, Tensor) or id(obj) in _above:
+        return
+    if callable(getattr(obj, "state_loading", None)):
+        obj.state_loading({key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)})
+    for key, value in _members(obj):
+        _tell_loading(value, state, f"{prefix}{key}.", _above | {id(obj)})
+
+
 def _ignored_keys(obj: Any, keys: list[str], prefix: str = "", _above: frozenset[int] = frozenset()) -> set[str]:
     """The keys among `keys` that an object reachable from `obj` (at its dotted prefix) says to skip with its
     `_ignores_state_key` (an optimizer: the parameters its checkpoints held before)."""
@@ -125,6 +136,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     without them: the model's weights stay as they are."""
     if not isinstance(state_dict, dict):
         raise TypeError(f"load_state_dict: expected a dict of tensors, got {type(state_dict).__name__}")
+    _tell_loading(model, state_dict)
     own = get_state_dict(model)
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
@@ -132,9 +144,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         ignored = _ignored_keys(model, unexpected)
         unexpected = [key for key in unexpected if key not in ignored]
     mismatched = [
-        f"{name}: {np.shape(state_dict[name])} in the state dict, {own[name].shape} in the model"
+        f"{name}: {shape} in the state dict, {own[name].shape} in the model"
         for name in own
-        if name in state_dict and not _shapes_agree(np.shape(state_dict[name]), own[name].shape)
+        if name in state_dict and not _shapes_agree(shape := _value_shape(name, state_dict[name]), own[name].shape)
     ]
     problems = []
     if strict and missing:
@@ -149,6 +161,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     # every value converted and checked first (an error names its key), so a load that fails changes nothing; arrays
     # become device tensors one at a time, as each is copied in (no second copy of the whole model at once)
     values = {name: _loadable(name, state_dict[name], tensor) for name, tensor in own.items() if name in state_dict}
+    for name in values:  # (a view of another tensor cannot be written: found before anything is)
+        own[name]._check_writable(f"load_state_dict ({name!r})")
     for name, value in values.items():
         tensor = own[name]
         if not isinstance(value, Tensor):
@@ -176,6 +190,20 @@ def _loadable(name: str, value: Any, tensor: Tensor) -> Tensor | np.ndarray:
     except (TypeError, ValueError, OverflowError, RuntimeError) as error:
         kind = next(kind for kind in (TypeError, ValueError, OverflowError, RuntimeError) if isinstance(error, kind))
         raise kind(f"load_state_dict: the value of {name!r}: {error}") from error
+
+
+def _value_shape(name: str, value: Any) -> tuple[int, ...]:
+    """The shape of a state dict's value, or an error that names its key (a ragged list, a string, None)."""
+    if hasattr(value, "shape") and not isinstance(value, np.ndarray):
+        return tuple(value.shape)  # (a Tensor or a torch tensor: not converted here)
+    try:
+        array = np.asarray(value)
+    except ValueError as error:
+        raise ValueError(f"load_state_dict: the value of {name!r} is not a rectangular array of numbers: {error}")
+    if array.dtype.kind not in "biufc":  # (complex values get their own error, from _loadable)
+        got = f"{type(value).__name__} of {array.dtype}" if array.ndim else repr(value)[:80]
+        raise TypeError(f"load_state_dict: the value of {name!r} is not numbers, got {got}")
+    return array.shape
 
 
 def _shapes_agree(saved: tuple[int, ...], own: tuple[int, ...]) -> bool:
