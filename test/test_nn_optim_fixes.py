@@ -609,7 +609,9 @@ def test_state_is_numbered_by_place_in_the_list_so_a_resume_after_an_unfreeze_ma
 
 def test_sgd_refuses_arguments_whose_place_torch_and_tinygrad_read_differently():
     w = Tensor([1.0, 2.0], requires_grad=True)
-    with pytest.raises(TypeError, match=r"SGD: got 2 more positional arguments \(0, 0.0005\).*weight_decay=, nesterov="):
+    with pytest.raises(
+        TypeError, match=r"SGD: got 2 more positional arguments \(0, 0.0005\).*weight_decay=, nesterov="
+    ):
         optim.SGD([w], 0.1, 0.9, 0, 5e-4)  # (torch: dampening 0, weight decay 5e-4; tinygrad: weight decay 0)
     with pytest.raises(TypeError, match="nesterov must be True or False, got 0.0005"):
         optim.SGD([w], 0.1, 0.9, nesterov=5e-4)
