@@ -672,7 +672,10 @@ class IndexMixin:
         a repeat) make a value of their own, which a write simply replaces, as a computation's; so does a view of
         values no live tensor holds."""
         node = self._uop
-        if node.op not in MOVEMENT_OPS or write_target(node) is not None:
+        if node.op not in MOVEMENT_OPS:
+            return
+        if write_target(node) is not None:
+            self._check_memory_unshared(node, op_name)
             return
         # the values this tensor is a view of: those of the deepest tensor below it (else the deepest node) that its
         # movement ops make a view of (a computation, a constant, or a copy such as a flip, whose own values they are)
@@ -699,6 +702,20 @@ class IndexMixin:
             f"writing into it would not change that tensor as in torch; index the original instead ({instead}), "
             "or make a copy with .contiguous() first"
         )
+
+    def _check_memory_unshared(self: Tensor, node, op_name: str) -> None:
+        """Refuse a write through a reshape of memory that equal computations, realized together, share: it would
+        change every one of them (a direct write gives the others a copy, see Tensor.assign; through a reshape, which
+        of them it was made of is not known)."""
+        while node.op in MOVEMENT_OPS or node.op is Ops.DETACH:
+            node = node.src[0]
+            holders = node.__dict__.get("tensors", {}) if node.__dict__.get("shared") else {}
+            if (count := sum(reference() is not None for reference in list(holders.values()))) > 1:
+                raise RuntimeError(
+                    f"{op_name}: this {self.shape} tensor is a reshape of a {node.shape} buffer that {count} tensors "
+                    "share (equal computations realized together are one buffer), so writing through it would change "
+                    "all of them; give the one you write into a buffer of its own first (x = x.clone())"
+                )
 
     def _realize_reshaped_base(self: Tensor, base, op_name: str) -> None:
         """Compute `base` (the node under this tensor's reshapes, not in memory yet) into its buffer, switching the

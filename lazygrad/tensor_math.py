@@ -342,7 +342,9 @@ class MathMixin:
         inverse = inverse + _edge_slope(exp, (inverse < 0).where(1.0, -1.0), negative_power)
         negative_or_nan = (exp < 0).where(inverse, float("nan"))
         below_one = (exp > 0).where(root, (exp == 0).where(at_zero * 0 + 1, negative_or_nan))
-        return (exp > 1).where(at_zero * 0, (exp == 1).where(at_zero, below_one))
+        # above 1: -0 only for odd y at -0, as C's pow (at_zero * at_zero is +0 at either zero), slope 0 either way
+        above_one = exp_is_odd.where(at_zero * 0, at_zero * at_zero * 0)
+        return (exp > 1).where(above_one, (exp == 1).where(at_zero, below_one))
 
     # ---- hyperbolic, inverse trigonometric and special functions ----------------------------------------------------
 

@@ -48,6 +48,19 @@ def check_has_axis(ndim: int, op_name: str) -> None:
         raise IndexError(f"{op_name}: needs a tensor with at least 1 dimension, got a 0-d tensor; reshape(1) first")
 
 
+def _dim_given_last(others: tuple, dim: int, op_name: str) -> tuple[tuple, int]:
+    """(tensors, dim) where torch's positional dim (`Tensor.cat([a, b], 1)`) came last among the tensors."""
+    last = others[-1] if others else None
+    if hasattr(last, "__index__") and not hasattr(last, "uop") and not isinstance(last, bool) and dim == 0:
+        others, dim = others[:-1], last.__index__()  # (an int, a NumPy int)
+    for other in others:
+        if not hasattr(other, "uop"):
+            raise TypeError(
+                f"{op_name}: expected tensors to join, got {type(other).__name__} {other!r}; pass the axis as dim="
+            )
+    return others, dim
+
+
 def _first_of(tensors: list | tuple, op_name: str) -> Tensor:
     """The first of a list of tensors given in torch's form (`Tensor.cat([a, b])`), checked."""
     if not tensors or not all(hasattr(tensor, "uop") for tensor in tensors):
@@ -364,6 +377,7 @@ class MovementMixin:
     def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """The tensors joined along `dim`; every other axis must match (`a.cat(b)`, `Tensor.cat(a, b)` or torch's
         `Tensor.cat([a, b])`)."""
+        others, dim = _dim_given_last(others, dim, "cat")
         if isinstance(self, (list, tuple)):
             return _first_of(self, "cat").cat(*self[1:], *others, dim=dim)
         tensors = (self, *others)
@@ -396,6 +410,7 @@ class MovementMixin:
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """The tensors joined along a new axis `dim` (`a.stack(b)`, `Tensor.stack(a, b)` or torch's
         `Tensor.stack([a, b])`)."""
+        others, dim = _dim_given_last(others, dim, "stack")
         if isinstance(self, (list, tuple)):
             return _first_of(self, "stack").stack(*self[1:], *others, dim=dim)
         tensors = (self, *others)

@@ -70,6 +70,13 @@ def _check_target(prediction: Tensor, target, op_name: str, noun: str) -> None:
         )
 
 
+def _difference(prediction: Tensor, target: Tensor) -> Tensor:
+    """prediction - target for a loss, in floats where both are ints (an unsigned difference wraps below 0)."""
+    if not prediction.dtype.is_float and not target.dtype.is_float:
+        return prediction._to_float() - target._to_float()
+    return prediction - target
+
+
 def _check_loss_weight(weight, prediction: Tensor, op_name: str, what: str, meaning: str) -> None:
     """A loss weight must broadcast to the input's shape without growing it (as in torch)."""
     _check_tensor(weight, op_name, what)
@@ -478,13 +485,13 @@ class NNMixin:
 
     def mse(self: Tensor, Y: Tensor) -> Tensor:
         _check_target(self, Y, "mse", "input")
-        return (self - Y).square().mean()
+        return _difference(self, Y).square().mean()
 
     def l1_loss(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """|x - y|, as torch's F.l1_loss (its slope at x = y is 0)."""
         _check_reduction(reduction, "l1_loss")
         _check_target(self, Y, "l1_loss", "input")
-        return _reduce((self - Y).abs(), reduction)
+        return _reduce(_difference(self, Y).abs(), reduction)
 
     def smooth_l1_loss(self: Tensor, Y: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
         """0.5 (x - y)² / beta where |x - y| < beta, else |x - y| - 0.5 beta (torch's F.smooth_l1_loss; beta 0 is
@@ -493,7 +500,7 @@ class NNMixin:
         _check_target(self, Y, "smooth_l1_loss", "input")
         if beta < 0:
             raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
-        difference = self - Y
+        difference = _difference(self, Y)
         distance = difference.abs()
         if beta == 0:
             return _reduce(distance, reduction)
@@ -507,7 +514,7 @@ class NNMixin:
         _check_target(self, Y, "huber_loss", "input")
         if delta <= 0:
             raise ValueError(f"huber_loss: delta must be positive, got {delta}")
-        difference = self - Y
+        difference = _difference(self, Y)
         distance = difference.abs()
         loss = (distance < delta).where(difference.square() * 0.5, (distance - 0.5 * delta) * delta)
         return _reduce(loss, reduction)

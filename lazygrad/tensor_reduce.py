@@ -178,6 +178,8 @@ class ReduceMixin:
         if dtype is not None and not to_dtype(dtype).is_float:
             raise TypeError(f"mean: dtype must be a float dtype, got {to_dtype(dtype)}; cast the result instead")
         count = self._count(axis)
+        if dtype is None and self.dtype in (dtypes.int64, dtypes.uint64):  # (their int64 sum may wrap: as NumPy)
+            return (self.cast(dtypes.float64).sum(axis, keepdim) / count).cast(dtypes.default_float)
         if dtype is None and not self.dtype.is_float:  # summed exactly (in int64, as `sum`), then made a float once
             return self.sum(axis, keepdim).cast(dtypes.default_float) / count
         source = self.cast(dtype) if dtype is not None else self._to_float()
@@ -264,12 +266,13 @@ class ReduceMixin:
     def logsumexp(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over `axis`, shifted by the maximum so nothing overflows."""
         self._axes(axis, "logsumexp")
+        source = self._to_float()  # (an int's difference from the maximum would wrap below 0 in unsigned types)
         if self.numel() == 0:  # no maximum to shift by: log(0) = -inf over an empty axis, as in torch
-            return self._to_float().exp().sum(axis, keepdim).log()
-        peak = self.max(axis, keepdim=True)
+            return source.exp().sum(axis, keepdim).log()
+        peak = source.max(axis, keepdim=True)
         # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan
         shift = (peak.abs() == float("inf")).where(0, peak)
-        total = (self - shift).exp().sum(axis, keepdim=True).log() + shift
+        total = (source - shift).exp().sum(axis, keepdim=True).log() + shift
         return (
             total
             if keepdim

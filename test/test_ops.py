@@ -2347,3 +2347,46 @@ def test_api_second_derivatives_against_torch(name):
 def test_api_sign_of_infinities_and_nan():
     values = np.array([-np.inf, -2.0, -0.0, 0.0, 3.0, np.inf, np.nan], np.float32)
     against_torch(lambda x: x.sign(), lambda x: x.sign(), values)
+
+
+@needs_torch
+def test_api_unsigned_and_wide_ints_in_float_results():
+    # logsumexp shifts by the maximum in floats: an unsigned difference below 0 wrapped (inf)
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        values = np.array([[0, 3], [250, 3]], dtype)
+        expected = torch.tensor(values.astype(np.float32)).logsumexp(1).numpy()
+        np.testing.assert_allclose(Tensor(values).logsumexp(1).numpy(), expected, rtol=1e-6)
+    # the mean of 64-bit ints sums in float64, as NumPy (their int64 sum wrapped negative near 2^62)
+    for values in (np.array([2**62, 2**62], np.int64), np.array([2**63, 5], np.uint64)):
+        np.testing.assert_allclose(Tensor(values).mean().numpy(), values.mean(), rtol=1e-7)
+    # losses of two int tensors are computed in floats (an unsigned difference wrapped)
+    a, b = np.array([1, 0], np.uint8), np.array([3, 255], np.uint8)
+    fa, fb = torch.tensor(a.astype(np.float32)), torch.tensor(b.astype(np.float32))
+    for ours, theirs in (
+        (Tensor(a).l1_loss(Tensor(b)), torch.nn.functional.l1_loss(fa, fb)),
+        (Tensor(a).mse(Tensor(b)), torch.nn.functional.mse_loss(fa, fb)),
+        (Tensor(a).smooth_l1_loss(Tensor(b)), torch.nn.functional.smooth_l1_loss(fa, fb)),
+        (Tensor(a).huber_loss(Tensor(b)), torch.nn.functional.huber_loss(fa, fb)),
+    ):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+
+
+def test_api_cat_and_stack_take_torchs_positional_dim():
+    a, b = np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
+    np.testing.assert_array_equal(Tensor.cat([Tensor(a), Tensor(b)], 1).numpy(), np.concatenate([a, b], 1))
+    np.testing.assert_array_equal(Tensor.stack([Tensor(a), Tensor(b)], 1).numpy(), np.stack([a, b], 1))
+    np.testing.assert_array_equal(Tensor(a).cat(Tensor(b), np.int64(1)).numpy(), np.concatenate([a, b], 1))
+    with pytest.raises(TypeError, match="cat: expected tensors to join, got str 'x'; pass the axis as dim="):
+        Tensor(a).cat(Tensor(b), "x")
+    with pytest.raises(TypeError, match="stack: expected tensors to join, got int 1"):
+        Tensor(a).stack(Tensor(b), 1, dim=1)
+
+
+@needs_torch
+def test_api_pow_keeps_the_sign_of_zero_as_torch():
+    bases = np.array([-0.0, -0.0, -0.0, -0.0, 0.0, -0.0, -0.0], np.float32)
+    exponents = np.array([2.0, 3.0, 1.5, np.inf, 2.0, 1.0, 4.5], np.float32)
+    ours = (Tensor(bases) ** Tensor(exponents)).numpy()
+    theirs = (torch.tensor(bases) ** torch.tensor(exponents)).numpy()
+    np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs))
+    np.testing.assert_array_equal(ours, theirs)

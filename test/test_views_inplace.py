@@ -490,3 +490,24 @@ def test_scaling_a_gradient_in_place_as_clipping_does():
     turned = product.T  # (a transpose of a tensor someone holds is still refused: the write would not reach it)
     with pytest.raises(RuntimeError, match=r"\*=: this \(4, 2\) tensor is a view"):
         turned *= 2
+
+
+def test_a_write_through_a_reshape_of_a_buffer_equal_computations_share_is_refused():
+    """Equal computations are one node, and realized, one buffer that both tensors name: a write through a reshape of
+    it would change both (which one the reshape was made of is not known), so it is refused; a clone is writable."""
+    for write in ("imul", "setitem", "assign"):
+        a = Tensor([1.0, 2.0, 3.0])
+        x, y = a * 2, a * 2
+        y.realize()
+        view = x.reshape(3, 1)
+        with pytest.raises(RuntimeError, match=r"a reshape of a \(3,\) buffer that 2 tensors share.*x\.clone\(\)"):
+            if write == "imul":
+                view *= 10
+            elif write == "setitem":
+                view[0] = 100.0
+            else:
+                view.assign(Tensor([[7.0], [7.0], [7.0]]))
+        assert x.tolist() == y.tolist() == [2.0, 4.0, 6.0]
+        x = x.clone()
+        x.reshape(3, 1)[0] = 100.0
+        assert x.tolist() == [100.0, 4.0, 6.0] and y.tolist() == [2.0, 4.0, 6.0]
