@@ -1,6 +1,6 @@
 """lazygrad beside PyTorch on shapes off the ones extra/bench.py tunes for: odd and prime sizes, batched small
-products, transposes and permutes, reductions over leading axes, long scans, convolutions of other sizes, lookups
-by index in large tables.
+products, transposes and permutes, reductions over leading axes, long scans and sorts, convolutions of other sizes,
+lookups by index in large tables.
 
 Each row is one expression, written once for both libraries (where their spellings differ, twice), timed as warm
 calls (median) on realized inputs and checked against PyTorch. lazygrad's rows all run before PyTorch's first op:
@@ -87,6 +87,9 @@ CASES = {
     "cumsum 1024x1024": (lambda a: a.cumsum(1), [(1024, 1024)]),
     "cumsum 1x1000000": (lambda a: a.cumsum(1), [(1, 1000000)]),
     "argmax over axis 1 of 4096x1024": (lambda a: a.argmax(1), [(4096, 1024)]),
+    "sort 64x1000": (lambda a: a.sort(-1)[0], [(64, 1000)]),
+    "top-50 of 1x50257 (sampling)": (lambda a: a.topk(50)[0], [(1, 50257)]),
+    "cummax 1x100000": (lambda a: a.cummax(1)[0], [(1, 100000)]),
     "embedding lookup 32000x512, 4x128 tokens": (lambda table, idx: table[idx], [(32000, 512), Indices(32000, 4, 128)]),
     "gather along axis 1 of 4096x1024": (lambda a, idx: a.gather(1, idx), [(4096, 1024), Indices(1024, 4096, 8)]),
 }
