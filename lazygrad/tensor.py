@@ -31,6 +31,7 @@ from lazygrad.engine.buffers import (
     read_before_overwrite,
     realized,
     remember_history,
+    strided_view,
     views_memory,
     with_history,
     write_target,
@@ -45,7 +46,7 @@ from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
-from lazygrad.tensor_index import IndexMixin
+from lazygrad.tensor_index import MOVEMENT_OPS, IndexMixin, move_views
 from lazygrad.tensor_layout import LayoutMixin
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin
@@ -328,6 +329,25 @@ class _TensorType(type):
 
     training = _thread_mode("training")
     no_grad = _thread_mode("no_grad")
+
+
+def _viewed_value(node: UOp, moves: tuple[Ops, ...] = MOVEMENT_OPS) -> UOp | None:
+    """The computation `node` is a view of in torch's terms (by movement ops among `moves`), else None."""
+    base, chain = node, []
+    while base.op in moves:
+        chain.append(base)
+        base = base.src[0]
+    if not chain or views_memory(base) or base.op in (Ops.CONST, Ops.ASSIGN):
+        return None
+    return base if strided_view(chain[::-1], base.shape) else None
+
+
+def _reshaped_value(node: UOp) -> UOp | None:
+    """The computation `node` is a reshape of (the same values in the same order), where a live tensor holds it. (A
+    slice is computed alone: realizing all of a language model's logits for its last row's slice would cost more; a
+    transpose would need a copy to be read in order.)"""
+    base = _viewed_value(node, (Ops.RESHAPE,))
+    return base if base is not None and tensors_holding([base]) else None
 
 
 class Tensor(
@@ -760,7 +780,7 @@ class Tensor(
             writes = (*(write for write in _orphaned_writes if "realized" not in write.__dict__), *writes)
             _orphaned_writes.clear()
         # (plain loops: on Python 3.11 a comprehension costs a frame, and one tensor is the common case)
-        outputs = list(writes)
+        outputs, viewed = list(writes), []
         if writes:
             device = writes[0].src[0].base.arg[2]  # (the written buffer's)
         for tensor in tensors:
@@ -777,6 +797,11 @@ class Tensor(
                 continue
             if not outputs:
                 device = tensor.device  # (the first pending tensor's)
+            if (base := _reshaped_value(node)) is not None:
+                # a reshape of a computation another tensor holds: that computation is realized, and this tensor
+                # becomes its view (as torch's), which later writes into either show in both
+                viewed.append((tensor, base))
+                node = base
             outputs.append(node)
         if not outputs:
             return
@@ -796,6 +821,9 @@ class Tensor(
             view = becomes[node]
             if tensor.device != view.base.arg[2] or node.arg is DETACHED_VIEW:
                 continue  # the same device-less node (a constant) on another device, or a detached name of memory
+            if (base := _viewed_value(node)) is not None and base in becomes:
+                viewed.append((tensor, base))  # (a view of another value computed here: it becomes a view of that)
+                continue
             # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
             # read: not where this schedule overwrote one (a value computed from a buffer an assign here wrote)
             if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
@@ -805,6 +833,12 @@ class Tensor(
             if len(holders := view.__dict__["tensors"]) > 1 and node.op is not Ops.ASSIGN:
                 if sum(reference() is not None for reference in holders.values()) > 1:
                     view.__dict__["shared"] = True  # equal values computed into one buffer: see `assign`
+        for node, view in becomes.items():  # (views of what is memory now are views of that memory, as torch's)
+            if "views" in node.__dict__ and node.op is not Ops.ASSIGN:
+                move_views(node, view)
+        for tensor, base in viewed:
+            if base in becomes:
+                move_views(base, becomes[base], [tensor])
         for node, view in remember.items():
             realized.set(node, weakref.ref(view) if view in remembered else view)
         if planned.plan.overwritten and _written:
@@ -859,7 +893,8 @@ class Tensor(
         # values: it becomes a copy of them, which the write's schedule computes first (see `_values_to_keep`),
         # while this tensor keeps its buffer, which a TinyJit replay or an optimizer reads (given a new one, the
         # replays read the old). (Two views made alike, `x.reshape(2, 2)` twice, are one node too, and both views.)
-        # A tensor with no buffer yet simply becomes the value. Each assign is a distinct event: a number makes its
+        # A tensor with no buffer yet simply becomes the value, unless a live tensor is a view of it: then it is
+        # computed into its buffer first, and written there, so the view shows the write as torch's does. Each assign is a distinct event: a number makes its
         # node unique, so the same update issued twice runs twice.
         node = self._uop
         if node.op is Ops.ASSIGN:  # (a tensor made of a pending write: it writes that buffer, and becomes its name)

@@ -126,6 +126,41 @@ def _holders(node) -> list:
     ]
 
 
+def move_views(base: UOp, memory: UOp, tensors=None) -> None:
+    """Make every tensor among `tensors` that is made of `base` by movement ops (by default the live tensors holding
+    a view of it, see `_live_views`) made of `memory` instead, `base` having just been computed there: a view of a
+    tensor shows later writes into its memory, as torch's does."""
+    if tensors is None:
+        tensors = [tensor for view in _view_nodes(base) for tensor in _holders(view)]
+    for tensor in tensors:
+        chain, node = [], tensor._uop
+        while node is not base and (node.op in MOVEMENT_OPS or node.op is Ops.DETACH):
+            chain.append(node)
+            node = node.src[0]
+        moves = [link for link in reversed(chain) if link.op is not Ops.DETACH]
+        # (a chain torch copies with, a flip or a pad, keeps the values it was made from)
+        if node is base and moves and strided_view(moves, base.shape):
+            for link in reversed(chain):
+                node = UOp(link.op, link.dtype, (memory if node is base else node,), link.arg)
+            tensor.uop = node
+
+
+def _view_nodes(node) -> list:
+    """The nodes torch's views of `node` were made as (see tensor_movement's `_movement`), views of those too."""
+    pending, found = [node], {}
+    while pending:
+        for view in list(pending.pop().__dict__.get("views", ())):
+            if id(view) not in found:
+                found[id(view)] = view
+                pending.append(view)
+    return list(found.values())
+
+
+def _live_views(node) -> bool:
+    """Whether a live tensor is a view of `node` (holds one of its `_view_nodes`)."""
+    return any(_holders(view) for view in _view_nodes(node))
+
+
 def _held_by_another(node, tensor) -> bool:
     """Whether a live tensor other than `tensor` holds `node`."""
     return any(held is not tensor for held in _holders(node))
@@ -673,6 +708,8 @@ class IndexMixin:
         values no live tensor holds."""
         node = self._uop
         if node.op not in MOVEMENT_OPS:
+            if node.op is not Ops.ASSIGN and write_target(node) is None:
+                self._viewed_before_written(op_name)
             return
         if write_target(node) is not None:
             self._check_memory_unshared(node, op_name)
@@ -684,6 +721,7 @@ class IndexMixin:
             chain.append(chain[-1].src[0])
         cuts = [cut for cut in range(len(chain), 0, -1) if strided_view(chain[:cut][::-1], chain[cut - 1].src[0].shape)]
         if not cuts:
+            self._viewed_before_written(op_name)
             return  # a copy (a flip, a pad, ...): a value of its own
         held_cuts = [cut for cut in cuts if _held_by_another(chain[cut - 1].src[0], self)]
         cut = held_cuts[0] if held_cuts else cuts[0]
@@ -691,8 +729,11 @@ class IndexMixin:
         if all(link.op is Ops.RESHAPE for link in between):
             if held or below.op not in (Ops.CONST, Ops.ARANGE, Ops.BUFFER):
                 self._realize_reshaped_base(below, op_name)
-            return  # (a view of a constant no live tensor holds: nothing else shows the write)
+            else:  # (a view of a constant no live tensor holds: nothing else shows the write)
+                self._viewed_before_written(op_name)
+            return
         if not held and below.op is not Ops.BUFFER:
+            self._viewed_before_written(op_name)
             return  # (a view of a computation or constant no live tensor holds: `w.grad`, a permuted product's)
         instead = "x[0, 1] = v rather than y = x[0]; y[1] = v"
         if op_name.endswith("="):  # (Python runs `x[i] += v` as `y = x[i]; y += v; x[i] = y`: a write into a view)
@@ -721,9 +762,7 @@ class IndexMixin:
         """Compute `base` (the node under this tensor's reshapes, not in memory yet) into its buffer, switching the
         tensor that holds it to that buffer, and make this tensor a reshape of the buffer: a write into this tensor
         then reaches that tensor, as torch's reshape is a view."""
-        # the live tensors holding `base`, from the map Tensor's `uop` setter keeps with the node (tensor.py's
-        # `tensors_holding` reads it too; this module does not import tensor.py at run time)
-        holders = sum(reference() is not None for reference in list(base.__dict__.get("tensors", {}).values()))
+        holders = len(_holders(base))
         if holders > 1:
             # equal computations are one node until realized: computed, they would share one buffer, and a write
             # through this reshape would change every one of them
@@ -733,7 +772,13 @@ class IndexMixin:
                 "all of them; give the one you write into a buffer of its own first (x = x.contiguous()), or write "
                 "into a copy (y = x.reshape(...).contiguous())"
             )
-        # realizing switches every live tensor holding `base` (the one this reshapes, if any) to the buffer
+        owner = self._put_in_memory(base, op_name)
+        self.uop = owner.reshape(self.shape)._uop
+
+    def _put_in_memory(self: Tensor, base, op_name: str) -> Tensor:
+        """Compute `base` (a node not in memory) into its buffer, switching every live tensor holding it, and every
+        live tensor made of it by movement ops, onto that buffer; returns a tensor of the buffer."""
+        # realizing switches every live tensor holding `base` to the buffer
         owner = type(self)(base, device=self.device, requires_grad=False).realize()
         if not is_buffer_view(owner._uop):
             if views_memory(owner._uop):  # (a flip or a pad of memory stays lazy when realized: copied here)
@@ -742,22 +787,29 @@ class IndexMixin:
                     tensor.uop = owner._uop
             if not is_buffer_view(owner._uop):
                 raise RuntimeError(
-                    f"{op_name}: computing the {base.shape} tensor under this {self.shape} reshape left it a "
+                    f"{op_name}: computing the {base.shape} tensor under this {self.shape} one left it a "
                     f"{owner._uop.op} view, not memory, so the write could not reach it; write into a copy "
                     "(.contiguous()) instead"
                 )
         # every live tensor made of it by movement ops (a view of x made before, this very reshape of it made again)
         # is now made of its buffer: a view of it shows the write, as in torch
-        memory = owner._uop
-        memory.__dict__.pop("shared", None)  # (the tensors holding `base` are one: see Tensor.assign)
-        for tensor in type(self)._live_tensors():
-            chain, node = [], tensor._uop
-            while node is not base and (node.op in MOVEMENT_OPS or node.op is Ops.DETACH):
-                chain.append(node)
-                node = node.src[0]
-            if node is base and chain and tensor is not owner:
-                for link in reversed(chain):
-                    node = UOp(link.op, link.dtype, (memory if node is base else node,), link.arg)
-                tensor.uop = node
-        tensor = None
-        self.uop = owner.reshape(self.shape)._uop
+        owner._uop.__dict__.pop("shared", None)  # (the tensors holding `base` are one: see Tensor.assign)
+        move_views(base, owner._uop, [t for t in type(self)._live_tensors() if t is not owner])
+        return owner
+
+    def _viewed_before_written(self: Tensor, op_name: str) -> None:
+        """Before a write into this tensor while it is not in memory (a computation, a constant): where a live tensor
+        is a view of it (a reshape, transpose, slice or expand made of it, as torch's), compute it into its buffer
+        and move those views onto it, so they show the write as torch's do. (A view no live tensor holds needs
+        nothing: graphs made of it keep the values they were made from.)"""
+        base = self._uop
+        if not _live_views(base):
+            return
+        if (holders := len(_holders(base))) > 1:  # (equal computations are one node: whose views they are is unknown)
+            raise RuntimeError(
+                f"{op_name}: this {self.shape} tensor has views (reshapes, slices, transposes made of it) and {holders} "
+                "tensors hold its computation (equal computations are one node until computed), so the write could "
+                "not reach only its own views; give it a buffer of its own before making the views "
+                "(x = x.contiguous())"
+            )
+        self._put_in_memory(base, op_name)

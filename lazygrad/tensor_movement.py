@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from lazygrad.dtype import dtypes
@@ -106,6 +107,12 @@ class MovementMixin:
             if memory_of(node) is None:
                 self.realize()
         result = self._new(node)
+        # (noted on the source: a write into it while it is not in memory, or its realization, moves the tensors made
+        # of it that are views in torch's terms onto its memory, see tensor_index's `move_views`)
+        views = source.__dict__.get("views")
+        if views is None:
+            views = source.__dict__["views"] = weakref.WeakSet()
+        views.add(node)
         if result._requires_grad is False and memory_of(source) is not None:
             # (made with gradients off: still a view of the memory, through which no gradient flows; or a copy, as
             # `memory_of` tells, once asked)

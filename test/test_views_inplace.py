@@ -511,3 +511,42 @@ def test_a_write_through_a_reshape_of_a_buffer_equal_computations_share_is_refus
         x = x.clone()
         x.reshape(3, 1)[0] = 100.0
         assert x.tolist() == [100.0, 4.0, 6.0] and y.tolist() == [2.0, 4.0, 6.0]
+
+
+def test_views_of_a_computation_show_a_later_write_into_it_as_torchs():
+    """A write into a tensor not in memory yet (a computation, a constant) first computes it into its buffer where a
+    live tensor is a view of it, and moves the views onto that buffer; copies (a flip) keep what they were."""
+    torch = pytest.importorskip("torch")
+    for write in ("iadd", "setitem", "assign"):
+        ours, theirs = Tensor([1.0, 2.0, 3.0, 4.0]) * 2, torch.tensor([1.0, 2.0, 3.0, 4.0]) * 2
+        views = [lambda t: t.reshape(2, 2), lambda t: t[1:3], lambda t: t[::2], lambda t: t.reshape(2, 2).T]
+        mine, their = [view(ours) for view in views], [view(theirs) for view in views]
+        flipped, their_flipped = ours.flip(0), theirs.flip(0).clone()
+        if write == "iadd":
+            ours += 1
+            theirs += 1
+        elif write == "setitem":
+            ours[0] = 100.0
+            theirs[0] = 100.0
+        else:
+            ours.assign(Tensor([5.0, 6.0, 7.0, 8.0]))
+            theirs.copy_(torch.tensor([5.0, 6.0, 7.0, 8.0]))
+        for view, expected in zip(mine, their):
+            np.testing.assert_array_equal(view.numpy(), expected.numpy(), err_msg=write)
+        np.testing.assert_array_equal(flipped.numpy(), their_flipped.numpy())
+    # a view realized first (a reshape: its computation is computed, and it stays a view of that)
+    ours, theirs = Tensor([1.0, 2.0, 3.0, 4.0]) * 3 + 1, torch.tensor([1.0, 2.0, 3.0, 4.0]) * 3 + 1
+    mine, their = ours.reshape(2, 2), theirs.reshape(2, 2)
+    mine.realize()
+    mine *= 2
+    their *= 2
+    ours += 1
+    theirs += 1
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    np.testing.assert_array_equal(mine.numpy(), their.numpy())
+    # equal constants are one node until computed: whose views they are is not known
+    a, b = Tensor.zeros(4), Tensor.zeros(4)
+    view = a.reshape(2, 2)
+    with pytest.raises(RuntimeError, match=r"\+=: this \(4,\) tensor has views .* 2 tensors hold its computation"):
+        a += 1
+    assert view.tolist() == [[0.0, 0.0], [0.0, 0.0]] and b.tolist() == [0.0] * 4
