@@ -30,6 +30,12 @@ def equal(a: UOp, b: UOp) -> UOp:
     return a.alu(Ops.CMPNE, b).alu(Ops.XOR, full(a.shape, dtypes.bool, True))
 
 
+def is_finite(node: UOp) -> UOp:
+    """Neither inf nor nan."""
+    below_inf = node.alu(Ops.CMPLT, full_like(node, math.inf))
+    return below_inf.alu(Ops.AND, full_like(node, -math.inf).alu(Ops.CMPLT, node))
+
+
 def reduce_sum(node: UOp, axes: tuple[int, ...]) -> UOp:
     return UOp(Ops.REDUCE, node.dtype, (node,), (Ops.ADD, axes)) if axes else node
 
@@ -47,11 +53,12 @@ def divide(a: UOp, b: UOp) -> UOp:
 
 
 def binary_max_gradient(out: UOp, grad: UOp) -> tuple[UOp, UOp]:
+    # torch's rule: the loser gets 0, a tie halves, and with a nan both get the gradient; by selects, not a 0/1 mask
+    # times grad, so the loser's share of an infinite gradient is 0, not 0 * inf = nan
     a, b = out.src
-    a_wins = cast_like(b.alu(Ops.CMPLT, a), a)
-    tie = cast_like(equal(a, b), a)
-    half_tie = tie * full_like(a, 0.5)
-    return grad * (a_wins + half_tie), grad * (full_like(a, 1.0) - a_wins - half_tie)
+    a_wins, b_wins, tie = b.alu(Ops.CMPLT, a), a.alu(Ops.CMPLT, b), equal(a, b)
+    zero, share = full_like(grad, 0.0), tie.where(grad * full_like(grad, 0.5), grad)
+    return b_wins.where(zero, share), a_wins.where(zero, share)
 
 
 def remainder_gradient(out: UOp, grad: UOp) -> tuple[UOp | None, UOp | None]:
@@ -73,11 +80,19 @@ def reduce_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
         is_zero = equal(source, full_like(source, 0.0))
         nonzero = is_zero.where(full_like(source, 1.0), source)
         product_of_nonzero = expand_to(UOp(Ops.REDUCE, source.dtype, (nonzero,), (Ops.MUL, axes)), source.shape)
-        zeros = expand_to(reduce_sum(cast_like(is_zero, source), axes), source.shape)
+        # the zeros counted as 1 + x (1 at either zero), so the count has slope 1 in each zero: with one zero the
+        # others' shares are the product of the rest times `zero_slope` (value 0, slope 1 in the zero), not the
+        # constant 0, so a second derivative reads their slope in the zero, the product of the rest
+        ones_at_zeros = is_zero.where(source + full_like(source, 1.0), full_like(source, 0.0))
+        zeros = expand_to(reduce_sum(ones_at_zeros, axes), source.shape)
+        zero_slope = zeros + UOp(Ops.DETACH, zeros.dtype, (zeros,)).alu(Ops.NEG)
         none_zero, one_zero = equal(zeros, full_like(zeros, 0.0)), equal(zeros, full_like(zeros, 1.0))
+        others = divide(product_of_nonzero, nonzero)
+        # (an overflowed or nan product of the rest keeps the constant 0 there: inf * 0 would make the share nan)
+        finite_others = is_finite(others).where(others, full_like(source, 0.0))
         share = is_zero.where(
             one_zero.where(product_of_nonzero, full_like(source, 0.0)),
-            none_zero.where(divide(product_of_nonzero, nonzero), full_like(source, 0.0)),
+            none_zero.where(others, one_zero.where(finite_others * zero_slope, full_like(source, 0.0))),
         )
         return (expanded_grad * share,)
     # max: the gradient goes to every maximal element, split evenly among ties

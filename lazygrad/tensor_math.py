@@ -18,8 +18,21 @@ if TYPE_CHECKING:
 LOG2_E = 1 / math.log(2)
 LN_2 = math.log(2)
 ATAN_SMALL, ATAN_LARGE = math.tan(math.pi / 8), math.tan(3 * math.pi / 8)
-# atan(t) = t + t z P(z), z = t^2, on |t| <= tan(pi/8): a least-squares fit (1e-9 absolute in float64)
+# atan(t) = t + t z P(z), z = t^2, on |t| <= tan(pi/8): a least-squares fit for float32 (1e-9 absolute)
 ATAN_SERIES = (-0.3333333248, 0.1999962504, -0.1426605796, 0.1076171455, -0.0650150964)
+# the same for float64: a least-squares fit of degree 9 in z (2.3e-16 relative)
+ATAN_SERIES_FLOAT64 = (
+    -0.33333333333324516,
+    0.1999999999807424,
+    -0.14285714126837684,
+    0.11111104282563078,
+    -0.09090734535167358,
+    0.07689472551951215,
+    -0.06636488468026612,
+    0.056706003206105464,
+    -0.04301220505268397,
+    0.020607720327692914,
+)
 # erfc(a) = t exp(-a^2 + P(t)), t = 1 / (1 + a/2), a >= 0: a least-squares fit over [0, 10]
 ERFC_SERIES = (
     -1.265570686,
@@ -51,6 +64,11 @@ def _edge_slope(x: Tensor, direction, where: Tensor) -> Tensor:
     shifted = x * direction
     # shifted - shifted is +0 with slope 1, and sqrt's slope at +0 is +inf
     return (where & x.isfinite()).where(shifted - shifted.detach(), 0.0).sqrt()
+
+
+def _is_negative(x: Tensor) -> Tensor:
+    """Where the float x has its sign bit set: -0.0 too, which the reciprocal tells from 0.0 (-inf, not inf)."""
+    return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
 
 
 def _in_float32(method):
@@ -174,7 +192,10 @@ class MathMixin:
         # ones are whole numbers already
         integer, limit = (dtypes.int64, 2**52) if self.dtype.itemsize == 8 else (dtypes.int32, 2**31 - 1)
         truncated = self.cast(integer).cast(self.dtype)
-        return (self.abs() < limit).where((truncated > self).where(truncated - 1, truncated), self)
+        whole = (self.abs() < limit).where((truncated > self).where(truncated - 1, truncated), self.detach())
+        # the slope is 0 everywhere (the large values too, which are their own floor): x < x is never true, so this
+        # select is a path of slope 0 to x, and x's gradient is 0 rather than absent
+        return (self < self).where(self, whole)
 
     def ceil(self: Tensor) -> Tensor:
         """Rounded up; ints and bools come back as they are, as from `floor` (torch refuses bools)."""
@@ -342,8 +363,10 @@ class MathMixin:
         inverse = inverse + _edge_slope(exp, (inverse < 0).where(1.0, -1.0), negative_power)
         negative_or_nan = (exp < 0).where(inverse, float("nan"))
         below_one = (exp > 0).where(root, (exp == 0).where(at_zero * 0 + 1, negative_or_nan))
-        # above 1: -0 only for odd y at -0, as C's pow (at_zero * at_zero is +0 at either zero), slope 0 either way
-        above_one = exp_is_odd.where(at_zero * 0, at_zero * at_zero * 0)
+        # above 1: -0 only for odd y at -0, as C's pow (at_zero * at_zero is +0 at either zero), slope 0 either way;
+        # for y = 2 x * x itself, whose second slope is torch's 2
+        square = at_zero * at_zero
+        above_one = exp_is_odd.where(at_zero * 0, (exp == 2).where(square, square * 0))
         return (exp > 1).where(above_one, (exp == 1).where(at_zero, below_one))
 
     # ---- hyperbolic, inverse trigonometric and special functions ----------------------------------------------------
@@ -382,8 +405,11 @@ class MathMixin:
             large, middle = a > ATAN_LARGE, (a > ATAN_SMALL) & (a <= ATAN_LARGE)
             between = middle.where(a, 0)
             t = large.where(-1 / large.where(a, 1), middle.where((between - 1) / (between + 1), a))
-            offset = large.where(math.pi / 2, middle.where(math.pi / 4, 0.0)).cast(a.dtype)
+            # (beside a tensor of a's dtype the numbers are constants of that dtype: float64 pi/4, not float32's)
+            offset = large.where(math.pi / 2, middle.where(math.pi / 4, a.zeros_like()))
             z = t * t
+            if a.dtype == dtypes.float64:  # (term by term: Horner's partial sums of a long series cost kernels)
+                return offset + _odd_series(t, (0.0, *ATAN_SERIES_FLOAT64))
             series = ATAN_SERIES[-1]
             for coefficient in ATAN_SERIES[-2::-1]:
                 series = series * z + coefficient
@@ -405,8 +431,10 @@ class MathMixin:
         ratio = zero.where(0.0, infinite.where(1.0, smaller / (zero | infinite).where(1.0, larger)))
         angle = ratio.atan()
         angle = steep.where(math.pi / 2 - angle, angle)
-        behind = (x < 0) | ((x == 0) & (x.reciprocal() < 0))  # (x = -0 counts: atan2(0, -0) is pi)
-        angle = behind.where(math.pi - angle, angle).copysign(y)
+        behind = _is_negative(x)  # (x = -0 counts: atan2(0, -0) is pi)
+        # the sign of y by a select (angle >= 0): copysign's slope at a zero angle is 0, atan2's is not
+        angle = behind.where(math.pi - angle, angle)
+        angle = _is_negative(y).where(-angle, angle)
         return (x.isnan() | y.isnan()).where(math.nan, angle)
 
     @_in_float32
@@ -535,10 +563,9 @@ class MathMixin:
         """|self| with the sign of `other` (-0.0 counts as negative); always a float tensor."""
         x, y = self._operands(other, "copysign")
         x, y = x._to_float(), y._to_float()
-        # the reciprocal tells -0.0 (-inf) from 0.0 (inf)
-        negative = (y < 0) | ((y == 0) & (y.reciprocal() < 0))
-        magnitude = (x < 0).where(-x, x)
-        return negative.where(-magnitude, magnitude)
+        # +0 for either zero, with slope 0 there as torch's
+        magnitude = (x < 0).where(-x, (x == 0).where(0.0, x))
+        return _is_negative(y).where(-magnitude, magnitude)
 
     def isnan(self: Tensor) -> Tensor:
         """True where the value is NaN (never for ints and bools)."""
