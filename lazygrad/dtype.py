@@ -329,6 +329,28 @@ def _ints_beyond_int64(data: object) -> np.ndarray | None:
     return values if beyond else None
 
 
+def _dtype_of_typed_items(data: list | tuple) -> DType | None:
+    """The dtype of nested lists whose items all carry one (tensors, NumPy scalars and arrays), promoted as torch
+    infers it (a list of float64 tensors is float64, of uint8 ones uint8); None where any is a Python number."""
+    first = data
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    if not isinstance(getattr(first, "dtype", None), (DType, np.dtype)):
+        return None  # (a list of Python numbers: the common case, told by its first item)
+    found, pending = [], [data]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(kind := getattr(item, "dtype", None), DType):
+            found.append(kind)
+        elif isinstance(kind, np.dtype) and kind.kind in "biuf":
+            found.append(dtypes.from_numpy(kind))
+        else:
+            return None
+    return least_upper_dtype(*found) if found else None
+
+
 def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]:
     """The data as a C-ordered array holding the tensor's dtype (bfloat16: its uint16 bits): `dtype`, else a NumPy
     array's (or NumPy scalar's) own dtype, float64 included, as in PyTorch; a list's floats become the default float
@@ -356,6 +378,8 @@ def data_to_numpy(data: object, dtype: DType | None) -> tuple[np.ndarray, DType]
             array = np.array(data, dtype=target.np)
     if array.dtype.kind in "US":
         raise TypeError(f"Tensor: cannot make a tensor from strings ({array.dtype})")
+    if dtype is None and not numpy_data and isinstance(data, (list, tuple)):
+        dtype = _dtype_of_typed_items(data)
     if dtype is None:
         if array.dtype.kind == "f" and not numpy_data:
             dtype = dtypes.default_float

@@ -31,6 +31,7 @@ from lazygrad.engine.buffers import (
     read_before_overwrite,
     realized,
     remember_history,
+    strided_layout,
     strided_view,
     views_memory,
     with_history,
@@ -49,7 +50,7 @@ from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
 from lazygrad.tensor_index import MOVEMENT_OPS, IndexMixin, move_views
 from lazygrad.tensor_layout import LayoutMixin
 from lazygrad.tensor_math import MathMixin
-from lazygrad.tensor_movement import MovementMixin
+from lazygrad.tensor_movement import MovementMixin, as_int
 from lazygrad.tensor_nn import NNMixin
 from lazygrad.tensor_reduce import ReduceMixin
 from lazygrad.tensor_scan import ScanMixin
@@ -350,6 +351,52 @@ def _reshaped_value(node: UOp) -> UOp | None:
     return base if base is not None and tensors_holding([base]) else None
 
 
+def _host_view(node: UOp) -> np.ndarray | None:
+    """A copy of the values of `node`, a strided view of a buffer in this process's memory, read with NumPy's
+    strides; None for other views and for device memory."""
+    layout = strided_layout(node)
+    if layout is None:
+        return None
+    buffer_node, offset, strides = layout
+    buffer = buffer_of(buffer_node)
+    memory = Device[buffer.device].allocator.host_bytes(buffer.handle)
+    if memory is None:
+        return None
+    values = memory[: buffer.size * buffer.dtype.itemsize].view(buffer.dtype.np)
+    size = buffer.dtype.itemsize
+    shape = node.shape
+    if any(length == 0 for length in shape):
+        return np.empty(shape, dtype=buffer.dtype.np)
+    return np.lib.stride_tricks.as_strided(values[offset:], shape, [stride * size for stride in strides]).copy()
+
+
+class _ThreadMode(contextlib.ContextDecorator):
+    """A context (and decorator) setting one of this thread's modes (see _TensorType) and restoring it after; one
+    object may be entered again, and nested in itself, as torch's no_grad()."""
+
+    def __init__(self, name: str, mode: bool):
+        self.name, self.mode, self.stacks = name, mode, threading.local()  # (what each entry replaced, per thread)
+
+    @staticmethod
+    def made(name: str, mode, op_name: str):
+        if callable(mode):  # `@Tensor.test` without parentheses: the function it decorates
+            return _ThreadMode(name, True)(mode)
+        if not isinstance(mode, (bool, int, np.bool_)):
+            raise TypeError(f"Tensor.{op_name}: mode must be True or False, got {mode!r}")
+        return _ThreadMode(name, bool(mode))
+
+    def __enter__(self):
+        if not hasattr(self.stacks, "previous"):
+            self.stacks.previous = []
+        self.stacks.previous.append(getattr(_thread_modes, self.name))
+        setattr(_thread_modes, self.name, self.mode)
+        return self
+
+    def __exit__(self, *exception):
+        setattr(_thread_modes, self.name, self.stacks.previous.pop())
+        return False
+
+
 class Tensor(
     CreationMixin,
     ElementwiseMixin,
@@ -448,26 +495,16 @@ class Tensor(
                 _prune_made()
 
     @staticmethod
-    @contextlib.contextmanager
     def train(mode: bool = True):
-        """`with Tensor.train():` (or as a decorator) sets `Tensor.training` (dropout drops, batchnorm uses batch
-        statistics and updates its running ones) and restores it after."""
-        previous, _thread_modes.training = _thread_modes.training, mode  # (this thread's: see _TensorType)
-        try:
-            yield
-        finally:
-            _thread_modes.training = previous
+        """`with Tensor.train():` (or as a decorator, `@Tensor.train` or `@Tensor.train()`) sets `Tensor.training`
+        (dropout drops, batchnorm uses batch statistics and updates its running ones) and restores it after."""
+        return _ThreadMode.made("training", mode, "train")
 
     @staticmethod
-    @contextlib.contextmanager
     def test(mode: bool = True):
-        """`with Tensor.test():` (or as a decorator) sets `Tensor.no_grad` (results carry no gradient) and restores
-        it after."""
-        previous, _thread_modes.no_grad = _thread_modes.no_grad, mode  # (this thread's: see _TensorType)
-        try:
-            yield
-        finally:
-            _thread_modes.no_grad = previous
+        """`with Tensor.test():` (or as a decorator, `@Tensor.test` or `@Tensor.test()`) sets `Tensor.no_grad`
+        (results carry no gradient) and restores it after."""
+        return _ThreadMode.made("no_grad", mode, "test")
 
     @staticmethod
     def allow_tf32(mode: bool = True):
@@ -509,9 +546,11 @@ class Tensor(
         """The shape, or the size of axis `dim` (torch.Tensor.size)."""
         if dim is None:
             return self.shape
-        if not isinstance(dim, int) or not -max(self.ndim, 1) <= dim < max(self.ndim, 1) or self.ndim == 0:
+        if (index := as_int(dim)) is None:
+            raise TypeError(f"size: dim must be an int, got {dim!r}")
+        if not -max(self.ndim, 1) <= index < max(self.ndim, 1) or self.ndim == 0:
             raise IndexError(f"size: dim {dim!r} is out of range for a tensor of shape {self.shape}")
-        return self.shape[dim]
+        return self.shape[index]
 
     def dim(self) -> int:
         """The number of axes (`ndim`; torch.Tensor.dim)."""
@@ -542,7 +581,10 @@ class Tensor(
 
     def __contains__(self, value) -> bool:
         """`value in t`: whether any element equals it, as torch's."""
-        return bool((self == value).any().item())
+        equal = self == value
+        if not isinstance(equal, Tensor):  # (== gave NotImplemented: None, a string)
+            raise TypeError(f"in: a Tensor can be searched for a number or a tensor, got {type(value).__name__}")
+        return bool(equal.any().item())
 
     def __pos__(self) -> Tensor:
         return self
@@ -585,7 +627,15 @@ class Tensor(
         return int(self.item())
 
     def __format__(self, spec: str) -> str:
-        return format(self.item(), spec) if self.ndim == 0 else format(repr(self), spec)
+        """A 0-d tensor formats as its number (`f"{loss:.3f}"`); another, with a spec, is an error saying so."""
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError(
+                f"format: only a 0-d tensor takes a format spec ({spec!r}); this one is {self.shape}: use "
+                "t.item() for one element, or format t.tolist()"
+            )
+        return repr(self)
 
     # NumPy's operators defer to the tensor's (`np.float32(2) * t` stays a tensor, with its gradient) instead of
     # converting it through __array__
@@ -1066,8 +1116,10 @@ class Tensor(
         node = tensor._uop
         if node.op is Ops.DETACH and node.arg == DETACHED_VIEW:  # (a detached name of memory reads it as it is)
             node = node.src[0]
-        if not is_buffer_view(node):  # a strided view of memory: copy it into order first
-            node = tensor.contiguous().realize()._uop
+        if not is_buffer_view(node):
+            if (array := _host_view(node)) is not None:  # (read in place: `float(t[i])` in a loop compiles nothing)
+                return np.asarray(bfloat16_to_float32(array)) if self.dtype == dtypes.bfloat16 else array
+            node = tensor.contiguous().realize()._uop  # a strided view of device memory: copied into order first
         array = buffer_of(node.base).numpy().reshape(self.shape)
         # (np.asarray: NumPy gives a 0-d array's conversion as a scalar, which np.asarray(tensor) refused)
         return np.asarray(bfloat16_to_float32(array)) if self.dtype == dtypes.bfloat16 else array
@@ -1109,9 +1161,19 @@ class Tensor(
         self.requires_grad = requires_grad
         return self
 
-    def to(self, device: str | DType | None = None, dtype: DType | str | None = None) -> Tensor:
+    def to(
+        self,
+        device: str | DType | None = None,
+        dtype: DType | str | None = None,
+        non_blocking: bool = False,
+        copy: bool = False,
+    ) -> Tensor:
         """A copy on another device (or self when it is already there); as in PyTorch, `.to(dtype)` (a DType, or
-        a dtype's name like "uint8") and `.to(device, dtype)` cast too."""
+        a dtype's name like "uint8") and `.to(device, dtype)` cast too. `non_blocking` is accepted and changes
+        nothing (every copy is lazy until read); `copy=True` gives a copy where the result would be self."""
+        if copy:
+            result = self.to(device, dtype)
+            return result.clone() if result is self else result
         if isinstance(device, DType) or isinstance(device, str) and isinstance(getattr(dtypes, device, None), DType):
             device, dtype = None, device
         result = self if dtype is None else self.cast(dtype)

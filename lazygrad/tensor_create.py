@@ -11,6 +11,7 @@ from lazygrad.device import Device
 from lazygrad.dtype import DType, check_fits, dtypes, fits, python_type_dtype, to_dtype
 from lazygrad.engine import rng
 from lazygrad.helpers import prod
+from lazygrad.tensor_movement import as_int
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -48,6 +49,18 @@ def _random_float_dtype(op_name: str, dtype) -> DType:
     return dtype
 
 
+def _python_number(op_name: str, value):
+    """`value` as a Python int or float: a NumPy scalar or a one-element tensor (torch takes both) is read as its
+    number, which a range's size and the kernel keys need."""
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if hasattr(value, "uop") and value.numel() == 1 and not value.dtype == dtypes.bool:
+        return value.item()
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    raise TypeError(f"{op_name}: expected a number, got {type(value).__name__} {value!r}")
+
+
 def _stop_or_end(op_name: str, stop, end):
     """The range's end, given as tinygrad's `stop` or torch's `end`."""
     if end is None:
@@ -72,12 +85,10 @@ class CreationMixin:
             shape = (size,)
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        for dim in shape:
-            if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < 0:
-                raise ValueError(
-                    f"{op_name + ': ' if op_name else ''}shape sizes must be non-negative ints, got {shape}"
-                )
-        return tuple(int(dim) for dim in shape)
+        sizes = tuple(as_int(dim) for dim in shape)
+        if any(size is None or size < 0 for size in sizes):
+            raise ValueError(f"{op_name + ': ' if op_name else ''}shape sizes must be non-negative ints, got {shape}")
+        return sizes
 
     @classmethod
     def full(
@@ -182,6 +193,7 @@ class CreationMixin:
         `end=` for stop. Computed inside the kernel that uses them. Ints give the default int, or int64 where the
         values need it; a `dtype` that cannot hold them is an error. Floats are `start + i * step` computed in float64
         and rounded once to the dtype, as in PyTorch (float32 on a device without float64)."""
+        start, stop, step, end = (_python_number("arange", value) for value in (start, stop, step, end))
         stop = _stop_or_end("arange", stop, end)
         if stop is None:
             if start is None:
@@ -233,6 +245,9 @@ class CreationMixin:
         them: the first half counts up from start and the second half down from stop (so both ends are exact), in
         float64, then rounded once to the dtype (float32 on a device without float64). Int dtypes truncate start,
         stop and the values toward zero, as PyTorch does."""
+        start, stop, end = (_python_number("linspace", value) for value in (start, stop, end))
+        if hasattr(steps, "uop") and steps.numel() == 1:
+            steps = steps.item()
         stop = _stop_or_end("linspace", stop, end)
         if stop is None or steps is None:
             raise TypeError(f"linspace: needs start, stop and steps, got stop={stop!r} and steps={steps!r}")

@@ -211,6 +211,8 @@ class ElementwiseMixin:
             x = node if node.dtype == dtype else UOp(Ops.CAST, dtype, (node,))
             y = broadcast_const(dtype, other, node.shape)
             return (y, x) if reverse else (x, y)
+        elif isinstance(other, np.ndarray):  # (as torch: a tensor of the array's dtype, on this tensor's device)
+            return self._operand_nodes(type(self)(other, device=self.device, requires_grad=False), op_name, reverse)
         else:
             raise TypeError(f"{op_name}: unsupported operand type {type_name(other)}; use a Tensor or a Python number")
         x, y = (other_node, node) if reverse else (node, other_node)
@@ -400,13 +402,17 @@ class ElementwiseMixin:
         return self._binary(Ops.CMPLT, other, reverse=True, op_name=">")
 
     # (None or a string is no operand: Python's own answer, as torch's, so `t in [None, t]` and `t == None` work)
+    # (== and != with what is neither a tensor, a number nor an array (None, a string, a list) are Python's own
+    # answer, as torch's `t == [1, 2]` is False)
     def __ne__(self: Tensor, other):  # type: ignore[override]
-        return (
-            NotImplemented if other is None or isinstance(other, str) else self._binary(Ops.CMPNE, other, op_name="!=")
-        )
+        if not isinstance(other, (ElementwiseMixin, int, float, bool, np.generic, np.ndarray)):
+            return NotImplemented
+        return self._binary(Ops.CMPNE, other, op_name="!=")
 
     def __eq__(self: Tensor, other):  # type: ignore[override]
-        return NotImplemented if other is None or isinstance(other, str) else ~(self != other)
+        if not isinstance(other, (ElementwiseMixin, int, float, bool, np.generic, np.ndarray)):
+            return NotImplemented
+        return ~self._binary(Ops.CMPNE, other, op_name="==")
 
     def __le__(self: Tensor, other):
         return (self < other) | (self == other)
@@ -605,6 +611,8 @@ class ElementwiseMixin:
         return self.neg()
 
     def __matmul__(self: Tensor, other):
+        if isinstance(other, np.ndarray):  # (as `array @ t` and torch)
+            other = type(self)(other, device=self.device, requires_grad=False)
         return self.matmul(other)
 
     def __rmatmul__(self: Tensor, other):

@@ -653,11 +653,19 @@ class IndexMixin:
         index = _numpy_ints_as_ints(index)
         for item in index if isinstance(index, tuple) else (index,):  # (their places are found on the host)
             refuse_host_values_in_capture(item, "setitem with a tensor index", WRITE_FIX)
-        target_shape = self[index].shape
+        try:
+            target_shape = self[index].shape
+        except (IndexError, TypeError, ValueError) as error:  # (the selection is getitem's: the error names setitem)
+            if str(error).startswith("getitem: "):
+                raise type(error)(f"setitem: {str(error)[len('getitem: ') :]}") from None
+            raise
         if isinstance(value, (list, tuple, np.ndarray, np.generic)):
             value = self._setitem_value(value)
         check_same_device("setitem", self, value)
         if hasattr(value, "uop"):
+            # (leading axes of size 1 beyond the selection's are dropped, as torch and NumPy broadcast a value)
+            while value.ndim > len(target_shape) and value.shape[0] == 1:
+                value = value.reshape(value.shape[1:])
             try:
                 value = value.cast(self.dtype).expand(target_shape)
             except ValueError:

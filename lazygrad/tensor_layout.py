@@ -9,7 +9,7 @@ import numpy as np
 
 from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_index import refuse_host_values_in_capture
-from lazygrad.tensor_movement import check_has_axis, normalize_axis
+from lazygrad.tensor_movement import as_int, check_has_axis, normalize_axis
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -65,6 +65,8 @@ class LayoutMixin:
         check_has_axis(self.ndim, "narrow")
         dim = normalize_axis(dim, self.ndim, "narrow")
         size = self.shape[dim]
+        start = as_int(start) if as_int(start) is not None else start
+        length = as_int(length) if as_int(length) is not None else length
         begin = start + size if isinstance(start, int) and -size <= start < 0 else start
         if (
             not isinstance(begin, int)
@@ -154,7 +156,8 @@ class LayoutMixin:
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
         shifts = tuple(shifts) if isinstance(shifts, (list, tuple)) else (shifts,)
-        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        dims = (dims,) if as_int(dims) is not None else tuple(dims)
+        shifts = tuple(shift if as_int(shift) is None else as_int(shift) for shift in shifts)
         if len(shifts) != len(dims):
             raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims; give one shift per dim")
         if not all(isinstance(shift, int) and not isinstance(shift, bool) for shift in shifts):

@@ -21,19 +21,34 @@ if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
 
 
+def as_int(value) -> int | None:
+    """`value` as a Python int where it is one: an int, a NumPy integer or a one-element int tensor, as torch takes
+    them for sizes and axes (not a bool); else None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        return None
+    try:
+        return value.__index__()
+    except (TypeError, ValueError):
+        return None
+
+
 def _sizes(args: tuple, op_name: str) -> tuple:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
-    for size in args:
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise TypeError(f"{op_name}: sizes must be ints, got {args}")
-    return tuple(args)
+    sizes = tuple(as_int(size) for size in args)
+    if None in sizes:
+        raise TypeError(f"{op_name}: sizes must be ints, got {args}")
+    return sizes
 
 
 def normalize_axis(axis: int, ndim: int, op_name: str) -> int:
     """`axis` as a non-negative index, or an IndexError naming the op and the valid range."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        raise TypeError(f"{op_name}: axis must be an int, got {axis!r}")
+    if type(axis) is not int:
+        if (index := as_int(axis)) is None:
+            raise TypeError(f"{op_name}: axis must be an int, got {axis!r}")
+        axis = index
     low, high = (-ndim, ndim - 1) if ndim else (-1, 0)
     if not low <= axis <= high:
         raise IndexError(
@@ -243,7 +258,8 @@ class MovementMixin:
         if isinstance(mode, (int, float)) and not isinstance(mode, bool):
             mode, value = "constant", mode  # pad(padding, value), the order before modes existed
         padding = tuple(padding)
-        if padding and all(isinstance(p, int) for p in padding):
+        if padding and all(as_int(p) is not None for p in padding):
+            padding = tuple(as_int(p) for p in padding)
             if len(padding) % 2 or len(padding) // 2 > self.ndim:
                 raise ValueError(
                     f"pad: a flat padding needs an even count of at most {2 * self.ndim} ints, got {padding}"
@@ -432,7 +448,8 @@ class MovementMixin:
         check_has_axis(self.ndim, "split")
         dim = normalize_axis(dim, self.ndim, "split")
         length = self.shape[dim]
-        if isinstance(sizes, int):
+        if as_int(sizes) is not None:
+            sizes = as_int(sizes)
             if sizes <= 0:
                 raise ValueError(f"split: size must be positive, got {sizes}")
             sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]

@@ -15,6 +15,7 @@ from lazygrad.helpers import prod
 from lazygrad.tensor_conv import _pair
 from lazygrad.tensor_elementwise import broadcast_shape, check_same_device
 from lazygrad.tensor_index import comparable_index, refuse_host_values_in_capture
+from lazygrad.tensor_movement import as_int
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -290,6 +291,8 @@ class NNMixin:
         realized to check them, as PyTorch checks them when called)."""
         if self.dtype.is_float:
             raise TypeError(f"one_hot: labels must be integers, got {self.dtype}")
+        if as_int(num_classes) is not None:  # (a NumPy int too)
+            num_classes = as_int(num_classes)
         if num_classes == -1 and isinstance(num_classes, int):
             refuse_host_values_in_capture(self, "one_hot without num_classes", "Pass num_classes")
             num_classes = int(self.max().item()) + 1 if self.numel() else 0

@@ -15,7 +15,7 @@ from lazygrad.tensor_elementwise import (
     type_name,
 )
 from lazygrad.tensor_math import LN_2, LOG2_E
-from lazygrad.tensor_movement import keyword_aliases, normalize_axis
+from lazygrad.tensor_movement import as_int, keyword_aliases, normalize_axis
 from lazygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -74,9 +74,12 @@ class ReduceMixin:
             return tuple(range(self.ndim))
         if type(axis) is int and 0 < (ndim := len(self.shape)) and -ndim <= axis < ndim:  # (the common case, inline)
             return (axis % ndim,)
-        if not isinstance(axis, (int, tuple, list)):
+        if isinstance(axis, (tuple, list)):
+            axes = tuple(axis)
+        elif (index := as_int(axis)) is not None:  # (a NumPy int, a one-element int tensor)
+            axes = (index,)
+        else:
             raise TypeError(f"{op_name}: axis must be an int, a tuple of ints or None, got {axis!r}")
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
         normalized = tuple(normalize_axis(a, self.ndim, op_name) for a in axes)
         if len(set(normalized)) != len(normalized):
             raise ValueError(f"{op_name}: axis {axis} repeats an axis")

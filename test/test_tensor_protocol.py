@@ -201,3 +201,124 @@ def test_a_gradient_of_another_shape_is_refused_when_set():
     w.grad = Tensor([0.5, 0.5])
     (w * w).sum().backward()
     np.testing.assert_array_equal(w.grad.numpy(), [2.5, 4.5])
+
+
+# ---- a second pass: NumPy scalars as sizes, modes as decorators, per-element reads ---------------------------------
+
+
+def test_numpy_scalars_and_one_element_tensors_are_sizes_and_axes_as_in_torch():
+    i = np.int64(1)
+    assert Tensor.arange(np.int64(4)).tolist() == torch.arange(np.int64(4)).tolist()
+    assert Tensor.arange(np.int64(4)).dtype == dtypes.int32  # (the default int, as for a Python int)
+    np.testing.assert_allclose(Tensor.linspace(0, 1, np.int64(3)).numpy(), [0.0, 0.5, 1.0])
+    assert Tensor.arange(Tensor(5)).tolist() == [0, 1, 2, 3, 4]
+    x, theirs = Tensor.ones(2, 3), torch.ones(2, 3)
+    assert x.size(i) == 3 and x.size(Tensor(1)) == 3
+    for ours, expected in (
+        (x.reshape(np.int64(6)), theirs.reshape(np.int64(6))),
+        (x.permute(i, 0), theirs.permute(1, 0)),
+        (x.sum(i), theirs.sum(1)),
+        (x.softmax(i), theirs.softmax(1)),
+        (x.cat(x, dim=i), torch.cat([theirs, theirs], 1)),
+        (x.narrow(i, 0, np.int64(2)), theirs.narrow(1, 0, 2)),
+        (x.roll(np.int64(1), i), theirs.roll(1, 1)),
+        (x.pad((np.int64(1), 1)), torch.nn.functional.pad(theirs, (1, 1))),
+        (Tensor.eye(np.int64(2)), torch.eye(2)),
+        (Tensor.zeros(np.int64(2), 3), torch.zeros(2, 3)),
+    ):
+        np.testing.assert_array_equal(ours.numpy(), expected.numpy())
+    assert [t.shape for t in x.split(np.int64(1), i)] == [(2, 1)] * 3
+    assert Tensor([1, 2]).one_hot(num_classes=np.int64(4)).shape == (2, 4)
+    with pytest.raises(TypeError, match="arange: expected a number, got str"):
+        Tensor.arange("5")
+    with pytest.raises(TypeError, match="size: dim must be an int, got 1.5"):
+        x.size(1.5)
+
+
+def test_train_and_test_work_as_bare_decorators_and_reusable_contexts():
+    @Tensor.test
+    def doubled(x):
+        return x * 2
+
+    result = doubled(Tensor([1.0], requires_grad=True))
+    assert isinstance(result, Tensor) and result.tolist() == [2.0] and not result.requires_grad
+
+    @Tensor.train
+    def training():
+        return Tensor.training
+
+    before = Tensor.training
+    assert training() is True and Tensor.training == before
+    context = Tensor.test()
+    with context:
+        with context:  # (entered again, nested in itself, as torch's no_grad())
+            assert Tensor.no_grad
+        assert Tensor.no_grad
+    with context:
+        assert Tensor.no_grad
+    assert not Tensor.no_grad
+    with pytest.raises(TypeError, match="Tensor.train: mode must be True or False, got 'yes'"):
+        Tensor.train("yes")
+
+
+def test_reading_elements_one_by_one_compiles_no_kernels():
+    from lazygrad.helpers import GlobalCounters
+
+    values = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x = Tensor(values).realize()
+    before = GlobalCounters.kernel_count
+    assert [float(v) for v in x.reshape(-1)[:50:7]] == values.reshape(-1)[:50:7].tolist()
+    np.testing.assert_array_equal(x[:, 1:3, ::2].numpy(), values[:, 1:3, ::2])
+    np.testing.assert_array_equal(x.permute(2, 0, 1).numpy(), values.transpose(2, 0, 1))
+    np.testing.assert_array_equal(x.reshape(6, 4)[::2].T.numpy(), values.reshape(6, 4)[::2].T)
+    assert x[0, 2, 3].item() == 11.0 and x[:, :0].numpy().shape == (2, 0, 4)
+    assert GlobalCounters.kernel_count == before  # (read in place from host memory)
+    half = Tensor(values, dtype=dtypes.bfloat16).realize()
+    np.testing.assert_array_equal(half[1, :, 1:3].numpy(), values[1, :, 1:3])
+
+
+def test_lists_of_typed_items_keep_their_dtype_as_in_torch():
+    wide = Tensor([Tensor(1e300, dtype=dtypes.float64), Tensor(0.1, dtype=dtypes.float64)])
+    assert wide.dtype == dtypes.float64 and wide.tolist() == [1e300, 0.1]
+    assert Tensor([np.float64(1e300)]).tolist() == [1e300]
+    assert Tensor([Tensor(1, dtype=dtypes.uint8), Tensor(2, dtype=dtypes.uint8)]).dtype == dtypes.uint8
+    assert Tensor([np.float32(1), np.int64(2)]).dtype == dtypes.float32  # (torch's promotion)
+    assert Tensor([1.0, 2.0]).dtype == dtypes.float32 and Tensor([Tensor(1.0), 2.0]).dtype == dtypes.float32
+
+
+def test_protocol_errors_name_what_went_wrong():
+    t = Tensor([1.0, 2.0])
+    for value in (None, "a"):
+        with pytest.raises(TypeError, match="in: a Tensor can be searched for a number or a tensor"):
+            value in t  # noqa: B015
+    assert 2.0 in t and f"{Tensor(1.5):.2f}" == "1.50"
+    with pytest.raises(TypeError, match=r"format: only a 0-d tensor takes a format spec \('.2f'\)"):
+        f"{Tensor([1.5]):.2f}"
+    written = Tensor([1.0, 2.0]).contiguous().realize()
+    with pytest.raises(IndexError, match="setitem: index 5 is out of range"):
+        written[5] = 1.0
+    assert written.tolist() == [1.0, 2.0]
+    assert t.to("CPU", non_blocking=True).device == "CPU" and t.to(copy=True) is not t
+
+
+def test_setitem_drops_a_values_leading_axes_of_size_one_as_torch():
+    ours, theirs = Tensor.zeros(3, 4, 5).contiguous(), torch.zeros(3, 4, 5)
+    value = np.arange(20, dtype=np.float32).reshape(1, 1, 4, 5)
+    ours[0] = Tensor(value)
+    theirs[0] = torch.tensor(value)
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    with pytest.raises(ValueError, match=r"setitem: value \(2, 4, 5\) does not broadcast to the selected shape"):
+        ours[0] = Tensor.zeros(2, 4, 5)
+
+
+def test_numpy_arrays_are_operands_as_in_torch():
+    ours, array = Tensor([1.0, 2.0]), np.array([1.0, 3.0], dtype=np.float32)
+    theirs = torch.tensor([1.0, 2.0])
+    for op in (operator.add, operator.mul, operator.truediv, operator.eq, operator.lt):
+        np.testing.assert_array_equal(op(ours, array).numpy(), op(theirs, torch.from_numpy(array)).numpy())
+        np.testing.assert_array_equal(op(array, ours).numpy(), op(torch.from_numpy(array), theirs).numpy())
+    assert (ours @ array).item() == (array @ ours).item() == 7.0
+    assert (ours + np.array([1.0, 1.0])).dtype == dtypes.float64  # (the array's float64, promoted as torch does)
+    assert (ours == [1.0, 3.0]) is False and (ours != [1.0]) is True  # (Python's answer, as torch's)
+    with pytest.raises(TypeError, match="add: unsupported operand type list"):
+        ours + [1.0]

@@ -227,6 +227,43 @@ def _checked_view(chain: list[UOp], shape: tuple[int, ...]) -> bool:
 
 def _linear_view(chain: list[UOp], shape: tuple[int, ...]) -> bool | None:
     """`strided_view` by linear forms; None where a reshape cannot re-express them."""
+    viewed = _view_forms(chain, shape)
+    if viewed is None:
+        return None
+    forms, bounds, shape = viewed
+    if not prod(shape):
+        return True
+    if any(not _always_within(forms[n], *bounds[n], shape) for n in range(1, len(forms))):
+        return False  # padding shows
+    return all(stride >= 0 or length == 1 for stride, length in zip(forms[0], shape))
+
+
+def strided_layout(node: UOp) -> tuple[UOp, int, tuple[int, ...]] | None:
+    """(buffer, offset, strides) in elements where `node` is a strided view of a BUFFER (torch's kind of view:
+    strides >= 0, no padding in sight), so its values can be read from the memory directly; else None."""
+    chain = []
+    while node.op in MOVEMENT or node.op is Ops.DETACH and node.arg == DETACHED_VIEW:
+        if node.op is not Ops.DETACH:
+            chain.append(node)
+        node = node.src[0]
+    if node.op is not Ops.BUFFER or not chain:
+        return None
+    viewed = _view_forms(chain[::-1], node.shape)
+    if viewed is None:
+        return None
+    forms, bounds, shape = viewed
+    if any(not _always_within(forms[n], *bounds[n], shape) for n in range(1, len(forms))):
+        return None  # (padding shows)
+    if any(stride < 0 for stride in forms[0][:-1]):
+        return None
+    return node, forms[0][-1], tuple(forms[0][:-1])
+
+
+def _view_forms(chain: list[UOp], shape: tuple[int, ...]) -> tuple[list[list[int]], list, list[int]] | None:
+    """Movement ops `chain` (the first applied first) over values of `shape` as linear forms of the final indices:
+    (forms, bounds, final shape). forms[0] gives each element's place in the values (coefficients per axis, then a
+    constant), the others the index into each padded axis, which lies inside its bounds where the values show.
+    None where a reshape cannot re-express them."""
     strides = [prod(shape[axis + 1 :]) for axis in range(len(shape))]
     shape = list(shape)
     forms = [[*strides, 0]]  # coefficients per axis, then the constant: forms[0] is the index, the others padded axes
@@ -274,11 +311,7 @@ def _linear_view(chain: list[UOp], shape: tuple[int, ...]) -> bool | None:
             forms += [form for form, _ in added]
             bounds += [limits for _, limits in added]
         # (a detached name's DETACH changes nothing)
-    if not prod(shape):
-        return True
-    if any(not _always_within(forms[n], *bounds[n], shape) for n in range(1, len(forms))):
-        return False  # padding shows
-    return all(stride >= 0 or length == 1 for stride, length in zip(forms[0], shape))
+    return forms, bounds, shape
 
 
 def _always_within(form: list[int], low: int, high: int, shape: list[int]) -> bool:
