@@ -47,6 +47,7 @@ from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
+from lazygrad.tensor_extra import ExtraMixin
 from lazygrad.tensor_index import MOVEMENT_OPS, IndexMixin, move_views
 from lazygrad.tensor_layout import LayoutMixin
 from lazygrad.tensor_math import MathMixin
@@ -332,13 +333,18 @@ class _TensorType(type):
     no_grad = _thread_mode("no_grad")
 
 
-def _viewed_value(node: UOp, moves: tuple[Ops, ...] = MOVEMENT_OPS) -> UOp | None:
-    """The computation `node` is a view of in torch's terms (by movement ops among `moves`), else None."""
+def _viewed_value(node: UOp, moves: tuple[Ops, ...] = MOVEMENT_OPS, among=None) -> UOp | None:
+    """The computation `node` is a view of in torch's terms (by movement ops among `moves`), where that computation
+    is `among` those given (computed with it), or else a live tensor holds it; else None."""
+    if node.op not in moves:  # (the common case: not a view)
+        return None
     base, chain = node, []
     while base.op in moves:
         chain.append(base)
         base = base.src[0]
-    if not chain or views_memory(base) or base.op in (Ops.CONST, Ops.ASSIGN):
+    if base not in among if among is not None else "tensors" not in base.__dict__ or not tensors_holding([base]):
+        return None
+    if base.op in (Ops.CONST, Ops.ASSIGN) or views_memory(base):
         return None
     return base if strided_view(chain[::-1], base.shape) else None
 
@@ -347,8 +353,7 @@ def _reshaped_value(node: UOp) -> UOp | None:
     """The computation `node` is a reshape of (the same values in the same order), where a live tensor holds it. (A
     slice is computed alone: realizing all of a language model's logits for its last row's slice would cost more; a
     transpose would need a copy to be read in order.)"""
-    base = _viewed_value(node, (Ops.RESHAPE,))
-    return base if base is not None and tensors_holding([base]) else None
+    return _viewed_value(node, (Ops.RESHAPE,))
 
 
 def _host_view(node: UOp) -> np.ndarray | None:
@@ -409,6 +414,7 @@ class Tensor(
     ScanMixin,
     ConvMixin,
     NNMixin,
+    ExtraMixin,
     metaclass=_TensorType,
 ):
     """A lazily evaluated n-dimensional array. Operations build a UOp graph; `realize()` computes it."""
@@ -871,7 +877,7 @@ class Tensor(
             view = becomes[node]
             if tensor.device != view.base.arg[2] or node.arg is DETACHED_VIEW:
                 continue  # the same device-less node (a constant) on another device, or a detached name of memory
-            if (base := _viewed_value(node)) is not None and base in becomes:
+            if (base := _viewed_value(node, among=becomes)) is not None:
                 viewed.append((tensor, base))  # (a view of another value computed here: it becomes a view of that)
                 continue
             # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
@@ -943,9 +949,9 @@ class Tensor(
         # values: it becomes a copy of them, which the write's schedule computes first (see `_values_to_keep`),
         # while this tensor keeps its buffer, which a TinyJit replay or an optimizer reads (given a new one, the
         # replays read the old). (Two views made alike, `x.reshape(2, 2)` twice, are one node too, and both views.)
-        # A tensor with no buffer yet simply becomes the value, unless a live tensor is a view of it: then it is
-        # computed into its buffer first, and written there, so the view shows the write as torch's does. Each assign is a distinct event: a number makes its
-        # node unique, so the same update issued twice runs twice.
+        # A tensor with no buffer yet simply becomes the value (unless a live tensor is a view of it: then
+        # `_check_writable` computed it into its buffer first, so the view shows the write as torch's does). Each
+        # assign is a distinct event: a number makes its node unique, so the same update issued twice runs twice.
         node = self._uop
         if node.op is Ops.ASSIGN:  # (a tensor made of a pending write: it writes that buffer, and becomes its name)
             target = node.src[0]

@@ -128,10 +128,10 @@ def _holders(node) -> list:
 
 def move_views(base: UOp, memory: UOp, tensors=None) -> None:
     """Make every tensor among `tensors` that is made of `base` by movement ops (by default the live tensors holding
-    a view of it, see `_live_views`) made of `memory` instead, `base` having just been computed there: a view of a
+    a view of it, see `_view_holders`) made of `memory` instead, `base` having just been computed there: a view of a
     tensor shows later writes into its memory, as torch's does."""
     if tensors is None:
-        tensors = [tensor for view in _view_nodes(base) for tensor in _holders(view)]
+        tensors = _view_holders(base)
     for tensor in tensors:
         chain, node = [], tensor._uop
         while node is not base and (node.op in MOVEMENT_OPS or node.op is Ops.DETACH):
@@ -145,20 +145,20 @@ def move_views(base: UOp, memory: UOp, tensors=None) -> None:
             tensor.uop = node
 
 
-def _view_nodes(node) -> list:
-    """The nodes torch's views of `node` were made as (see tensor_movement's `_movement`), views of those too."""
-    pending, found = [node], {}
+def _view_holders(node) -> list:
+    """The live tensors holding a view of `node` in torch's terms: one of the nodes its movement ops were made as
+    (see tensor_movement's `_movement`), or a view of one of those. (A walk of every realized node's views: kept to
+    the nodes that have some.)"""
+    found, pending = [], [node]
     while pending:
-        for view in list(pending.pop().__dict__.get("views", ())):
-            if id(view) not in found:
-                found[id(view)] = view
+        for reference in list(pending.pop().__dict__.get("views", {}).values()):
+            if (view := reference()) is None:
+                continue
+            if holders := view.__dict__.get("tensors"):
+                found += [tensor for reference in list(holders.values()) if (tensor := reference()) is not None]
+            if "views" in view.__dict__:
                 pending.append(view)
-    return list(found.values())
-
-
-def _live_views(node) -> bool:
-    """Whether a live tensor is a view of `node` (holds one of its `_view_nodes`)."""
-    return any(_holders(view) for view in _view_nodes(node))
+    return found
 
 
 def _held_by_another(node, tensor) -> bool:
@@ -811,7 +811,7 @@ class IndexMixin:
         and move those views onto it, so they show the write as torch's do. (A view no live tensor holds needs
         nothing: graphs made of it keep the values they were made from.)"""
         base = self._uop
-        if not _live_views(base):
+        if not _view_holders(base):
             return
         if (holders := len(_holders(base))) > 1:  # (equal computations are one node: whose views they are is unknown)
             raise RuntimeError(

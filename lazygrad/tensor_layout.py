@@ -7,12 +7,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lazygrad.dtype import dtypes
 from lazygrad.tensor_elementwise import check_same_device
 from lazygrad.tensor_index import refuse_host_values_in_capture
-from lazygrad.tensor_movement import as_int, check_has_axis, normalize_axis
+from lazygrad.tensor_movement import as_int, check_has_axis, keyword_aliases, normalize_axis
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
+
+
+def _stacked_operands(first, others: tuple, op_name: str) -> list:
+    """The tensors an hstack-like op joins: `Tensor.hstack([a, b])` (torch's form) or `a.hstack(b)`."""
+    tensors = list(first) if isinstance(first, (list, tuple)) and not others else [first, *others]
+    if not tensors or not all(hasattr(tensor, "uop") for tensor in tensors):
+        raise TypeError(f"{op_name}: expected a non-empty list of Tensors, got {[type(t).__name__ for t in tensors]}")
+    return tensors
 
 
 class LayoutMixin:
@@ -234,6 +243,70 @@ class LayoutMixin:
             raise ValueError(f"unfold: size {size} exceeds dimension {dimension} of {self.shape}")
         windows = self._window(dimension, size, step, 1)
         return windows.permute(*(a for a in range(windows.ndim) if a != dimension + 1), dimension + 1)
+
+    def ravel(self: Tensor) -> Tensor:
+        """The elements as a 1-D tensor in row-major order (torch.ravel: a 0-d tensor gives shape (1,))."""
+        return self.reshape(-1)
+
+    @keyword_aliases(sections="indices_or_sections", indices="indices_or_sections")
+    def tensor_split(self: Tensor, indices_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+        """Views along `dim` (torch.tensor_split): an int n gives n pieces, the first size % n one longer; a list
+        of indices (or a 1-D int tensor) cuts before each, as Python slices x[a:b] between them (so an index past
+        the end or below the previous one gives an empty piece)."""
+        check_has_axis(self.ndim, "tensor_split")
+        dim = normalize_axis(dim, self.ndim, "tensor_split")
+        size = self.shape[dim]
+        split = indices_or_sections
+        if hasattr(split, "uop"):
+            if split.dtype.is_float or split.dtype == dtypes.bool or split.ndim > 1:
+                raise TypeError(
+                    f"tensor_split: a tensor of indices_or_sections must be a 0-d or 1-D int tensor, got {split.dtype} "
+                    f"of shape {split.shape}"
+                )
+            refuse_host_values_in_capture(split, "tensor_split", "Pass the sections or indices as Python ints")
+            split = split.item() if split.ndim == 0 else split.tolist()
+        if as_int(split) is not None:
+            sections = as_int(split)
+            if sections <= 0:
+                raise ValueError(f"tensor_split: the number of sections must be positive, got {sections}")
+            base, extra = divmod(size, sections)
+            bounds = [0]
+            for piece in range(sections):
+                bounds.append(bounds[-1] + base + (piece < extra))
+            windows = list(zip(bounds, bounds[1:]))
+        elif isinstance(split, (list, tuple)) and all(as_int(index) is not None for index in split):
+            cuts = [0, *(as_int(index) for index in split), None]
+            windows = []
+            for start, stop in zip(cuts, cuts[1:]):
+                begin, end, _ = slice(start, stop).indices(size)
+                windows.append((begin, max(begin, end)))
+        else:
+            raise TypeError(
+                f"tensor_split: indices_or_sections must be an int, a list of ints or an int tensor, got {split!r}"
+            )
+        return tuple(self.shrink(tuple(window if a == dim else None for a in range(self.ndim))) for window in windows)
+
+    def hstack(self: Tensor, *others: Tensor) -> Tensor:
+        """The tensors joined column-wise: along dim 1, or dim 0 where they are 1-D (torch.hstack; called as
+        `Tensor.hstack([a, b])` or `a.hstack(b)`; 0-d ones count as 1-D)."""
+        tensors = [t.reshape(1) if t.ndim == 0 else t for t in _stacked_operands(self, others, "hstack")]
+        return tensors[0].cat(*tensors[1:], dim=0 if tensors[0].ndim == 1 else 1)
+
+    def vstack(self: Tensor, *others: Tensor) -> Tensor:
+        """The tensors joined row-wise, along dim 0, a 1-D (n,) one as a (1, n) row (torch.vstack)."""
+        tensors = [t.reshape(1, -1) if t.ndim < 2 else t for t in _stacked_operands(self, others, "vstack")]
+        return tensors[0].cat(*tensors[1:], dim=0)
+
+    def dstack(self: Tensor, *others: Tensor) -> Tensor:
+        """The tensors joined depth-wise, along dim 2: (n,) as (1, n, 1), (m, n) as (m, n, 1) (torch.dstack)."""
+        tensors = _stacked_operands(self, others, "dstack")
+        tensors = [t.reshape(1, -1, 1) if t.ndim < 2 else t.unsqueeze(-1) if t.ndim == 2 else t for t in tensors]
+        return tensors[0].cat(*tensors[1:], dim=2)
+
+    def column_stack(self: Tensor, *others: Tensor) -> Tensor:
+        """The tensors side by side as columns, along dim 1: 0-d and 1-D ones as (n, 1) columns (torch.column_stack)."""
+        tensors = [t.reshape(-1, 1) if t.ndim < 2 else t for t in _stacked_operands(self, others, "column_stack")]
+        return tensors[0].cat(*tensors[1:], dim=1)
 
     @classmethod
     def einsum(cls, formula: str, *operands: Tensor) -> Tensor:

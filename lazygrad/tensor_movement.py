@@ -122,12 +122,14 @@ class MovementMixin:
             if memory_of(node) is None:
                 self.realize()
         result = self._new(node)
-        # (noted on the source: a write into it while it is not in memory, or its realization, moves the tensors made
-        # of it that are views in torch's terms onto its memory, see tensor_index's `move_views`)
-        views = source.__dict__.get("views")
-        if views is None:
-            views = source.__dict__["views"] = weakref.WeakSet()
-        views.add(node)
+        # (noted on a source not in memory: a write into it, or its realization, moves the tensors made of it that are
+        # views in torch's terms onto its memory, see tensor_index's `move_views`; a view of memory shows its writes
+        # already. A computation's node dies with its graph, and its notes with it)
+        if source.op is not Ops.BUFFER:
+            views = source.__dict__.get("views")
+            if views is None:
+                views = source.__dict__["views"] = {}
+            views[id(node)] = weakref.ref(node)
         if result._requires_grad is False and memory_of(source) is not None:
             # (made with gradients off: still a view of the memory, through which no gradient flows; or a copy, as
             # `memory_of` tells, once asked)

@@ -312,6 +312,109 @@ class ReduceMixin:
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
+    # ---- whole-tensor comparisons, differences and statistics ------------------------------------------------------
+
+    def allclose(self: Tensor, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+        """Whether every element is `isclose` to other's (broadcast), as a Python bool (torch.allclose; it reads the
+        result on the host)."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def equal(self: Tensor, other: Tensor) -> bool:
+        """Whether other has this shape and equal elements (NaN equals nothing), as a Python bool (torch.equal)."""
+        if not isinstance(other, ElementwiseMixin):
+            raise TypeError(f"equal: expected a Tensor, got {type_name(other)}")
+        check_same_device("equal", self, other)
+        if self.shape != other.shape:
+            return False
+        return self.numel() == 0 or bool((self == other).all().item())
+
+    def trace(self: Tensor) -> Tensor:
+        """The sum of a matrix's main diagonal (ints and bools sum as int64, as `sum`)."""
+        if self.ndim != 2:
+            raise ValueError(f"trace: expected a matrix, got shape {self.shape}; use diagonal(dim1=, dim2=).sum(-1)")
+        return self.diagonal().sum()
+
+    def diff(self: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:
+        """The n-th forward difference along `dim`, x[i+1] - x[i] (for bools x[i+1] != x[i]), after joining
+        `prepend` and `append` there (tensors of the same number of dimensions), as torch.diff."""
+        if self.ndim == 0:
+            raise ValueError("diff: needs a tensor with at least 1 dimension, got a 0-d tensor; reshape(1) first")
+        if as_int(n) is None or as_int(n) < 0:
+            raise ValueError(f"diff: the order n must be a non-negative int, got {n!r}")
+        dim = normalize_axis(dim, self.ndim, "diff")
+        for name, extra in (("prepend", prepend), ("append", append)):
+            if extra is not None and not isinstance(extra, ElementwiseMixin):
+                raise TypeError(f"diff: {name} must be a Tensor, got {type_name(extra)}")
+            if extra is not None and extra.ndim != self.ndim:
+                raise ValueError(
+                    f"diff: {name} {extra.shape} needs the input's {self.ndim} dimensions {self.shape} (they may "
+                    f"differ only along dim {dim})"
+                )
+        joined = [tensor for tensor in (prepend, self, append) if tensor is not None]
+        x = joined[0].cat(*joined[1:], dim=dim) if len(joined) > 1 else self
+        for _ in range(as_int(n)):
+            size = x.shape[dim]
+            if size == 0:
+                break
+            later = x.shrink(tuple((1, size) if a == dim else None for a in range(x.ndim)))
+            earlier = x.shrink(tuple((0, size - 1) if a == dim else None for a in range(x.ndim)))
+            x = later != earlier if x.dtype == dtypes.bool else later - earlier
+        return x
+
+    def cov(
+        self: Tensor, correction: int = 1, fweights: Tensor | None = None, aweights: Tensor | None = None
+    ) -> Tensor:
+        """The covariance matrix of the variables in the rows (columns are observations; a 1-D tensor is one
+        variable), divided by the observations' count less `correction` (0 where that is not positive, as torch),
+        with integer frequency weights `fweights` and float `aweights` (torch.cov; their values are not checked
+        for being non-negative). Size-1 axes of the result are squeezed, as torch's."""
+        if self.ndim > 2:
+            raise ValueError(
+                f"cov: expected a tensor of at most 2 dimensions (variables, observations), got {self.shape}"
+            )
+        observations = self.reshape(1, -1) if self.ndim < 2 else self
+        count = observations.shape[1]
+        weights = None
+        for name, given in (("fweights", fweights), ("aweights", aweights)):
+            if given is None:
+                continue
+            if not isinstance(given, ElementwiseMixin):
+                raise TypeError(f"cov: {name} must be a Tensor, got {type_name(given)}")
+            if given.ndim > 1 or given.numel() != count:
+                raise ValueError(
+                    f"cov: {name} must be 1-D with one weight per observation ({count}), got shape {given.shape}"
+                )
+            if name == "fweights" and not given.dtype.is_int:
+                raise TypeError(f"cov: fweights must be integers, got {given.dtype}; use aweights for float weights")
+            if name == "aweights" and not given.dtype.is_float:
+                raise TypeError(f"cov: aweights must be floats, got {given.dtype}; cast with .float()")
+            given = given.reshape(-1)
+            weights = given if weights is None else weights * given
+        if weights is None:
+            total, norm = count, max(0, count - correction)
+            mean = observations.sum(1) / total
+        else:
+            total = weights.sum()
+            mean = (observations * weights).sum(1) / total
+            norm = total - (
+                correction * (weights * aweights.reshape(-1)).sum() / total if aweights is not None else correction
+            )
+            norm = (norm > 0).where(norm, 0)
+        centered = observations - mean.unsqueeze(1)
+        weighted = centered if weights is None else centered * weights
+        return (centered @ weighted.transpose(0, 1) / norm).squeeze()
+
+    def corrcoef(self: Tensor) -> Tensor:
+        """Pearson's correlation coefficients of the variables in the rows (torch.corrcoef): the covariance over
+        the product of the standard deviations, clipped to [-1, 1]."""
+        if self.ndim > 2:
+            raise ValueError(f"corrcoef: expected a tensor of at most 2 dimensions, got {self.shape}")
+        covariance = self.cov()
+        if covariance.ndim == 0:
+            return covariance / covariance
+        deviation = covariance.diagonal().sqrt()
+        return (covariance / deviation.reshape(-1, 1) / deviation.reshape(1, -1)).clip(-1, 1)
+
     # ---- matrix multiplication -------------------------------------------------------------------------------------
 
     def dot(self: Tensor, other: Tensor) -> Tensor:

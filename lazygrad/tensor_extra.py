@@ -1,0 +1,262 @@
+"""PyTorch ops beyond tinygrad's: NaN-ignoring and fused elementwise ops (fmax, fmin, frac, heaviside, addcmul,
+addcdiv, logaddexp2) and searching and counting (searchsorted, bucketize, bincount, histc, triu_indices,
+tril_indices). Each is a composition of other tensor ops; a search or a count compares every value with every
+boundary or bin (an arange) and sums, so its work is values × boundaries."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lazygrad.dtype import dtypes, to_dtype
+from lazygrad.tensor_elementwise import check_device_has, check_same_device, is_number, type_name
+from lazygrad.tensor_index import comparable_index, refuse_host_values_in_capture
+from lazygrad.tensor_math import LN_2
+from lazygrad.tensor_movement import as_int
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+
+def _check_tensor(value, op_name: str, what: str) -> None:
+    if not hasattr(value, "uop"):
+        raise TypeError(f"{op_name}: {what} must be a Tensor, got {type_name(value)}")
+
+
+def _host_extrema(tensor: Tensor) -> tuple:
+    """(min, max) of a non-empty tensor as Python numbers, read on the host in one step."""
+    low, high = type(tensor).stack(tensor.min(), tensor.max()).numpy().tolist()
+    return low, high
+
+
+def _triangle_indices(cls, row, col, offset, dtype, device, op_name: str, upper: bool) -> Tensor:
+    """The (2, N) row and column indices of a row × col matrix's upper (or lower) triangle from diagonal `offset`,
+    in row-major order (computed on the host: they depend on the sizes only)."""
+    for name, value in (("row", row), ("col", col), ("offset", offset)):
+        if as_int(value) is None:
+            raise TypeError(f"{op_name}: {name} must be an int, got {value!r}")
+    rows, cols, offset = as_int(row), as_int(col), as_int(offset)
+    if rows < 0 or cols < 0:
+        raise ValueError(f"{op_name}: row and col must be non-negative, got row={rows}, col={cols}")
+    dtype = to_dtype(dtype)
+    if not dtype.is_int:
+        raise TypeError(f"{op_name}: dtype must be an int dtype (int64 or int32, as torch), got {dtype}")
+    make = np.triu_indices if upper else np.tril_indices
+    indices = np.stack(make(rows, offset, cols)).astype(np.int64).reshape(2, -1)
+    return cls(indices, dtype=dtype, device=device)
+
+
+class ExtraMixin:
+    """PyTorch's NaN-ignoring and fused elementwise ops, and its searches and counts."""
+
+    __slots__ = ()
+
+    # ---- elementwise -----------------------------------------------------------------------------------------------
+
+    def fmax(self: Tensor, other) -> Tensor:
+        """The elementwise maximum ignoring NaN: the other value where one is NaN, NaN only where both are
+        (torch.fmax); a tie passes the gradient to self, as torch's."""
+        x, y = self._operands(other, "fmax")
+        keep = (x >= y) | y.isnan() if x.dtype.is_float else x >= y
+        return keep.where(x, y)
+
+    def fmin(self: Tensor, other) -> Tensor:
+        """The elementwise minimum ignoring NaN (torch.fmin); a tie passes the gradient to self."""
+        x, y = self._operands(other, "fmin")
+        keep = (x <= y) | y.isnan() if x.dtype.is_float else x <= y
+        return keep.where(x, y)
+
+    def frac(self: Tensor) -> Tensor:
+        """The fractional part, x - trunc(x), with the sign of x (torch.frac: float tensors only); slope 1."""
+        if not self.dtype.is_float:
+            raise TypeError(
+                f"frac: needs a float tensor, got {self.dtype} (an int has no fraction); cast with .float()"
+            )
+        return self - self.trunc()
+
+    def heaviside(self: Tensor, values) -> Tensor:
+        """0 where self < 0, `values` where self == 0, 1 where self > 0 (and 0 at NaN, as torch.heaviside).
+        A tensor of values must have self's dtype, as torch requires."""
+        if hasattr(values, "uop") and values.dtype != self.dtype:
+            raise TypeError(
+                f"heaviside: input is {self.dtype} but values is {values.dtype}; torch takes one dtype: cast values "
+                f"with .cast({self.dtype})"
+            )
+        x, at_zero = self._operands(values, "heaviside")
+        return (x == 0).where(at_zero, (x > 0).cast(x.dtype))
+
+    def addcmul(self: Tensor, tensor1, tensor2, *, value=1) -> Tensor:
+        """self + value * tensor1 * tensor2, all three broadcast together (torch.addcmul)."""
+        _check_addc_value(value, (self, tensor1, tensor2), "addcmul")
+        return self + (tensor1 * value if value != 1 else tensor1) * tensor2
+
+    def addcdiv(self: Tensor, tensor1, tensor2, *, value=1) -> Tensor:
+        """self + value * tensor1 / tensor2, all three broadcast together (torch.addcdiv); two int (or bool)
+        tensor1 and tensor2 are refused, as in torch."""
+        _check_tensor(tensor1, "addcdiv", "tensor1")
+        _check_tensor(tensor2, "addcdiv", "tensor2")
+        if not tensor1.dtype.is_float and not tensor2.dtype.is_float:
+            raise TypeError(
+                f"addcdiv: tensor1 ({tensor1.dtype}) and tensor2 ({tensor2.dtype}) are both ints; torch no longer "
+                "divides ints here: write self + value * (tensor1 / tensor2) for true division, or cast one to float"
+            )
+        _check_addc_value(value, (self, tensor1, tensor2), "addcdiv")
+        return self + (tensor1 * value if value != 1 else tensor1) / tensor2
+
+    def logaddexp2(self: Tensor, other) -> Tensor:
+        """log2(2**x + 2**y) without overflow: max(x, y) + log1p(2**-|x - y|) / ln 2 (torch.logaddexp2)."""
+        x, y = self._operands(other, "logaddexp2")
+        x, y = x._to_float(), y._to_float()
+        same_infinity = (x == y) & x.isinf()  # x - y would be nan; the answer is that infinity
+        distance = same_infinity.where(0.0, (x - y).abs())
+        return x.maximum(y) + same_infinity.where(0.0, (-distance).exp2().log1p() * (1 / LN_2))
+
+    # ---- searching and counting ------------------------------------------------------------------------------------
+
+    def searchsorted(
+        self: Tensor, values, *, out_int32: bool = False, right: bool = False, side: str | None = None, sorter=None
+    ) -> Tensor:
+        """For each of `values`, where it would go in this sorted sequence (the last axis; a 1-D sequence serves
+        every value, an N-D one the values of the same leading indices): the count of elements below it (at or
+        below it with right=True or side="right"), as int64 (int32 with out_int32), as torch.searchsorted(self,
+        values). A NaN value goes last; NaN in the sequence counts as above every value (NumPy's order: torch's
+        binary search has no defined answer there). `sorter` gives the order that sorts the sequence."""
+        if side not in (None, "left", "right"):
+            raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+        if side is not None and right != (side == "right") and right:
+            raise ValueError(f"searchsorted: side={side!r} and right=True ask for opposite sides; pass one of them")
+        right = right or side == "right"
+        if self.ndim == 0:
+            raise ValueError("searchsorted: the sorted sequence needs at least 1 dimension, got a 0-d tensor")
+        if sorter is not None:
+            _check_tensor(sorter, "searchsorted", "sorter")
+            if sorter.shape != self.shape or not sorter.dtype.is_int:
+                raise ValueError(
+                    f"searchsorted: sorter must be int indices of the sequence's shape {self.shape}, got "
+                    f"{sorter.dtype} {sorter.shape}"
+                )
+            sequence = self.gather(-1, sorter)
+        else:
+            sequence = self
+        if is_number(values):
+            if self.ndim != 1:
+                raise ValueError(f"searchsorted: a number searches a 1-D sequence only, got {self.shape}")
+            values = type(self)(values, device=self.device)
+        _check_tensor(values, "searchsorted", "values")
+        check_same_device("searchsorted", self, values)
+        if self.ndim > 1 and (values.ndim != self.ndim or values.shape[:-1] != self.shape[:-1]):
+            raise ValueError(
+                f"searchsorted: an N-D sequence {self.shape} needs values of the same leading dimensions "
+                f"{self.shape[:-1]} + (any,), got {values.shape}; use a 1-D sequence to search every value"
+            )
+        length = self.shape[-1]
+        # (..., K, 1) values against (..., 1, M) boundaries
+        boundaries = sequence.reshape(*((1,) * values.ndim), length) if self.ndim == 1 else sequence.unsqueeze(-2)
+        probes = values.unsqueeze(-1)
+        below = boundaries <= probes if right else boundaries < probes
+        if probes.dtype.is_float:
+            below = below | probes.isnan()
+        return below.sum(-1).cast(dtypes.int32 if out_int32 else dtypes.int64)
+
+    def bucketize(self: Tensor, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor:
+        """The index of each value's bucket among the sorted 1-D `boundaries`: i where boundaries[i-1] < x <=
+        boundaries[i] (boundaries[i-1] <= x < boundaries[i] with right=True), as torch.bucketize."""
+        _check_tensor(boundaries, "bucketize", "boundaries")
+        if boundaries.ndim != 1:
+            raise ValueError(f"bucketize: boundaries must be 1-D, got shape {boundaries.shape}; use searchsorted")
+        return boundaries.searchsorted(self, out_int32=out_int32, right=right)
+
+    def bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+        """How often each value 0..max occurs in this 1-D tensor of non-negative ints (at least `minlength` counts),
+        as int64; with `weights`, their sums instead (float32 weights give float32, others float64, as torch).
+        The length depends on the values, so the largest is read on the host when the op is built, as one_hot's
+        without num_classes."""
+        if self.ndim != 1 or not self.dtype.is_int:
+            raise TypeError(
+                f"bincount: needs a 1-D tensor of non-negative ints, got {self.dtype} of shape {self.shape}"
+            )
+        if as_int(minlength) is None or as_int(minlength) < 0:
+            raise ValueError(f"bincount: minlength must be a non-negative int, got {minlength!r}")
+        if weights is not None:
+            _check_tensor(weights, "bincount", "weights")
+            check_same_device("bincount", self, weights)
+            if weights.shape != self.shape:
+                raise ValueError(
+                    f"bincount: weights must be 1-D of the input's length {self.shape}, got {weights.shape}"
+                )
+        refuse_host_values_in_capture(
+            self,
+            "bincount",
+            "Count outside the TinyJit function, or with a known count: x.one_hot(count).sum(0) (weighted: "
+            "(x.one_hot(count) * w.unsqueeze(-1)).sum(0))",
+        )
+        length = as_int(minlength)
+        if self.numel():
+            low, high = _host_extrema(self)
+            if low < 0:
+                raise ValueError(f"bincount: the input holds {low}; it counts non-negative ints only")
+            length = max(length, int(high) + 1)
+        matches = comparable_index(self).unsqueeze(-1) == type(self).arange(length, device=self.device)
+        if weights is None:
+            return matches.sum(0)
+        dtype = weights.dtype if weights.dtype in (dtypes.float32, dtypes.float64) else dtypes.float64
+        check_device_has(dtype, self.device, "bincount")
+        return matches.where(weights.cast(dtype).unsqueeze(-1), 0).sum(0)
+
+    def histc(self: Tensor, bins: int = 100, min=0, max=0) -> Tensor:  # noqa: A002 (torch's names)
+        """A histogram of all the values in `bins` equal bins over [min, max] (the data's own range where min ==
+        max, widened by 1 each way where that is one value), as torch.histc: values outside it and NaN are left
+        out, max itself falls in the last bin; a float tensor of counts in self's dtype."""
+        if not self.dtype.is_float:
+            raise TypeError(f"histc: needs a float tensor, got {self.dtype}; cast with .float()")
+        if as_int(bins) is None or as_int(bins) <= 0:
+            raise ValueError(f"histc: bins must be a positive int, got {bins!r}")
+        bins = as_int(bins)
+        if not is_number(min) or not is_number(max):
+            raise TypeError(f"histc: min and max must be numbers, got {type_name(min)} and {type_name(max)}")
+        low, high = float(min), float(max)
+        if low == high and self.numel():
+            refuse_host_values_in_capture(self, "histc without a range (min == max)", "Pass min and max")
+            low, high = (float(v) for v in _host_extrema(self))
+        if low == high:
+            low, high = low - 1, high + 1
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError(f"histc: the range [{low}, {high}] is not finite")
+        if low > high:
+            raise ValueError(f"histc: max must be larger than min, got min={low}, max={high}")
+        # the edges in self's dtype, and the bin as torch computes it there: (x - min) * bins / (max - min)
+        scalar = np.float64 if self.dtype == dtypes.float64 else np.float32
+        low, high = scalar(low), scalar(high)
+        values = self.flatten().detach()
+        position = ((values - float(low)) * bins / float(high - low)).floor().minimum(bins - 1)
+        inside = (values >= float(low)) & (values <= float(high))
+        index = inside.where(position, -1).cast(dtypes.int32)
+        counts = (index.unsqueeze(-1) == type(self).arange(bins, device=self.device)).sum(0)
+        return counts.cast(self.dtype)
+
+    @classmethod
+    def triu_indices(cls, row: int, col: int, offset: int = 0, *, dtype=dtypes.int64, device=None) -> Tensor:
+        """The (2, N) row and column indices of the upper triangle of a row × col matrix, from the diagonal
+        `offset` up (torch.triu_indices)."""
+        return _triangle_indices(cls, row, col, offset, dtype, device, "triu_indices", upper=True)
+
+    @classmethod
+    def tril_indices(cls, row: int, col: int, offset: int = 0, *, dtype=dtypes.int64, device=None) -> Tensor:
+        """The (2, N) row and column indices of the lower triangle of a row × col matrix, from the diagonal
+        `offset` down (torch.tril_indices)."""
+        return _triangle_indices(cls, row, col, offset, dtype, device, "tril_indices", upper=False)
+
+
+def _check_addc_value(value, tensors, op_name: str) -> None:
+    """addcmul's and addcdiv's `value` is a number; a float value with all-int tensors is refused, as in torch."""
+    if not is_number(value):
+        raise TypeError(f"{op_name}: value must be a number, got {type_name(value)}")
+    for tensor in tensors:
+        _check_tensor(tensor, op_name, "every operand")
+    if isinstance(value, (float, np.floating)) and not any(t.dtype.is_float for t in tensors):
+        raise TypeError(
+            f"{op_name}: value {value} is a float but the tensors are ints ({', '.join(str(t.dtype) for t in tensors)});"
+            " pass an int value or cast a tensor to float"
+        )
