@@ -285,6 +285,10 @@ class MovementMixin:
         if all(p == (0, 0) for p in positive):
             return cropped._copied(self)  # (torch's pad copies)
         padded = cropped._movement(Ops.PAD, positive)
+        if not self.dtype.is_float and isinstance(value, float):  # (as torch: the value in the tensor's dtype)
+            if not math.isfinite(value):
+                raise ValueError(f"pad: value {value} does not fit a {self.dtype} tensor; cast the tensor to a float")
+            value = bool(value) if self.dtype == dtypes.bool else math.trunc(value)
         if value == 0:
             return padded
         inside = (

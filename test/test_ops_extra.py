@@ -482,3 +482,13 @@ def test_triu_tril_indices_dtype_and_errors():
         Tensor.tril_indices(3, 3, dtype=dtypes.float32)
     with pytest.raises(TypeError, match="tril_indices: col must be an int, got 2.5"):
         Tensor.tril_indices(3, 2.5)
+
+
+def test_constant_pad_of_an_int_tensor_keeps_its_dtype_as_torch():
+    ints = np.array([1, 2], np.int32)
+    ours = Tensor(ints).pad((1, 1), value=1.5)
+    theirs = torch.nn.functional.pad(torch.tensor(ints), (1, 1), value=1.5)
+    assert ours.dtype == dtypes.int32 and ours.tolist() == theirs.tolist()
+    assert Tensor([True]).pad((1, 1), value=2.5).tolist() == [True, True, True]
+    with pytest.raises(ValueError, match="pad: value inf does not fit a dtypes.int32 tensor"):
+        Tensor(ints).pad((1, 1), value=float("inf"))
