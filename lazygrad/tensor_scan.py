@@ -10,13 +10,12 @@ n*sqrt(n) work, or n*SCAN_BLOCK a level for the longest rows. Long sorts go thro
 
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING, NamedTuple
 
 from lazygrad.dtype import dtypes, integer_range
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import NARROW_FLOATS
-from lazygrad.tensor_movement import keyword_aliases, normalize_axis
+from lazygrad.tensor_movement import as_int, keyword_aliases, normalize_axis
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -320,14 +319,10 @@ class ScanMixin:
 
 def _count_argument(value, op_name: str, low: int, high: int, what: str) -> int:
     """`value` as an int in low..high (a NumPy integer too; a bool is refused, as torch refuses it)."""
-    if not isinstance(value, bool):
-        try:
-            value = operator.index(value)
-        except TypeError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    count = as_int(value)
+    if count is None or not low <= count <= high:
         raise ValueError(f"{op_name}: k must be an int in {low}..{high} ({what}), got {value!r}")
-    return value
+    return count
 
 
 def _network_step(pairs: tuple[Tensor, ...], span: int, step: int) -> tuple[Tensor, ...]:
