@@ -1,7 +1,8 @@
 """PyTorch ops beyond tinygrad's: NaN-ignoring and fused elementwise ops (fmax, fmin, frac, heaviside, addcmul,
-addcdiv, logaddexp2) and searching and counting (searchsorted, bucketize, bincount, histc, triu_indices,
+addcdiv, logaddexp2) and searching and counting (searchsorted, bucketize, bincount, histc, unique, triu_indices,
 tril_indices). Each is a composition of other tensor ops; a search or a count compares every value with every
-boundary or bin (an arange) and sums, so its work is values × boundaries."""
+boundary or bin (an arange) and sums, so its work is values × boundaries. `unique`, whose length depends on the values,
+is found on the host, as `nonzero`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 
 from lazygrad.dtype import dtypes, to_dtype
 from lazygrad.tensor_elementwise import check_device_has, check_same_device, is_number, type_name
-from lazygrad.tensor_index import comparable_index, refuse_host_values_in_capture
+from lazygrad.tensor_index import SELECT_FIX, comparable_index, refuse_host_values_in_capture
 from lazygrad.tensor_math import LN_2
-from lazygrad.tensor_movement import as_int
+from lazygrad.tensor_movement import as_int, normalize_axis
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -235,6 +236,28 @@ class ExtraMixin:
         index = inside.where(position, -1).cast(dtypes.int32)
         counts = (index.unsqueeze(-1) == type(self).arange(bins, device=self.device)).sum(0)
         return counts.cast(self.dtype)
+
+    def unique(self: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim=None):
+        """The distinct values in ascending order (of the flattened tensor, or the distinct slices along `dim`), with
+        each element's place among them (`return_inverse`: the input's shape, or the length of `dim`) and each one's
+        count (`return_counts`), as torch.unique: every NaN is distinct, -0.0 equals 0.0. Found on the host (how many
+        there are depends on the values: the tensor is realized), and not differentiable, as torch's."""
+        del sorted  # (always sorted, as torch's CPU unique)
+        refuse_host_values_in_capture(self, "unique", SELECT_FIX)
+        values = self.numpy()
+        if dim is None:
+            found = np.unique(values.reshape(-1), return_inverse=True, return_counts=True, equal_nan=False)
+            distinct, inverse, counts = found[0], found[1].reshape(self.shape), found[2]
+        else:
+            axis = normalize_axis(dim, self.ndim, "unique")
+            distinct, inverse, counts = np.unique(values, return_inverse=True, return_counts=True, axis=axis)
+            inverse = inverse.reshape(-1)
+        result = [type(self)(distinct, dtype=self.dtype, device=self.device)]
+        if return_inverse:
+            result.append(type(self)(inverse.astype(np.int64), device=self.device))
+        if return_counts:
+            result.append(type(self)(counts.astype(np.int64), device=self.device))
+        return result[0] if len(result) == 1 else tuple(result)
 
     @classmethod
     def triu_indices(cls, row: int, col: int, offset: int = 0, *, dtype=dtypes.int64, device=None) -> Tensor:

@@ -492,3 +492,30 @@ def test_constant_pad_of_an_int_tensor_keeps_its_dtype_as_torch():
     assert Tensor([True]).pad((1, 1), value=2.5).tolist() == [True, True, True]
     with pytest.raises(ValueError, match="pad: value inf does not fit a dtypes.int32 tensor"):
         Tensor(ints).pad((1, 1), value=float("inf"))
+
+
+def test_unique_matches_torch():
+    values = np.array([2.0, np.nan, 1.0, 2.0, np.nan, -0.0, 0.0], np.float32)
+    for options in ({}, {"return_inverse": True, "return_counts": True}, {"return_counts": True}):
+        ours, theirs = Tensor(values).unique(**options), torch.unique(torch.tensor(values), **options)
+        ours, theirs = (ours, theirs) if isinstance(ours, tuple) else ((ours,), (theirs,))
+        for mine, their in zip(ours, theirs):
+            np.testing.assert_array_equal(mine.numpy(), their.numpy())
+    rows = np.array([[1, 2], [1, 2], [3, 4]], np.int32)
+    ours = Tensor(rows).unique(dim=0, return_inverse=True, return_counts=True)
+    theirs = torch.unique(torch.tensor(rows), dim=0, return_inverse=True, return_counts=True)
+    for mine, their in zip(ours, theirs):
+        np.testing.assert_array_equal(mine.numpy(), their.numpy())
+    square = np.array([[3, 1], [2, 1]], np.int32)
+    inverse = Tensor(square).unique(return_inverse=True)[1]
+    np.testing.assert_array_equal(inverse.numpy(), torch.unique(torch.tensor(square), return_inverse=True)[1].numpy())
+    assert Tensor([1.5, 1.5, 2.0], dtype=dtypes.bfloat16).unique().dtype == dtypes.bfloat16
+    assert Tensor.zeros(0).unique().shape == (0,)
+
+    @TinyJit
+    def distinct(x):
+        return (x * 2).unique()
+
+    with pytest.raises(JitError, match="unique reads the values"):
+        for _ in range(3):
+            distinct(Tensor([1.0, 1.0, 2.0]))
