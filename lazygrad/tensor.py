@@ -977,24 +977,27 @@ class Tensor(
     def _in_place(self, op_name: str, result: Tensor) -> Tensor:
         """`self op= other` as torch's in-place ops: `result` (self op other) written into this tensor, which keeps
         its shape and dtype, so every name for it (`b = a; a += 1`) sees the new values. Rebinding the name instead
-        left an optimizer training a tensor the model no longer held (`layer.weight *= 0`)."""
+        left an optimizer training a tensor the model no longer held (`layer.weight *= 0`). `op_name` is an operator
+        (`+=`) or a method's name (`add_`, torch's in-place forms)."""
+        # the out-of-place form to suggest: `x = x + y` for `+=`, `x = x.add(...)` for `add_`
+        instead = f"x = x.{op_name[:-1]}(...)" if op_name.endswith("_") else f"x = x {op_name[:-1]} y"
         if self.requires_grad and not Tensor.no_grad and views_memory(self._uop) and self._history is None:
             raise RuntimeError(
                 f"{op_name}: this {self.shape} tensor requires grad and holds its own values (a leaf), so changing it "
                 "in place would lose what its gradient needs, as torch refuses; do it under `with Tensor.test():` "
-                f"(Tensor.no_grad, torch.no_grad()), or write `x = x {op_name[:-1]} y` for a new tensor"
+                f"(Tensor.no_grad, torch.no_grad()), or write `{instead}` for a new tensor"
             )
         self._check_writable(op_name)
         if result.shape != self.shape:
             raise ValueError(
                 f"{op_name}: the result {result.shape} does not fit this {self.shape} tensor in place (the other "
-                f"operand broadcasts it larger); write `x = x {op_name[:-1]} y` for a new tensor"
+                f"operand broadcasts it larger); write `{instead}` for a new tensor"
             )
         if result.dtype != self.dtype:
             if result.dtype.is_float and not self.dtype.is_float or self.dtype == dtypes.bool:
                 raise TypeError(
                     f"{op_name}: the result is {result.dtype}, which this {self.dtype} tensor cannot hold in place "
-                    f"(as torch refuses); write `x = x {op_name[:-1]} y` for a new tensor, or cast first"
+                    f"(as torch refuses); write `{instead}` for a new tensor, or cast first"
                 )
             result = result.cast(self.dtype)
         if self._gradient_history() is not None:

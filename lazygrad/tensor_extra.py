@@ -1,8 +1,9 @@
 """PyTorch ops beyond tinygrad's: NaN-ignoring and fused elementwise ops (fmax, fmin, frac, heaviside, addcmul,
-addcdiv, logaddexp2) and searching and counting (searchsorted, bucketize, bincount, histc, unique, triu_indices,
-tril_indices). Each is a composition of other tensor ops; a search or a count compares every value with every
-boundary or bin (an arange) and sums, so its work is values × boundaries. `unique`, whose length depends on the values,
-is found on the host, as `nonzero`."""
+addcdiv, logaddexp2), searching and counting (searchsorted, bucketize, bincount, histc, unique, triu_indices,
+tril_indices), norms, products and membership (norm, cosine_similarity, cross, hypot, logit, isin), and torch's
+in-place `_` forms (add_, fill_, copy_, uniform_, ...). Each is a composition of other tensor ops; a search or a
+count compares every value with every boundary or bin (an arange) and sums, so its work is values × boundaries.
+`unique`, whose length depends on the values, is found on the host, as `nonzero`."""
 
 from __future__ import annotations
 
@@ -258,6 +259,164 @@ class ExtraMixin:
         if return_counts:
             result.append(type(self)(counts.astype(np.int64), device=self.device))
         return result[0] if len(result) == 1 else tuple(result)
+
+    # ---- norms, products and membership ----------------------------------------------------------------------------
+
+    def norm(self: Tensor, p="fro", dim=None, keepdim: bool = False) -> Tensor:
+        """The p-norm over `dim` (all elements by default), as torch.norm: "fro" and 2 the Euclidean norm, inf the
+        largest |x|, -inf the smallest, 0 the count of non-zero elements, another p (sum |x|^p)^(1/p)."""
+        source = self._to_float()
+        axes = source._axes(dim, "norm")
+        if p == "fro" or p == 2:
+            return source.square().sum(axes, keepdim).sqrt()
+        if not isinstance(p, (int, float)) or isinstance(p, bool):
+            raise ValueError(f"norm: p must be 'fro' or a number, got {p!r} (the nuclear norm is not implemented)")
+        magnitude = source.abs()
+        if p == math.inf:
+            return magnitude.max(axes, keepdim)
+        if p == -math.inf:
+            return magnitude.min(axes, keepdim)
+        if p == 0:
+            return (source != 0).cast(source.dtype).sum(axes, keepdim)
+        if p == 1:
+            return magnitude.sum(axes, keepdim)
+        return (magnitude**p).sum(axes, keepdim) ** (1 / p)
+
+    def cosine_similarity(self: Tensor, other: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+        """x·y / max(|x| |y|, eps) along `dim`, the operands broadcast (torch's F.cosine_similarity)."""
+        _check_tensor(other, "cosine_similarity", "the other operand")
+        x, y = self._to_float()._operands(other._to_float(), "cosine_similarity")
+        dot = (x * y).sum(dim)
+        return dot / (x.square().sum(dim) * y.square().sum(dim)).maximum(eps * eps).sqrt()
+
+    def cross(self: Tensor, other: Tensor, dim=None) -> Tensor:
+        """The cross product of 3-vectors along `dim` (without it, the first axis of size 3, as torch.cross), the
+        operands broadcast."""
+        _check_tensor(other, "cross", "the other operand")
+        x, y = self._operands(other, "cross")
+        if dim is None:
+            dim = next((axis for axis, size in enumerate(x.shape) if size == 3), None)
+            if dim is None:
+                raise ValueError(f"cross: no axis of size 3 in {x.shape}; pass dim= naming one")
+        dim = normalize_axis(dim, x.ndim, "cross")
+        if x.shape[dim] != 3:
+            raise ValueError(f"cross: dim {dim} of {x.shape} has size {x.shape[dim]}, not 3")
+
+        def part(t: Tensor, i: int) -> Tensor:
+            return t.narrow(dim, i, 1)
+
+        return type(self).cat(
+            part(x, 1) * part(y, 2) - part(x, 2) * part(y, 1),
+            part(x, 2) * part(y, 0) - part(x, 0) * part(y, 2),
+            part(x, 0) * part(y, 1) - part(x, 1) * part(y, 0),
+            dim=dim,
+        )
+
+    def hypot(self: Tensor, other) -> Tensor:
+        """sqrt(x² + y²) without overflow or underflow in between (the larger magnitude times sqrt(1 + r²)); an
+        infinity gives inf even beside NaN, as C's hypot and torch."""
+        x, y = self._to_float()._operands(other._to_float() if hasattr(other, "uop") else other, "hypot")
+        a, b = x.abs(), y.abs()
+        large, small = a.maximum(b), a.minimum(b)
+        ratio = (large == 0).where(0.0, small / (large == 0).where(1.0, large))
+        result = large * (1 + ratio * ratio).sqrt()
+        return (a.isinf() | b.isinf()).where(math.inf, result)
+
+    def logit(self: Tensor, eps: float | None = None) -> Tensor:
+        """log(p / (1 - p)), with p clamped to [eps, 1 - eps] where `eps` is given (torch.logit)."""
+        p = self._to_float()
+        if eps is not None:
+            p = p.clamp(eps, 1 - eps)
+        return (p / (1 - p)).log()
+
+    def isin(self: Tensor, test_elements, invert: bool = False) -> Tensor:
+        """Whether each element is among `test_elements` (a tensor or a number), as torch.isin: each element is
+        compared with every test element (elements × tests work)."""
+        tests = test_elements if hasattr(test_elements, "uop") else type(self)(test_elements, device=self.device)
+        check_same_device("isin", self, tests)
+        if tests.numel() == 0:
+            found = self.zeros_like(dtype=dtypes.bool)
+        else:
+            found = (self.unsqueeze(-1) == tests.reshape(-1)).any(-1)
+        return ~found if invert else found
+
+    # ---- torch's in-place forms: the op's result written into this tensor, as `+=` does (see Tensor._in_place) -----
+
+    def add_(self: Tensor, other, alpha=1) -> Tensor:
+        return self._in_place("add_", self + (other * alpha if alpha != 1 else other))
+
+    def sub_(self: Tensor, other, alpha=1) -> Tensor:
+        return self._in_place("sub_", self - (other * alpha if alpha != 1 else other))
+
+    def mul_(self: Tensor, other) -> Tensor:
+        return self._in_place("mul_", self * other)
+
+    def div_(self: Tensor, other, rounding_mode=None) -> Tensor:
+        return self._in_place("div_", self.div(other, rounding_mode=rounding_mode))
+
+    def pow_(self: Tensor, exponent) -> Tensor:
+        return self._in_place("pow_", self**exponent)
+
+    def clamp_(self: Tensor, min=None, max=None) -> Tensor:  # noqa: A002 (torch's names)
+        return self._in_place("clamp_", self.clamp(min, max))
+
+    clip_ = clamp_
+
+    def neg_(self: Tensor) -> Tensor:
+        return self._in_place("neg_", -self)
+
+    def abs_(self: Tensor) -> Tensor:
+        return self._in_place("abs_", self.abs())
+
+    def exp_(self: Tensor) -> Tensor:
+        return self._in_place("exp_", self.exp())
+
+    def log_(self: Tensor) -> Tensor:
+        return self._in_place("log_", self.log())
+
+    def sqrt_(self: Tensor) -> Tensor:
+        return self._in_place("sqrt_", self.sqrt())
+
+    def relu_(self: Tensor) -> Tensor:
+        return self._in_place("relu_", self.relu())
+
+    def sigmoid_(self: Tensor) -> Tensor:
+        return self._in_place("sigmoid_", self.sigmoid())
+
+    def tanh_(self: Tensor) -> Tensor:
+        return self._in_place("tanh_", self.tanh())
+
+    def masked_fill_(self: Tensor, mask: Tensor, value) -> Tensor:
+        return self._in_place("masked_fill_", self.masked_fill(mask, value))
+
+    def fill_(self: Tensor, value) -> Tensor:
+        """Every element set to `value` (a number or a one-element tensor), in place."""
+        if hasattr(value, "uop"):
+            if value.numel() != 1:
+                raise ValueError(f"fill_: the value must be a number or a one-element tensor, got shape {value.shape}")
+            filled = value.reshape(()).cast(self.dtype).expand(self.shape)
+        else:
+            filled = type(self).full(self.shape, value, dtype=self.dtype, device=self.device)
+        return self._in_place("fill_", filled)
+
+    def zero_(self: Tensor) -> Tensor:
+        return self.fill_(0)
+
+    def copy_(self: Tensor, src) -> Tensor:
+        """`src` (broadcast to this shape, cast to this dtype, moved to this device) written into this tensor."""
+        if not hasattr(src, "uop"):
+            src = type(self)(src, dtype=self.dtype, device=self.device)
+        return self._in_place("copy_", src.to(self.device).cast(self.dtype)._broadcast_to(self.shape))
+
+    def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+        """Uniform random numbers in [a, b), in place (as torch's initializers write weights)."""
+        drawn = type(self).uniform(self.shape, low=a, high=b, dtype=self.dtype, device=self.device)
+        return self._in_place("uniform_", drawn)
+
+    def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+        """Normal random numbers of `mean` and `std`, in place."""
+        drawn = type(self).normal(self.shape, mean=mean, std=std, dtype=self.dtype, device=self.device)
+        return self._in_place("normal_", drawn)
 
     @classmethod
     def triu_indices(cls, row: int, col: int, offset: int = 0, *, dtype=dtypes.int64, device=None) -> Tensor:

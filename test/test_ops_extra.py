@@ -519,3 +519,70 @@ def test_unique_matches_torch():
     with pytest.raises(JitError, match="unique reads the values"):
         for _ in range(3):
             distinct(Tensor([1.0, 1.0, 2.0]))
+
+
+def test_norms_products_and_membership_match_torch():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    a[0, 0] = 0.0
+    for p in ("fro", 2, 1, 3, 0.5, float("inf"), float("-inf"), 0):
+        np.testing.assert_allclose(Tensor(a).norm(p).numpy(), torch.norm(torch.tensor(a), p).numpy(), rtol=1e-5)
+        np.testing.assert_allclose(
+            Tensor(a).norm(p, dim=1).numpy(), torch.norm(torch.tensor(a), p, dim=1).numpy(), rtol=1e-5
+        )
+    tolerance = {"rtol": 1e-5, "atol": 1e-6}
+    compare_backward([a], lambda x: x.norm(3, dim=1), lambda x: torch.norm(x, 3, dim=1), tolerance, rng)
+    compare_backward(
+        [a, b],
+        lambda x, y: x.cosine_similarity(y),
+        lambda x, y: torch.nn.functional.cosine_similarity(x, y),
+        tolerance,
+        rng,
+    )
+    c, d = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(
+        Tensor(c).cross(Tensor(d)).numpy(), torch.cross(torch.tensor(c), torch.tensor(d), dim=1).numpy(), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match=r"cross: no axis of size 3 in \(2, 4\)"):
+        Tensor(a[:2]).cross(Tensor(b[:2]))
+    x = np.array([3.0, 1e30, 1e-30, 0.0, np.inf, np.nan, -4.0], np.float32)
+    y = np.array([4.0, 1e30, 1e-30, 0.0, np.nan, np.inf, 3.0], np.float32)
+    np.testing.assert_allclose(Tensor(x).hypot(Tensor(y)).numpy(), torch.hypot(torch.tensor(x), torch.tensor(y)))
+    p = np.array([0.1, 0.5, 0.99, 0.0, 1.0], np.float32)
+    np.testing.assert_allclose(Tensor(p).logit().numpy(), torch.logit(torch.tensor(p)).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(Tensor(p).logit(1e-3).numpy(), torch.logit(torch.tensor(p), 1e-3).numpy(), rtol=1e-6)
+    e, t = np.array([1, 2, 3, 4, 2]), np.array([2, 4])
+    assert Tensor(e).isin(Tensor(t)).tolist() == torch.isin(torch.tensor(e), torch.tensor(t)).tolist()
+    assert Tensor(e).isin(2, invert=True).tolist() == torch.isin(torch.tensor(e), 2, invert=True).tolist()
+
+
+def test_torchs_in_place_forms_write_into_the_tensor():
+    rng = np.random.default_rng(6)
+    a, b = np.abs(rng.standard_normal((3, 4))).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    cases = [("add_", (b,)), ("sub_", (2.0,)), ("mul_", (b,)), ("div_", (2.0,)), ("pow_", (2,)), ("clamp_", (0.2, 0.5))]
+    cases += [(name, ()) for name in ("neg_", "abs_", "exp_", "log_", "sqrt_", "relu_", "sigmoid_", "tanh_", "zero_")]
+    cases += [("fill_", (3.0,)), ("copy_", (b,)), ("masked_fill_", (a > 1, 0.0))]
+    for name, arguments in cases:
+        ours, theirs = Tensor(a).contiguous().realize(), torch.tensor(a)
+        alias = ours
+        result = getattr(ours, name)(*(Tensor(v) if isinstance(v, np.ndarray) else v for v in arguments))
+        getattr(theirs, name)(*(torch.tensor(v) if isinstance(v, np.ndarray) else v for v in arguments))
+        assert result is ours
+        np.testing.assert_allclose(alias.numpy(), theirs.numpy(), rtol=1e-6, err_msg=name)
+    ours, theirs = Tensor(a).contiguous().realize(), torch.tensor(a)
+    ours.add_(Tensor(b), alpha=2)
+    theirs.add_(torch.tensor(b), alpha=2)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+    drawn = Tensor.zeros(2000).contiguous().realize()
+    drawn.uniform_(-2, 2)
+    assert drawn.numpy().min() >= -2 and drawn.numpy().max() < 2
+    drawn.normal_(5.0, 0.1)
+    assert abs(drawn.numpy().mean() - 5.0) < 0.05
+    weight = Tensor(a, requires_grad=True)
+    with pytest.raises(RuntimeError, match="add_: this .* requires grad .* write `x = x.add\\(...\\)`"):
+        weight.add_(1)
+    with Tensor.test():
+        weight.zero_()
+    assert weight.numpy().sum() == 0
+    with pytest.raises(TypeError, match="add_: the result is dtypes.float32, which this dtypes.int32 tensor"):
+        Tensor([1, 2]).contiguous().realize().add_(0.5)
