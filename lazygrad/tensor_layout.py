@@ -3,6 +3,7 @@ rearrangements PyTorch names (pixel_shuffle, movedim, ...). Most are views; eins
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,6 +23,34 @@ def _stacked_operands(first, others: tuple, op_name: str) -> list:
     if not tensors or not all(hasattr(tensor, "uop") for tensor in tensors):
         raise TypeError(f"{op_name}: expected a non-empty list of Tensors, got {[type(t).__name__ for t in tensors]}")
     return tensors
+
+
+def _rearrange_groups(side: str, formula: str) -> list[list[str]]:
+    """One side of a rearrange formula as its top-level axes, each a list of the names merged into it ("1" for an
+    axis of size 1, ["..."] for the ellipsis)."""
+    groups: list[list[str]] = []
+    current: list[str] | None = None
+    for token in side.replace("(", " ( ").replace(")", " ) ").split():
+        if token == "(":
+            if current is not None:
+                raise ValueError(f"rearrange: nested parentheses in {formula!r}")
+            current = []
+        elif token == ")":
+            if current is None:
+                raise ValueError(f"rearrange: an unmatched ')' in {formula!r}")
+            groups.append(current)
+            current = None
+        elif token != "1" and token != "..." and not token.isidentifier():
+            raise ValueError(f"rearrange: {token!r} in {formula!r} is not an axis name, 1 or ...")
+        elif current is not None:
+            if token == "...":
+                raise ValueError(f"rearrange: '...' inside parentheses in {formula!r} is not supported")
+            current.append(token)
+        else:
+            groups.append([token])
+    if current is not None:
+        raise ValueError(f"rearrange: an unclosed '(' in {formula!r}")
+    return groups
 
 
 class LayoutMixin:
@@ -243,6 +272,61 @@ class LayoutMixin:
             raise ValueError(f"unfold: size {size} exceeds dimension {dimension} of {self.shape}")
         windows = self._window(dimension, size, step, 1)
         return windows.permute(*(a for a in range(windows.ndim) if a != dimension + 1), dimension + 1)
+
+    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+        """Axes named, split, merged and reordered by an einops formula, as tinygrad's: "b (h w) c -> b h w c" with
+        `h=` (or `w=`) given, "b c h w -> b (c h w)", "... h w -> ... w h"; a 1 is an axis of size 1. Movement ops
+        only: a reshape, a permute, a reshape."""
+        if not isinstance(formula, str) or formula.count("->") != 1:
+            raise ValueError(f"rearrange: expected a formula 'input axes -> output axes', got {formula!r}")
+        left, right = (_rearrange_groups(side, formula) for side in formula.split("->"))
+        named = [[atom for group in side for atom in group if atom != "1"] for side in (left, right)]
+        for side in named:
+            if len(set(side)) != len(side) or side.count("...") > 1:
+                raise ValueError(f"rearrange: {formula!r} names an axis twice on one side")
+        if sorted(named[0]) != sorted(named[1]):
+            raise ValueError(
+                f"rearrange: {formula!r} must name the same axes on both sides, got {named[0]} and {named[1]}"
+            )
+        fixed = sum(group != ["..."] for group in left)
+        if fixed > self.ndim or ["..."] not in left and fixed != self.ndim:
+            raise ValueError(f"rearrange: {formula!r} names {fixed} axes, but the tensor {self.shape} has {self.ndim}")
+        extra = [f"...{number}" for number in range(self.ndim - fixed)]  # (the axes the ellipsis stands for)
+
+        def atoms(group: list[str]) -> list[str]:
+            return extra if group == ["..."] else [atom for atom in group if atom != "1"]
+
+        given = {name: as_int(size) for name, size in sizes.items()}
+        if None in given.values():
+            raise TypeError(f"rearrange: sizes must be ints, got {sizes}")
+        atom_sizes: dict[str, int] = {}
+        axis = 0
+        for group in left:
+            if group == ["..."]:
+                atom_sizes.update(zip(extra, self.shape[axis : axis + len(extra)]))
+                axis += len(extra)
+                continue
+            size, unknown, product = self.shape[axis], [a for a in atoms(group) if a not in given], 1
+            for atom in atoms(group):
+                product *= given.get(atom, 1)
+            if len(unknown) > 1 or size % product or (not unknown and product != size):
+                raise ValueError(
+                    f"rearrange: axis {axis} of {self.shape} (size {size}) cannot be split as ({' '.join(group)}) with "
+                    f"sizes {sizes}; give the sizes of all but one of its axes"
+                )
+            atom_sizes.update({atom: size // product if atom in unknown else given[atom] for atom in atoms(group)})
+            axis += 1
+        left_atoms = [atom for group in left for atom in atoms(group)]
+        right_atoms = [atom for group in right for atom in atoms(group)]
+        split = self.reshape(tuple(atom_sizes[atom] for atom in left_atoms))
+        moved = split.permute(tuple(left_atoms.index(atom) for atom in right_atoms))
+        merged: list[int] = []
+        for group in right:
+            if group == ["..."]:
+                merged.extend(atom_sizes[atom] for atom in extra)
+            else:
+                merged.append(math.prod(atom_sizes[atom] for atom in atoms(group)))
+        return moved.reshape(tuple(merged))
 
     def ravel(self: Tensor) -> Tensor:
         """The elements as a 1-D tensor in row-major order (torch.ravel: a 0-d tensor gives shape (1,))."""

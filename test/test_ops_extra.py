@@ -586,3 +586,35 @@ def test_torchs_in_place_forms_write_into_the_tensor():
     assert weight.numpy().sum() == 0
     with pytest.raises(TypeError, match="add_: the result is dtypes.float32, which this dtypes.int32 tensor"):
         Tensor([1, 2]).contiguous().realize().add_(0.5)
+
+
+def test_rearrange_splits_merges_and_moves_axes():
+    values = np.arange(2 * 6 * 5, dtype=np.float32).reshape(2, 6, 5)
+    x = Tensor(values)
+    cases = [
+        (x.rearrange("b (h w) c -> b h w c", h=2), values.reshape(2, 2, 3, 5)),
+        (x.rearrange("b s c -> b (s c)"), values.reshape(2, 30)),
+        (x.rearrange("b s c -> c b s"), values.transpose(2, 0, 1)),
+        (x.rearrange("... s c -> ... c s"), values.transpose(0, 2, 1)),
+        (x.rearrange("b (h w) c -> (b w) h c", w=3), values.reshape(2, 2, 3, 5).transpose(0, 2, 1, 3).reshape(6, 2, 5)),
+        (x.rearrange("b s c -> b 1 s c"), values.reshape(2, 1, 6, 5)),
+        (Tensor(values[:, :1]).rearrange("b 1 c -> b c"), values[:, 0]),
+    ]
+    for ours, expected in cases:
+        np.testing.assert_array_equal(ours.numpy(), expected)
+    compare_backward(
+        [values],
+        lambda t: t.rearrange("b (h w) c -> c h (b w)", h=3),
+        lambda t: t.reshape(2, 3, 2, 5).permute(3, 1, 0, 2).reshape(5, 3, 4),
+        {"rtol": 0, "atol": 0},
+        np.random.default_rng(0),
+    )
+    for formula, message in (
+        ("b s -> s b", "names 2 axes, but the tensor"),
+        ("b s c -> b s", "must name the same axes on both sides"),
+        ("b (h w) c -> b h w c", r"cannot be split as \(h w\)"),
+        ("b s c -> b (s (c))", "nested parentheses"),
+        ("b b c -> b c", "names an axis twice"),
+    ):
+        with pytest.raises(ValueError, match=f"rearrange: .*{message}"):
+            x.rearrange(formula)
