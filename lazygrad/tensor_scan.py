@@ -31,6 +31,8 @@ DIRECT_SCAN_WORK, LONG_SCAN, SCAN_BLOCK = 1 << 22, 1 << 13, 16
 # log2(n)(log2(n)+1)/2 steps are a kernel each (on an AVX-512 core pair: (4, 8192) 16 ms either way; (1, 16384) 32 ms
 # direct, 18 through the network; (1, 50257) 184 and 27; (64, 1000) 4.6 and 10)
 NETWORK_SORT_WORK = 1 << 28
+# the largest k a topk of such rows finds one maximum at a time (k reductions; a network sort's steps are ~log^2 n)
+TOPK_ROUNDS = 64
 
 
 class ValuesIndices(NamedTuple):
@@ -246,11 +248,37 @@ class ScanMixin:
         del sorted  # the results always come in sorted order
         axis, size = self._sorted_axis(dim, "topk")
         k = _count_argument(k, "topk", 0, size, f"the size of dim {dim} of {self.shape}")
+        if 0 < k <= TOPK_ROUNDS and self.numel() * size > NETWORK_SORT_WORK and self.dtype.itemsize <= 4:
+            moved, _ = self._along_last(axis, "topk")
+            indices = moved._picked_in_rounds(k, largest)
+            index = type(self).arange(size, device=self.device)
+            values = moved.unsqueeze(-2)._sum_selected(indices.unsqueeze(-1) == index, -1)  # (a load, as sort's)
+            return ValuesIndices(self._back_from_last(values, axis), self._back_from_last(indices, axis))
         values, indices = self.sort(dim, descending=largest)
         if self.ndim == 0:
             return ValuesIndices(values, indices)
         window = tuple((0, k) if a == axis else (0, n) for a, n in enumerate(self.shape))
         return ValuesIndices(values.shrink(window), indices.shrink(window))
+
+    def _picked_in_rounds(self: Tensor, k: int, largest: bool) -> Tensor:
+        """int64 indices of the k first elements of (..., n) along its last axis in the stable order asked, one
+        maximum a round: each element is one int64, its key * 2^32 + (2^32 - 1 - index), so the largest is the first
+        in order (ties to the earlier index) and names its index; it is then set to the lowest int64, which no
+        element is. k reductions over n instead of a sort's log^2 n steps."""
+        keys = self._order_keys(descending=not largest)  # (the first in order has the largest key)
+        length = keys.shape[-1]
+        index = type(self).arange(length, dtype=dtypes.int64, device=self.device)
+        remaining = keys.cast(dtypes.int64) * (1 << 32) + ((1 << 32) - 1 - index)
+        taken = integer_range(dtypes.int64)[0]
+        picked = []
+        for round_number in range(k):
+            first = remaining.max(-1, keepdim=True)
+            picked.append(first)
+            remaining = (remaining == first).where(taken, remaining)
+            if round_number % 2:  # (in memory every other round: the next maximum's kernel applies one mask itself)
+                remaining = remaining.contiguous()
+        order = type(self).cat(*picked, dim=-1)
+        return ((1 << 32) - 1) - (order & 0xFFFFFFFF)
 
     def msort(self: Tensor) -> Tensor:
         """The values sorted along the first axis, as torch.msort."""

@@ -148,3 +148,27 @@ def test_topk_takes_numpy_ints_and_refuses_bools():
     for bad in (True, 2.0, 4):
         with pytest.raises(ValueError, match=r"topk: k must be an int in 0\.\.3"):
             x.topk(bad)
+
+
+@pytest.mark.usefixtures("network")
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_of_long_rows_picks_maxima_in_rounds_as_the_stable_sort(device, largest):
+    """A small k of long rows takes one maximum a round (`_picked_in_rounds`); the values and indices are the
+    stable sort's first k, NaN, ties and both zeros included."""
+    values = special_floats(3, 13)
+    got = Tensor(values, device=device).topk(5, largest=largest)
+    order = expected_order(values, largest)[:, :5]
+    np.testing.assert_array_equal(got.indices.numpy(), order)
+    np.testing.assert_array_equal(got.values.numpy(), np.take_along_axis(values, order, -1))
+    for dtype in ("int8", "uint32", "bool", "float16"):
+        small = rng.integers(0, 3, (2, 9)).astype(dtype if dtype != "float16" else np.float32)
+        picked = Tensor(small, dtype=dtype, device=device).topk(4, dim=1, largest=largest).indices
+        np.testing.assert_array_equal(picked.numpy(), expected_order(small, largest)[:, :4], err_msg=dtype)
+
+
+def test_topk_gradient_through_rounds(network):
+    values = rng.standard_normal((2, 40)).astype(np.float32)
+    x, reference = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    x.topk(3).values.sum().backward()
+    torch.topk(reference, 3).values.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), reference.grad.numpy())
