@@ -233,6 +233,13 @@ _writes_keeping_gradient: set[int] = set()
 _RELEASED = "released"  # `.grad` of a tensor whose gradient an assign invalidated (see `_values_to_keep`)
 
 
+def keep_values_before_writes(written: set[UOp]) -> None:
+    """Compute the live pending tensors and writes that read the current contents of the `written` buffers, before
+    something that runs outside a schedule (a TinyJit replay) overwrites them (see `_values_to_keep`)."""
+    if readers := _values_to_keep([], written, set(), []):
+        Tensor._realize_all(tuple(tensors_holding(readers)), tuple(node for node in readers if node.op is Ops.ASSIGN))
+
+
 def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[UOp], nodes: list[UOp]) -> list[UOp]:
     """The nodes of live pending tensors and of the writes pending on buffers (besides `outputs` and what this
     schedule computes) that read the old contents of an `overwritten` buffer: the schedule computes them too, before
@@ -864,9 +871,14 @@ class Tensor(
         if gradients := _pending_gradients(outputs, device):
             outputs += [gradient._uop for gradient in gradients]
         planned = plan_graph(outputs, device)
-        if planned.plan.overwritten:  # (buffers are allocated only for the final plan)
-            if readers := _values_to_keep(outputs, planned.overwritten(), planned.computed(), planned.nodes):
-                planned = plan_graph(outputs + readers, device, planned.walk)
+        # (buffers are allocated only for the final plan) the values that read what it overwrites join it, until
+        # none is left: a pending write that joins (it read a buffer the schedule overwrites) overwrites its own
+        while planned.plan.overwritten:
+            readers = _values_to_keep(outputs, planned.overwritten(), planned.computed(), planned.nodes)
+            if not readers:
+                break
+            outputs = outputs + readers
+            planned = plan_graph(outputs, device, planned.walk)
         schedule, becomes, remember = bind(planned)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,

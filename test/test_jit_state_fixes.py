@@ -359,3 +359,31 @@ def test_torch_load_still_refuses_code(torch, tmp_path):
         torch_load(path)
     with pytest.raises(pickle.UnpicklingError, match=r"torch\.nn\.modules\.linear\.Linear.*Save a state_dict"):
         torch_load(_saved(torch, tmp_path, torch.nn.Linear(2, 2)))
+
+
+def test_a_value_built_before_a_replay_keeps_what_the_replay_overwrites():
+    """`snap = w * 1` before a replayed step that writes w is w's value then: the replay computes it first, as the
+    function's own schedules compute what reads a buffer they overwrite (it gave the stepped weights from call 3)."""
+    weights = Tensor([1.0, 2.0]).contiguous().realize()
+
+    @TinyJit
+    def step(x):
+        weights.assign(weights + x).realize()
+        return weights
+
+    for _ in range(5):
+        before = weights.numpy().copy()
+        snapshot = weights * 1
+        step(Tensor([1.0, 1.0]))
+        np.testing.assert_array_equal(snapshot.numpy(), before)
+
+
+def test_a_pending_write_that_a_schedule_runs_first_keeps_its_readers_values():
+    """A write pending on `stat` reads `w`; overwriting w runs it first, and a value read from stat before that
+    write (`snap`) is computed before it too (it showed the written contents)."""
+    stat = Tensor([0.0, 0.0]).contiguous().realize()
+    w = Tensor([1.0, 2.0]).contiguous().realize()
+    snap = stat * 1
+    stat.assign(stat + w)
+    w.assign(w * 2).realize()
+    assert snap.tolist() == [0.0, 0.0] and stat.tolist() == [1.0, 2.0] and w.tolist() == [2.0, 4.0]

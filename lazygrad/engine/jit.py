@@ -143,6 +143,7 @@ class _Recording:
     plan: list[tuple[int, int, Any]] | None = None  # how a replay runs the launches, made at the first one
     # (tensor, the .grad the captured call gave it, whether that call started with no .grad): a replay gives it again
     gradients: list[tuple[weakref.ref, Any, bool]] = field(default_factory=list)
+    written: set | None = None  # the buffers its launches write, found at the first replay
 
 
 class TinyJit:
@@ -390,7 +391,14 @@ class TinyJit:
             return self._replay_locked(recording, tensors)
 
     def _replay_locked(self, recording: _Recording, tensors: list):
+        from lazygrad.tensor import keep_values_before_writes
+
         self._check_gradients(recording)
+        # a value built before the call from what the replay overwrites (a snapshot of the weights, a running
+        # statistic) is computed first, as the function's own schedules would have computed it
+        if recording.written is None:
+            recording.written = {launch.buffers[0] for launch in recording.launches if launch.buffers}
+        keep_values_before_writes(recording.written)
         for number, tensor in enumerate(tensors):
             if id(buffer_of(tensor.uop.base)) in recording.own:
                 tensors[number] = tensor.clone().realize()
