@@ -1,7 +1,7 @@
 """PyTorch ops beyond tinygrad's: NaN-ignoring and fused elementwise ops (fmax, fmin, frac, heaviside, addcmul,
 addcdiv, logaddexp2), searching and counting (searchsorted, bucketize, bincount, histc, unique, triu_indices,
-tril_indices), norms, products and membership (norm, cosine_similarity, cross, hypot, logit, isin), and torch's
-in-place `_` forms (add_, fill_, copy_, uniform_, ...). Each is a composition of other tensor ops; a search or a
+tril_indices), norms, products and membership (norm, cosine_similarity, cross, hypot, logit, isin), adaptive
+pooling, and torch's in-place `_` forms (add_, fill_, copy_, uniform_, ...). Each is a composition of other tensor ops; a search or a
 count compares every value with every boundary or bin (an arange) and sums, so its work is values × boundaries.
 `unique`, whose length depends on the values, is found on the host, as `nonzero`."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lazygrad.dtype import dtypes, to_dtype
+from lazygrad.dtype import dtypes, integer_range, to_dtype
 from lazygrad.tensor_elementwise import check_device_has, check_same_device, is_number, type_name
 from lazygrad.tensor_index import SELECT_FIX, comparable_index, refuse_host_values_in_capture
 from lazygrad.tensor_math import LN_2
@@ -339,6 +339,66 @@ class ExtraMixin:
         else:
             found = (self.unsqueeze(-1) == tests.reshape(-1)).any(-1)
         return ~found if invert else found
+
+    # ---- adaptive pooling --------------------------------------------------------------------------------------
+
+    def adaptive_avg_pool1d(self: Tensor, output_size) -> Tensor:
+        """The mean over `output_size` bins of the last axis, as torch's F.adaptive_avg_pool1d."""
+        return self._adaptive_pool(1, output_size, "avg", "adaptive_avg_pool1d")
+
+    def adaptive_avg_pool2d(self: Tensor, output_size) -> Tensor:
+        """The mean over bins of the last two axes, `output_size` of them (an int, or a pair with None keeping an
+        axis), as torch's F.adaptive_avg_pool2d: bin j of n values into m covers [floor(j n / m), ceil((j+1) n / m))."""
+        return self._adaptive_pool(2, output_size, "avg", "adaptive_avg_pool2d")
+
+    def adaptive_avg_pool3d(self: Tensor, output_size) -> Tensor:
+        """The mean over bins of the last three axes, as torch's F.adaptive_avg_pool3d."""
+        return self._adaptive_pool(3, output_size, "avg", "adaptive_avg_pool3d")
+
+    def adaptive_max_pool1d(self: Tensor, output_size) -> Tensor:
+        """The maximum over bins of the last axis, as torch's F.adaptive_max_pool1d (values only)."""
+        return self._adaptive_pool(1, output_size, "max", "adaptive_max_pool1d")
+
+    def adaptive_max_pool2d(self: Tensor, output_size) -> Tensor:
+        """The maximum over bins of the last two axes, as torch's F.adaptive_max_pool2d (values only)."""
+        return self._adaptive_pool(2, output_size, "max", "adaptive_max_pool2d")
+
+    def _adaptive_pool(self: Tensor, dims: int, output_size, kind: str, op_name: str) -> Tensor:
+        if self.ndim < dims:
+            raise ValueError(f"{op_name}: needs at least {dims} axes to pool, got shape {self.shape}")
+        sizes = (output_size,) * dims if as_int(output_size) is not None else tuple(output_size)
+        if len(sizes) != dims:
+            raise ValueError(f"{op_name}: output_size needs {dims} sizes, got {output_size!r}")
+        result = self._to_float() if kind == "avg" else self
+        for offset, size in enumerate(sizes):
+            axis = self.ndim - dims + offset
+            length = self.shape[axis]
+            size = length if size is None else as_int(size)
+            if size is None or size <= 0 or length == 0:
+                raise ValueError(
+                    f"{op_name}: output sizes must be positive ints over non-empty axes, got {output_size!r} for "
+                    f"{self.shape}"
+                )
+            moved = result.transpose(axis, -1)
+            if length % size == 0:  # (equal bins: a reshape and a reduce)
+                binned = moved.reshape(*moved.shape[:-1], size, length // size)
+                pooled = binned.mean(-1) if kind == "avg" else binned.max(-1)
+            else:  # (bins that overlap or differ in size: each one a row of a mask over the axis)
+                starts = [j * length // size for j in range(size)]
+                ends = [-(-(j + 1) * length // size) for j in range(size)]
+                inside = np.array([[start <= i < end for i in range(length)] for start, end in zip(starts, ends)])
+                mask = type(self)(inside, device=self.device)
+                if kind == "avg":
+                    weights = (mask.cast(moved.dtype) / mask.sum(-1, keepdim=True).cast(moved.dtype)).transpose(0, 1)
+                    pooled = moved @ weights
+                else:
+                    if moved.dtype.is_float:
+                        lowest = -math.inf
+                    else:
+                        lowest = False if moved.dtype == dtypes.bool else integer_range(moved.dtype)[0]
+                    pooled = mask.where(moved.unsqueeze(-2), lowest).max(-1)
+            result = pooled.transpose(axis, -1)
+        return result
 
     # ---- torch's in-place forms: the op's result written into this tensor, as `+=` does (see Tensor._in_place) -----
 

@@ -618,3 +618,30 @@ def test_rearrange_splits_merges_and_moves_axes():
     ):
         with pytest.raises(ValueError, match=f"rearrange: .*{message}"):
             x.rearrange(formula)
+
+
+def test_adaptive_pooling_matches_torch():
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(7)
+    images = rng.standard_normal((2, 3, 7, 10)).astype(np.float32)
+    for size in (1, (3, 5), (None, 4), (4, 6), (7, 10)):
+        for kind in ("avg", "max"):
+            ours = getattr(Tensor(images), f"adaptive_{kind}_pool2d")(size)
+            theirs = getattr(F, f"adaptive_{kind}_pool2d")(torch.tensor(images), size)
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{kind} {size}")
+    rows = rng.standard_normal((2, 3, 11)).astype(np.float32)
+    np.testing.assert_allclose(
+        Tensor(rows).adaptive_avg_pool1d(4).numpy(), F.adaptive_avg_pool1d(torch.tensor(rows), 4).numpy(), atol=1e-6
+    )
+    tolerance = {"rtol": 1e-5, "atol": 1e-6}
+    for kind in ("avg", "max"):
+        compare_backward(
+            [images],
+            lambda x, kind=kind: getattr(x, f"adaptive_{kind}_pool2d")((4, 6)),
+            lambda x, kind=kind: getattr(F, f"adaptive_{kind}_pool2d")(x, (4, 6)),
+            tolerance,
+            rng,
+        )
+    with pytest.raises(ValueError, match="adaptive_avg_pool2d: output_size needs 2 sizes"):
+        Tensor(images).adaptive_avg_pool2d((1, 2, 3))
