@@ -95,8 +95,13 @@ def reduce_gradient(out: UOp, grad: UOp) -> tuple[UOp]:
             none_zero.where(others, one_zero.where(finite_others * zero_slope, full_like(source, 0.0))),
         )
         return (expanded_grad * share,)
-    # max: the gradient goes to every maximal element, split evenly among ties
-    is_max = cast_like(equal(source, expand_to(out, source.shape)), source)
+    # max: the gradient goes to every maximal element, split evenly among ties; a NaN maximum is each NaN's (it
+    # equals nothing: the count was 0, and the gradient NaN everywhere)
+    peak = expand_to(out, source.shape)
+    is_max = equal(source, peak)
+    if source.dtype.is_float:
+        is_max = is_max.alu(Ops.OR, source.alu(Ops.CMPNE, source).alu(Ops.AND, peak.alu(Ops.CMPNE, peak)))
+    is_max = cast_like(is_max, source)
     count = expand_to(reduce_sum(is_max, axes), source.shape)
     return (divide(is_max, count) * expanded_grad,)
 

@@ -326,7 +326,11 @@ class ConvMixin:
         if self.ndim < count + 1:
             raise ValueError(f"{op_name}: needs an input with at least {count + 1} dimensions, got {self.shape}")
         kernel = _positive(kernel_size, count, "kernel_size", op_name)
-        stride = kernel if stride is None or stride == () else _positive(stride, count, "stride", op_name)
+        stride = (
+            kernel
+            if stride is None or isinstance(stride, tuple) and not stride
+            else _positive(stride, count, "stride", op_name)
+        )
         dilation = _positive(dilation, count, "dilation", op_name)
         pads = self._padding(padding, count, op_name)
         # (torch's limit, of the kernel without its dilation: a window then always holds an input element)

@@ -418,7 +418,8 @@ class CreationMixin:
         if not self.dtype.is_float:
             raise TypeError(f"multinomial: needs float weights, got {self.dtype}; cast them first (.float())")
         categories = self.shape[-1]
-        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+        num_samples = as_int(num_samples) if as_int(num_samples) is not None else num_samples
+        if not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
         if not replacement and num_samples > categories:
             raise ValueError(

@@ -264,30 +264,40 @@ class ExtraMixin:
 
     def norm(self: Tensor, p="fro", dim=None, keepdim: bool = False) -> Tensor:
         """The p-norm over `dim` (all elements by default), as torch.norm: "fro" and 2 the Euclidean norm, inf the
-        largest |x|, -inf the smallest, 0 the count of non-zero elements, another p (sum |x|^p)^(1/p)."""
+        largest |x|, -inf the smallest, 0 the count of non-zero elements, another p (sum |x|^p)^(1/p). Half and
+        bfloat16 are computed in float32 (their squares overflow past 256). At a zero vector the gradient is 0, as
+        torch's (the root's slope there is infinite)."""
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+            return self.float().norm(p, dim, keepdim).cast(self.dtype)
         source = self._to_float()
         axes = source._axes(dim, "norm")
-        if p == "fro" or p == 2:
-            return source.square().sum(axes, keepdim).sqrt()
-        if not isinstance(p, (int, float)) or isinstance(p, bool):
+        if p != "fro" and (isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating))):
             raise ValueError(f"norm: p must be 'fro' or a number, got {p!r} (the nuclear norm is not implemented)")
+        p = 2 if p == "fro" else float(p)
         magnitude = source.abs()
         if p == math.inf:
             return magnitude.max(axes, keepdim)
         if p == -math.inf:
             return magnitude.min(axes, keepdim)
-        if p == 0:
-            return (source != 0).cast(source.dtype).sum(axes, keepdim)
+        if p == 0:  # (a count: slope 0, through a select that is never taken)
+            return (source < source).where(source, (source != 0).cast(source.dtype)).sum(axes, keepdim)
         if p == 1:
             return magnitude.sum(axes, keepdim)
-        return (magnitude**p).sum(axes, keepdim) ** (1 / p)
+        if p == 2:
+            powered = magnitude.square()
+        else:  # (|x|^p by a select at 0, where its slope is infinite for p < 1: torch's gradient is 0 there)
+            nonzero = magnitude != 0
+            powered = nonzero.where(nonzero.where(magnitude, 1.0) ** p, 0.0)
+        total = powered.sum(axes, keepdim)
+        zero = total == 0  # (the root taken of 1 there, and the result 0 by a select: slope 0, not 0 * inf)
+        root = zero.where(1.0, total).sqrt() if p == 2 else zero.where(1.0, total) ** (1 / p)
+        return zero.where(0.0, root)
 
     def cosine_similarity(self: Tensor, other: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
-        """x·y / max(|x| |y|, eps) along `dim`, the operands broadcast (torch's F.cosine_similarity)."""
+        """x·y / (max(|x|, eps) max(|y|, eps)) along `dim`, the operands broadcast (torch's F.cosine_similarity)."""
         _check_tensor(other, "cosine_similarity", "the other operand")
         x, y = self._to_float()._operands(other._to_float(), "cosine_similarity")
-        dot = (x * y).sum(dim)
-        return dot / (x.square().sum(dim) * y.square().sum(dim)).maximum(eps * eps).sqrt()
+        return (x * y).sum(dim) / (x.norm(dim=dim).maximum(eps) * y.norm(dim=dim).maximum(eps))
 
     def cross(self: Tensor, other: Tensor, dim=None) -> Tensor:
         """The cross product of 3-vectors along `dim` (without it, the first axis of size 3, as torch.cross), the
@@ -388,9 +398,9 @@ class ExtraMixin:
                 ends = [-(-(j + 1) * length // size) for j in range(size)]
                 inside = np.array([[start <= i < end for i in range(length)] for start, end in zip(starts, ends)])
                 mask = type(self)(inside, device=self.device)
-                if kind == "avg":
-                    weights = (mask.cast(moved.dtype) / mask.sum(-1, keepdim=True).cast(moved.dtype)).transpose(0, 1)
-                    pooled = moved @ weights
+                if kind == "avg":  # (a select and a sum, not a product with the weights: 0 * inf is NaN)
+                    counts = type(self)(inside.sum(-1).astype(np.float32), device=self.device).cast(moved.dtype)
+                    pooled = mask.where(moved.unsqueeze(-2), 0.0).sum(-1) / counts
                 else:
                     if moved.dtype.is_float:
                         lowest = -math.inf

@@ -125,8 +125,8 @@ class LayoutMixin:
     def movedim(self: Tensor, source, destination) -> Tensor:
         """Axes `source` (an int or a sequence) moved to positions `destination`, the others keeping their order
         (torch.movedim; a view)."""
-        sources = (source,) if isinstance(source, int) else tuple(source)
-        destinations = (destination,) if isinstance(destination, int) else tuple(destination)
+        sources = (source,) if as_int(source) is not None else tuple(source)
+        destinations = (destination,) if as_int(destination) is not None else tuple(destination)
         if len(sources) != len(destinations):
             raise ValueError(
                 f"movedim: {len(sources)} source axes {sources} but {len(destinations)} destinations {destinations}"
@@ -158,9 +158,9 @@ class LayoutMixin:
     def pixel_shuffle(self: Tensor, upscale_factor: int) -> Tensor:
         """(..., C*r*r, H, W) -> (..., C, H*r, W*r): each group of r*r channels becomes an r×r block of pixels
         (torch.nn.functional.pixel_shuffle; a view)."""
-        r = upscale_factor
-        if not isinstance(r, int) or r < 1:
-            raise ValueError(f"pixel_shuffle: upscale_factor must be a positive int, got {r!r}")
+        r = as_int(upscale_factor)
+        if r is None or r < 1:
+            raise ValueError(f"pixel_shuffle: upscale_factor must be a positive int, got {upscale_factor!r}")
         if self.ndim < 3 or self.shape[-3] % (r * r):
             raise ValueError(
                 f"pixel_shuffle: input {self.shape} needs at least 3 dimensions with channels (dim -3) divisible by "
@@ -174,9 +174,9 @@ class LayoutMixin:
 
     def pixel_unshuffle(self: Tensor, downscale_factor: int) -> Tensor:
         """(..., C, H*r, W*r) -> (..., C*r*r, H, W), the inverse of `pixel_shuffle`."""
-        r = downscale_factor
-        if not isinstance(r, int) or r < 1:
-            raise ValueError(f"pixel_unshuffle: downscale_factor must be a positive int, got {r!r}")
+        r = as_int(downscale_factor)
+        if r is None or r < 1:
+            raise ValueError(f"pixel_unshuffle: downscale_factor must be a positive int, got {downscale_factor!r}")
         if self.ndim < 3 or self.shape[-2] % r or self.shape[-1] % r:
             raise ValueError(
                 f"pixel_unshuffle: input {self.shape} needs at least 3 dimensions with height and width (dims -2 and "
@@ -220,7 +220,8 @@ class LayoutMixin:
             return self.flatten().repeat_interleave(repeats, 0)
         check_has_axis(self.ndim, "repeat_interleave")
         dim = normalize_axis(dim, self.ndim, "repeat_interleave")
-        if isinstance(repeats, int):
+        if as_int(repeats) is not None and not hasattr(repeats, "uop"):
+            repeats = as_int(repeats)
             if repeats < 0:
                 raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
             x = self.unsqueeze(dim + 1)

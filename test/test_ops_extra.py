@@ -9,7 +9,7 @@ import pytest
 from test_ops import data
 from test_ops_backward import compare_backward
 
-from lazygrad import Tensor, TinyJit, dtypes
+from lazygrad import Tensor, TinyJit, dtypes, nn
 from lazygrad.engine.jit import JitError
 
 torch = pytest.importorskip("torch")
@@ -645,3 +645,44 @@ def test_adaptive_pooling_matches_torch():
         )
     with pytest.raises(ValueError, match="adaptive_avg_pool2d: output_size needs 2 sizes"):
         Tensor(images).adaptive_avg_pool2d((1, 2, 3))
+
+
+def test_norms_pools_and_similarity_at_the_hard_points_as_torch():
+    import torch.nn.functional as F
+
+    # an inf or NaN reaches only the bins it is in (a product with the bins' weights made 0 * inf NaN elsewhere)
+    values = np.array([[[1.0, 2.0, np.inf, 4.0, 5.0]]], np.float32)
+    np.testing.assert_array_equal(
+        Tensor(values).adaptive_avg_pool1d(3).numpy(), F.adaptive_avg_pool1d(torch.tensor(values), 3).numpy()
+    )
+    # the norm's gradient at a zero vector is 0, for every p (the root's slope is infinite there)
+    zeros = np.array([[0.0, 0.0, 0.0], [0.0, 3.0, -4.0]], np.float32)
+    for p in (2, 0.5, 3):
+        ours, theirs = Tensor(zeros, requires_grad=True), torch.tensor(zeros, requires_grad=True)
+        ours.norm(p, dim=1).sum().backward()
+        torch.norm(theirs, p, dim=1).sum().backward()
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, err_msg=str(p))
+    assert Tensor([300.0] * 8, dtype=dtypes.float16).norm().item() == pytest.approx(848.5, rel=1e-3)
+    tiny = np.array([[1e-5, 0.0]], np.float32)
+    np.testing.assert_allclose(
+        Tensor(tiny).cosine_similarity(Tensor(tiny)).numpy(),
+        F.cosine_similarity(torch.tensor(tiny), torch.tensor(tiny)).numpy(),
+        rtol=1e-6,
+    )
+    # a NaN maximum's gradient goes to the NaN (it was NaN everywhere)
+    x, reference = Tensor([1.0, np.nan, 3.0], requires_grad=True), torch.tensor([1.0, np.nan, 3.0], requires_grad=True)
+    x.max().backward()
+    reference.max().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), reference.grad.numpy())
+
+
+def test_numpy_ints_as_counts_factors_and_strides():
+    i = np.int64(2)
+    x = Tensor.ones(2, 3, 4)
+    assert x.movedim(np.int64(0), 2).shape == (3, 4, 2)
+    assert x.repeat_interleave(i, dim=1).shape == (2, 6, 4)
+    assert x.reshape(6, 4).multinomial(i).shape == (6, 2)
+    assert x.reshape(1, 2, 3, 4).max_pool2d(kernel_size=2, stride=i).shape == (1, 2, 1, 2)
+    assert Tensor.ones(1, 4, 2, 2).pixel_shuffle(i).shape == (1, 1, 4, 4)
+    assert nn.LayerNorm(np.int64(4))(Tensor.ones(2, 4)).shape == (2, 4)
+    assert x.norm(p=np.int64(3)).item() == pytest.approx(24 ** (1 / 3), rel=1e-6)

@@ -261,7 +261,9 @@ class LayerNorm:
     bias unless `bias=False`, as in torch)."""
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True):
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape = (
+            (int(normalized_shape),) if isinstance(normalized_shape, (int, np.integer)) else tuple(normalized_shape)
+        )
         self.eps = eps
         self.weight = Tensor.ones(*self.normalized_shape).contiguous().realize() if elementwise_affine else None
         self.bias = Tensor.zeros(*self.normalized_shape).contiguous().realize() if elementwise_affine and bias else None
