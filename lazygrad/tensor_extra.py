@@ -432,30 +432,6 @@ class ExtraMixin:
 
     clip_ = clamp_
 
-    def neg_(self: Tensor) -> Tensor:
-        return self._in_place("neg_", -self)
-
-    def abs_(self: Tensor) -> Tensor:
-        return self._in_place("abs_", self.abs())
-
-    def exp_(self: Tensor) -> Tensor:
-        return self._in_place("exp_", self.exp())
-
-    def log_(self: Tensor) -> Tensor:
-        return self._in_place("log_", self.log())
-
-    def sqrt_(self: Tensor) -> Tensor:
-        return self._in_place("sqrt_", self.sqrt())
-
-    def relu_(self: Tensor) -> Tensor:
-        return self._in_place("relu_", self.relu())
-
-    def sigmoid_(self: Tensor) -> Tensor:
-        return self._in_place("sigmoid_", self.sigmoid())
-
-    def tanh_(self: Tensor) -> Tensor:
-        return self._in_place("tanh_", self.tanh())
-
     def masked_fill_(self: Tensor, mask: Tensor, value) -> Tensor:
         return self._in_place("masked_fill_", self.masked_fill(mask, value))
 
@@ -499,6 +475,21 @@ class ExtraMixin:
         """The (2, N) row and column indices of the lower triangle of a row × col matrix, from the diagonal
         `offset` down (torch.tril_indices)."""
         return _triangle_indices(cls, row, col, offset, dtype, device, "tril_indices", upper=False)
+
+
+def _unary_in_place(name: str):
+    """torch's in-place form of the unary op `name` (`exp_`): its result written into the tensor."""
+
+    def in_place(self: Tensor) -> Tensor:
+        return self._in_place(f"{name}_", getattr(self, name)())
+
+    in_place.__name__ = in_place.__qualname__ = f"{name}_"
+    in_place.__doc__ = f"`{name}` written into this tensor, as torch's `{name}_`."
+    return in_place
+
+
+for _name in ("neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"):
+    setattr(ExtraMixin, f"{_name}_", _unary_in_place(_name))
 
 
 def _check_addc_value(value, tensors, op_name: str) -> None:
