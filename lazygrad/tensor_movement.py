@@ -125,10 +125,13 @@ class MovementMixin:
         # (noted on a source not in memory: a write into it, or its realization, moves the tensors made of it that are
         # views in torch's terms onto its memory, see tensor_index's `move_views`; a view of memory shows its writes
         # already. A computation's node dies with its graph, and its notes with it)
-        if source.op is not Ops.BUFFER:
+        if source.op is not Ops.BUFFER and memory_of(source) is None:
             views = source.__dict__.get("views")
             if views is None:
                 views = source.__dict__["views"] = {}
+            elif len(views) >= 64:  # (a loop of views of one long-lived value: the dead ones go)
+                for key in [key for key, reference in views.items() if reference() is None]:
+                    del views[key]
             views[id(node)] = weakref.ref(node)
         if result._requires_grad is False and memory_of(source) is not None:
             # (made with gradients off: still a view of the memory, through which no gradient flows; or a copy, as
