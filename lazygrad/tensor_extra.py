@@ -333,11 +333,12 @@ class ExtraMixin:
         return (a.isinf() | b.isinf()).where(math.inf, result)
 
     def logit(self: Tensor, eps: float | None = None) -> Tensor:
-        """log(p / (1 - p)), with p clamped to [eps, 1 - eps] where `eps` is given (torch.logit)."""
+        """log(p / (1 - p)), with p clamped to [eps, 1 - eps] where `eps` is given (torch.logit); as log(p) -
+        log1p(-p), whose slope at 0 and 1 is inf, as torch's (the quotient's was NaN there)."""
         p = self._to_float()
         if eps is not None:
             p = p.clamp(eps, 1 - eps)
-        return (p / (1 - p)).log()
+        return p.log() - (-p).log1p()
 
     def isin(self: Tensor, test_elements, invert: bool = False) -> Tensor:
         """Whether each element is among `test_elements` (a tensor or a number), as torch.isin: each element is
