@@ -17,14 +17,10 @@ from lazygrad.tensor_elementwise import check_device_has, check_same_device, is_
 from lazygrad.tensor_index import SELECT_FIX, comparable_index, refuse_host_values_in_capture
 from lazygrad.tensor_math import LN_2
 from lazygrad.tensor_movement import as_int, normalize_axis
+from lazygrad.tensor_nn import _check_tensor
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
-
-
-def _check_tensor(value, op_name: str, what: str) -> None:
-    if not hasattr(value, "uop"):
-        raise TypeError(f"{op_name}: {what} must be a Tensor, got {type_name(value)}")
 
 
 def _host_extrema(tensor: Tensor) -> tuple:

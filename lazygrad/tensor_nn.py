@@ -13,7 +13,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.engine.realize import run_host
 from lazygrad.helpers import prod
 from lazygrad.tensor_conv import _pair
-from lazygrad.tensor_elementwise import broadcast_shape, check_same_device
+from lazygrad.tensor_elementwise import broadcast_shape, check_same_device, type_name
 from lazygrad.tensor_index import comparable_index, refuse_host_values_in_capture
 from lazygrad.tensor_movement import as_int
 
@@ -57,7 +57,7 @@ def _check_reduction(reduction: str, op_name: str) -> None:
 
 def _check_tensor(value, op_name: str, what: str) -> None:
     if not hasattr(value, "uop"):
-        raise TypeError(f"{op_name}: {what} must be a Tensor, got {type(value).__name__}")
+        raise TypeError(f"{op_name}: {what} must be a Tensor, got {type_name(value)}")
 
 
 def _check_target(prediction: Tensor, target, op_name: str, noun: str) -> None:
