@@ -43,6 +43,12 @@ def layer_norm(x):
     return centered / ((centered * centered).mean(-1, keepdim=True) + 1e-5).sqrt()
 
 
+def embedding_gradient(upstream, tokens):
+    """The gradient of a lookup in a table of 32,000 rows: each token's upstream row added into its row."""
+    zeros = Tensor.zeros if isinstance(upstream, Tensor) else __import__("torch").zeros
+    return zeros(32000, upstream.shape[-1]).index_add(0, tokens.reshape(-1), upstream.reshape(-1, upstream.shape[-1]))
+
+
 class Indices(tuple):
     """An input of random int64 indices below `high` (a shape's place in a case), not of normal floats."""
 
@@ -91,6 +97,7 @@ CASES = {
     "top-50 of 1x50257 (sampling)": (lambda a: a.topk(50)[0], [(1, 50257)]),
     "cummax 1x100000": (lambda a: a.cummax(1)[0], [(1, 100000)]),
     "embedding lookup 32000x512, 4x128 tokens": (lambda table, idx: table[idx], [(32000, 512), Indices(32000, 4, 128)]),
+    "embedding gradient 32000x512, 4x128 tokens": (embedding_gradient, [(4, 128, 512), Indices(32000, 4, 128)]),
     "gather along axis 1 of 4096x1024": (lambda a, idx: a.gather(1, idx), [(4096, 1024), Indices(1024, 4096, 8)]),
 }
 

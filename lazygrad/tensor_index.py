@@ -458,13 +458,15 @@ class IndexMixin:
         mask, values = self._scatter_inputs(dim, index, src, op_name)
         hits = mask._sum_unwidened(dim)
         values = values.expand(mask.shape)
-        if include_self:
+        if include_self and reduce not in ("sum", "mean"):
             # self takes part as one more writer that hits every place
             every = type(self).full((*mask.shape[:dim], 1, *mask.shape[dim + 1 :]), True, device=self.device)
             mask = mask.cat(every, dim=dim)
             values = values.cat(self.unsqueeze(dim), dim=dim)
         if reduce in ("sum", "mean"):
             combined = mask.where(values, 0).sum(dim, dtype=values._unwidened_dtype())
+            if include_self:  # (added to the sum: into zeros, the sum alone is left, which codegen runs as a scatter)
+                combined = self.cast(combined.dtype) + combined
             if reduce == "mean":
                 count = hits + 1 if include_self else hits.maximum(1)
                 combined = combined / count if self.dtype.is_float else combined.floordiv(count)

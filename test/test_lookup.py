@@ -241,3 +241,22 @@ def test_sort_topk_and_running_extremes_name_their_results():
     np.testing.assert_array_equal(x.cummin(0).indices.numpy(), expected.cummin(0).indices.numpy())
     values, indices = x.sort(descending=True)  # (still a pair)
     assert values.tolist() == [3.0, 2.0, 1.0] and indices.tolist() == [0, 2, 1]
+
+
+def test_a_lookup_gradient_and_index_add_are_scatters(device):
+    """The gradient of a lookup in a large table, and index_add into zeros, add each row where it belongs (codegen's
+    SCATTER on a CPU: no loop over the table for each token), with the values np.add.at gives."""
+    weight = Tensor(rng.standard_normal((3000, 8)).astype(np.float32), device=device, requires_grad=True)
+    tokens = rng.integers(0, 3000, (4, 16)).astype(np.int32)
+    tokens[0, :4] = 7  # (a row chosen again and again)
+    upstream = rng.standard_normal((4, 16, 8)).astype(np.float32)
+    (weight[Tensor(tokens, device=device)] * Tensor(upstream, device=device)).sum().backward()
+    expected = np.zeros((3000, 8), np.float32)
+    np.add.at(expected, tokens, upstream)
+    np.testing.assert_allclose(weight.grad.numpy(), expected, rtol=1e-6, atol=1e-6)
+    added = Tensor.zeros(3000, 8, device=device).index_add(
+        0, Tensor(tokens.reshape(-1), device=device), Tensor(upstream.reshape(-1, 8), device=device)
+    )
+    np.testing.assert_allclose(added.numpy(), expected, rtol=1e-6, atol=1e-6)
+    unchosen = np.setdiff1d(np.arange(3000), tokens)
+    assert not np.signbit(added.numpy()[unchosen]).any()  # (+0.0, as torch's)

@@ -6,6 +6,7 @@ from support import available
 
 from lazygrad import Device, Tensor
 from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts, thread_opts
+from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import (
     KernelOptError,
@@ -128,6 +129,8 @@ def test_partial_unroll_of_a_max_reduce():
         (Opt(S, 0, 3), "must be at least 2 and divide the loop's 8 iterations"),
         (Opt(LANES, 0), "takes a reduce loop and no amount"),
         (Opt(LANES, 2, 4), "takes a reduce loop and no amount"),
+        (Opt(OptOp.SCATTER, 0), "does not select its values by loop 0"),
+        (Opt(OptOp.SCATTER, 2), "a reduce loop, not an output loop"),
     ],
     ids=str,
 )
@@ -333,7 +336,6 @@ def test_a_reduce_the_same_for_every_output_channel_runs_once_before_their_loop(
     # with a .sum() loss, a convolution's weight gradient does not depend on the output channel: that loop stays a
     # loop and opens after the reduce has run (16 registers upcast only 2 of its 16 iterations: the other 8 would
     # each run the whole reduce again), while the input channels' loop stays split across cores
-    from lazygrad.codegen.linearize import linearize
     from lazygrad.codegen.renderer import Target
 
     x, x_data = realized(4, 3, 8, 8)
@@ -725,8 +727,6 @@ def test_pack_of_batched_padded_and_float64_products(host):
 
 
 def test_the_copy_runs_between_the_output_loops():
-    from lazygrad.codegen.linearize import linearize
-
     a, _ = realized(16, 12)
     b, _ = realized(12, 32)
     kernel = apply_opts(kernel_of(a @ b), (Opt(U, 1, 8), Opt(K, 0)), Device["LLVM"].renderer.target)
@@ -926,7 +926,6 @@ def test_pad_keeps_the_product_and_writes_nothing_past_it(host, opts):
     a, b = on(host, x, y)
     np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-5, atol=1e-5)
     # the stores of the iterations past the end are made only where they are inside it
-    from lazygrad.codegen.linearize import linearize
     from lazygrad.codegen.renderer import kernel_name
     from lazygrad.codegen.renderer.llvmir import LLVMRenderer
 
@@ -966,3 +965,77 @@ def test_the_heuristic_pads_loops_a_block_nearly_divides():
     e, _ = realized(197, 64)
     f, _ = realized(256, 64)
     assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(e @ f.T), avx512)}
+
+
+# ---- SCATTER: a lookup's gradient ----------------------------------------------------------------------------------
+
+SC = OptOp.SCATTER
+
+
+def selected_sum(device: str = "LLVM", rows: int = 9, columns: int = 8) -> tuple[Tensor, np.ndarray]:
+    """A lookup's gradient in the form SCATTER takes, Σ_t where(a_t == row and keep_t, value_t, 0), as one kernel of
+    output loops (row 0, column 1) and reduce loop 2; and NumPy's. Some a_t lie outside the table, repeat or are
+    not kept, and the steps not kept hold NaN and inf."""
+    a = np.array([3, -1, 7, 3, rows, 0, 3, 2**31 - 1, 5, 7, 8, 3], np.int32)
+    keep = np.array([1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1, 1], bool)
+    values = rng.standard_normal((len(a), columns)).astype(np.float32)
+    values[~keep] = [np.nan, np.inf] * (columns // 2)
+    chosen = (Tensor(a, device=device).reshape(-1, 1) == Tensor.arange(rows, device=device)) & Tensor(
+        keep, device=device
+    ).reshape(-1, 1)
+    value = Tensor(values, device=device).realize()
+    total = chosen.unsqueeze(-1).where(value.unsqueeze(1), 0).sum(0)
+    expected = np.zeros((rows, columns), np.float32)
+    inside = keep & (a >= 0) & (a < rows)
+    np.add.at(expected, a[inside], values[inside])
+    return total, expected
+
+
+@pytest.mark.parametrize("opts", [(Opt(SC, 0),), (Opt(SC, 0), Opt(U, 1, 4)), (Opt(SC, 0), Opt(U, 1, 8))], ids=str)
+@pytest.mark.parametrize("device", ["LLVM", "CPU", "PYTHON"])
+def test_a_scatter_keeps_the_selected_sum(device, opts):
+    total, expected = selected_sum(available(device))
+    np.testing.assert_allclose(run_with(total, opts), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("opts", [(Opt(SC, 0), Opt(L, 1, 4)), (Opt(SC, 0), Opt(U, 1, 2), Opt(L, 1, 4))], ids=str)
+def test_a_scatter_on_threads_keeps_the_selected_sum(threaded, opts):
+    total, expected = selected_sum(threaded)
+    np.testing.assert_allclose(run_with(total, opts), expected, rtol=1e-6)
+
+
+def test_a_scatter_zeroes_its_rows_then_adds_each_step_in_turn():
+    total, _ = selected_sum()
+    kernel = apply_opts(kernel_of(total), (Opt(SC, 0),))
+    assert not any(node.op is Ops.RANGE_REDUCE for node in kernel.toposort)
+    zeros, steps = kernel.src
+    assert zeros.src[2].op is Ops.CONST and zeros.src[2].arg == 0
+    assert steps.src[2].src[0].op is Ops.LOAD and steps.src[2].src[0].src[0] is steps.src[0]  # (an add in place)
+    program = linearize(kernel)
+    loops = [(node.src[0].arg, node.arg[1]) for node in program if node.op is Ops.RANGE]
+    assert loops == [(8, LoopKind.GLOBAL), (9, LoopKind.SCATTER), (12, LoopKind.SCATTER)]
+
+
+def test_a_scatter_that_does_not_fit_is_an_error():
+    total, _ = selected_sum()
+    with pytest.raises(KernelOptError, match="of one output"):
+        apply_opts(kernel_of(total), (Opt(U, 1, 2), Opt(SC, 0)))
+    table = Tensor(rng.standard_normal((5, 3)).astype(np.float32)).realize()
+    a = Tensor(np.array([1, 4, 1], np.int32)).realize()
+    chosen = a.reshape(-1, 1) == Tensor.arange(5)
+    times_row = chosen.unsqueeze(-1).where(table[:3].unsqueeze(1) * Tensor.arange(5).reshape(1, 5, 1), 0).sum(0)
+    with pytest.raises(KernelOptError, match="depend on loop 0 beyond its selection"):
+        apply_opts(kernel_of(times_row), (Opt(SC, 0),))
+    steps = Tensor(rng.standard_normal((3, 2, 1)).astype(np.float32)).realize()
+    twice = (a.reshape(3, 1, 1) == Tensor.arange(5)).where(steps, 0).sum((0, 1))  # (a_t the same for both s)
+    with pytest.raises(KernelOptError, match="does not move along every loop"):
+        apply_opts(kernel_of(twice), (Opt(SC, 0),))
+
+
+def test_the_heuristic_scatters_a_lookup_gradient_in_vectors_of_columns():
+    target = Device["LLVM"].renderer.target
+    weight = Tensor(rng.standard_normal((5000, 16)).astype(np.float32), requires_grad=True)
+    tokens = Tensor(rng.integers(0, 5000, (2, 32)).astype(np.int32))
+    upstream = Tensor(rng.standard_normal((2, 32, 16)).astype(np.float32)).realize()
+    (weight[tokens] * upstream).sum().backward()
+    assert heuristic_opts(kernel_of(weight.grad), target) == (Opt(SC, 0), Opt(U, 1, target.vector_width))

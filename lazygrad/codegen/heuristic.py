@@ -1,6 +1,8 @@
 """The default action list for a kernel (see codegen/opt.py), chosen from the kernel's own graph and the device's
 Target, in the order they apply:
 
+- on a CPU, a sum of values selected by an output loop (a lookup's gradient) as a scatter, where its V + T steps a
+  column, with only the columns side by side, take less time than the V·T of the sum (`scatter_selected_sum`);
 - split loops that are indexed through a division and a modulo (two axes a reshape merged) into the two loops they
   stand for;
 - merge neighbouring loops whose indices only appear together as `outer*size + inner`, so a contiguous kernel runs
@@ -466,9 +468,11 @@ def unroll_small_reduces(plan: Plan, target: Target) -> None:
         plan.apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
 
 
-def shaped(sink: UOp, target: Target | None = None) -> Plan:
-    """The plan (for `target`) after the loop changes that come before register blocking."""
+def shaped(sink: UOp, target: Target | None = None, opts: list[Opt] | None = None) -> Plan:
+    """The plan (for `target`) after the loop changes that come before register blocking (following the actions
+    `opts` that made `sink`, if any)."""
     plan = Plan(sink, target)
+    plan.opts = list(opts or [])
     split_divided_loops(plan)
     merge_loops(plan)
     upcast_selecting_loops(plan)
@@ -740,12 +744,45 @@ def block_transposed_reads(plan: Plan) -> None:
                 return
 
 
+def scatter_selected_sum(plan: Plan, target: Target) -> None:
+    """SCATTER the kernel's sum where the scatter's V + T steps a column, with only its columns shared by the cores'
+    vector lanes, take less time than the sum's V·T a column (a compare and a select each), whose rows are shared
+    too. Measured here, the scatter won from a table of 10 rows on (10 rows, 1,000 steps, 16 columns: 3 µs against
+    7; 5,000 rows, 64 steps: 4 µs against 202). (On a GPU, where a column is a thread, the scatter needs atomic adds
+    to be worth it: not yet.)"""
+    (store,) = plan.sink.src
+    if store.op is not Ops.STORE or store.src[2].op is not Ops.RANGE_REDUCE:
+        return
+    lanes, length = target.cores * target.vector_width, prod(loop.src[0].arg for loop in store.src[2].src[1:])
+    outputs = prod(loop.src[0].arg for loop in output_loops(plan.sink))
+    for loop in output_loops(plan.sink):
+        rows = loop.src[0].arg
+        columns = outputs // rows
+        if (rows + length) / min(lanes, columns) < rows * length / min(lanes, outputs):
+            if plan.try_apply(Opt(OptOp.SCATTER, loop.arg[0])):
+                break
+    else:
+        return
+    # each step a vector of neighbouring columns: the zeros fill whole cache lines, and the adds are vector ops
+    for loop in reversed(output_loops(plan.sink)):
+        if stride(store_index(plan.sink), loop) == 1:
+            plan.try_apply(Opt(OptOp.UPCAST, loop.arg[0], largest_divisor(loop.src[0].arg, target.vector_width)))
+            return
+
+
+def store_index(sink: UOp) -> UOp:
+    return next(node.src[1] for node in kernel_nodes(sink) if node.op is Ops.STORE)
+
+
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, pack: bool = True) -> tuple[Opt, ...]:
     """The default actions for the prepared kernel `sink` on `target` (with the register block `blocking` where
     one applies and is given; copying a shared input onto the stack unless `pack` is False)."""
     if target.max_threads:
         return thread_opts(sink, target)
-    plan = shaped(sink, target)
+    plan = Plan(sink, target)
+    if len(sink.src) == 1:
+        scatter_selected_sum(plan, target)
+    plan = shaped(plan.sink, target, plan.opts)
     loop_around_reduces(plan)
     shape = matrix_shape(plan.sink, target)
     block_registers(plan, target, blocking, shape)

@@ -15,6 +15,8 @@ barrier) runs where the output loops it needs are open, before the next one open
 
 from __future__ import annotations
 
+import itertools
+
 from lazygrad.codegen.lower import reduce_identity
 from lazygrad.codegen.opt import kernel_nodes, loops_used, output_loops, union_of
 from lazygrad.uop.ops import LoopKind, Ops, UOp
@@ -156,19 +158,36 @@ class Linearizer:
             self.linear[member] = UOp(Ops.LOAD, member.dtype, (accumulator,))
             self.program.append(self.linear[member])
 
-    def emit_pack(self, barrier: UOp) -> None:
-        """A copy onto the stack: what does not depend on its loops first, then the loops around its stores."""
-        loops = self.packs[barrier]
-        for node in toposort_until_reduce(barrier.src, self.linear):
+    def emit_in_loops(self, stores: tuple[UOp, ...], loops: list[UOp]) -> None:
+        """Stores inside loops of their own (a PACK's copy, a SCATTER's steps): what does not depend on the loops
+        first, then the loops around the stores."""
+        for node in toposort_until_reduce(stores, self.linear):
             if node.op is not Ops.RANGE and not self.used[node].intersection(loops):
                 self.emit_node(node)
         for loop in loops:
             self.open_loop(loop)
-        for store in barrier.src:
+        for store in stores:
             self.emit(store)
         for loop in reversed(loops):
             self.close_loop(loop)
+
+    def emit_pack(self, barrier: UOp) -> None:
+        self.emit_in_loops(barrier.src, self.packs[barrier])
         self.emit_node(barrier)
+
+    def emit_stores(self) -> None:
+        """The kernel's stores, in order; each run of stores made by the same loops of a SCATTER in one nest of them
+        (its zeros, then its steps: each in turn, after the one before)."""
+        for loops, run in itertools.groupby(self.sink.src, key=self.scatter_loops):
+            if loops:
+                self.emit_in_loops(tuple(run), list(loops))
+            else:
+                for store in run:
+                    self.emit(store)
+
+    def scatter_loops(self, store: UOp) -> tuple[UOp, ...]:
+        loops = (loop for loop in self.used[store] if loop.arg[1] is LoopKind.SCATTER)
+        return tuple(sorted(loops, key=lambda loop: loop.arg[0]))
 
     def run(self) -> list[UOp]:
         self.program.extend(self.sink.arg)
@@ -191,8 +210,7 @@ class Linearizer:
                 if node not in self.linear and self.used[node] <= self.open:
                     self.emit(node)
             self.open_loop(loop)
-        for store in self.sink.src:
-            self.emit(store)
+        self.emit_stores()
         for loop in reversed(outputs):
             self.close_loop(loop)
         return self.program

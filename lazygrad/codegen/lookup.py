@@ -5,7 +5,9 @@ Lowering leaves that sum as a loop; this rewrite makes it a load at `a`, gated b
 in a table of V rows then reads one row instead of V, and codegen sees an elementwise kernel.
 
 The tensor graph keeps the one-hot form, so a lookup's gradient (a sum over the lookups that chose each row) stays a
-composition of primitives; only its forward reads change here."""
+composition of primitives; only its forward reads change here. That gradient is the same sum with the selection made
+by an output loop instead (`Σ_t where(a_t == row, value_t, 0)`); codegen's SCATTER action (codegen/opt.py) runs it as
+a scatter, with the helpers here."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def _loop_index_cast(node: UOp, loop: UOp) -> bool:
     return node is loop
 
 
-def _equal_to_loop(condition: UOp, loop: UOp) -> UOp | None:
+def equal_to_loop(condition: UOp, loop: UOp) -> UOp | None:
     """`a` where `condition` is `a == loop index` (rendered as not(a != index)), `a` an integer free of the loop."""
     if condition.op is not Ops.XOR or not any(s.op is Ops.CONST and s.arg is True for s in condition.src):
         return None
@@ -40,7 +42,7 @@ def _equal_to_loop(condition: UOp, loop: UOp) -> UOp | None:
     return None
 
 
-def _condition_and_value(body: UOp) -> tuple[UOp, UOp] | None:
+def condition_and_value(body: UOp) -> tuple[UOp, UOp] | None:
     """(condition, value) where `body` is `value` if the condition holds else 0, cast or not (a half lookup sums in
     float32). A product with the condition's 0 or 1 is not one: 0 * inf is NaN, so a one-hot matrix times a table
     with an infinite row is NaN everywhere, as in torch, and that stays a sum."""
@@ -58,20 +60,20 @@ def _condition_and_value(body: UOp) -> tuple[UOp, UOp] | None:
 
 def _selection(body: UOp, loop: UOp) -> tuple[UOp, UOp, UOp | None] | None:
     """(a, value, other condition) where `body` is `value` if `a == loop index` (and the other condition) else 0."""
-    selected = _condition_and_value(body)
+    selected = condition_and_value(body)
     if selected is None:
         return None
     condition, value = selected
     clauses = gate_clauses(condition)  # (a conjunction: one clause may be the selection)
     for clause in clauses:
-        a = _equal_to_loop(clause, loop)
+        a = equal_to_loop(clause, loop)
         if a is not None:
             others = [c for c in clauses if c is not clause]
             return a, value, functools.reduce(UOp.logical_and, others) if others else None
     return None
 
 
-def _gated(node: UOp, valid: UOp, index: UOp) -> UOp:
+def gate_loads_reading(node: UOp, valid: UOp, index: UOp) -> UOp:
     """`node` with every load whose index reads `index` gated by `valid` (it may lie outside the buffer otherwise)."""
     gated = {}
     for load in node.toposort:
@@ -93,7 +95,9 @@ def collapse_lookup(reduce: UOp) -> UOp | None:
         inside = UOp.const(dtypes.index, -1).lt(index).logical_and(index.lt(loop.src[0].arg))
         condition = inside if rest is None else inside.logical_and(rest)
         picked = substitute(condition.where(value, UOp.const(value.dtype, 0)), {loop: index})
-        picked = _gated(picked, inside, index)  # (the loads of `rest` too: it is read before it is known to hold)
+        picked = gate_loads_reading(
+            picked, inside, index
+        )  # (the loads of `rest` too: it is read before it is known to hold)
         remaining = tuple(other for other in loops if other is not loop)
         return UOp(Ops.RANGE_REDUCE, reduce.dtype, (picked, *remaining), reduce.arg) if remaining else picked
     return None

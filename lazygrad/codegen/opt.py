@@ -57,6 +57,14 @@ On a CPU (a target with `pack_bytes`):
   along an output loop of the same size (a softmax's exponentials), is kept in a buffer on the stack as the reduce
   runs, and the outputs read it back once the reduce is done instead of computing it again.
 
+On every device, and first in the list:
+
+- SCATTER(axis): the kernel's one output is a sum over loops t of values selected by output loop `axis` (a lookup's
+  gradient: `Σ_t where(a_t == row, value_t, 0)`, a one-hot column of the table for each row): run it as a scatter.
+  Each output iteration of the other loops (a column) first stores zeros along the selecting loop, then adds each
+  value_t at row a_t, in order (a store after a load of the same element, in loops of kind SCATTER). That is V + T
+  steps a column instead of V·T, but its columns are the only work that runs side by side.
+
 On devices with tensor cores (the target's `tensor_cores`):
 
 - TC(axis, tiles): run the sum of products over reduce loop `axis` on tensor cores, a block computing tiles × tiles
@@ -71,12 +79,13 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lazygrad.codegen.lookup import condition_and_value, equal_to_loop, gate_loads_reading
 from lazygrad.codegen.lower import reduce_identity
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ALLOW_TF32, Kinds, auto, prod
 from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
 from lazygrad.uop.pattern import substitute
-from lazygrad.uop.symbolic import simplify, simplify_gated_loads, split_term, sum_terms
+from lazygrad.uop.symbolic import gate_clauses, simplify, simplify_gated_loads, split_term, sum_terms
 
 if TYPE_CHECKING:
     from lazygrad.codegen.renderer import Target
@@ -97,6 +106,7 @@ class OptOp(Kinds):
     STASH = auto()
     TC = auto()
     PAD = auto()
+    SCATTER = auto()
 
 
 THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP, OptOp.TILE})  # the actions for targets with threads
@@ -700,6 +710,54 @@ def stash(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     return replace_ranges(sink, {reduce: kept_reduce, again: read}, {}, simplified=False)
 
 
+def scatter(sink: UOp, loop: UOp) -> UOp:
+    """The sum over lookups selected by output loop `loop`, run as a scatter: zeros stored along `loop`, then each
+    selected value added at the index that selects it (see SCATTER)."""
+    name = f"SCATTER({loop.arg[0]})"
+    if loop.arg[1] is not LoopKind.GLOBAL:
+        raise KernelOptError(f"{name}: loop {loop.arg[0]} is a {loop.arg[1].name.lower()} loop, not an output loop")
+    nodes = kernel_nodes(sink)
+    if len(sink.src) != 1 or sink.src[0].op is not Ops.STORE or len(sink.src[0].src) != 3:
+        raise KernelOptError(f"{name}: it takes a kernel of one output (and before any other action)")
+    output, index, reduce = sink.src[0].src
+    if reduce.op is not Ops.RANGE_REDUCE or reduce.arg is not Ops.ADD:
+        raise KernelOptError(f"{name}: the kernel's output is not a sum")
+    if sum(node.op is Ops.RANGE_REDUCE for node in nodes) != 1:
+        raise KernelOptError(f"{name}: the values summed are sums themselves")
+    if any(
+        node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL and node.src[0].arg == output.arg for node in nodes
+    ):
+        raise KernelOptError(f"{name}: the kernel reads its output, which the zeros would overwrite")
+    selected = condition_and_value(reduce.src[0])
+    clauses = gate_clauses(selected[0]) if selected is not None else []
+    chosen = next(((clause, a) for clause in clauses if (a := equal_to_loop(clause, loop)) is not None), None)
+    if chosen is None:
+        raise KernelOptError(f"{name}: the sum does not select its values by loop {loop.arg[0]}")
+    used, (clause, a), value = loops_used(sink), chosen, selected[1]
+    others = [other for other in clauses if other is not clause]
+    if loop in used[value] or any(loop in used[other] for other in others):
+        raise KernelOptError(f"{name}: the values summed depend on loop {loop.arg[0]} beyond its selection")
+    # (each step's load of the element it adds to must follow the step before: its index moves with every loop)
+    if not set(reduce.src[1:]) <= used[a]:
+        raise KernelOptError(f"{name}: the selecting index does not move along every loop of the sum")
+    row = a.cast(dtypes.index)
+    inside = UOp.const(dtypes.index, -1).lt(row).logical_and(row.lt(loop.src[0].arg))
+    # a step whose row is outside the table, or whose other conditions fail, adds 0 to row 0: the sum starts at +0.0
+    # and so is never -0.0, and x + 0 is x (NaN and inf too). Ungated, the steps of neighbouring columns are one
+    # vector load, add and store.
+    at = substitute(index, {loop: inside.where(row, UOp.const(dtypes.index, 0))})
+    added = functools.reduce(UOp.logical_and, others, inside).where(
+        gate_loads_reading(value, inside, row), UOp.const(value.dtype, 0)
+    )
+    zeros_at = substitute(index, {loop: new_loop(loop, loop.src[0].arg, LoopKind.SCATTER)})
+    stores = (
+        UOp(Ops.STORE, src=(output, zeros_at, UOp.const(reduce.dtype, 0))),
+        UOp(Ops.STORE, src=(output, at, UOp(Ops.LOAD, reduce.dtype, (output, at)) + added)),
+    )
+    steps = {r: new_loop(r, r.src[0].arg, LoopKind.SCATTER) for r in reduce.src[1:]}
+    return replace_ranges(sink.replace(src=stores), steps, {})
+
+
 def flat_index(loops: list[UOp], columns: int) -> UOp:
     """The position in a copy of `columns` columns of the element at `loops` (outermost first)."""
     index, step = UOp.const(loops[0].dtype, 0), columns
@@ -774,6 +832,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
         if opt.amount:
             raise KernelOptError(f"{opt}: PACK takes no amount (the copies hold the whole reduce)")
         return pack(sink, loop, target)
+    if opt.op is OptOp.SCATTER:
+        if opt.amount:
+            raise KernelOptError(f"{opt}: SCATTER takes no amount (it runs the whole sum)")
+        return scatter(sink, loop)
     if opt.op is OptOp.PAD:
         if kind not in (LoopKind.GLOBAL, LoopKind.REDUCE) or opt.amount < 2 or size % opt.amount == 0:
             raise KernelOptError(

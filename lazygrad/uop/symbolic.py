@@ -24,6 +24,8 @@ FLOAT_TYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
 
 def fold_constants(node: UOp) -> UOp | None:
     if node.op is Ops.CAST:
+        if node.src[0].dtype == node.dtype:
+            return node.src[0]
         return UOp.const(node.dtype, cast_value(node.src[0].arg, node.dtype)) if node.src[0].op is Ops.CONST else None
     if node.src and all(source.op is Ops.CONST for source in node.src):
         return UOp.const(node.dtype, exec_alu(node.op, node.dtype, [source.arg for source in node.src]))
@@ -245,6 +247,11 @@ symbolic = PatternMatcher(
         (UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("one"))), lambda x, one: x if one.arg == 1 else None),
         (
             UPat(Ops.ADD, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
+            lambda x, zero: x if zero.arg == 0 else None,
+        ),
+        # a float x + 0 is not x where x is -0.0; a sum is never -0.0 (it starts from +0.0), so a sum + 0 is the sum
+        (
+            UPat(Ops.ADD, src=(UPat(Ops.RANGE_REDUCE, arg=Ops.ADD, name="x"), UPat.cvar("zero"))),
             lambda x, zero: x if zero.arg == 0 else None,
         ),
         (
