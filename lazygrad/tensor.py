@@ -30,6 +30,7 @@ from lazygrad.engine.buffers import (
     memory_of,
     read_before_overwrite,
     realized,
+    realized_view,
     remember_history,
     strided_layout,
     strided_view,
@@ -48,7 +49,7 @@ from lazygrad.tensor_conv import ConvMixin
 from lazygrad.tensor_create import CreationMixin
 from lazygrad.tensor_elementwise import ElementwiseMixin, check_device_has
 from lazygrad.tensor_extra import ExtraMixin
-from lazygrad.tensor_index import MOVEMENT_OPS, IndexMixin, move_views
+from lazygrad.tensor_index import MOVEMENT_OPS, IndexMixin, move_views, view_holders
 from lazygrad.tensor_layout import LayoutMixin
 from lazygrad.tensor_math import MathMixin
 from lazygrad.tensor_movement import MovementMixin, as_int
@@ -354,6 +355,24 @@ def _viewed_value(node: UOp, moves: tuple[Ops, ...] = MOVEMENT_OPS, among=None) 
     if base.op in (Ops.CONST, Ops.ASSIGN) or views_memory(base):
         return None
     return base if strided_view(chain[::-1], base.shape) else None
+
+
+def _give_history(tensors, node: UOp, view: UOp, remember: dict, remembered: set) -> None:
+    """Record the computation `node` as the history of `view`, the memory it was just computed into, for those of
+    `tensors` (holding `view` or views of it) that take gradients: their gradients flow back through it. Only where
+    its inputs still hold what it read (`remember`: not a value read from a buffer this schedule overwrote), or where
+    an earlier realize computed it, and it is still known to be there (a write into what it read forgets it)."""
+    earlier = node not in remember
+    if node.op in (Ops.ASSIGN, Ops.DETACH) or earlier and realized_view(node) is not view:
+        return
+    for tensor in tensors:
+        if tensor._wants_gradient():
+            if view not in remembered:
+                remember_history(view, node)
+                remembered.add(view)
+                if earlier:  # (the node now refers to its view weakly, as `_realize_all` sets it for the others)
+                    realized.set(node, weakref.ref(view))
+            tensor._history = history.get(view)
 
 
 def _reshaped_value(node: UOp) -> UOp | None:
@@ -891,19 +910,18 @@ class Tensor(
                 continue  # the same device-less node (a constant) on another device, or a detached name of memory
             if (base := _viewed_value(node, among=becomes)) is not None:
                 viewed.append((tensor, base))  # (a view of another value computed here: it becomes a view of that)
+                _give_history([tensor], base, becomes[base], remember, remembered)
                 continue
-            # gradients flow back through the computation a tensor now holds, where its inputs still hold what it
-            # read: not where this schedule overwrote one (a value computed from a buffer an assign here wrote)
-            if node in remember and node.op not in (Ops.ASSIGN, Ops.DETACH) and tensor._wants_gradient():
-                tensor._history = remember_history(view, node)
-                remembered.add(view)
+            _give_history([tensor], node, view, remember, remembered)
             tensor.uop = view
             if len(holders := view.__dict__["tensors"]) > 1 and node.op is not Ops.ASSIGN:
                 if sum(reference() is not None for reference in holders.values()) > 1:
                     view.__dict__["shared"] = True  # equal values computed into one buffer: see `assign`
         for node, view in becomes.items():  # (views of what is memory now are views of that memory, as torch's)
             if "views" in node.__dict__ and node.op is not Ops.ASSIGN:
-                move_views(node, view)
+                holders = view_holders(node)
+                move_views(node, view, holders)
+                _give_history(holders, node, view, remember, remembered)
         for tensor, base in viewed:
             if base in becomes:
                 move_views(base, becomes[base], [tensor])

@@ -128,10 +128,10 @@ def _holders(node) -> list:
 
 def move_views(base: UOp, memory: UOp, tensors=None) -> None:
     """Make every tensor among `tensors` that is made of `base` by movement ops (by default the live tensors holding
-    a view of it, see `_view_holders`) made of `memory` instead, `base` having just been computed there: a view of a
+    a view of it, see `view_holders`) made of `memory` instead, `base` having just been computed there: a view of a
     tensor shows later writes into its memory, as torch's does."""
     if tensors is None:
-        tensors = _view_holders(base)
+        tensors = view_holders(base)
     for tensor in tensors:
         chain, node = [], tensor._uop
         while node is not base and (node.op in MOVEMENT_OPS or node.op is Ops.DETACH):
@@ -145,7 +145,7 @@ def move_views(base: UOp, memory: UOp, tensors=None) -> None:
             tensor.uop = node
 
 
-def _view_holders(node) -> list:
+def view_holders(node) -> list:
     """The live tensors holding a view of `node` in torch's terms: one of the nodes its movement ops were made as
     (see tensor_movement's `_movement`), or a view of one of those. (A walk of every realized node's views: kept to
     the nodes that have some.)"""
@@ -788,11 +788,13 @@ class IndexMixin:
     def _put_in_memory(self: Tensor, base, op_name: str) -> Tensor:
         """Compute `base` (a node not in memory) into its buffer, switching every live tensor holding it, and every
         live tensor made of it by movement ops, onto that buffer; returns a tensor of the buffer."""
-        # realizing switches every live tensor holding `base` to the buffer
-        owner = type(self)(base, device=self.device, requires_grad=False).realize()
+        # realizing switches every live tensor holding `base` to the buffer (the owner takes gradients as the tensor
+        # written does, so the buffer keeps the computation's history: `y = x @ w; y += b` trains w)
+        wants = None if self.requires_grad is not False else False
+        owner = type(self)(base, device=self.device, requires_grad=wants).realize()
         if not is_buffer_view(owner._uop):
             if views_memory(owner._uop):  # (a flip or a pad of memory stays lazy when realized: copied here)
-                owner = type(self)(owner.contiguous()._uop, device=self.device, requires_grad=False).realize()
+                owner = type(self)(owner.contiguous()._uop, device=self.device, requires_grad=wants).realize()
                 for tensor in _holders(base):
                     tensor.uop = owner._uop
             if not is_buffer_view(owner._uop):
@@ -813,7 +815,7 @@ class IndexMixin:
         and move those views onto it, so they show the write as torch's do. (A view no live tensor holds needs
         nothing: graphs made of it keep the values they were made from.)"""
         base = self._uop
-        if not _view_holders(base):
+        if not view_holders(base):
             return
         if (holders := len(_holders(base))) > 1:  # (equal computations are one node: whose views they are is unknown)
             raise RuntimeError(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from support import available
 
-from lazygrad import Device, Tensor
+from lazygrad import Device, Tensor, dtypes
 from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts, thread_opts
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
@@ -1039,3 +1039,16 @@ def test_the_heuristic_scatters_a_lookup_gradient_in_vectors_of_columns():
     upstream = Tensor(rng.standard_normal((2, 32, 16)).astype(np.float32)).realize()
     (weight[tokens] * upstream).sum().backward()
     assert heuristic_opts(kernel_of(weight.grad), target) == (Opt(SC, 0), Opt(U, 1, target.vector_width))
+
+
+def test_a_scatter_of_values_cast_for_the_sum():
+    """Counts summed in a wider type than the selected values (an int32 one-hot summed as int64, half values as
+    float32): the casts around the selection move onto the values."""
+    labels = np.arange(500) * 7 % 100
+    hit = Tensor(labels).reshape(-1, 1) == Tensor.arange(100).reshape(1, -1)
+    expected = np.bincount(labels, minlength=100)
+    counts = hit.where(1, 0).sum(0)
+    assert heuristic_opts(kernel_of(counts), Device["LLVM"].renderer.target)[0] == Opt(SC, 0)
+    np.testing.assert_array_equal(counts.numpy(), expected)
+    halves = hit.where(Tensor.ones(500, 1, dtype=dtypes.float16), 0).sum(0, dtype=dtypes.float32)
+    np.testing.assert_array_equal(halves.numpy(), expected)

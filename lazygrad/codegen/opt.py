@@ -735,7 +735,8 @@ def scatter(sink: UOp, loop: UOp) -> UOp:
         raise KernelOptError(f"{name}: the sum does not select its values by loop {loop.arg[0]}")
     used, (clause, a), value = loops_used(sink), chosen, selected[1]
     others = [other for other in clauses if other is not clause]
-    if loop in used[value] or any(loop in used[other] for other in others):
+    # (`value` may be new: the casts around the selection moved onto it)
+    if loop in value.toposort or any(loop in used[other] for other in others):
         raise KernelOptError(f"{name}: the values summed depend on loop {loop.arg[0]} beyond its selection")
     # (each step's load of the element it adds to must follow the step before: its index moves with every loop)
     if not set(reduce.src[1:]) <= used[a]:

@@ -1,0 +1,80 @@
+"""Gradients through values that were computed (realized) or written in place before backward: realization keeps a
+computed tensor's history, so reading a statistic first, or an in-place op on a computed value, must not cut the
+gradient. Each case runs the same code in torch."""
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor
+
+torch = pytest.importorskip("torch")
+
+X = np.arange(12, dtype=np.float32).reshape(4, 3) / 10 - 0.5
+W = np.array([[0.3, -0.2], [0.1, 0.5], [-0.4, 0.2]], np.float32)
+B = np.array([0.1, -0.3], np.float32)
+
+
+def both(step):
+    """`step(lib, x, w, b)` run with lazygrad tensors and with torch's; the gradients of w and b from each."""
+    ours = [Tensor(X), Tensor(W, requires_grad=True), Tensor(B, requires_grad=True)]
+    step(Tensor, *ours).backward()
+    theirs = [torch.tensor(X), torch.tensor(W, requires_grad=True), torch.tensor(B, requires_grad=True)]
+    step(torch, *theirs).backward()
+    for mine, expected in zip(ours[1:], theirs[1:]):
+        assert mine.grad is not None, "no gradient"
+        np.testing.assert_allclose(mine.grad.numpy(), expected.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_reading_a_statistic_of_a_reduce_first():
+    def step(lib, x, w, b):
+        scores = (x @ w).sum(-1)
+        (scores > 0).float().mean().item()  # (logged before the loss is built)
+        return scores.square().mean() + b.sum()
+
+    both(step)
+
+
+def test_reading_a_statistic_of_a_matmul_first():
+    def step(lib, x, w, b):
+        h = x @ w + b
+        h.max().item()
+        float((h > 0).float().sum())
+        return h.square().sum()
+
+    both(step)
+
+
+def test_a_median_beside_other_uses_of_its_input():
+    def step(lib, x, w, b):
+        h = x @ w
+        return h.median(dim=1).values.sum() + h.sum() + b.sum()
+
+    both(step)
+
+
+@pytest.mark.parametrize("write", ["+=", "mul_", "setitem", "clamp_"])
+def test_an_in_place_op_on_a_matmul_or_a_reduce(write):
+    def step(lib, x, w, b):
+        out = x @ w
+        summed = (x * w.sum(1)).sum(0)
+        for y in (out, summed):
+            if write == "+=":
+                y += b.sum()
+            elif write == "mul_":
+                y.mul_(2)
+            elif write == "setitem":
+                y[0] = b.sum() * 3
+            else:
+                y.clamp_(max=0.2)
+        return (out * out).sum() + summed.sum() + b.sum()
+
+    both(step)
+
+
+def test_a_bias_added_in_place():
+    def step(lib, x, w, b):
+        out = x @ w
+        out += b
+        return out.relu().sum()
+
+    both(step)
