@@ -1052,3 +1052,11 @@ def test_a_scatter_of_values_cast_for_the_sum():
     np.testing.assert_array_equal(counts.numpy(), expected)
     halves = hit.where(Tensor.ones(500, 1, dtype=dtypes.float16), 0).sum(0, dtype=dtypes.float32)
     np.testing.assert_array_equal(halves.numpy(), expected)
+
+
+def test_a_count_is_a_scatter():
+    """bincount's counts (a sum of the comparisons cast to ints) scatter too: 100,000 values into 50,000 bins."""
+    values = rng.integers(0, 50000, 100000)
+    counts = Tensor(values).bincount(minlength=50000)
+    assert heuristic_opts(kernel_of(counts), Device["LLVM"].renderer.target)[0] == Opt(SC, 0)
+    np.testing.assert_array_equal(counts.numpy(), np.bincount(values, minlength=50000))

@@ -44,15 +44,18 @@ def equal_to_loop(condition: UOp, loop: UOp) -> UOp | None:
 
 def condition_and_value(body: UOp) -> tuple[UOp, UOp] | None:
     """(condition, value) where `body` is `value` if the condition holds else 0, cast or not (a half lookup sums in
-    float32). A product with the condition's 0 or 1 is not one: 0 * inf is NaN, so a one-hot matrix times a table
-    with an infinite row is NaN everywhere, as in torch, and that stays a sum."""
+    float32; a cast bool is 1 where it holds: a count). A product with the condition's 0 or 1 is not one: 0 * inf is
+    NaN, so a one-hot matrix times a table with an infinite row is NaN everywhere, as in torch, and that stays a sum."""
     casts = []
     while body.op is Ops.CAST:
         casts.append(body.dtype)
         body = body.src[0]
-    if body.op is not Ops.WHERE or body.src[2].op is not Ops.CONST or body.src[2].arg != 0:
+    if body.dtype == dtypes.bool and casts:  # (a count: the condition itself, as 1 or 0)
+        condition, value = body, UOp.const(dtypes.bool, True)
+    elif body.op is not Ops.WHERE or body.src[2].op is not Ops.CONST or body.src[2].arg != 0:
         return None
-    condition, value = body.src[0], body.src[1]
+    else:
+        condition, value = body.src[0], body.src[1]
     for dtype in reversed(casts):  # (a cast of 0 is 0: the casts go to the value, innermost first)
         value = value.cast(dtype)
     return condition, value
