@@ -25,6 +25,7 @@ from lazygrad.engine.buffers import (
     buffer_from_numpy,
     buffer_of,
     history,
+    history_cut,
     history_of,
     is_buffer_view,
     memory_of,
@@ -357,22 +358,35 @@ def _viewed_value(node: UOp, moves: tuple[Ops, ...] = MOVEMENT_OPS, among=None) 
     return base if strided_view(chain[::-1], base.shape) else None
 
 
-def _give_history(tensors, node: UOp, view: UOp, remember: dict, remembered: set) -> None:
+def _give_history(tensors, node: UOp, view: UOp, remember: dict, remembered: set, overwritten=None) -> None:
     """Record the computation `node` as the history of `view`, the memory it was just computed into, for those of
-    `tensors` (holding `view` or views of it) that take gradients: their gradients flow back through it. Only where
-    its inputs still hold what it read (`remember`: not a value read from a buffer this schedule overwrote), or where
-    an earlier realize computed it, and it is still known to be there (a write into what it read forgets it)."""
-    earlier = node not in remember
-    if node.op in (Ops.ASSIGN, Ops.DETACH) or earlier and realized_view(node) is not view:
+    `tensors` (holding `view` or views of it) that take gradients: their gradients flow back through it. Where its
+    inputs still hold what it read (`remember`), or an earlier realize computed it and it is still known to be there
+    (a write into what it read forgets it). A value computed before a write into a buffer it read (`overwritten`:
+    the buffers written, and each kept value's graph with the computations behind the realized values it read) keeps
+    that graph where it reads none of those buffers (`g = h.exp(); h += 1`); else its gradient is cut, and backward
+    says why."""
+    if node.op in (Ops.ASSIGN, Ops.DETACH):
         return
-    for tensor in tensors:
-        if tensor._wants_gradient():
-            if view not in remembered:
-                remember_history(view, node)
-                remembered.add(view)
-                if earlier:  # (the node now refers to its view weakly, as `_realize_all` sets it for the others)
-                    realized.set(node, weakref.ref(view))
-            tensor._history = history.get(view)
+    wanting = [tensor for tensor in tensors if tensor._wants_gradient()]
+    if not wanting:
+        return
+    earlier = node not in remember and realized_view(node) is view
+    if node not in remember and not earlier:
+        if overwritten is None:
+            return
+        written, expansions = overwritten
+        node = expansions.get(node, node)
+        if any(source.op is Ops.BUFFER and source in written for source in node.toposort):
+            history_cut.set(view, True)
+            return
+    if view not in remembered:
+        remember_history(view, node)
+        remembered.add(view)
+        if earlier:  # (the node now refers to its view weakly, as `_realize_all` sets it for the others)
+            realized.set(node, weakref.ref(view))
+    for tensor in wanting:
+        tensor._history = history.get(view)
 
 
 def _reshaped_value(node: UOp) -> UOp | None:
@@ -779,6 +793,13 @@ class Tensor(
             expanded = with_history(nodes) if history else {}  # (no view has a history to expand: the graph as it is)
             expanded_roots = [expanded.get(node, node) for node in nodes]
             order = toposort(expanded_roots)
+            if history_cut and any(history_cut.get(node) for node in order if node.op in (Ops.BUFFER, Ops.RESHAPE)):
+                raise RuntimeError(
+                    "backward: part of this graph was computed before a write into memory it read (an optimizer step, "
+                    "an assign or a setitem into a tensor it was computed from, between the forward pass and "
+                    "backward), so the values its gradient needs are gone; as torch refuses ('modified by an inplace "
+                    "operation'), call backward before the write, or compute the forward pass again after it"
+                )
             # (dicts, not sets, here: the tensors found come in the graph's order, the same for the same graph)
             in_graph = dict.fromkeys(order)
             # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
@@ -889,6 +910,7 @@ class Tensor(
             return
         if gradients := _pending_gradients(outputs, device):
             outputs += [gradient._uop for gradient in gradients]
+        asked = set(outputs)  # (what was asked for, not kept before a write: see `_give_history`)
         planned = plan_graph(outputs, device)
         # (buffers are allocated only for the final plan) the values that read what it overwrites join it, until
         # none is left: a pending write that joins (it read a buffer the schedule overwrites) overwrites its own
@@ -899,10 +921,17 @@ class Tensor(
             outputs = outputs + readers
             planned = plan_graph(outputs, device, planned.walk)
         schedule, becomes, remember = bind(planned)
+        # the values kept before the write (`_values_to_keep`), with the computations behind the realized values
+        # they read (taken before it runs: running it forgets the history of what it overwrites). Not the values
+        # asked for: a loss realized with the optimizer step that overwrites its weights keeps no history.
+        expansions = {}
+        if planned.plan.overwritten and history and (kept := [node for node in outputs if node not in asked]):
+            expansions = with_history(kept)
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the `realized` map lets deeper graphs that still contain the node read it too.
         remembered: set[UOp] = set()  # the views given a history: the nodes they hold refer to them weakly
+        overwritten = (planned.overwritten(), expansions) if planned.plan.overwritten else None
         for tensor in tensors_holding(becomes):
             node = tensor._uop
             view = becomes[node]
@@ -910,9 +939,9 @@ class Tensor(
                 continue  # the same device-less node (a constant) on another device, or a detached name of memory
             if (base := _viewed_value(node, among=becomes)) is not None:
                 viewed.append((tensor, base))  # (a view of another value computed here: it becomes a view of that)
-                _give_history([tensor], base, becomes[base], remember, remembered)
+                _give_history([tensor], base, becomes[base], remember, remembered, overwritten)
                 continue
-            _give_history([tensor], node, view, remember, remembered)
+            _give_history([tensor], node, view, remember, remembered, overwritten)
             tensor.uop = view
             if len(holders := view.__dict__["tensors"]) > 1 and node.op is not Ops.ASSIGN:
                 if sum(reference() is not None for reference in holders.values()) > 1:
@@ -921,7 +950,7 @@ class Tensor(
             if "views" in node.__dict__ and node.op is not Ops.ASSIGN:
                 holders = view_holders(node)
                 move_views(node, view, holders)
-                _give_history(holders, node, view, remember, remembered)
+                _give_history(holders, node, view, remember, remembered, overwritten)
         for tensor, base in viewed:
             if base in becomes:
                 move_views(base, becomes[base], [tensor])

@@ -78,3 +78,51 @@ def test_a_bias_added_in_place():
         return out.relu().sum()
 
     both(step)
+
+
+def test_a_value_kept_before_an_in_place_write_keeps_its_gradient():
+    """`g = h.exp(); h += 1`: g is computed before the write (its value is h's old exp), and its gradient flows
+    through the computation behind h, which the write did not touch (torch: exp saved its output)."""
+
+    def step(lib, x, w, b):
+        h = x @ w + b
+        if lib is Tensor:
+            h.realize()
+        g = h.exp()
+        h += 1
+        return (g * h).sum()
+
+    both(step)
+
+
+@pytest.mark.parametrize("write", ["setitem input", "step", "assign"])
+def test_backward_after_a_write_into_what_the_loss_read_is_an_error(write):
+    """Where the loss's graph reads memory written since (the next batch loaded into the input, an optimizer step on a
+    weight it read), the values its gradient needs are gone: torch raises, and so does this (it gave None)."""
+    x, w = Tensor(X), Tensor(W, requires_grad=True)
+    loss = (x @ w).square().sum()
+    if write == "setitem input":
+        x[0] = Tensor([9.0, 9.0, 9.0])
+    elif write == "step":
+        with Tensor.test():
+            w -= 0.5 * w
+        w.realize()
+    else:
+        x.assign(x * 2).realize()
+    with pytest.raises(RuntimeError, match="computed before a write into memory it read"):
+        loss.backward()
+
+
+def test_equal_values_computed_together_then_one_written():
+    """`a` and `b` are one computation until computed, then share a buffer; a write into `a` gives `b` a copy of its
+    own, which keeps the gradient (it lost it)."""
+
+    def step(lib, x, w, b):
+        h = w * 2
+        one, two = h * 1, h * 1
+        if lib is Tensor:
+            one.realize()
+        one += 1
+        return (one * two).sum() + b.sum()
+
+    both(step)

@@ -70,6 +70,9 @@ realized = NodeFact("realized")
 # The computation's nodes then refer to the view weakly (`realized`): the two would otherwise keep each other alive,
 # and their buffers, until the cyclic collector ran.
 history = NodeFact("history")
+# view -> True where realization computed a value before a write into memory its computation reads (a pending loss
+# kept before an optimizer step, or a setitem into its input): gradients cannot flow through it (see `_backward`)
+history_cut = NodeFact("history_cut")
 _unique_ids = itertools.count()
 _VIEW_OPS = (Ops.BUFFER, Ops.RESHAPE)
 
