@@ -385,7 +385,9 @@ def kernel_roots(
         changed = (to_realize - realized_before) | (random_leaves ^ random_before)
         known = {root: facts for root, facts in known.items() if facts.touched.isdisjoint(changed)}
         realized_before, random_before = set(to_realize), random_leaves
-        unsafe = _unsafe_reduces(roots, to_realize, random_leaves, known)
+        # (a node found unsafe that is computed apart already gains nothing from another round: without this, a
+        # costly operand read through an expand of a realized view was found again and again, for ever)
+        unsafe = _unsafe_reduces(roots, to_realize, random_leaves, known) - to_realize
         if not unsafe:
             more = _too_wide(roots, to_realize, max_buffers, nodes)
             if not more:
