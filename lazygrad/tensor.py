@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import itertools
 import sys
 import threading
@@ -440,6 +442,39 @@ class _ThreadMode(contextlib.ContextDecorator):
     def __exit__(self, *exception):
         setattr(_thread_modes, self.name, self.stacks.previous.pop())
         return False
+
+    def __call__(self, function):
+        """`function` run in this mode; a generator function's body runs in it at each step of its iteration, as
+        torch's no_grad decorates one (a plain wrapper would set the mode only while the generator is made)."""
+        if inspect.isgeneratorfunction(function):
+            return self._generator_in_mode(function)
+        return super().__call__(function)
+
+    def _generator_in_mode(self, function):
+        @functools.wraps(function)
+        def generator(*args, **kwargs):
+            inner = function(*args, **kwargs)
+            try:
+                with self:
+                    response = inner.send(None)
+                while True:
+                    # the caller's code between the steps runs in its own mode, as with torch
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with self:
+                            inner.close()
+                        raise
+                    except BaseException as error:
+                        with self:
+                            response = inner.throw(error)
+                    else:
+                        with self:
+                            response = inner.send(request)
+            except StopIteration as stop:
+                return stop.value
+
+        return generator
 
 
 class Tensor(

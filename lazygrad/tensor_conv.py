@@ -516,9 +516,17 @@ class ConvMixin:
         """Resize the spatial axes (all but the first two) to `size` or by `scale_factor`, as torch's
         F.interpolate: nearest (the default, as torch's; tinygrad's default is linear, so pass `mode=` to port
         code), nearest-exact, bilinear (4-D), trilinear (5-D) or linear (here any number of axes, as in tinygrad);
-        `align_corners` for the linear modes. The arguments after `size` are tinygrad's order: pass them by keyword."""
+        `align_corners` for the linear modes. A uint8 image resized linearly stays uint8, rounded as torch rounds it
+        (see `_resize_axis_uint8`); other ints and bools are an error there, as in torch. The arguments after `size`
+        are tinygrad's order: pass them by keyword."""
         if mode not in INTERPOLATE_MODES:
             raise ValueError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
+        linear = not mode.startswith("nearest")
+        if linear and not self.dtype.is_float and self.dtype != dtypes.uint8:
+            raise TypeError(
+                f"interpolate: mode {mode!r} takes float or uint8 tensors, as torch's, got {self.dtype} of shape "
+                f"{self.shape}; cast it first (.float() for float results, .cast(dtypes.uint8) for an image)"
+            )
         count = self.ndim - 2
         wanted = INTERPOLATE_MODES[mode]
         if count < 1 or wanted not in (None, 1) and wanted != count:
@@ -546,8 +554,17 @@ class ConvMixin:
             scales = [in_size / out for in_size, out in zip(self.shape[2:], sizes)]
         else:
             scales = [1 / f for f in factors]  # torch uses the given factor itself, not the ratio of sizes
-        x = self if mode.startswith("nearest") else self._to_float()
-        for axis, (in_size, out, scale) in enumerate(zip(self.shape[2:], sizes, scales), start=2):
+        axes = list(enumerate(zip(self.shape[2:], sizes, scales), start=2))
+        if linear and self.dtype == dtypes.uint8:
+            # torch's order: the last axis first, each rounded to uint8 before the next; an axis of unchanged size
+            # is left as it is (a scale_factor near 1 moves nothing)
+            x = self
+            for axis, (in_size, out, scale) in reversed(axes):
+                if out != in_size:
+                    x = x._resize_axis_uint8(axis, in_size, out, scale, bool(align_corners))
+            return x
+        x = self
+        for axis, (in_size, out, scale) in axes:
             x = x._resize_axis(axis, in_size, out, scale, mode, bool(align_corners))
         return x
 
@@ -569,6 +586,35 @@ class ConvMixin:
         shape[axis] = out
         weight = type(self)((source - low).astype(np.float32), device=self.device).reshape(shape).cast(self.dtype)
         return self._take(axis, low) * (1 - weight) + self._take(axis, high) * weight
+
+    def _resize_axis_uint8(self: Tensor, axis: int, in_size: int, out: int, scale: float, align: bool) -> Tensor:
+        """Linear resizing of a uint8 axis as torch's (UpSampleKernel.cpp, after Pillow): each output's two weights in
+        float64 made int16 at the precision the axis' largest weight allows (14 to 22 bits), summed in int32 with
+        the pixels, rounded and clamped to uint8: torch's values exactly."""
+        targets = np.arange(out, dtype=np.float64)
+        if align:
+            source = targets * ((in_size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+        else:
+            source = np.maximum(scale * (targets + 0.5) - 0.5, 0.0)
+        # (torch takes the floor of the source index as a float32)
+        low = np.minimum(np.floor(source.astype(np.float32)).astype(np.int64), in_size - 1)
+        fraction = np.clip(source - low, 0.0, 1.0)
+        # the triangle filter at -fraction and 1 - fraction, as torch computes them; at the last pixel both fall on it
+        weight_low, weight_high = 1 - fraction, 1 - (1 - fraction)
+        high = np.minimum(low + 1, in_size - 1)
+        last = high == low
+        weight_low, weight_high = np.where(last, weight_low + weight_high, weight_low), np.where(last, 0.0, weight_high)
+        # the most bits (up to 22) that keep twice the largest weight below 2**15
+        largest = max(weight_low.max(), weight_high.max())
+        precision = next((bits for bits in range(22) if int(0.5 + largest * (1 << (bits + 1))) >= 1 << 15), 22)
+        shape = [1] * self.ndim
+        shape[axis] = out
+        total = 1 << (precision - 1)  # (a half, so that the shift below rounds)
+        for positions, weights in ((low, weight_low), (high, weight_high)):
+            integer = np.floor(0.5 + weights * (1 << precision)).astype(np.int32)
+            column = type(self)(integer, device=self.device).reshape(shape)
+            total = self._take(axis, positions).cast(dtypes.int32) * column + total
+        return (total >> precision).clip(0, 255).cast(dtypes.uint8)
 
     def _take(self: Tensor, axis: int, positions: np.ndarray) -> Tensor:
         """The elements at fixed `positions` along `axis`."""

@@ -52,10 +52,43 @@ ERFC_SERIES = (
 # Taylor's coefficients of sinh(x) = x + x (c0 + c1 x^2 + ...) (cn = 1 / (2n+1)!, c0 = 0) and of erf (cn =
 # 2/sqrt(pi) (-1)^n / (n! (2n+1)), c0 less the leading 1), for |x| < 1 and < 0.75, where exp(x) - exp(-x) and
 # 1 - erfc(x) cancel. float32 takes the terms until the first left out is below 2e-8 of the sum there; float64 all
-# of sinh's (below 1e-17), and erf's to x^21 (2e-12: finer than the erfc fit beyond, and a 12th term would cost the
-# forward and backward of a large tensor kernels more, see _odd_series)
+# of sinh's (below 1e-17)
 SINH_TAYLOR = tuple(1 / math.factorial(2 * n + 1) if n else 0.0 for n in range(9))
-ERF_TAYLOR = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) - (n == 0) for n in range(11))
+ERF_TAYLOR = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) - (n == 0) for n in range(8))
+# float64 erf: erf(a) = a P(a^2) below 1, and erfc(a) = exp(-a^2) Q(t), t = 1 / (1 + a/3), from 1 to 6 (erf is 1
+# beyond), lowest power first: Chebyshev fits (mpmath.chebyfit, 50 digits) within 7e-18 of erf(a) / a and 4e-18 of
+# erfc(a); evaluated in float64, erf is within 2 ulp of the exactly rounded value
+ERF_FLOAT64 = (
+    1.1283791670955126,
+    -0.37612638903183543,
+    0.11283791670945006,
+    -0.02686617064323777,
+    0.0052239776071164225,
+    -0.0008548325975389692,
+    0.00012055294904839707,
+    -1.492473690741966e-05,
+    1.6447424703317362e-06,
+    -1.6208483801871705e-07,
+    1.3720064546777686e-08,
+    -7.795898827002142e-10,
+)
+ERFC_FLOAT64 = (
+    3.7809408605387703e-07,
+    0.18805132677476255,
+    0.18823627493257508,
+    0.17605997733145118,
+    0.16634344697146503,
+    0.08371352177739089,
+    0.2394437056056354,
+    -0.3240273441347353,
+    0.7827870956144349,
+    -1.1403447661861297,
+    1.2845213284110484,
+    -1.0544846624326085,
+    0.5521248987909749,
+    -0.16339979786477143,
+    0.020974634373878025,
+)
 
 
 def _edge_slope(x: Tensor, direction, where: Tensor) -> Tensor:
@@ -192,7 +225,10 @@ class MathMixin:
         # ones are whole numbers already
         integer, limit = (dtypes.int64, 2**52) if self.dtype.itemsize == 8 else (dtypes.int32, 2**31 - 1)
         truncated = self.cast(integer).cast(self.dtype)
-        whole = (self.abs() < limit).where((truncated > self).where(truncated - 1, truncated), self.detach())
+        # a whole number is its own floor: -0.0 stays -0.0, as in torch (through the integer it became +0.0, and
+        # frac(-0.0), x - trunc(x), was -0.0 where torch's is +0.0)
+        has_fraction = (self.abs() < limit) & (truncated != self)
+        whole = has_fraction.where((truncated > self).where(truncated - 1, truncated), self.detach())
         # the slope is 0 everywhere (the large values too, which are their own floor): x < x is never true, so this
         # select is a path of slope 0 to x, and x's gradient is 0 rather than absent
         return (self < self).where(self, whole)
@@ -278,7 +314,10 @@ class MathMixin:
         if number is not None and math.isfinite(number) and (abs(number) != 1 if reverse else number != 0):
             # a finite number as the base (not +-1) or the exponent (not 0) has none of the cases below: a smaller
             # graph; a positive base none of `_finite_pow`'s either (Adam's b1 ** steps)
-            power = (exp * math.log2(number)).exp2() if reverse and number > 0 else base._finite_pow(exp)
+            if reverse:
+                power = (exp * math.log2(number)).exp2() if number > 0 else base._finite_pow(exp)
+            else:
+                power = base._power_above_one(number) if number > 1 else base._finite_pow(exp)
             return power.cast(base.dtype)  # (the selects' float constants are float32: a half base stays half)
         # x**0 for an infinite or NaN x, 1**y for an infinite or NaN y and (-1)**+-inf are 1 (C's pow, as in
         # torch), where exp2(y * log2|x|) would meet 0 * inf; the rest computes 1**1 there, so its slopes stay finite
@@ -344,6 +383,40 @@ class MathMixin:
         # in torch; the selects keep that nan from the other elements' gradients
         nan_power = (undefined.where(exp, 0.0) * undefined.where(base, -1.0).log2()).exp2()
         return is_zero.where(base._pow_at_zero(exp, exp_is_int, exp_is_odd), undefined.where(nan_power, defined))
+
+    def _power_above_one(base: Tensor, number: float) -> Tensor:
+        """base**number for a float tensor and a finite Python number above 1 (not a small whole one, which `pow`
+        multiplies out), with torch's slope n * x**(n-1). |x|**n is |x| * |x|**(n-1): exp2(n * log2|x|) passed its
+        slope through the power itself (times n ln 2, then over x ln 2), so it was inf where the power overflows
+        (float32 1e20 ** 2.5: torch's slope is 2.5e30) and lost its digits where the power is below the normal range
+        (float32 9e-19 ** 2.5: 2.5 times too large). Where the product's way would leave the normal range, the way
+        through |x|**(n-1) is cut and |x| carries the whole slope, as a value of constant slope n (there the second
+        derivative is 0, not torch's). The exponent being known, its kind (whole, odd) picks the graph."""
+        is_zero, negative = base == 0, base < 0
+        whole = float(number).is_integer()
+        odd = whole and int(number) % 2 == 1
+        # a negative base to a non-integer power is nan, and so is its slope, as in torch ((-inf)**y is inf, C's pow)
+        undefined = None if whole else negative & base.isfinite()
+        outside = is_zero if undefined is None else is_zero | undefined
+        magnitude_base = outside.where(1.0, base.abs())
+        # the product's way: the power, times ln 2 and n - 1, in the normal range (float16 and bfloat16 powers are
+        # computed in float32)
+        factor = math.log2((number - 1) * LN_2)
+        largest = math.log2(_largest_finite(base.dtype)) - 1 - max(factor, 0.0)
+        smallest = math.log2(float(np.finfo(base.dtype.np).tiny)) + 1 - min(factor, 0.0)
+        # (an infinite base keeps the product's way: its slope term below would be inf - inf)
+        cut = (magnitude_base > 2.0 ** (largest / number)) & (magnitude_base < math.inf)
+        cut = cut | (magnitude_base < 2.0 ** (smallest / number))
+        log_base = cut.where(magnitude_base.detach(), magnitude_base).log2()
+        # magnitude_base - its detached copy is 0 with slope 1
+        slope_base = magnitude_base + cut.where((magnitude_base - magnitude_base.detach()) * (number - 1), 0.0)
+        magnitude = slope_base * ((number - 1) * log_base).exp2()
+        power = negative.where(-magnitude, magnitude) if odd else magnitude
+        if undefined is not None:
+            power = undefined.where(undefined.where(base, -1.0).sqrt(), power)
+        # at either zero +0 with slope 0, or -0 at -0 for an odd power, as C's pow (at_zero * at_zero is +0 there)
+        at_zero = is_zero.where(base, 0.0)
+        return is_zero.where(at_zero * 0 if odd else at_zero * at_zero * 0, power)
 
     def _pow_at_zero(base: Tensor, exp: Tensor, exp_is_int: Tensor, exp_is_odd: Tensor) -> Tensor:
         """base**exp where the base is +0 or -0: for each kind of exponent an expression worth 0**y at 0 whose slope
@@ -440,17 +513,28 @@ class MathMixin:
     @_in_float32
     def asin(self: Tensor) -> Tensor:
         """The arcsine, in [-pi/2, pi/2]; nan outside [-1, 1]."""
-        # (1 - x)(1 + x) keeps its precision near |x| = 1, where 1 - x*x cancels; of an int's value as a float
-        # (1 - x of uint8 2 wrapped to 255)
+        # 2 atan(x / (1 + sqrt(1 - x^2))), the half angle's tangent, in [-1, 1]: atan(x / sqrt(1 - x^2)) met atan's
+        # slope 0 at inf times inf at |x| = 1, a nan gradient where torch's is inf. 1 - x*x is one fused multiply-add,
+        # exact before its rounding (sqrt((1 - x)(1 + x)), as precise, passed the root's infinite slope at +-1 to a
+        # factor 0: nan; two roots, sqrt(1 - x) sqrt(1 + x), cost a large tensor's forward and backward a kernel
+        # more). Where a device rounds the product first (the PYTHON emulator, a CPU without FMA), 1 - x*x loses up
+        # to half its digits near |x| = 1 (asin there: 7 ulp off in float32, 1000 in float64). Of an int's value as
+        # a float (1 - x of uint8 2 wrapped to 255)
         x = self._to_float()
-        return (x / ((1 - x) * (1 + x)).sqrt()).atan()
+        return 2 * (x / (1 + (1 - x * x).sqrt())).atan()
 
     @_in_float32
     def acos(self: Tensor) -> Tensor:
         """The arccosine, in [0, pi]; nan outside [-1, 1]."""
-        # 2 atan(sqrt((1-x)/(1+x))) is accurate near both ends, where pi/2 - asin(x) cancels
+        # 2 atan(sqrt(1 - x) / sqrt(1 + x)) is accurate near both ends, where pi/2 - asin(x) cancels. Two roots, not
+        # sqrt((1 - x) / (1 + x)): at 1 the numerator's root alone carries the infinite slope (the quotient's passed
+        # it to the divisor times 0: nan). At -1 the quotient is inf, and atan's slope 0 there times inf is nan: that
+        # one point is pi - sqrt(1 + x), whose slope is torch's -inf
         x = self._to_float()
-        return 2 * ((1 - x) / (1 + x)).sqrt().atan()
+        behind, ahead = (1 - x).sqrt(), (1 + x).sqrt()
+        edge = x == -1
+        angle = 2 * (behind / edge.where(1.0, ahead)).atan()
+        return edge.where(math.pi - ahead, angle)
 
     @_in_float32
     def asinh(self: Tensor) -> Tensor:
@@ -473,32 +557,37 @@ class MathMixin:
 
     @_in_float32
     def acosh(self: Tensor) -> Tensor:
-        """The inverse hyperbolic cosine: log(u), u = x + sqrt(x^2 - 1), plus what rounding u lost (log(u) alone was
-        up to 1000 ulp off near 1); nan below 1, as torch."""
+        """The inverse hyperbolic cosine: 2 log(v), v = (sqrt(x + 1) + sqrt(x - 1)) / sqrt(2) (v^2 is x + sqrt(x^2 - 1)),
+        plus what rounding v lost (log(v) alone was up to 1000 ulp off near 1); nan below 1, as torch. At 1 its slope is
+        torch's inf: the sum passes the root's (log(x + sqrt((x - 1)(x + 1))) passed it to a factor 0 of the product,
+        nan). Neither root is costly, so a large tensor's forward and backward recompute them rather than store them."""
         source = self._to_float()
-        huge = source > 2.0**26
-        # d = x - 1, exact near 1 (written + -1: `- 1` is a negation node more, which the scheduler counts in what
-        # recomputing root costs, and a half acosh's forward and backward took a kernel more)
-        d = huge.where(0.0, source + -1.0)
-        root = (d * (d + 2)).sqrt()
-        x = d + 1
-        u = x + root
-        # as in asinh: u - 1 should be d + root, and x - root is 1 / u
-        correction = (((d + root) - (u - 1)) * (x - root)).detach()
-        # (below 1, log(u) is nan only between -1 and 1)
-        return huge.where(huge.where(source, 1.0).log() + LN_2, (source < 1).where(math.nan, u.log() + correction))
+        d = source + -1.0  # (exact near 1; `- 1` would be a negation node more for the scheduler to count)
+        plus, minus = (source + 1).sqrt(), d.sqrt()
+        # a quotient, not a product by sqrt(1/2): v - 1 below must be the rounded v's, which a fused multiply-add
+        # would skip (v is then 1 exactly at 1)
+        v = (plus + minus) / math.sqrt(2)
+        # v - 1 should be h / (a + 1) + b, with a = plus / sqrt(2), b = minus / sqrt(2), h = (x - 1) / 2 (log1p's
+        # correction); none at inf (inf - inf), and below 1 the value is nan already (a root of a negative number)
+        half = d * 0.5
+        exact = half / (plus / math.sqrt(2) + 1) + minus / math.sqrt(2)
+        correction = (half < math.inf).where((exact - (v - 1)) / v, 0.0).detach()
+        return 2 * (v.log() + correction)
 
     @_in_float32
     def atanh(self: Tensor) -> Tensor:
-        """The inverse hyperbolic tangent: log(u) / 2, u = (1 + x) / (1 - x), plus what rounding u lost (log(u) alone
-        lost a small x's digits: atanh(1e-6) was 1.3% off); ±inf at ±1, nan beyond."""
+        """The inverse hyperbolic tangent: (log(1 + x) - log(1 - x)) / 2, each log plus what rounding its argument
+        lost (log1p's correction: log((1 + x) / (1 - x)) alone lost a small x's digits, atanh(1e-6) was 1.3% off);
+        ±inf at ±1, where the slope is torch's inf (the quotient's read 0 * inf there), nan beyond."""
         source = self._to_float()
-        u = (1 + source) / (1 - source)
-        # as in asinh: u - 1 should be 2x / (1 - x). It is exact from x = -1/3 (u = 1/2) on; below, 1 + x is about
-        # exact and the correction not needed, and at 1 both are inf
-        needed = (source > -1 / 3) & (source < 1)
-        correction = needed.where((2 * source / (1 - source) - (u - 1)) / u, 0.0).detach()
-        return (u.log() + correction) * 0.5
+        up, down = 1 + source, 1 - source
+        # log1p(x) is log(up) + (x - (up - 1)) / up, and -log1p(-x) is -log(down) + (x + (down - 1)) / down (x, not -x,
+        # there: a negation read by the correction as well as by down is one more value a large tensor's forward and
+        # backward store). At +-1 one argument is 0 and its correction 0 / 0: none is needed there, nor beyond, where
+        # the value is nan
+        inside = (source > -1) & (source < 1)
+        correction = inside.where((source - (up - 1)) / up + (source + (down - 1)) / down, 0.0).detach()
+        return (up.log() - down.log() + correction) * 0.5
 
     def log1p(self: Tensor) -> Tensor:
         """log(1 + x), accurate for small x where log(1 + x) loses x's digits to the rounding of 1 + x."""
@@ -542,14 +631,46 @@ class MathMixin:
     @_in_float32
     def erf(self: Tensor) -> Tensor:
         """The error function: its Taylor series below 0.75 in magnitude, 1 - erfc beyond (which cancels near 0:
-        erf(0) was -1.2e-7)."""
-        terms = 11 if self.dtype == dtypes.float64 else 8
+        erf(0) was -1.2e-7). float64's is `_erf_float64`'s."""
+        if self.dtype == dtypes.float64:
+            return self._erf_float64()
 
         def erf_of_magnitude(a: Tensor) -> Tensor:
             small = a < 0.75
-            return small.where(_odd_series(small.where(a, 0.0), ERF_TAYLOR[:terms]), 1 - a._erfc_of_magnitude())
+            return small.where(_odd_series(small.where(a, 0.0), ERF_TAYLOR), 1 - a._erfc_of_magnitude())
 
         return self._odd(erf_of_magnitude)
+
+    def _erf_float64(self: Tensor) -> Tensor:
+        """erf of a float64 tensor within 2 ulp (the float32 fit beyond 0.75 was 3e-8 off): fits of erf(a) / a below 1
+        and of erfc(a) exp(a^2) from 1 to 6 (ERF_FLOAT64, ERFC_FLOAT64), as a value without a slope, plus a term worth
+        -0 whose slope is erf's, 2/sqrt(pi) exp(-x^2), exactly (and its second derivative too). The gradient reads
+        x alone, not the fits' partial sums, which a large tensor's forward and backward would store."""
+        x = self.detach()
+        negative = x < 0
+        magnitude = negative.where(-x, x)
+        small = magnitude < 1
+        near = small.where(magnitude, 0.0)
+        series = ERF_FLOAT64[-1]
+        for coefficient in ERF_FLOAT64[-2::-1]:
+            series = series * (near * near) + coefficient
+        # (a NaN stays NaN through the minimum)
+        far = small.where(1.0, magnitude.minimum(6.0))
+        t = 1 / (1 + far * (1 / 3))
+        tail = ERFC_FLOAT64[-1]
+        for coefficient in ERFC_FLOAT64[-2::-1]:
+            tail = tail * t + coefficient
+        value = small.where(near * series, 1 - (-far * far).exp() * tail)
+        value = negative.where(-value, value)
+        # the slope term: with d = x - x.detach() (0 with slope 1), d G (1 + d x) for G = 2/sqrt(pi) exp(-x^2) has
+        # slope G and second derivative G' = -2x G at d = 0 (erf(x) - erf(x - d), to second order in d). Written
+        # with e = -d, x.detach() - x, which is +0: the term is -0, so erf(-0.0) stays -0.0. An infinite x is 0
+        # here (inf - inf and 0 * inf would be nan), so its slope is 0, as torch's; a NaN's is NaN
+        inside = self.abs() != math.inf
+        finite = inside.where(self, 0.0)
+        e = finite.detach() - finite
+        slope = (2 / math.sqrt(math.pi)) * (-finite * finite).exp()
+        return value - e * slope * (1 - e * finite)
 
     # ---- interpolation, signs and classification -----------------------------------------------------------------
 

@@ -1308,7 +1308,7 @@ def test_load_state_dict_round_trip():
     src, dst = Net(), Net()
     assert not np.array_equal(src.fc.weight.numpy(), dst.fc.weight.numpy())
     src.bn.running_mean.assign(Tensor([0.5, -0.5])).realize()
-    src.bn.num_batches_tracked.assign(Tensor([7], dtype=dtypes.int32)).realize()
+    src.bn.num_batches_tracked.assign(Tensor([7], dtype=dtypes.int64)).realize()
     load_state_dict(dst, get_state_dict(src))
     _assert_same_state(src, dst)
     x = Tensor(rand(2, 3))

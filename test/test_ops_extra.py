@@ -690,3 +690,20 @@ def test_numpy_ints_as_counts_factors_and_strides():
     assert Tensor.ones(1, 4, 2, 2).pixel_shuffle(i).shape == (1, 1, 4, 4)
     assert nn.LayerNorm(np.int64(4))(Tensor.ones(2, 4)).shape == (2, 4)
     assert x.norm(p=np.int64(3)).item() == pytest.approx(24 ** (1 / 3), rel=1e-6)
+
+
+def test_copy_refuses_a_source_that_does_not_broadcast():
+    """torch's rule: the source broadcasts to the tensor (it read past the source's end, or broke the tensor)."""
+    target = Tensor.zeros(3, 4).contiguous().realize()
+    for shape in [(1, 3, 4), (5,), (2, 4)]:
+        with pytest.raises(ValueError, match=r"copy_: the source .* does not broadcast to this tensor's \(3, 4\)"):
+            target.copy_(Tensor.ones(*shape))
+    target.copy_(Tensor.arange(4).float())
+    np.testing.assert_array_equal(target.numpy(), np.tile(np.arange(4, dtype=np.float32), (3, 1)))
+
+
+@pytest.mark.parametrize("p", [-1, -2, -0.5])
+def test_a_negative_norm_with_a_zero_element_is_zero(p):
+    for values in ([0.0, 3.0, 4.0], [1.0, 3.0, 4.0]):
+        expected = torch.tensor(values).norm(p).item()
+        np.testing.assert_allclose(Tensor(values).norm(p).item(), expected, rtol=1e-6)

@@ -7,6 +7,7 @@ import operator
 
 import numpy as np
 
+from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.tensor import Tensor
 from lazygrad.tensor_conv import _is_int, _pair
@@ -211,7 +212,9 @@ class BatchNorm:
         self.bias = Tensor.zeros(num_features).contiguous().realize() if affine else None
         self.running_mean = _statistic(np.zeros(num_features, np.float32)) if track_running_stats else None
         self.running_var = _statistic(np.ones(num_features, np.float32)) if track_running_stats else None
-        self.num_batches_tracked = _statistic(np.zeros(1, np.int32)) if track_running_stats else None
+        # int64, torch's counter (an OpenCL embedded profile lacks it: int32 there)
+        counter = np.int32 if dtypes.int64 in Device[Device.DEFAULT].unsupported_dtypes else np.int64
+        self.num_batches_tracked = _statistic(np.zeros(1, counter)) if track_running_stats else None
 
     def __call__(self, x: Tensor) -> Tensor:
         features = self.num_features
