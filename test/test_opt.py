@@ -1054,6 +1054,18 @@ def test_a_scatter_of_values_cast_for_the_sum():
     np.testing.assert_array_equal(halves.numpy(), expected)
 
 
+def test_index_add_into_zeros_is_a_scatter():
+    """index_add adds into self after the sum; into zeros, that is the sum plus 0, which the scatter takes as the sum
+    (it starts from +0.0 too)."""
+    source = Tensor(rng.standard_normal((64, 16)).astype(np.float32)).realize()
+    rows = rng.integers(0, 4000, 64)
+    added = Tensor.zeros(4000, 16).index_add(0, Tensor(rows), source)
+    assert heuristic_opts(kernel_of(added), Device["LLVM"].renderer.target)[0] == Opt(SC, 0)
+    expected = np.zeros((4000, 16), np.float32)
+    np.add.at(expected, rows, source.numpy())
+    np.testing.assert_allclose(added.numpy(), expected, rtol=1e-6)
+
+
 def test_a_count_is_a_scatter():
     """bincount's counts (a sum of the comparisons cast to ints) scatter too: 100,000 values into 50,000 bins."""
     values = rng.integers(0, 50000, 100000)

@@ -48,6 +48,7 @@ from lazygrad.codegen.opt import (
     loops_of_kind,
     loops_used,
     output_loops,
+    stored_sum,
     stride,
 )
 from lazygrad.codegen.renderer import Target
@@ -751,9 +752,9 @@ def scatter_selected_sum(plan: Plan, target: Target) -> None:
     7; 5,000 rows, 64 steps: 4 µs against 202). (On a GPU, where a column is a thread, the scatter needs atomic adds
     to be worth it: not yet.)"""
     (store,) = plan.sink.src
-    if store.op is not Ops.STORE or store.src[2].op is not Ops.RANGE_REDUCE:
+    if store.op is not Ops.STORE or (reduce := stored_sum(store.src[2])) is None:
         return
-    lanes, length = target.cores * target.vector_width, prod(loop.src[0].arg for loop in store.src[2].src[1:])
+    lanes, length = target.cores * target.vector_width, prod(loop.src[0].arg for loop in reduce.src[1:])
     outputs = prod(loop.src[0].arg for loop in output_loops(plan.sink))
     for loop in output_loops(plan.sink):
         rows = loop.src[0].arg

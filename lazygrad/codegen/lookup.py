@@ -98,9 +98,8 @@ def collapse_lookup(reduce: UOp) -> UOp | None:
         inside = UOp.const(dtypes.index, -1).lt(index).logical_and(index.lt(loop.src[0].arg))
         condition = inside if rest is None else inside.logical_and(rest)
         picked = substitute(condition.where(value, UOp.const(value.dtype, 0)), {loop: index})
-        picked = gate_loads_reading(
-            picked, inside, index
-        )  # (the loads of `rest` too: it is read before it is known to hold)
+        # (the loads of `rest` too: it is read before it is known to hold)
+        picked = gate_loads_reading(picked, inside, index)
         remaining = tuple(other for other in loops if other is not loop)
         return UOp(Ops.RANGE_REDUCE, reduce.dtype, (picked, *remaining), reduce.arg) if remaining else picked
     return None

@@ -710,6 +710,14 @@ def stash(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     return replace_ranges(sink, {reduce: kept_reduce, again: read}, {}, simplified=False)
 
 
+def stored_sum(value: UOp) -> UOp | None:
+    """The sum (a RANGE_REDUCE) a stored value is, or is plus 0 (`index_add` into zeros): that sum starts from +0.0,
+    so it is never -0.0, and adding 0 leaves it as it is."""
+    if value.op is Ops.ADD and value.src[1].op is Ops.CONST and value.src[1].arg == 0:
+        value = value.src[0]
+    return value if value.op is Ops.RANGE_REDUCE and value.arg is Ops.ADD else None
+
+
 def scatter(sink: UOp, loop: UOp) -> UOp:
     """The sum over lookups selected by output loop `loop`, run as a scatter: zeros stored along `loop`, then each
     selected value added at the index that selects it (see SCATTER)."""
@@ -719,8 +727,8 @@ def scatter(sink: UOp, loop: UOp) -> UOp:
     nodes = kernel_nodes(sink)
     if len(sink.src) != 1 or sink.src[0].op is not Ops.STORE or len(sink.src[0].src) != 3:
         raise KernelOptError(f"{name}: it takes a kernel of one output (and before any other action)")
-    output, index, reduce = sink.src[0].src
-    if reduce.op is not Ops.RANGE_REDUCE or reduce.arg is not Ops.ADD:
+    output, index, stored = sink.src[0].src
+    if (reduce := stored_sum(stored)) is None:
         raise KernelOptError(f"{name}: the kernel's output is not a sum")
     if sum(node.op is Ops.RANGE_REDUCE for node in nodes) != 1:
         raise KernelOptError(f"{name}: the values summed are sums themselves")

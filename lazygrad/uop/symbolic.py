@@ -249,11 +249,6 @@ symbolic = PatternMatcher(
             UPat(Ops.ADD, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
             lambda x, zero: x if zero.arg == 0 else None,
         ),
-        # a float x + 0 is not x where x is -0.0; a sum is never -0.0 (it starts from +0.0), so a sum + 0 is the sum
-        (
-            UPat(Ops.ADD, src=(UPat(Ops.RANGE_REDUCE, arg=Ops.ADD, name="x"), UPat.cvar("zero"))),
-            lambda x, zero: x if zero.arg == 0 else None,
-        ),
         (
             UPat(Ops.MUL, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("zero"))),
             lambda x, zero: zero if zero.arg == 0 else None,
