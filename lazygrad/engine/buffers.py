@@ -459,6 +459,7 @@ def remember_history(view: UOp, computation: UOp) -> UOp:
     # (with no history recorded anywhere, the graph has no view to expand)
     expanded = with_history([computation])[computation] if history else computation
     history.set(view, expanded)
+    history_cut.drop(view)  # (written since, with a history: its gradient flows again)
     return expanded
 
 
