@@ -843,6 +843,11 @@ class Tensor(
             graph = in_graph if expanded_roots == nodes else dict.fromkeys(toposort(nodes)) | in_graph
             candidates = tensors_holding([*graph, *views])
             node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
+            for tensor, node in node_of.items():
+                # a tensor written since the graph read it, the write still pending (`with Tensor.test(): w -= lr`
+                # before backward): its gradient is taken at the values the graph read, as torch's
+                if node not in in_graph and tensor._uop in in_graph:
+                    node_of[tensor] = tensor._uop
             targets = [t for t, node in node_of.items() if node in in_graph]
             combined: dict[UOp, UOp] = {}
             for node, seed in zip(expanded_roots, seeds):

@@ -784,6 +784,10 @@ class IndexMixin:
             )
         owner = self._put_in_memory(base, op_name)
         self.uop = owner.reshape(self.shape)._uop
+        if len(_holders(self._uop)) > 1:
+            # equal reshapes of it (`a = x.sum(1); b = x.sum(1)`: one node) are one view of the buffer now: the write
+            # gives the others a copy (see Tensor.assign), as they are separate tensors in torch
+            self._uop.__dict__["shared"] = True
 
     def _put_in_memory(self: Tensor, base, op_name: str) -> Tensor:
         """Compute `base` (a node not in memory) into its buffer, switching every live tensor holding it, and every

@@ -126,3 +126,55 @@ def test_equal_values_computed_together_then_one_written():
         return (one * two).sum() + b.sum()
 
     both(step)
+
+
+@pytest.mark.parametrize("write", ["+=", "mul_", "setitem"])
+def test_equal_reductions_are_separate_tensors_under_a_write(write):
+    """`a = x.sum(1); b = x.sum(1)` are one node until computed; a write into one leaves the other alone, as torch's
+    two tensors (b changed too), and both keep their gradients."""
+
+    def step(lib, x, w, b):
+        one, two = (x @ w).sum(1), (x @ w).sum(1)
+        if write == "+=":
+            one += 1
+        elif write == "mul_":
+            one.mul_(2)
+        else:
+            one[0] = b.sum()
+        return (one * 3 + two * two).sum() + b.sum()
+
+    both(step)
+    x = Tensor(X)
+    one, two = x.sum(1), x.sum(1)
+    one += 1
+    np.testing.assert_allclose(two.numpy(), X.sum(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("read_first", [False, True])
+def test_a_pending_update_of_a_weight_before_backward(read_first):
+    """`with no_grad: w -= 0.1` issued between the forward pass and backward (the write still pending): the gradient is
+    taken at the values the forward pass read, as torch's (nothing it saved was written). It was None."""
+    x, w = Tensor(X), Tensor(W, requires_grad=True)
+    loss = (x @ w).square().sum()
+    with Tensor.test():
+        w -= 0.1
+    if read_first:
+        loss.item()
+    loss.backward()
+    tw = torch.tensor(W, requires_grad=True)
+    (torch.tensor(X) @ tw).square().sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(w.numpy(), W - 0.1, rtol=1e-6)
+
+
+def test_backward_after_the_weights_were_stepped_is_an_error():
+    """A loss read, then its weights stepped (the write run), then backward: its graph would take the gradient at the
+    new weights, so it says so (it gave None)."""
+    x, w = Tensor(X), Tensor(W, requires_grad=True)
+    loss = (x @ w).square().sum()
+    loss.item()
+    with Tensor.test():
+        w -= 0.1
+    w.realize()
+    with pytest.raises(RuntimeError, match="computed before a write into memory it read"):
+        loss.backward()

@@ -379,11 +379,15 @@ def forget_buffers(buffers: set[UOp]) -> None:
         view = realized_view(node)
         if view is None or node.op is not Ops.ASSIGN and (view.base in buffers or reads(node)):
             realized.drop(node)
-    # a view of an overwritten buffer, or of a computation that read it, is a leaf now: its values no longer come
-    # from that computation, and gradients through it would be taken at the new values
+    # a view of an overwritten buffer is a leaf now: its values no longer come from that computation. One of a
+    # computation that read it keeps its values, but gradients through it would be taken at the new values: its
+    # gradient is cut (backward says so, as torch refuses a graph whose saved values were modified)
     for view, computation in history.items():
-        if view.base in buffers or reads(computation):
+        if view.base in buffers:
             history.drop(view)
+        elif reads(computation):
+            history.drop(view)
+            history_cut.set(view, True)
 
 
 def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
