@@ -256,7 +256,9 @@ class MathMixin:
         down = self.floor()
         fraction = self - down
         is_even = (down * 0.5).floor() * 2 == down
-        return (fraction > 0.5).where(down + 1, (fraction < 0.5).where(down, is_even.where(down, down + 1)))
+        rounded = (fraction > 0.5).where(down + 1, (fraction < 0.5).where(down, is_even.where(down, down + 1)))
+        # a zero takes the input's sign, as torch's (-0.4 rounds to -0.0; down + 1 gave +0.0)
+        return (rounded == 0).where(self * 0, rounded)
 
     def trunc(self: Tensor) -> Tensor:
         """Rounded toward zero; ints and bools come back as they are, as from `floor` (torch refuses bools)."""

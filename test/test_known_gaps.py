@@ -275,3 +275,10 @@ def test_float64_erf_edges_and_second_derivative():
     np.testing.assert_allclose(
         second.numpy(), -2 * points * 2 / math.sqrt(math.pi) * np.exp(-points * points), rtol=1e-13
     )
+
+
+def test_round_keeps_the_sign_of_a_zero():
+    values = [-0.4, -0.5, -0.6, -1.5, 0.4, 0.5, -0.0, 0.0, 2.5, -2.5, -1e-30, float("inf"), float("-inf")]
+    ours, theirs = Tensor(values).round().numpy(), torch.tensor(values).round().numpy()
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs))
