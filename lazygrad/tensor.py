@@ -370,25 +370,27 @@ def _give_history(tensors, node: UOp, view: UOp, remember: dict, remembered: set
     says why."""
     if node.op in (Ops.ASSIGN, Ops.DETACH):
         return
-    wanting = [tensor for tensor in tensors if tensor._wants_gradient()]
-    if not wanting:
-        return
-    earlier = node not in remember and realized_view(node) is view
-    if node not in remember and not earlier:
-        if overwritten is None:
+    earlier = False
+    if node not in remember:  # (the rare case: the common one is a value this realize computed)
+        if not any(tensor._wants_gradient() for tensor in tensors):
             return
-        written, expansions = overwritten
-        node = expansions.get(node, node)
-        if any(source.op is Ops.BUFFER and source in written for source in node.toposort):
-            history_cut.set(view, True)
-            return
-    if view not in remembered:
-        remember_history(view, node)
-        remembered.add(view)
-        if earlier:  # (the node now refers to its view weakly, as `_realize_all` sets it for the others)
-            realized.set(node, weakref.ref(view))
-    for tensor in wanting:
-        tensor._history = history.get(view)
+        earlier = realized_view(node) is view
+        if not earlier:
+            if overwritten is None:
+                return
+            written, expansions = overwritten
+            node = expansions.get(node, node)
+            if any(source.op is Ops.BUFFER and source in written for source in node.toposort):
+                history_cut.set(view, True)
+                return
+    for tensor in tensors:
+        if tensor._wants_gradient():
+            if view not in remembered:
+                remember_history(view, node)
+                remembered.add(view)
+                if earlier:  # (the node now refers to its view weakly, as `_realize_all` sets it for the others)
+                    realized.set(node, weakref.ref(view))
+            tensor._history = history.get(view)
 
 
 def _reshaped_value(node: UOp) -> UOp | None:
@@ -950,7 +952,7 @@ class Tensor(
             return
         if gradients := _pending_gradients(outputs, device):
             outputs += [gradient._uop for gradient in gradients]
-        asked = set(outputs)  # (what was asked for, not kept before a write: see `_give_history`)
+        asked = len(outputs)  # (what was asked for, not kept before a write: see `_give_history`)
         planned = plan_graph(outputs, device)
         # (buffers are allocated only for the final plan) the values that read what it overwrites join it, until
         # none is left: a pending write that joins (it read a buffer the schedule overwrites) overwrites its own
@@ -965,8 +967,8 @@ class Tensor(
         # they read (taken before it runs: running it forgets the history of what it overwrites). Not the values
         # asked for: a loss realized with the optimizer step that overwrites its weights keeps no history.
         expansions = {}
-        if planned.plan.overwritten and history and (kept := [node for node in outputs if node not in asked]):
-            expansions = with_history(kept)
+        if planned.plan.overwritten and history and len(outputs) > asked:
+            expansions = with_history(outputs[asked:])
         run_schedule(schedule)
         # Realization replaces: every live tensor whose graph was computed now points at the buffer holding it,
         # and the `realized` map lets deeper graphs that still contain the node read it too.
