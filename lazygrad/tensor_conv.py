@@ -576,10 +576,7 @@ class ConvMixin:
             if out % in_size == 0 and np.array_equal(source, np.repeat(np.arange(in_size), out // in_size)):
                 return self.repeat_interleave(out // in_size, axis)  # a whole-number upscale is a view
             return self._take(axis, source)
-        if align:
-            source = targets * ((in_size - 1) / (out - 1)) if out > 1 else np.zeros(out)
-        else:
-            source = np.maximum((targets + 0.5) * scale - 0.5, 0.0)
+        source = _linear_sources(in_size, out, scale, align)
         low = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
         high = np.minimum(low + 1, in_size - 1)
         shape = [1] * self.ndim
@@ -591,11 +588,7 @@ class ConvMixin:
         """Linear resizing of a uint8 axis as torch's (UpSampleKernel.cpp, after Pillow): each output's two weights in
         float64 made int16 at the precision the axis' largest weight allows (14 to 22 bits), summed in int32 with
         the pixels, rounded and clamped to uint8: torch's values exactly."""
-        targets = np.arange(out, dtype=np.float64)
-        if align:
-            source = targets * ((in_size - 1) / (out - 1)) if out > 1 else np.zeros(out)
-        else:
-            source = np.maximum(scale * (targets + 0.5) - 0.5, 0.0)
+        source = _linear_sources(in_size, out, scale, align)
         # (torch takes the floor of the source index as a float32)
         low = np.minimum(np.floor(source.astype(np.float32)).astype(np.int64), in_size - 1)
         fraction = np.clip(source - low, 0.0, 1.0)
@@ -658,6 +651,14 @@ class ConvMixin:
 # ---- windows, built on the nodes ------------------------------------------------------------------------------------
 # (movement ops only, whose shapes the window arithmetic guarantees: built without a tensor and its checks per step,
 # as windows are the bulk of a convolution's graph)
+
+
+def _linear_sources(in_size: int, out: int, scale: float, align: bool) -> np.ndarray:
+    """Where each of `out` outputs of a linear resize reads its input axis of `in_size`, in float64 (torch's)."""
+    targets = np.arange(out, dtype=np.float64)
+    if align:
+        return targets * ((in_size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+    return np.maximum((targets + 0.5) * scale - 0.5, 0.0)
 
 
 def _shrink_axis(node: UOp, axis: int, start: int, end: int) -> UOp:

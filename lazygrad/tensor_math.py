@@ -130,6 +130,15 @@ def _rounded_to(value, dtype) -> float:
         return float(np.float16(value))
 
 
+def _horner(x: Tensor, coefficients) -> Tensor:
+    """c0 + c1 x + c2 x^2 + ... by Horner's rule (`coefficients` lowest power first). Its partial sums are what a
+    gradient reads: for a long series in a gradient's path, `_odd_series`."""
+    total = coefficients[-1]
+    for coefficient in coefficients[-2::-1]:
+        total = total * x + coefficient
+    return total
+
+
 def _odd_series(x: Tensor, coefficients) -> Tensor:
     """x + x (c0 + c1 z + c2 z^2 + ...) with z = x^2, summed term by term from the smallest, each power of z the
     product of two smaller ones: a gradient reads only those powers, cheap to compute again. (It would read every
@@ -485,10 +494,7 @@ class MathMixin:
             z = t * t
             if a.dtype == dtypes.float64:  # (term by term: Horner's partial sums of a long series cost kernels)
                 return offset + _odd_series(t, (0.0, *ATAN_SERIES_FLOAT64))
-            series = ATAN_SERIES[-1]
-            for coefficient in ATAN_SERIES[-2::-1]:
-                series = series * z + coefficient
-            return offset + t + t * z * series
+            return offset + t + t * z * _horner(z, ATAN_SERIES)
 
         return self._odd(atan_of_magnitude)
 
@@ -622,9 +628,7 @@ class MathMixin:
         """erfc(a) for a >= 0 (or nan), from a fit of t exp(-a^2 + P(t)) with t = 1 / (1 + a/2) (within 3e-8 relative
         in float64, so about float32's rounding)."""
         t = 1 / (1 + 0.5 * a)
-        series = ERFC_SERIES[-1]
-        for coefficient in ERFC_SERIES[-2::-1]:
-            series = series * t + coefficient
+        series = _horner(t, ERFC_SERIES)
         # erfc underflows to 0 past a ~ 10 (and a^2 overflows past 1e19)
         beyond = a > 10
         bounded = beyond.where(0.0, a)
@@ -653,15 +657,11 @@ class MathMixin:
         magnitude = negative.where(-x, x)
         small = magnitude < 1
         near = small.where(magnitude, 0.0)
-        series = ERF_FLOAT64[-1]
-        for coefficient in ERF_FLOAT64[-2::-1]:
-            series = series * (near * near) + coefficient
+        series = _horner(near * near, ERF_FLOAT64)
         # (a NaN stays NaN through the minimum)
         far = small.where(1.0, magnitude.minimum(6.0))
         t = 1 / (1 + far * (1 / 3))
-        tail = ERFC_FLOAT64[-1]
-        for coefficient in ERFC_FLOAT64[-2::-1]:
-            tail = tail * t + coefficient
+        tail = _horner(t, ERFC_FLOAT64)
         value = small.where(near * series, 1 - (-far * far).exp() * tail)
         value = negative.where(-value, value)
         # the slope term: with d = x - x.detach() (0 with slope 1), d G (1 + d x) for G = 2/sqrt(pi) exp(-x^2) has

@@ -751,8 +751,9 @@ def scatter_selected_sum(plan: Plan, target: Target) -> None:
     too. Measured here, the scatter won from a table of 10 rows on (10 rows, 1,000 steps, 16 columns: 3 µs against
     7; 5,000 rows, 64 steps: 4 µs against 202). (On a GPU, where a column is a thread, the scatter needs atomic adds
     to be worth it: not yet.)"""
-    (store,) = plan.sink.src
-    if store.op is not Ops.STORE or (reduce := stored_sum(store.src[2])) is None:
+    if len(plan.sink.src) != 1 or (store := plan.sink.src[0]).op is not Ops.STORE:
+        return
+    if (reduce := stored_sum(store.src[2])) is None:
         return
     lanes, length = target.cores * target.vector_width, prod(loop.src[0].arg for loop in reduce.src[1:])
     outputs = prod(loop.src[0].arg for loop in output_loops(plan.sink))
@@ -765,14 +766,11 @@ def scatter_selected_sum(plan: Plan, target: Target) -> None:
     else:
         return
     # each step a vector of neighbouring columns: the zeros fill whole cache lines, and the adds are vector ops
+    zeros_at = memory_indices(plan.sink, Ops.STORE)[0]
     for loop in reversed(output_loops(plan.sink)):
-        if stride(store_index(plan.sink), loop) == 1:
+        if stride(zeros_at, loop) == 1:
             plan.try_apply(Opt(OptOp.UPCAST, loop.arg[0], largest_divisor(loop.src[0].arg, target.vector_width)))
             return
-
-
-def store_index(sink: UOp) -> UOp:
-    return next(node.src[1] for node in kernel_nodes(sink) if node.op is Ops.STORE)
 
 
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, pack: bool = True) -> tuple[Opt, ...]:
@@ -781,8 +779,7 @@ def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, 
     if target.max_threads:
         return thread_opts(sink, target)
     plan = Plan(sink, target)
-    if len(sink.src) == 1:
-        scatter_selected_sum(plan, target)
+    scatter_selected_sum(plan, target)
     plan = shaped(plan.sink, target, plan.opts)
     loop_around_reduces(plan)
     shape = matrix_shape(plan.sink, target)
