@@ -432,7 +432,9 @@ def test_thread_actions_keep_the_product(threaded, opts):
 
 @pytest.mark.parametrize("reduce", ["sum", "max", "any"])
 def test_a_group_reduction_of_every_kind(threaded, reduce):
-    data = rng.standard_normal(96).astype(np.float32)
+    # (data of its own: drawn from the shared generator, it depended on the tests run before it in the same process,
+    # and a sum that nearly cancels is further from NumPy's than rtol allows)
+    data = np.random.default_rng(96).standard_normal(96).astype(np.float32)
     data[17] = np.nan if reduce == "max" else data[17]
     x = Tensor(data, device=threaded).realize()
     tensor = {"sum": lambda: x.sum(), "max": lambda: x.max(), "any": lambda: (x > 2.0).any()}[reduce]()
