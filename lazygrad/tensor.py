@@ -1040,7 +1040,7 @@ class Tensor(
         self._check_writable("assign")
         if _writes_keeping_gradient and id(self) in _writes_keeping_gradient:  # (setitem's write: see __setitem__)
             _writes_keeping_gradient.discard(id(self))
-            if self._gradient_history() is not None:
+            if self._gradient_history() is not None or self._record_writes_into_data(value):
                 return self._assign_keeping_gradient(value)
         # Write in place into the tensor's buffer: the write is noted on the buffer, pending until something reads
         # the memory, and the tensor stays the name of that memory it was, as every other name of it (a view, a
@@ -1101,7 +1101,7 @@ class Tensor(
                     f"(as torch refuses); write `{instead}` for a new tensor, or cast first"
                 )
             result = result.cast(self.dtype)
-        if self._gradient_history() is not None:
+        if self._gradient_history() is not None or self._record_writes_into_data(result):
             return self._assign_keeping_gradient(result)
         return self.assign(result)
 
@@ -1132,6 +1132,30 @@ class Tensor(
             node = node.src[0]
         # (a fact cached per node, as shapes are: a loop of `y += x` asks it of a history that grows by a few nodes)
         return node if computation._derive("reads_data", _reads_data) else None
+
+    def _record_writes_into_data(self, value: Tensor) -> bool:
+        """Before a write (setitem, an in-place operator) of a value that carries a gradient into a tensor of data
+        (`out = Tensor(np.zeros((T, H))); out[t] = h`): as torch records such a write, the tensor's values so far are
+        kept as a copy, which becomes its history, so that this write and later ones go through
+        `_assign_keeping_gradient` and the gradient flows into the written values. (A plain assign has no
+        derivative: it dropped the gradient, and the model silently did not train.) True if it did. A value carries
+        a gradient where its graph reads a tensor that requires grad, a computation realized with gradients on, or
+        random numbers (a layer's weights before they are realized); data alone does not, as in torch, so a loop of
+        `images[i] = Tensor(image)` keeps nothing."""
+        if Tensor.no_grad or not self._wants_gradient() or not views_memory(self._uop) or self._history is not None:
+            return False
+        graph = value.uop.toposort
+        carries = any(
+            history.get(node) is not None or node.op is Ops.BUFFER and is_random_source(node)
+            for node in graph
+            if node.op in (Ops.BUFFER, Ops.RESHAPE)
+        )
+        if not carries and not any(tensor.requires_grad is True for tensor in tensors_holding(graph)):
+            return False
+        copy = UOp(Ops.CONTIGUOUS, self.dtype, (_read_node(self._uop),), next(_contiguous_ids))
+        kept = Tensor(copy, device=self.device, requires_grad=False).realize()
+        self._history = remember_history(self._uop, kept.uop)
+        return True
 
     def _assign_keeping_gradient(self, value: Tensor) -> Tensor:
         """An in-place operator's or setitem's write into a tensor with gradient history (`y = (x * 2).realize();

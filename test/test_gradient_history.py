@@ -178,3 +178,71 @@ def test_backward_after_the_weights_were_stepped_is_an_error():
     w.realize()
     with pytest.raises(RuntimeError, match="computed before a write into memory it read"):
         loss.backward()
+
+
+def zeros_of_data(lib, *shape):
+    """A tensor of zeros made from data (memory of its own, as `Tensor(np.zeros(...))`), or torch's zeros."""
+    return Tensor(np.zeros(shape, np.float32)) if lib is Tensor else torch.zeros(*shape)
+
+
+@pytest.mark.parametrize("write", ["setitem", "+="])
+def test_a_value_with_a_gradient_written_into_data(write):
+    # (a plain assign has no derivative: w and b silently got no gradient, and the model did not train)
+    def step(lib, x, w, b):
+        out = zeros_of_data(lib, 4, 2)
+        if write == "+=":
+            out += x @ w + b
+        else:
+            for row in range(4):
+                out[row] = (x[row] @ w + b).tanh()
+        return out.square().sum()
+
+    both(step)
+
+
+def test_a_recurrence_written_row_by_row_into_data():
+    # each row reads the row written before it: the gradient flows through every write in turn (torch refuses to
+    # differentiate this in place, so its reference keeps the rows in a list)
+    ours = [Tensor(X), Tensor(W, requires_grad=True), Tensor(B, requires_grad=True)]
+    x, w, b = ours
+    out = Tensor(np.zeros((4, 2), np.float32))
+    out[0] = x[0] @ w
+    for row in range(1, 4):
+        out[row] = (x[row] @ w + out[row - 1] * b).tanh()
+    out.square().sum().backward()
+    x, w, b = torch.tensor(X), torch.tensor(W, requires_grad=True), torch.tensor(B, requires_grad=True)
+    rows = [x[0] @ w]
+    for row in range(1, 4):
+        rows.append((x[row] @ w + rows[-1] * b).tanh())
+    torch.stack(rows).square().sum().backward()
+    for mine, expected in zip(ours[1:], (w, b)):
+        np.testing.assert_allclose(mine.grad.numpy(), expected.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_row_read_before_a_later_write_keeps_the_values_it_read():
+    # row 1 is made of row 2's first values; row 2 is written afterwards: the gradient of w must use the first ones
+    w = Tensor(W, requires_grad=True)
+    out = Tensor(np.full((3, 2), 2.0, np.float32))
+    out[1] = out[2] * w[0]
+    out[2] = 5 * w[1]
+    out.square().sum().backward()
+    expected = np.zeros_like(W)
+    expected[0] = 2 * (2.0 * W[0]) * 2.0
+    expected[1] = 2 * (5 * W[1]) * 5
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-6)
+
+
+def test_data_written_into_data_keeps_no_history():
+    # nothing in the values takes a gradient (as torch's tensors without requires_grad): the loop keeps no copies,
+    # and a hand-written update of a data tensor in a training loop stays an update
+    images = Tensor(np.zeros((4, 3), np.float32))
+    for row in range(4):
+        images[row] = Tensor(X[row]) * 2
+    assert images.is_leaf
+    np.testing.assert_array_equal(images.numpy(), X * 2)
+    w = Tensor(W.copy())
+    for _ in range(2):
+        (Tensor(X) @ w).square().mean().backward()
+        w -= 0.1 * w.grad
+        w.grad = None
+    assert w.is_leaf
