@@ -93,7 +93,7 @@ class ActivationMixin:
         # forward and backward of 4096x4096 in the kernels 2·sigmoid(2x) - 1 had; _negative_magnitude took more)
         decay = (negative.where(x, -x) * 2).exp()
         far = (1 - decay) / (1 + decay)
-        return small.where(series, negative.where(-far, far))
+        return small.where((x == 0).where(x, series), negative.where(-far, far))  # (tanh(-0.0) is -0.0, as torch's)
 
     @_in_float32
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:

@@ -104,6 +104,12 @@ def _is_negative(x: Tensor) -> Tensor:
     return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
 
 
+def _keep_zero_sign(x: Tensor, result: Tensor, slope: float = 1.0) -> Tensor:
+    """`result` of an odd function f of x, with f(-0.0) = -0.0 as torch's (a formula that adds a constant, or terms
+    of both signs, gives +0.0 there); `slope` is f'(0), which the gradient at 0 keeps."""
+    return (x == 0).where(x * slope if slope != 1 else x, result)
+
+
 def _in_float32(method):
     """`method` computed in float32 for float16 and bfloat16 tensors and rounded once, as torch computes them: rounded
     after every op it lost digits, and its squares overflowed float16 past 256 (asinh(300) was inf)."""
@@ -471,32 +477,33 @@ class MathMixin:
         source = self._to_float()
         return (source - LN_2).exp() + (-source - LN_2).exp()
 
-    def _odd(self: Tensor, function) -> Tensor:
-        """An odd function from its values at x >= 0: f(x) = -f(-x). The magnitude is a select, not `abs`, so the
-        gradient at 0 is f's slope there (`abs` would split it into +1/2 and -1/2)."""
+    def _odd(self: Tensor, function, slope: float = 1.0) -> Tensor:
+        """An odd function from its values at x >= 0: f(x) = -f(-x), with f'(0) = `slope`. The magnitude is a
+        select, not `abs`, so the gradient at 0 is f's slope there (`abs` would split it into +1/2 and -1/2)."""
         source = self._to_float()
         negative = source < 0
         result = function(negative.where(-source, source))
-        return negative.where(-result, result)
+        return _keep_zero_sign(source, negative.where(-result, result), slope)
 
     @_in_float32
     def atan(self: Tensor) -> Tensor:
         """The arctangent, in (-pi/2, pi/2)."""
+        return self._odd(type(self)._atan_of_magnitude)
 
-        def atan_of_magnitude(a: Tensor) -> Tensor:
-            # reduce a >= 0 into |t| <= tan(pi/8): atan(a) = pi/2 + atan(-1/a) above tan(3pi/8) and
-            # pi/4 + atan((a-1)/(a+1)) between; each select sees a safe input so no branch makes inf or nan gradients
-            large, middle = a > ATAN_LARGE, (a > ATAN_SMALL) & (a <= ATAN_LARGE)
-            between = middle.where(a, 0)
-            t = large.where(-1 / large.where(a, 1), middle.where((between - 1) / (between + 1), a))
-            # (beside a tensor of a's dtype the numbers are constants of that dtype: float64 pi/4, not float32's)
-            offset = large.where(math.pi / 2, middle.where(math.pi / 4, a.zeros_like()))
-            z = t * t
-            if a.dtype == dtypes.float64:  # (term by term: Horner's partial sums of a long series cost kernels)
-                return offset + _odd_series(t, (0.0, *ATAN_SERIES_FLOAT64))
-            return offset + t + t * z * _horner(z, ATAN_SERIES)
-
-        return self._odd(atan_of_magnitude)
+    @_in_float32
+    def _atan_of_magnitude(a: Tensor) -> Tensor:
+        """atan(a) for a >= 0 (at -0.0: +0.0)."""
+        # reduce a >= 0 into |t| <= tan(pi/8): atan(a) = pi/2 + atan(-1/a) above tan(3pi/8) and
+        # pi/4 + atan((a-1)/(a+1)) between; each select sees a safe input so no branch makes inf or nan gradients
+        large, middle = a > ATAN_LARGE, (a > ATAN_SMALL) & (a <= ATAN_LARGE)
+        between = middle.where(a, 0)
+        t = large.where(-1 / large.where(a, 1), middle.where((between - 1) / (between + 1), a))
+        # (beside a tensor of a's dtype the numbers are constants of that dtype: float64 pi/4, not float32's)
+        offset = large.where(math.pi / 2, middle.where(math.pi / 4, a.zeros_like()))
+        z = t * t
+        if a.dtype == dtypes.float64:  # (term by term: Horner's partial sums of a long series cost kernels)
+            return offset + _odd_series(t, (0.0, *ATAN_SERIES_FLOAT64))
+        return offset + t + t * z * _horner(z, ATAN_SERIES)
 
     def atan2(self: Tensor, other) -> Tensor:
         """The angle of the point (other, self) in [-pi, pi], as torch.atan2(self, other): signed zeros and
@@ -510,7 +517,7 @@ class MathMixin:
         smaller, larger = steep.where(ax, ay), steep.where(ay, ax)
         zero, infinite = larger == 0, smaller == math.inf  # (0/0 and inf/inf: the angle of the axes, of a diagonal)
         ratio = zero.where(0.0, infinite.where(1.0, smaller / (zero | infinite).where(1.0, larger)))
-        angle = ratio.atan()
+        angle = ratio._atan_of_magnitude()  # (the ratio is a magnitude: a ratio of -0.0 makes an angle of +0.0)
         angle = steep.where(math.pi / 2 - angle, angle)
         behind = _is_negative(x)  # (x = -0 counts: atan2(0, -0) is pi)
         # the sign of y by a select (angle >= 0): copysign's slope at a zero angle is 0, atan2's is not
@@ -529,7 +536,7 @@ class MathMixin:
         # to half its digits near |x| = 1 (asin there: 7 ulp off in float32, 1000 in float64). Of an int's value as
         # a float (1 - x of uint8 2 wrapped to 255)
         x = self._to_float()
-        return 2 * (x / (1 + (1 - x * x).sqrt())).atan()
+        return 2 * (x / (1 + (1 - x * x).sqrt())).atan()  # (atan keeps a zero's sign: asin(-0.0) is -0.0)
 
     @_in_float32
     def acos(self: Tensor) -> Tensor:
@@ -595,7 +602,7 @@ class MathMixin:
         # the value is nan
         inside = (source > -1) & (source < 1)
         correction = inside.where((source - (up - 1)) / up + (source + (down - 1)) / down, 0.0).detach()
-        return (up.log() - down.log() + correction) * 0.5
+        return _keep_zero_sign(source, (up.log() - down.log() + correction) * 0.5)
 
     def log1p(self: Tensor) -> Tensor:
         """log(1 + x), accurate for small x where log(1 + x) loses x's digits to the rounding of 1 + x."""
@@ -605,7 +612,7 @@ class MathMixin:
         # take log(u) itself (the correction would be 0/0 or inf - inf there)
         edge = (u == 0) | u.isinf()
         safe_u, safe_x = edge.where(1.0, u), edge.where(0.0, source)
-        return edge.where(u.log(), safe_u.log() + (safe_x - (safe_u - 1)) / safe_u)
+        return _keep_zero_sign(source, edge.where(u.log(), safe_u.log() + (safe_x - (safe_u - 1)) / safe_u))
 
     def expm1(self: Tensor) -> Tensor:
         """exp(x) - 1, accurate for small x where exp(x) - 1 cancels."""
@@ -614,7 +621,7 @@ class MathMixin:
         x = small.where(source, 0.0)
         u = x.exp()
         # u = exp(x) rounds; x - log(u) is that rounding (relative to u), added back: exp(x) = u * exp(x - log(u))
-        return small.where((u - 1) + u * (x - u.log()), source.exp() - 1)
+        return _keep_zero_sign(source, small.where((u - 1) + u * (x - u.log()), source.exp() - 1))
 
     def logaddexp(self: Tensor, other) -> Tensor:
         """log(exp(x) + exp(y)) without overflow: max(x, y) + log1p(exp(-|x - y|)) (torch.logaddexp)."""
@@ -645,7 +652,7 @@ class MathMixin:
             small = a < 0.75
             return small.where(_odd_series(small.where(a, 0.0), ERF_TAYLOR), 1 - a._erfc_of_magnitude())
 
-        return self._odd(erf_of_magnitude)
+        return self._odd(erf_of_magnitude, 2 / math.sqrt(math.pi))
 
     def _erf_float64(self: Tensor) -> Tensor:
         """erf of a float64 tensor within 2 ulp (the float32 fit beyond 0.75 was 3e-8 off): fits of erf(a) / a below 1

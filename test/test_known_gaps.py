@@ -127,6 +127,18 @@ def test_frac_and_rounding_keep_torchs_signed_zeros(dtype):
         np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs), err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("name", ["asin", "atan", "tanh", "asinh", "atanh", "erf", "expm1", "log1p", "sinh"])
+def test_odd_functions_keep_the_sign_of_zero(name, dtype):
+    """f(-0.0) is -0.0 for these odd functions, as torch's (their formulas added a constant or terms of both signs:
+    +0.0), and the slope at either zero is still f'(0)."""
+    values = np.array([-0.0, 0.0, 0.25, -0.25], dtype)
+    ours, theirs = getattr(Tensor(values), name)().numpy(), getattr(torch.tensor(values), name)().numpy()
+    np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs))
+    if dtype != np.float16:
+        np.testing.assert_allclose(gradient(name, values, dtype), torch_gradient(name, values, dtype), rtol=1e-6)
+
+
 # ---- 5. uint8 linear interpolation -----------------------------------------------------------------------------------
 
 
