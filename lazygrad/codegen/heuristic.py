@@ -358,9 +358,10 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
         choices = (
             [blocking] if blocking else wide + [(vector * count, min(accumulators // count, 8)) for count in across]
         )
-        if not blocking and len(loops) == 1:
-            # one output loop (a vector times a matrix, a column sum): no rows to share the loads with, so every
-            # accumulator goes across it (1 x 4096 @ 4096 x 4096 in two vectors of outputs: 4.1 ms, in eight: 3.5)
+        if not blocking and not any(reused_buffers(plan.sink, loop) for loop in loops[:-1]):
+            # no rows that share the loads (one output loop: a vector times a matrix, a column sum; or rows that read
+            # apart, a split column sum's parts), so every accumulator goes across the row (1 x 4096 @ 4096 x 4096 in
+            # two vectors of outputs: 4.1 ms, in eight: 3.5; a column sum of 1M x 64 in parts, 26 ms, 7 whole)
             choices = [(vector * (accumulators >> halving), 1) for halving in range(accumulators.bit_length())]
         if not blocking and inner.src[0].arg > 1 and inner.src[0].arg % vector:
             # a row that whole vectors do not cover (attention's over time, a convolution's over an image, a weight

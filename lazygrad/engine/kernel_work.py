@@ -14,6 +14,7 @@ exact, from the set of nodes, where the sum over sources could overcount).
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from lazygrad.codegen.lower import reduce_identity
@@ -122,8 +123,8 @@ def _members(node: UOp, read: set[UOp], members: dict[UOp, frozenset[UOp]]) -> f
     return members[node]
 
 
-def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int], int]) -> dict[UOp, UOp]:
-    """The graph of `nodes` (sources first) with every reduce that `parts_of(outputs, length)` splits into more than
+def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int, bool], int]) -> dict[UOp, UOp]:
+    """The graph of `nodes` (sources first) with every reduce that `parts_of(outputs, length, rounds)` splits into more than
     one part reduced in two steps: its parts first (one kernel, whose outputs the cores share), then the parts (a
     small kernel). Returns what each changed node (a split reduce, and the nodes above it) becomes."""
     done: dict[UOp, UOp] = {}
@@ -137,16 +138,30 @@ def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int], int]) -> dict
             outputs = prod(shape[axis] for axis in kept)
             # (a sum that is not split adds into one block of float32 accumulators, which a long one overflows in
             # precision: 2**31 ones averaged 0.5)
-            if (parts := parts_of(outputs, prod(shape) // max(outputs, 1))) > 1:
+            rounds = new.arg[0] in (Ops.ADD, Ops.MUL) and new.dtype.is_float
+            if (parts := parts_of(outputs, prod(shape) // max(outputs, 1), rounds)) > 1:
                 new = _reduced_in_parts(new, kept, parts)
         if new is not node:
             done[node] = new
     return done
 
 
+MIN_PARTS = 16  # the fewest parts a reduce is split into in place (fewer would leave the parts long)
+
+
 def _reduced_in_parts(reduce: UOp, kept: tuple[int, ...], parts: int) -> UOp:
     """`reduce` as a reduce of `parts` pieces of each output's values, then of the pieces' results."""
     source, (op, axes), dtype = reduce.src[0], reduce.arg, reduce.dtype
+    first = min(axes)
+    if (count := math.gcd(source.shape[first], parts)) >= MIN_PARTS:
+        # the outermost reduced axis split in place (into fewer parts where it divides only those: a batch norm's
+        # batch of 32), so the first kernel reads memory in its order (a column sum moved to the front of its values,
+        # x.sum(0) of a tall matrix, read each column apart: 40x slower)
+        parts, shape = count, source.shape
+        pieces = UOp(Ops.RESHAPE, dtype, (source,), (*shape[:first], parts, shape[first] // parts, *shape[first + 1 :]))
+        partial = UOp(Ops.REDUCE, dtype, (pieces,), (op, tuple(axis + 1 for axis in axes)))
+        total = UOp(Ops.REDUCE, dtype, (partial,), (op, (first,)))
+        return UOp(Ops.RESHAPE, dtype, (total,), reduce.shape)
     order = (*kept, *axes)
     if order != tuple(range(len(order))):
         source = UOp(Ops.PERMUTE, dtype, (source,), order)
