@@ -31,6 +31,7 @@ from lazygrad.engine.buffers import (
     history_of,
     is_buffer_view,
     memory_of,
+    passes_gradient,
     read_before_overwrite,
     realized,
     realized_view,
@@ -45,7 +46,7 @@ from lazygrad.engine.buffers import writes_pending as _written
 from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
 from lazygrad.engine.rng import is_random_source
 from lazygrad.engine.schedule import ScheduleItem, bind, create_schedule, plan_graph
-from lazygrad.gradient import compute_gradients
+from lazygrad.gradient import NO_GRADIENT, compute_gradients
 from lazygrad.helpers import DEBUG, Context, GlobalCounters, prod
 from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_conv import ConvMixin
@@ -73,6 +74,30 @@ _made_pruned_at = 64
 def _unpickle_tensor(values: np.ndarray, dtype: str, device: str, requires_grad: bool | None) -> Tensor:
     """A pickled tensor made again (see Tensor.__reduce__)."""
     return Tensor(values, dtype=getattr(dtypes, dtype), device=device, requires_grad=requires_grad)
+
+
+def _on_gradient_paths(roots: list[UOp]) -> list[UOp]:
+    """The views of memory a gradient from `roots` flows into: below a DETACH or a comparison only the values in
+    memory are read (a hidden state detached after an optimizer step, whose own computation read the old weights)."""
+    seen, stack, views = set(), list(roots), []
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op in NO_GRADIENT:
+            continue
+        seen.add(node)
+        if node.op in (Ops.BUFFER, Ops.RESHAPE):
+            views.append(node)
+        stack.extend(node.src)
+    return views
+
+
+def _name_detached(buffer: UOp, tensor: Tensor) -> None:
+    """Note `tensor` as a detached name of `buffer`'s memory (see `Tensor.assign`)."""
+    names = buffer.__dict__.setdefault("detached", {})
+    if len(names) >= 8:  # (forget the dead: an optimizer detaches every parameter in every step)
+        for key in [key for key, reference in list(names.items()) if reference() is None]:
+            names.pop(key, None)
+    names[id(tensor)] = weakref.ref(tensor)
 
 
 def tensors_holding(nodes) -> list[Tensor]:
@@ -381,7 +406,8 @@ def _give_history(tensors, node: UOp, view: UOp, remember: dict, remembered: set
             written, expansions = overwritten
             node = expansions.get(node, node)
             if any(source.op is Ops.BUFFER and source in written for source in node.toposort):
-                history_cut.set(view, True)
+                if passes_gradient(node):  # (else no gradient would pass into it: a leaf, as a write leaves it)
+                    history_cut.set(view, True)
                 return
     for tensor in tensors:
         if tensor._wants_gradient():
@@ -830,7 +856,7 @@ class Tensor(
             expanded = with_history(nodes) if history else {}  # (no view has a history to expand: the graph as it is)
             expanded_roots = [expanded.get(node, node) for node in nodes]
             order = toposort(expanded_roots)
-            if history_cut and any(history_cut.get(node) for node in order if node.op in (Ops.BUFFER, Ops.RESHAPE)):
+            if history_cut and any(history_cut.get(node) for node in _on_gradient_paths(expanded_roots)):
                 raise RuntimeError(
                     "backward: part of this graph was computed before a write into memory it read (an optimizer step, "
                     "an assign or a setitem into a tensor it was computed from, between the forward pass and "
@@ -931,10 +957,6 @@ class Tensor(
         for tensor in tensors:
             node = tensor._uop
             if views_memory(node):  # (realized, or a view of memory: it stays one, see `_without_views`)
-                if node.op is Ops.DETACH and is_buffer_view(node.src[0]):
-                    # a detached name of memory (`x.detach()`, a view made with gradients off) realized is that
-                    # memory's view, as any DETACH computed is its source (TinyJit binds it as its buffer)
-                    tensor.uop = node = node.src[0]
                 buffer = memory_of(node) if _written else None
                 if buffer is not None and "writes" in buffer.__dict__ and _newest_write(buffer) is not None:
                     kept, pending = Tensor._without_views(tensors)
@@ -984,6 +1006,11 @@ class Tensor(
                 _give_history([tensor], base, becomes[base], remember, remembered, overwritten)
                 continue
             _give_history([tensor], node, view, remember, remembered, overwritten)
+            if node.op is Ops.DETACH:  # (a detached value stays detached in memory: `y.detach().realize()` read
+                # as `view` itself took gradients into the history y's computation gave it)
+                tensor.uop = UOp(Ops.DETACH, view.dtype, (view,), DETACHED_VIEW)
+                _name_detached(memory_of(view), tensor)
+                continue
             tensor.uop = view
             if len(holders := view.__dict__["tensors"]) > 1 and node.op is not Ops.ASSIGN:
                 if sum(reference() is not None for reference in holders.values()) > 1:
@@ -1278,11 +1305,7 @@ class Tensor(
             return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device, requires_grad=False)
         detached = Tensor(UOp(Ops.DETACH, self.dtype, (self._uop,), DETACHED_VIEW), device=self.device)
         detached._requires_grad = False
-        names = buffer.__dict__.setdefault("detached", {})  # (see `assign`)
-        if len(names) >= 8:  # (forget the dead: an optimizer detaches every parameter in every step)
-            for key in [key for key, reference in list(names.items()) if reference() is None]:
-                names.pop(key, None)
-        names[id(detached)] = weakref.ref(detached)
+        _name_detached(buffer, detached)
         return detached
 
     def clone(self) -> Tensor:

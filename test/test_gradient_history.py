@@ -246,3 +246,100 @@ def test_data_written_into_data_keeps_no_history():
         w -= 0.1 * w.grad
         w.grad = None
     assert w.is_leaf
+
+
+def truncated_backprop(lib, detach, steps=3):
+    """A hidden state carried from one optimizer step to the next, detached (truncated backpropagation through
+    time); the losses."""
+    import lazygrad.nn.optim as optim
+
+    data = np.float32([[0.5, -0.2], [0.1, 0.3]])
+    if lib is Tensor:
+        w = Tensor(data, requires_grad=True)
+        opt, h, x = optim.SGD([w], lr=0.1), Tensor.zeros(1, 2), Tensor([[1.0, 2.0]])
+    else:
+        w = torch.tensor(data, requires_grad=True)
+        opt, h, x = torch.optim.SGD([w], lr=0.1), torch.zeros(1, 2), torch.tensor([[1.0, 2.0]])
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        h = (x + h @ w).tanh()
+        loss = h.sum()
+        loss.backward()
+        if detach == "before the step" and lib is Tensor:
+            h = h.detach().realize()
+        elif detach == "copied before the step" and lib is Tensor:
+            h = h.detach().contiguous()
+        opt.step()
+        h = h.detach()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("detach", ["after the step", "before the step", "copied before the step"])
+def test_a_detached_state_carried_across_optimizer_steps(detach):
+    # (the state's own computation read the weights the step overwrote: backward raised, though no gradient passes
+    # the detach; below it only the values in memory are read)
+    np.testing.assert_allclose(truncated_backprop(Tensor, detach), truncated_backprop(torch, detach), rtol=1e-6)
+
+
+def test_a_detached_state_carried_across_jit_steps():
+    import lazygrad.nn.optim as optim
+    from lazygrad import TinyJit
+
+    w = Tensor(np.float32([[0.5, -0.2], [0.1, 0.3]]), requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+
+    @TinyJit
+    def step(x, h):
+        opt.zero_grad()
+        h = (x + h @ w).tanh()
+        loss = h.sum()
+        loss.backward()
+        detached = h.detach().realize()
+        opt.step()
+        return loss.realize(), detached
+
+    h, losses = Tensor.zeros(1, 2).contiguous(), []
+    for _ in range(4):
+        loss, h = step(Tensor([[1.0, 2.0]]), h)
+        losses.append(loss.item())
+    np.testing.assert_allclose(losses, truncated_backprop(torch, "after the step", steps=4), rtol=1e-6)
+
+
+def test_a_value_without_a_gradient_path_made_before_a_step():
+    # last step's argmax weighs this step's loss: nothing passes a gradient into it, so the step's write into the
+    # weights it read leaves it a plain value (backward raised)
+    def losses(lib):
+        data, inputs = np.float32([[0.5, -0.2, 0.3], [0.1, 0.3, -0.4]]), np.float32([[1.0, 2.0], [0.5, -1.0]])
+        w = Tensor(data, requires_grad=True) if lib is Tensor else torch.tensor(data, requires_grad=True)
+        if lib is Tensor:
+            from lazygrad.nn.optim import SGD
+
+            opt, x, weight = SGD([w], lr=0.1), Tensor(inputs), Tensor.ones(2)
+        else:
+            opt, x, weight = torch.optim.SGD([w], lr=0.1), torch.tensor(inputs), torch.ones(2)
+        found = []
+        for _ in range(3):
+            opt.zero_grad()
+            logits = x @ w
+            loss = (logits.logsumexp(-1) * weight).sum()
+            loss.backward()
+            weight = (logits.argmax(-1) == 0).float() + 1.0
+            opt.step()
+            found.append(loss.item())
+        return found
+
+    np.testing.assert_allclose(losses(Tensor), losses(torch), rtol=1e-6)
+
+
+def test_a_detached_value_realized_passes_no_gradient():
+    # `y.detach().realize()` became y's memory view, which held y's history: w got a gradient through it
+    w, v = Tensor([1.0, 2.0], requires_grad=True), Tensor([1.0, 1.0], requires_grad=True)
+    y = Tensor([3.0, 4.0]) * w
+    h = y.detach().realize()
+    (h * v).sum().backward()
+    assert w.grad is None
+    np.testing.assert_array_equal(v.grad.numpy(), [3.0, 8.0])
+    h += 1  # (still a name of the memory it was computed into)
+    np.testing.assert_array_equal(h.numpy(), [4.0, 9.0])

@@ -37,7 +37,7 @@ def test_buffers_are_freed_with_their_last_user():
     b = (a + 1).realize()
     # detached: c keeps no gradient history, so nothing of b's survives b
     c = (b * 2).detach().realize()
-    memory = [weakref.ref(buffers.buffer_of(t.uop.base)) for t in (a, b, c)]
+    memory = [weakref.ref(buffers.buffer_of(buffers.memory_of(t.uop))) for t in (a, b, c)]  # (c: a detached name)
     del b
     gc.collect()
     assert memory[1]() is None

@@ -15,6 +15,7 @@ import numpy as np
 
 from lazygrad.device import Buffer
 from lazygrad.dtype import DType
+from lazygrad.gradient import NO_GRADIENT
 from lazygrad.helpers import prod
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
@@ -381,13 +382,30 @@ def forget_buffers(buffers: set[UOp]) -> None:
             realized.drop(node)
     # a view of an overwritten buffer is a leaf now: its values no longer come from that computation. One of a
     # computation that read it keeps its values, but gradients through it would be taken at the new values: its
-    # gradient is cut (backward says so, as torch refuses a graph whose saved values were modified)
+    # gradient is cut (backward says so, as torch refuses a graph whose saved values were modified), unless no
+    # gradient passes into that computation at all (a weight made of last step's argmax): it is a leaf too
     for view, computation in history.items():
         if view.base in buffers:
             history.drop(view)
         elif reads(computation):
             history.drop(view)
-            history_cut.set(view, True)
+            if passes_gradient(computation):
+                history_cut.set(view, True)
+
+
+def passes_gradient(root: UOp) -> bool:
+    """Whether a gradient into `root` reaches memory: some path down to a buffer passes no DETACH, comparison or
+    integer op."""
+    seen, stack = set(), [root]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op in NO_GRADIENT:
+            continue
+        if node.op is Ops.BUFFER:
+            return True
+        seen.add(node)
+        stack.extend(node.src)
+    return False
 
 
 def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
@@ -475,7 +493,9 @@ def history_of(node: UOp) -> UOp:
 
 def with_history(roots: list[UOp]) -> dict[UOp, UOp]:
     """Each node reachable from `roots` mapped to its node in the graph with realized views replaced by the
-    computations they hold (the graph gradients are taken on)."""
+    computations they hold (the graph gradients are taken on). Not below a node no gradient passes (a DETACH, a
+    comparison): there a view's values are what a gradient reads, and those are in its memory, while its history may
+    read memory written since (a hidden state detached after an optimizer step: its history read the old weights)."""
     done: dict[UOp, UOp] = {}
     stack = [(root, False) for root in roots]
     while stack:
@@ -485,6 +505,9 @@ def with_history(roots: list[UOp]) -> dict[UOp, UOp]:
         # only views of buffers have history (checked first: the lookup in the weak map is the slow part)
         if node.op in _VIEW_OPS and (inner := history_of(node)) is not node:  # expanded when it was recorded
             done[node] = inner
+            continue
+        if node.op in NO_GRADIENT:
+            done[node] = node
             continue
         if not sources_done:
             stack.append((node, True))
