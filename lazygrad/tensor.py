@@ -599,6 +599,10 @@ class Tensor(
             facts["tensors_pruned_at"] = max(8, 2 * len(holders))
         holders[id(self)] = reference = weakref.ref(self)
         if previous is None:
+            # (at the end: the registry is in the order tensors were made, though a dead one's id is reused before it
+            # is pruned; the values a write keeps join a schedule in that order, and a step that makes the same
+            # tensors again must give the same graph, so its plan is found again, not made anew at every step)
+            _made.pop(id(self), None)
             _made[id(self)] = reference
             if len(_made) >= _made_pruned_at:
                 _prune_made()

@@ -343,3 +343,33 @@ def test_a_detached_value_realized_passes_no_gradient():
     np.testing.assert_array_equal(v.grad.numpy(), [3.0, 8.0])
     h += 1  # (still a name of the memory it was computed into)
     np.testing.assert_array_equal(h.numpy(), [4.0, 9.0])
+
+
+def test_a_repeated_training_step_finds_its_plans_again():
+    # the values a step's write keeps join its schedule in the order their tensors were made: a tensor's id reused
+    # before the registry forgot the dead one took the dead one's place, so each step of an unrolled LSTM made new
+    # plans (0.2 s each for 10 steps of time)
+    import lazygrad.engine.schedule as schedule
+    from lazygrad.nn.optim import Adam
+
+    rng = np.random.default_rng(0)
+    batch, features, hidden = 4, 8, 16
+    w_in = Tensor.randn(4 * hidden, features) * 0.3
+    w_hidden = Tensor.randn(4 * hidden, hidden) * 0.3
+    w_in, w_hidden = (w.detach().contiguous().realize().requires_grad_() for w in (w_in, w_hidden))
+    opt, planned = Adam([w_in, w_hidden], lr=1e-3), []
+    for _ in range(5):
+        x = Tensor(rng.standard_normal((6, batch, features)).astype(np.float32))
+        opt.zero_grad()
+        h, c, outputs = Tensor.zeros(batch, hidden), Tensor.zeros(batch, hidden), []
+        for t in range(6):
+            i, f, g, o = (x[t] @ w_in.T + h @ w_hidden.T).chunk(4, 1)
+            c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+            h = o.sigmoid() * c.tanh()
+            outputs.append(h)
+        loss = Tensor.stack(outputs).square().mean()
+        loss.backward()
+        opt.step()
+        loss.item()
+        planned.append(len(schedule._plans))
+    assert planned[-1] == planned[-3], planned
