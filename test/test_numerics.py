@@ -202,6 +202,18 @@ def test_exp_is_within_an_ulp_over_its_whole_range():
     assert ulp_distance(got, np.exp(half.astype(np.float64)).astype(np.float16)).max() <= 1
 
 
+def test_float64_exp_is_within_an_ulp_over_its_whole_range():
+    # exp2 of the rounded product x·log2 e in float64 was 393 ulp off near x = -507 (and sigmoid, sinh, pow with it)
+    x = np.concatenate([np.linspace(-708, 709.7, 3001), np.linspace(-1, 1, 401), [-507.43102117282524, 1e-300]])
+    got = Tensor(x).exp().numpy()
+    exact = np.exp(x.astype(np.longdouble))  # (x86's 64-bit significand: 11 bits past float64's)
+    ulps = np.abs(got - exact) / np.spacing(exact.astype(np.float64))
+    worst = int(np.argmax(ulps))
+    assert ulps.max() <= 1, f"exp({x[worst]!r}) = {got[worst]!r}, exact {exact[worst]!r}"
+    special = np.array([INF, -INF, NAN, 0.0, -0.0, 709.79, -745.0, -745.2, -1e300, 1e300])
+    np.testing.assert_array_equal(Tensor(special).exp().numpy(), numpy_quietly(np.exp, special))
+
+
 # ---- integers ------------------------------------------------------------------------------------------------------
 
 

@@ -80,6 +80,29 @@ def exp_by_exp2(y: UOp) -> UOp:
     return select(is_nan(y), y, times_power_of_two(scaled, rounded))
 
 
+# the same in float64: ln 2 in two parts, the first with its low 32 bits zero (n·LN2_HIGH_64 is exact for every
+# |n| < 2^20), and log2 e in two (its high part a float32's)
+LN2_HIGH_64, LN2_LOW_64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+LOG2_E_64 = 1 / math.log(2)
+LOG2_E_64_HIGH = float(np.float32(LOG2_E_64))
+LOG2_E_64_LOW = LOG2_E_64 - LOG2_E_64_HIGH
+
+
+def exp_float64(y: UOp) -> UOp:
+    """e^y for a float64 EXP2(y·log2 e), as `exp_by_exp2` for float32: y = n·ln2 + r (Cody and Waite), the device's
+    exp2 of r·log2 e, times 2^n in two halves (inf past the largest double, denormal below the smallest normal).
+    Rounding y·log2 e first cost |y·log2 e| ulp: 393 near y = -507."""
+    safe = select(is_nan(y), const(y, 0.0), clamp(y, -1076.0 * math.log(2), 1025.0 * math.log(2)))
+    # (round by adding and taking away 1.5·2^52: |y·log2 e| is far below 2^51)
+    rounded = (safe * LOG2_E_64 + const(y, 6755399441055744.0)) - const(y, 6755399441055744.0)
+    reduced = (safe - rounded * LN2_HIGH_64) - rounded * LN2_LOW_64
+    scaled = UOp(Ops.EXP2, F64, (reduced * LOG2_E_64_HIGH + reduced * LOG2_E_64_LOW,))
+    n = rounded.cast(I64)
+    low_half = n.alu(Ops.SHR, UOp.const(I64, 1))
+    halves = [UOp(Ops.BITCAST, F64, ((k + 1023).alu(Ops.SHL, UOp.const(I64, 52)),)) for k in (low_half, n - low_half)]
+    return select(is_nan(y), y, scaled * halves[0] * halves[1])
+
+
 def reduce_for_exp(y: UOp) -> tuple[UOp, UOp]:
     """y = n·ln2 + r with n = round(y·log2 e) and |r| ≤ ln2/2, r reduced in two steps (Cody and Waite), for float32 y
     clamped to where e^y is finite and not zero (NaN as 0): (n as a float, r). Rounding the product
@@ -220,6 +243,7 @@ def half_exp(y: UOp, c: UOp) -> UOp | None:
 exp_rules = PatternMatcher(
     [
         (exp_of_product(F32), lambda y, c: exp_by_exp2(y) if c.arg == LOG2_E_HIGH else None),
+        (exp_of_product(F64), lambda y, c: exp_float64(y) if c.arg == LOG2_E_64 else None),
         (exp_of_product(F16), half_exp),
     ]
 )
@@ -237,6 +261,7 @@ transcendental_rules = (
     PatternMatcher(
         [
             (exp_of_product(F32), lambda y, c: exp_float32(y) if c.arg == LOG2_E_HIGH else None),
+            (exp_of_product(F64), lambda y, c: exp_float64(y) if c.arg == LOG2_E_64 else None),
             (exp_of_product(F16), half_exp),
             (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), exp2_float32),
             (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
