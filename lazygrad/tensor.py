@@ -875,11 +875,16 @@ class Tensor(
             graph = in_graph if expanded_roots == nodes else dict.fromkeys(toposort(nodes)) | in_graph
             candidates = tensors_holding([*graph, *views])
             node_of = {t: expanded.get(t.uop) or history_of(t.uop) for t in candidates if t._wants_gradient()}
+            written_by = {node.src[0]: node for node in order if node.op is Ops.ASSIGN}  # (the newest last)
             for tensor, node in node_of.items():
                 # a tensor written since the graph read it, the write still pending (`with Tensor.test(): w -= lr`
                 # before backward): its gradient is taken at the values the graph read, as torch's
                 if node not in in_graph and tensor._uop in in_graph:
                     node_of[tensor] = tensor._uop
+                # one whose write ran since (something read the weights, or the loss, before backward): the graph
+                # reads the write's value, and holds the memory only as its target, through which no gradient passes
+                elif node in written_by:
+                    node_of[tensor] = written_by[node]
             targets = [t for t, node in node_of.items() if node in in_graph]
             combined: dict[UOp, UOp] = {}
             for node, seed in zip(expanded_roots, seeds):
@@ -895,7 +900,9 @@ class Tensor(
                     "constants), as torch would say; compute them with gradients on"
                 )
             for tensor in targets:
-                if node_of[tensor] in grads:
+                # (one an optimizer step released stays so: the sum with what it held is unknown, and reading it says
+                # why; a GAN's generator loss reaches the discriminator just stepped, whose next zero_grad clears it)
+                if node_of[tensor] in grads and tensor._grad is not _RELEASED:
                     grad = Tensor(grads[node_of[tensor]], device=tensor.device, requires_grad=False)
                     tensor.grad = grad if tensor.grad is None else tensor.grad + grad
             # a root read alone later (`loss.item()` before `opt.step()`) computes these gradients with it: see
@@ -1257,8 +1264,8 @@ class Tensor(
         )
         copied = memo[id(self)] = copied.realize()
         copied.requires_grad = self.requires_grad
-        if self.grad is not None:
-            copied.grad = self.grad.__deepcopy__(memo)
+        if isinstance(self._grad, Tensor):  # (a gradient an optimizer step released is not copied: none was asked for)
+            copied.grad = self._grad.__deepcopy__(memo)
         return copied
 
     def __reduce__(self):

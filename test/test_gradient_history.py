@@ -373,3 +373,49 @@ def test_a_repeated_training_step_finds_its_plans_again():
         loss.item()
         planned.append(len(schedule._plans))
     assert planned[-1] == planned[-3], planned
+
+
+@pytest.mark.parametrize("read", ["the loss", "a weight", "nothing"])
+def test_a_weight_written_then_read_before_backward_takes_its_gradient(read):
+    # a write under Tensor.test() (an update, a clamp) that something ran before backward (`loss.item()`, printing a
+    # weight): the loss read the written value, and the weight got no gradient (the optimizer silently skipped it)
+    def step(lib, x, w, b):
+        return (x @ w + b).square().mean()
+
+    ours = [Tensor(X), Tensor(W, requires_grad=True).realize(), Tensor(B, requires_grad=True).realize()]
+    theirs = [torch.tensor(X), torch.tensor(W, requires_grad=True), torch.tensor(B, requires_grad=True)]
+    with Tensor.test():
+        ours[1] -= 0.25
+        ours[2].clamp_(-0.2, 0.05)
+    with torch.no_grad():
+        theirs[1] -= 0.25
+        theirs[2].clamp_(-0.2, 0.05)
+    loss = step(Tensor, *ours)
+    if read == "the loss":
+        loss.item()
+    elif read == "a weight":
+        ours[1].numpy()
+    loss.backward()
+    step(torch, *theirs).backward()
+    for mine, expected in zip(ours[1:], theirs[1:]):
+        assert mine.grad is not None, "no gradient"
+        np.testing.assert_allclose(mine.grad.numpy(), expected.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_gradient_added_to_one_an_optimizer_step_released():
+    # a GAN: the generator's loss reaches the discriminator its optimizer just stepped (torch adds to that .grad,
+    # which the discriminator's next zero_grad clears); backward raised. What it holds is unknown: reading it says so
+    from lazygrad.nn.optim import SGD
+
+    d = Tensor(np.float32([[0.2], [0.7]]), requires_grad=True)
+    g = Tensor(np.float32([[0.5, -0.3]]), requires_grad=True)
+    opt_d = SGD([d], lr=0.1)
+    fake = Tensor(np.float32([[1.0], [2.0]])) @ g
+    (fake.detach() @ d).sigmoid().mean().backward()
+    opt_d.step()
+    (fake @ d).sigmoid().mean().backward()
+    assert g.grad is not None
+    with pytest.raises(RuntimeError, match="released"):
+        d.grad.numpy()
+    opt_d.zero_grad()
+    assert d.grad is None

@@ -676,3 +676,25 @@ def test_a_checkpoint_whose_moments_do_not_fit_a_frozen_parameter_fails_and_join
     with pytest.raises(nn.state.StateDictError, match=r"unexpected keys \['first.0', 'second.0'\]"):
         load_state_dict(opt, state)
     assert opt.params == [trained] and "first.0" not in get_state_dict(opt)
+
+
+def test_deepcopy_after_a_step_leaves_the_released_gradient_out():
+    # torch's `best = copy.deepcopy(model.state_dict())` after opt.step() raised "gradient was released"
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    (w * w).sum().backward()
+    opt.step()
+    best = copy.deepcopy({"w": w})
+    np.testing.assert_allclose(best["w"].numpy(), [0.8, 1.6], rtol=1e-6)
+    assert best["w"].grad is None and best["w"].requires_grad is True
+
+
+def test_setting_the_learning_rate_is_checked_as_the_constructor_checks_it():
+    opt = optim.SGD([Tensor([1.0], requires_grad=True)], lr=0.1)
+    with pytest.raises(TypeError, match="lr must be a number"):
+        opt.lr = None
+    with pytest.raises(ValueError, match="invalid lr -1.0"):
+        opt.lr = -1.0
+    opt.lr = np.float32(0.25)
+    opt.lr *= 0.5
+    np.testing.assert_allclose(opt.lr.numpy(), [0.125])

@@ -192,6 +192,8 @@ class Optimizer(ABC):
         # reads and the state dict holds; replacing it with a float dropped `lr` from the state dict, so a resumed run
         # silently took the constructor's rate
         if name == "lr" and isinstance(self.__dict__.get("lr"), LearningRate) and not isinstance(value, LearningRate):
+            if not isinstance(value, Tensor):  # (checked as the constructor checks it: None was a "ragged list")
+                _check_hyperparameter(type(self).__name__, "lr", value)
             self.__dict__["lr"].assign(value)
             return
         super().__setattr__(name, value)
