@@ -577,6 +577,14 @@ def test_a_long_float_sum_into_many_values_is_split_for_accuracy():
     np.testing.assert_allclose(
         Tensor(images).mean((0, 2, 3)).numpy(), images.astype(np.float64).mean((0, 2, 3)), rtol=1e-6
     )
+    # channels last: the leading run of reduced axes is merged before it is split (16 parts of 65536 were 4e-4 off)
+    last = np.random.default_rng(5).normal(1000.0, 1.0, (16, 16384, 4)).astype(np.float32)
+    np.testing.assert_allclose(Tensor(last).mean((0, 1)).numpy(), last.astype(np.float64).mean((0, 1)), rtol=1e-6)
+    # a product with a long K: its parts are the outermost loop (as the innermost output it ran 20x slower)
+    a, b = (
+        np.random.default_rng(6).standard_normal(shape).astype(np.float32) for shape in ((4, 1 << 18), (1 << 18, 4))
+    )
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=2e-3)
     assert Tensor(np.ones((1 << 18, 4), np.int32)).sum(0).tolist() == [1 << 18] * 4
     from lazygrad.codegen.renderer import Target
 

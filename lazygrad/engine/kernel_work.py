@@ -152,15 +152,24 @@ MIN_PARTS = 16  # the fewest parts a reduce is split into in place (fewer would 
 def _reduced_in_parts(reduce: UOp, kept: tuple[int, ...], parts: int) -> UOp:
     """`reduce` as a reduce of `parts` pieces of each output's values, then of the pieces' results."""
     source, (op, axes), dtype = reduce.src[0], reduce.arg, reduce.dtype
-    first = min(axes)
-    if (count := math.gcd(source.shape[first], parts)) >= MIN_PARTS:
-        # the outermost reduced axis split in place (into fewer parts where it divides only those: a batch norm's
-        # batch of 32), so the first kernel reads memory in its order (a column sum moved to the front of its values,
-        # x.sum(0) of a tall matrix, read each column apart: 40x slower)
-        parts, shape = count, source.shape
-        pieces = UOp(Ops.RESHAPE, dtype, (source,), (*shape[:first], parts, shape[first] // parts, *shape[first + 1 :]))
-        partial = UOp(Ops.REDUCE, dtype, (pieces,), (op, tuple(axis + 1 for axis in axes)))
-        total = UOp(Ops.REDUCE, dtype, (partial,), (op, (first,)))
+    # the outermost run of reduced axes, merged and split in place into parts (fewer where its length divides only
+    # those: a batch norm's batch of 32), the parts moved outermost: the first kernel reads memory in its order, each
+    # part a row of it (a column sum moved to the front of its values, x.sum(0) of a tall matrix, read each column
+    # apart: 40x slower; the parts as the innermost output of a long matrix product ran it 20x slower)
+    first = last = min(axes)
+    while last + 1 in axes:
+        last += 1
+    shape = source.shape
+    merged = prod(shape[first : last + 1])
+    if (count := math.gcd(merged, parts)) >= MIN_PARTS:
+        pieces = UOp(Ops.RESHAPE, dtype, (source,), (*shape[:first], count, merged // count, *shape[last + 1 :]))
+        if first:
+            order = (first, *range(first), *range(first + 1, len(pieces.shape)))
+            pieces = UOp(Ops.PERMUTE, dtype, (pieces,), order)
+        # (the reduced axes after the run move by as many as the run merged, less the one the parts added)
+        inner = (first + 1, *(axis - (last - first) + 1 for axis in axes if axis > last))
+        partial = UOp(Ops.REDUCE, dtype, (pieces,), (op, inner))
+        total = UOp(Ops.REDUCE, dtype, (partial,), (op, (0,)))
         return UOp(Ops.RESHAPE, dtype, (total,), reduce.shape)
     order = (*kept, *axes)
     if order != tuple(range(len(order))):
