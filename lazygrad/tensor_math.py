@@ -100,7 +100,10 @@ def _edge_slope(x: Tensor, direction, where: Tensor) -> Tensor:
 
 
 def _is_negative(x: Tensor) -> Tensor:
-    """Where the float x has its sign bit set: -0.0 too, which the reciprocal tells from 0.0 (-inf, not inf)."""
+    """Where the float x has its sign bit set: -0.0 too (NaN by its sign bit). float32 and float64 read the bit as a
+    signed int's; a narrower float by the reciprocal, which tells -0.0 from 0.0 (-inf, not inf)."""
+    if x.dtype in (dtypes.float32, dtypes.float64):
+        return x.bitcast(dtypes.int32 if x.dtype == dtypes.float32 else dtypes.int64) < 0
     return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
 
 
@@ -510,7 +513,10 @@ class MathMixin:
         infinities as IEEE's (atan2(0, -0) is pi, atan2(inf, inf) pi/4), NaN where either is NaN."""
         y, x = self._operands(other, "atan2")
         y, x = y._to_float(), x._to_float()
-        ay, ax = (y < 0).where(-y, y), (x < 0).where(-x, x)
+        # magnitudes by the sign bits, as the signs given at the end read them (at -0.0 a select by `< 0` took +y:
+        # the gradient's sign there was wrong)
+        below, behind = _is_negative(y), _is_negative(x)  # (x = -0 counts as behind: atan2(0, -0) is pi)
+        ay, ax = below.where(-y, y), behind.where(-x, x)
         # the smaller magnitude over the larger, so the ratio is in [0, 1]; selects (not max/min, whose gradient
         # splits a tie) pick which, so the gradient follows the branch taken
         steep = ay > ax
@@ -519,10 +525,9 @@ class MathMixin:
         ratio = zero.where(0.0, infinite.where(1.0, smaller / (zero | infinite).where(1.0, larger)))
         angle = ratio._atan_of_magnitude()  # (the ratio is a magnitude: a ratio of -0.0 makes an angle of +0.0)
         angle = steep.where(math.pi / 2 - angle, angle)
-        behind = _is_negative(x)  # (x = -0 counts: atan2(0, -0) is pi)
         # the sign of y by a select (angle >= 0): copysign's slope at a zero angle is 0, atan2's is not
         angle = behind.where(math.pi - angle, angle)
-        angle = _is_negative(y).where(-angle, angle)
+        angle = below.where(-angle, angle)
         return (x.isnan() | y.isnan()).where(math.nan, angle)
 
     @_in_float32

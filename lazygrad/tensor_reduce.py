@@ -273,8 +273,10 @@ class ReduceMixin:
         if self.numel() == 0:  # no maximum to shift by: log(0) = -inf over an empty axis, as in torch
             return source.exp().sum(axis, keepdim).log()
         peak = source.max(axis, keepdim=True)
-        # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan
-        shift = (peak.abs() == float("inf")).where(0, peak)
+        # a row of -inf has peak -inf: shift by 0 there so the result is -inf, not nan. The shift takes no gradient
+        # (it cancels): through the max, the row's rounding of 1 - sum(softmax) went to its largest element (2% off
+        # at the argmax of a row of 131072 values)
+        shift = (peak.abs() == float("inf")).where(0, peak).detach()
         total = (source - shift).exp().sum(axis, keepdim=True).log() + shift
         return (
             total

@@ -139,6 +139,22 @@ def test_odd_functions_keep_the_sign_of_zero(name, dtype):
         np.testing.assert_allclose(gradient(name, values, dtype), torch_gradient(name, values, dtype), rtol=1e-6)
 
 
+def test_atan2_slopes_at_signed_zeros_and_logsumexp_at_its_maximum():
+    # atan2's magnitudes took +y at y = -0.0 where its sign took -: the slope's sign was wrong there (and at x = -0.0)
+    y, x = Tensor([-0.0, 0.0, 1.0], requires_grad=True), Tensor([1.0, 1.0, -0.0], requires_grad=True)
+    y.atan2(x).sum().backward()
+    ty, tx = torch.tensor([-0.0, 0.0, 1.0], requires_grad=True), torch.tensor([1.0, 1.0, -0.0], requires_grad=True)
+    torch.atan2(ty, tx).sum().backward()
+    np.testing.assert_array_equal(y.grad.numpy(), ty.grad.numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    # logsumexp's shift took a gradient through the max: the row's rounding of 1 - sum(softmax) went to its argmax
+    values = np.random.default_rng(0).random(1 << 17).astype(np.float32)
+    v = Tensor(values, requires_grad=True)
+    v.logsumexp(0).backward()
+    expected = np.exp(values.astype(np.float64) - np.log(np.exp(values.astype(np.float64)).sum()))
+    np.testing.assert_allclose(v.grad.numpy(), expected, rtol=1e-5)
+
+
 # ---- 5. uint8 linear interpolation -----------------------------------------------------------------------------------
 
 
