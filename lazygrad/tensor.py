@@ -1173,26 +1173,34 @@ class Tensor(
 
     def _record_writes_into_data(self, value: Tensor) -> bool:
         """Before a write (setitem, an in-place operator) of a value that carries a gradient into a tensor of data
-        (`out = Tensor(np.zeros((T, H))); out[t] = h`): as torch records such a write, the tensor's values so far are
-        kept as a copy, which becomes its history, so that this write and later ones go through
-        `_assign_keeping_gradient` and the gradient flows into the written values. (A plain assign has no
-        derivative: it dropped the gradient, and the model silently did not train.) True if it did. A value carries
-        a gradient where its graph reads a tensor that requires grad, a computation realized with gradients on, or
-        random numbers (a layer's weights before they are realized); data alone does not, as in torch, so a loop of
-        `images[i] = Tensor(image)` keeps nothing."""
-        if Tensor.no_grad or not self._wants_gradient() or not views_memory(self._uop) or self._history is not None:
+        (`out = Tensor(np.zeros((T, H))); out[t] = h`, or through a reshape of it): as torch records such a write, the
+        memory's values so far are kept as a copy, which becomes the history of the memory's node, so that this write
+        and later ones go through `_assign_keeping_gradient` and the gradient flows into the written values. (A plain
+        assign has no derivative: it dropped the gradient, and the model silently did not train.) True if it did. A
+        value carries a gradient where its graph reads a tensor that requires grad, or a computation realized with
+        gradients on from data; random numbers and data alone do not, as in torch (`batch[i] = Tensor(image) +
+        noise` keeps nothing), and neither do a layer's weights before they are realized and an optimizer holds them.
+        A target marked requires_grad=False takes gradients from then on, as torch's does."""
+        if Tensor.no_grad or not self._uop.dtype.is_float or not views_memory(self._uop):
             return False
+        memory = self._uop
+        while memory.op is Ops.RESHAPE and history.get(memory) is None:
+            memory = memory.src[0]
+        if memory.op not in (Ops.BUFFER, Ops.RESHAPE) or history.get(memory) is not None:
+            return False  # (a detached name; or a layer's first weights, whose update stays an update)
         graph = value.uop.toposort
         carries = any(
-            history.get(node) is not None or node.op is Ops.BUFFER and is_random_source(node)
+            (computation := history.get(node)) is not None and computation._derive("reads_data", _reads_data)
             for node in graph
             if node.op in (Ops.BUFFER, Ops.RESHAPE)
         )
         if not carries and not any(tensor.requires_grad is True for tensor in tensors_holding(graph)):
             return False
-        copy = UOp(Ops.CONTIGUOUS, self.dtype, (_read_node(self._uop),), next(_contiguous_ids))
+        copy = UOp(Ops.CONTIGUOUS, memory.dtype, (_read_node(memory),), next(_contiguous_ids))
         kept = Tensor(copy, device=self.device, requires_grad=False).realize()
-        self._history = remember_history(self._uop, kept.uop)
+        remember_history(memory, kept.uop)
+        if self._requires_grad is False:
+            self._requires_grad = None
         return True
 
     def _assign_keeping_gradient(self, value: Tensor) -> Tensor:
@@ -1209,9 +1217,9 @@ class Tensor(
         buffer = self._uop.base
         owners = [view for view, _ in history.items() if view.base is buffer and view is not self._uop]
         self.assign(value).realize()
-        self._history = remember_history(self._uop, expanded)
+        self._history = remember_history(self._uop, expanded, expanded=True)
         for owner in owners:
-            owned = remember_history(owner, UOp(Ops.RESHAPE, expanded.dtype, (expanded,), owner.shape))
+            owned = remember_history(owner, UOp(Ops.RESHAPE, expanded.dtype, (expanded,), owner.shape), expanded=True)
             for tensor in tensors_holding([owner]):
                 if tensor._wants_gradient():
                     tensor._history = owned

@@ -419,3 +419,33 @@ def test_a_gradient_added_to_one_an_optimizer_step_released():
         d.grad.numpy()
     opt_d.zero_grad()
     assert d.grad is None
+
+
+def test_writes_into_data_through_a_reshape_into_a_target_without_gradients_and_after_a_test_mode_write():
+    w = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    o = Tensor(np.zeros(8, np.float32))
+    o.reshape(2, 4)[1] = w * 2  # (the base, o, got no history: the loss read from it gave w no gradient)
+    o.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0] * 4)
+    w.grad = None
+    out = Tensor(np.zeros((2, 4), np.float32), requires_grad=False)  # (as torch, the write makes it take gradients)
+    out[1] = w * 3
+    out.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0] * 4)
+    w.grad = None
+    o = Tensor(np.zeros((3, 4), np.float32))
+    o[0] = w * 2
+    with Tensor.test():
+        o[1] = w * 3
+    o[2] = w * 4  # (recorded again: it was dropped, and every write after it)
+    o.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [4.0] * 4)  # (the test-mode write drops what came before it)
+
+
+def test_random_numbers_written_into_data_keep_nothing():
+    # a data loader adding noise: torch's randn carries no gradient, and the batch stays a leaf (it kept a history,
+    # and each write copied the whole batch)
+    batch = Tensor(np.zeros((4, 8), np.float32))
+    for row in range(4):
+        batch[row] = Tensor(np.ones(8, np.float32)) + Tensor.randn(8) * 0.1
+    assert batch.is_leaf

@@ -475,14 +475,15 @@ def realized_view(node: UOp) -> UOp | None:
     return view()  # (weak: the view of a tensor with a history, which keeps this node alive)
 
 
-def remember_history(view: UOp, computation: UOp) -> UOp:
-    """Record that `view` holds the value of `computation`; returns the computation with earlier views expanded.
+def remember_history(view: UOp, computation: UOp, expanded: bool = False) -> UOp:
+    """Record that `view` holds the value of `computation`; returns the computation with earlier views expanded
+    (`expanded`: it is already, so a loop of writes does not walk the whole history it grew at every write).
     Call it before `realized.set` of the nodes the view holds: those refer to a view with a history weakly."""
-    # (with no history recorded anywhere, the graph has no view to expand)
-    expanded = with_history([computation])[computation] if history else computation
-    history.set(view, expanded)
+    if not expanded and history:  # (with no history recorded anywhere, the graph has no view to expand)
+        computation = with_history([computation])[computation]
+    history.set(view, computation)
     history_cut.drop(view)  # (written since, with a history: its gradient flows again)
-    return expanded
+    return computation
 
 
 def history_of(node: UOp) -> UOp:
