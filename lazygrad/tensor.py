@@ -31,7 +31,6 @@ from lazygrad.engine.buffers import (
     history_of,
     is_buffer_view,
     memory_of,
-    passes_gradient,
     read_before_overwrite,
     realized,
     realized_view,
@@ -39,6 +38,7 @@ from lazygrad.engine.buffers import (
     strided_layout,
     strided_view,
     views_memory,
+    views_on_gradient_paths,
     with_history,
     write_target,
 )
@@ -46,7 +46,7 @@ from lazygrad.engine.buffers import writes_pending as _written
 from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
 from lazygrad.engine.rng import is_random_source
 from lazygrad.engine.schedule import ScheduleItem, bind, create_schedule, plan_graph
-from lazygrad.gradient import NO_GRADIENT, compute_gradients
+from lazygrad.gradient import compute_gradients
 from lazygrad.helpers import DEBUG, Context, GlobalCounters, prod
 from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_conv import ConvMixin
@@ -74,21 +74,6 @@ _made_pruned_at = 64
 def _unpickle_tensor(values: np.ndarray, dtype: str, device: str, requires_grad: bool | None) -> Tensor:
     """A pickled tensor made again (see Tensor.__reduce__)."""
     return Tensor(values, dtype=getattr(dtypes, dtype), device=device, requires_grad=requires_grad)
-
-
-def _on_gradient_paths(roots: list[UOp]) -> list[UOp]:
-    """The views of memory a gradient from `roots` flows into: below a DETACH or a comparison only the values in
-    memory are read (a hidden state detached after an optimizer step, whose own computation read the old weights)."""
-    seen, stack, views = set(), list(roots), []
-    while stack:
-        node = stack.pop()
-        if node in seen or node.op in NO_GRADIENT:
-            continue
-        seen.add(node)
-        if node.op in (Ops.BUFFER, Ops.RESHAPE):
-            views.append(node)
-        stack.extend(node.src)
-    return views
 
 
 def _name_detached(buffer: UOp, tensor: Tensor) -> None:
@@ -406,7 +391,7 @@ def _give_history(tensors, node: UOp, view: UOp, remember: dict, remembered: set
             written, expansions = overwritten
             node = expansions.get(node, node)
             if any(source.op is Ops.BUFFER and source in written for source in node.toposort):
-                if passes_gradient(node):  # (else no gradient would pass into it: a leaf, as a write leaves it)
+                if views_on_gradient_paths([node]):  # (else no gradient passes into it: a leaf, as a write leaves it)
                     history_cut.set(view, True)
                 return
     for tensor in tensors:
@@ -860,7 +845,9 @@ class Tensor(
             expanded = with_history(nodes) if history else {}  # (no view has a history to expand: the graph as it is)
             expanded_roots = [expanded.get(node, node) for node in nodes]
             order = toposort(expanded_roots)
-            if history_cut and any(history_cut.get(node) for node in _on_gradient_paths(expanded_roots)):
+            # (below a DETACH or a comparison the values in memory are read: a hidden state detached after an optimizer
+            # step, whose own computation read the old weights, is fine)
+            if history_cut and any(history_cut.get(node) for node in views_on_gradient_paths(expanded_roots)):
                 raise RuntimeError(
                     "backward: part of this graph was computed before a write into memory it read (an optimizer step, "
                     "an assign or a setitem into a tensor it was computed from, between the forward pass and "
@@ -1017,8 +1004,8 @@ class Tensor(
                 _give_history([tensor], base, becomes[base], remember, remembered, overwritten)
                 continue
             _give_history([tensor], node, view, remember, remembered, overwritten)
-            if node.op is Ops.DETACH:  # (a detached value stays detached in memory: `y.detach().realize()` read
-                # as `view` itself took gradients into the history y's computation gave it)
+            if node.op is Ops.DETACH:  # a detached value stays a detached name of its memory: as the view itself, which
+                # y's computation gives its history, `y.detach().realize()` passed gradients on into y
                 tensor.uop = UOp(Ops.DETACH, view.dtype, (view,), DETACHED_VIEW)
                 _name_detached(memory_of(view), tensor)
                 continue

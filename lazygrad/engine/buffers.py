@@ -389,23 +389,23 @@ def forget_buffers(buffers: set[UOp]) -> None:
             history.drop(view)
         elif reads(computation):
             history.drop(view)
-            if passes_gradient(computation):
+            if views_on_gradient_paths([computation]):
                 history_cut.set(view, True)
 
 
-def passes_gradient(root: UOp) -> bool:
-    """Whether a gradient into `root` reaches memory: some path down to a buffer passes no DETACH, comparison or
-    integer op."""
-    seen, stack = set(), [root]
+def views_on_gradient_paths(roots: list[UOp]) -> list[UOp]:
+    """The views of memory (buffers and reshapes of them) a gradient from `roots` reaches: the paths down to them
+    pass no DETACH, comparison or integer op. Below those only the values in memory are read."""
+    seen, stack, views = set(), list(roots), []
     while stack:
         node = stack.pop()
         if node in seen or node.op in NO_GRADIENT:
             continue
-        if node.op is Ops.BUFFER:
-            return True
         seen.add(node)
+        if node.op in _VIEW_OPS and is_buffer_view(node):
+            views.append(node)
         stack.extend(node.src)
-    return False
+    return views
 
 
 def read_before_overwrite(roots: list[UOp], overwritten: set[UOp], written_now: set[UOp]) -> list[UOp]:
