@@ -31,8 +31,10 @@ DIRECT_SCAN_WORK, LONG_SCAN, SCAN_BLOCK = 1 << 22, 1 << 13, 16
 # log2(n)(log2(n)+1)/2 steps are a kernel each (on an AVX-512 core pair: (4, 8192) 16 ms either way; (1, 16384) 32 ms
 # direct, 18 through the network; (1, 50257) 184 and 27; (64, 1000) 4.6 and 10)
 NETWORK_SORT_WORK = 1 << 28
-# the largest k a topk of such rows finds one maximum at a time (k reductions; a network sort's steps are ~log^2 n)
-TOPK_ROUNDS = 64
+# the largest k a topk of such rows finds one maximum at a time (k reductions; a network sort's steps are ~log^2 n);
+# rows a direct sort would compare in more than TOPK_DIRECT_WORK comparisons take the rounds too where k is at most
+# an eighth of n (k passes over a row, not n: topk(5) of 256 x 1000 took 30 ms sorted, torch 0.7)
+TOPK_ROUNDS, TOPK_DIRECT_WORK = 64, 1 << 20
 
 
 class ValuesIndices(NamedTuple):
@@ -248,7 +250,9 @@ class ScanMixin:
         del sorted  # the results always come in sorted order
         axis, size = self._sorted_axis(dim, "topk")
         k = _count_argument(k, "topk", 0, size, f"the size of dim {dim} of {self.shape}")
-        if 0 < k <= TOPK_ROUNDS and self.numel() * size > NETWORK_SORT_WORK and self.dtype.itemsize <= 4:
+        work = self.numel() * size  # (the comparisons a direct sort makes)
+        rounds = work > NETWORK_SORT_WORK or (work > TOPK_DIRECT_WORK and 8 * k <= size)
+        if 0 < k <= TOPK_ROUNDS and rounds and self.dtype.itemsize <= 4:
             moved, _ = self._along_last(axis, "topk")
             indices = moved._picked_in_rounds(k, largest)
             index = type(self).arange(size, device=self.device)
