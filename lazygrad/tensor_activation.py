@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes
 from lazygrad.tensor_elementwise import broadcast_const
-from lazygrad.tensor_math import _in_float32, _odd_series
+from lazygrad.tensor_math import _in_float32, _keep_zero_sign, _odd_series
 from lazygrad.tensor_movement import keyword_aliases
 from lazygrad.uop.ops import Ops
 
@@ -93,7 +93,7 @@ class ActivationMixin:
         # forward and backward of 4096x4096 in the kernels 2·sigmoid(2x) - 1 had; _negative_magnitude took more)
         decay = (negative.where(x, -x) * 2).exp()
         far = (1 - decay) / (1 + decay)
-        return small.where((x == 0).where(x, series), negative.where(-far, far))  # (tanh(-0.0) is -0.0, as torch's)
+        return _keep_zero_sign(x, small.where(series, negative.where(-far, far)))
 
     @_in_float32
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:

@@ -45,9 +45,15 @@ def select(condition: UOp, if_true: UOp, if_false: UOp) -> UOp:
     return condition.where(if_true, if_false)
 
 
-def power_of_two(n: UOp) -> UOp:
-    """2^n for an int32 n in [-126, 127], from the exponent bits."""
-    return UOp(Ops.BITCAST, F32, ((n + 127).alu(Ops.SHL, UOp.const(I32, 23)),))
+# a float's int of its size, its exponent bias and where its exponent bits start
+EXPONENT_BITS = {F32: (I32, 127, 23), F64: (I64, 1023, 52)}
+
+
+def power_of_two(n: UOp, dtype=F32) -> UOp:
+    """2^n as a float32 (an int32 n in [-126, 127]) or float64 (an int64 n in [-1022, 1023]), from the exponent
+    bits."""
+    int_type, bias, shift = EXPONENT_BITS[dtype]
+    return UOp(Ops.BITCAST, dtype, ((n + bias).alu(Ops.SHL, UOp.const(int_type, shift)),))
 
 
 def exp2_float32(x: UOp) -> UOp:
@@ -93,14 +99,10 @@ def exp_float64(y: UOp) -> UOp:
     exp2 of r·log2 e, times 2^n in two halves (inf past the largest double, denormal below the smallest normal).
     Rounding y·log2 e first cost |y·log2 e| ulp: 393 near y = -507."""
     safe = select(is_nan(y), const(y, 0.0), clamp(y, -1076.0 * math.log(2), 1025.0 * math.log(2)))
-    # (round by adding and taking away 1.5·2^52: |y·log2 e| is far below 2^51)
-    rounded = (safe * LOG2_E_64 + const(y, 6755399441055744.0)) - const(y, 6755399441055744.0)
+    rounded = nearest_integer(safe * LOG2_E_64)
     reduced = (safe - rounded * LN2_HIGH_64) - rounded * LN2_LOW_64
     scaled = UOp(Ops.EXP2, F64, (reduced * LOG2_E_64_HIGH + reduced * LOG2_E_64_LOW,))
-    n = rounded.cast(I64)
-    low_half = n.alu(Ops.SHR, UOp.const(I64, 1))
-    halves = [UOp(Ops.BITCAST, F64, ((k + 1023).alu(Ops.SHL, UOp.const(I64, 52)),)) for k in (low_half, n - low_half)]
-    return select(is_nan(y), y, scaled * halves[0] * halves[1])
+    return select(is_nan(y), y, times_power_of_two(scaled, rounded))
 
 
 def reduce_for_exp(y: UOp) -> tuple[UOp, UOp]:
@@ -117,17 +119,20 @@ def clamp(x: UOp, low: float, high: float) -> UOp:
 
 
 def nearest_integer(x: UOp) -> UOp:
-    """round(x) as a float, for |x| far below 2^22: adding and taking away 1.5·2^23 rounds away the fraction bits,
-    cheaper than a compare, a select and two conversions."""
-    return (x + const(x, 12582912.0)) - const(x, 12582912.0)
+    """round(x) as a float, for |x| far below 2^22 (2^51 in float64): adding and taking away 1.5·2^23 (1.5·2^52)
+    rounds away the fraction bits, cheaper than a compare, a select and two conversions."""
+    magic = 6755399441055744.0 if x.dtype == F64 else 12582912.0
+    return (x + const(x, magic)) - const(x, magic)
 
 
 def times_power_of_two(x: UOp, rounded: UOp) -> UOp:
-    """x·2^n for a float32 integer n in [-151, 129]: x times two powers built from exponent bits, one after the
-    other, so a result past the largest float is inf and one below the smallest normal is denormal."""
-    n = rounded.cast(I32)
-    low_half = n.alu(Ops.SHR, UOp.const(I32, 1))
-    return x * power_of_two(low_half) * power_of_two(n - low_half)
+    """x·2^n for an integer n held in a float32 in [-151, 129] (a float64 in [-1076, 1025]): x times two powers built
+    from exponent bits, one after the other, so a result past the largest float is inf and one below the smallest
+    normal is denormal."""
+    int_type = EXPONENT_BITS[x.dtype][0]
+    n = rounded.cast(int_type)
+    low_half = n.alu(Ops.SHR, UOp.const(int_type, 1))
+    return x * power_of_two(low_half, x.dtype) * power_of_two(n - low_half, x.dtype)
 
 
 def log2_float32(x: UOp) -> UOp:
