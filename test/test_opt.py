@@ -969,6 +969,26 @@ def test_the_heuristic_pads_loops_a_block_nearly_divides():
     assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(e @ f.T), avx512)}
 
 
+@pytest.mark.parametrize("columns", [97, 509, 998])
+def test_a_row_without_a_vector_wide_part_is_padded_to_the_block(columns):
+    """A row of outputs whose largest part of at most two vectors is under half a vector (a prime width, 998 in
+    parts of 2) runs in blocks of whole vectors, padded: it ran one output at a time, or nearly (a 997³ product at
+    2.7 GFLOP/s). A row with a larger part (1000 in parts of 25, 65 in parts of 13) and a short row (taken whole)
+    are not padded."""
+    from lazygrad.codegen.renderer import Target
+
+    avx512 = Target(vector_width=16, vector_registers=32, pack_bytes=1 << 18)
+    a, x = realized(64, 40)
+    b, y = realized(40, columns)
+    opts = heuristic_opts(kernel_of(a @ b), avx512)
+    width = opts[0].amount  # (two vectors where that pads at most an eighth more: 509 as 512)
+    assert opts[:2] == (Opt(D, 1, width), Opt(U, 1, width)) and width in (16, 32) and Opt(K, 0) in opts
+    np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-4, atol=1e-4)
+    for unpadded in (1000, 65, 61):
+        c, _ = realized(40, unpadded)
+        assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(a @ c), avx512)}
+
+
 # ---- SCATTER: a lookup's gradient ----------------------------------------------------------------------------------
 
 SC = OptOp.SCATTER

@@ -363,7 +363,8 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
             # apart, a split column sum's parts), so every accumulator goes across the row (1 x 4096 @ 4096 x 4096 in
             # two vectors of outputs: 4.1 ms, in eight: 3.5; a column sum of 1M x 64 in parts, 26 ms, 7 whole)
             choices = [(vector * (accumulators >> halving), 1) for halving in range(accumulators.bit_length())]
-        if not blocking and inner.src[0].arg > 1 and inner.src[0].arg % vector:
+        padded = padded_row(inner.src[0].arg, vector)
+        if not blocking and inner.src[0].arg > 1 and inner.src[0].arg % vector and not padded:
             # a row that whole vectors do not cover (attention's over time, a convolution's over an image, a weight
             # gradient's 27 taps): whole where it is at most 4 vectors, else its largest part of at most two, in a
             # block of as many outputs as the wider blocks hold, and two rows at least (the compiler covers the
@@ -382,10 +383,31 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
             plan.apply(Opt(OptOp.UPCAST, whole.arg[0], whole.src[0].arg))
             return
         for width, rows in choices:
-            if width > 1 and inner.src[0].arg % width == 0:  # (a target of scalars: no vectors across)
+            short = -inner.src[0].arg % width
+            if width > 1 and (not short or (padded and padded_width(inner.src[0].arg, width, vector))):
+                # (a target of scalars: no vectors across)
+                if short:
+                    plan.apply(Opt(OptOp.PAD, inner.arg[0], width))
                 plan.apply(Opt(OptOp.UPCAST, inner.arg[0], width))
                 upcast_reused(plan, loops[:-1], (rows,), paddable)
                 return
+
+
+def padded_row(size: int, vector: int) -> bool:
+    """Whether a product's row of `size` contiguous outputs (past 4 vectors) is padded to a multiple of its block's
+    width (PAD): where its largest part of at most two vectors is under half a vector (a prime width: 97, 509, 997;
+    998 in parts of 2), so that it would run one output at a time or nearly. The loads the padding gates are no
+    vector loads, but the block's other loads and its multiply-adds are, and PACK copies the gated input once for
+    all rows: a 997³ product ran at 2.7 GFLOP/s one output at a time, 120 in 32-wide blocks of 8 rows; 998³, 333 ms
+    in parts of 2, 15 padded. A part of half a vector or more stays: the compiler covers it with vectors, and a 3x3
+    convolution over 65-wide images ran 5x slower padded (its image rows gated) than in parts of 13. A wider block
+    than a vector pads only where that adds at most 1/PAD_WASTE of the row (`padded_width`)."""
+    return vector > 1 and size > 4 * vector and 2 * largest_divisor(size, 2 * vector) < vector
+
+
+def padded_width(size: int, width: int, vector: int) -> bool:
+    """Whether a padded row of `size` (`padded_row`) runs in blocks `width` wide."""
+    return width == vector or (-size % width) * PAD_WASTE <= size
 
 
 def reduce_in_lanes(plan: Plan, target: Target) -> bool:
@@ -803,9 +825,14 @@ def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
     if shape == "contiguous reduce":
         return [(0, rows) for rows in (2, 4, 8)]
     if shape == "contiguous outputs":
-        inner = output_loops(plan.sink)[-1].src[0].arg
-        widths = (target.vector_width, 2 * target.vector_width, 4 * target.vector_width)
-        return [(width, rows) for width in widths if inner % width == 0 for rows in (2, 4, 8)]
+        inner, vector = output_loops(plan.sink)[-1].src[0].arg, target.vector_width
+        padded = padded_row(inner, vector)
+        widths = [
+            width
+            for width in (vector, 2 * vector, 4 * vector)
+            if not inner % width or (padded and padded_width(inner, width, vector))
+        ]
+        return [(width, rows) for width in widths for rows in (2, 4, 8)]
     return []
 
 
