@@ -770,16 +770,21 @@ def test_the_heuristic_packs_the_weights_of_large_products_on_cpus():
     from lazygrad.codegen.renderer import Target
 
     avx2 = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
-    a, _ = realized(512, 512)
+    a, y = realized(512, 512)
     assert heuristic_opts(kernel_of(a @ a), avx2) == (Opt(U, 1, 16), Opt(U, 0, 4), Opt(K, 0))
     assert heuristic_opts(kernel_of(a @ a), Target(vector_width=8, vector_registers=16)) == (
         Opt(U, 1, 16),
         Opt(U, 0, 4),
     )
-    # x @ wᵀ reads both inputs in order already; 16 rows are one block, read the weights once
-    assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(a @ a.T), avx2)}
-    b, _ = realized(16, 512)
+    # x @ wᵀ copies blocks of wᵀ in the same way, each step a vector of a block's columns (its rows read w along
+    # the reduce, a vector of products per output); 16 rows are too few for that copy, and one block of x @ w
+    assert heuristic_opts(kernel_of(a @ a.T), avx2) == (Opt(U, 1, 16), Opt(U, 0, 4), Opt(K, 0))
+    b, x = realized(16, 512)
     assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(b @ a), avx2)}
+    assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(b @ a.T), avx2)}
+    np.testing.assert_allclose(
+        run_with(a @ a.T, (Opt(U, 1, 16), Opt(U, 0, 4), Opt(K, 0))), y @ y.T, rtol=1e-4, atol=1e-4
+    )
     # weights too large for the stack are read in place (16 columns of 8192: 512 KiB)
     c, _ = realized(64, 8192)
     w, _ = realized(8192, 64)
@@ -960,13 +965,15 @@ def test_the_heuristic_pads_loops_a_block_nearly_divides():
         assert heuristic_opts(kernel_of(a @ b), avx512)[:3] == block
         np.testing.assert_allclose((a @ b).numpy(), x @ y, rtol=1e-4, atol=1e-4)
     # padding that would add more than an eighth (6 rows as 8) is not done, nor that of rows read as vectors (x @ wᵀ
-    # reads each row along the reduce)
+    # with a vector of products per output reads each row along the reduce; with wᵀ copied, it reads them one value
+    # at a time, as x @ w does)
     c, _ = realized(6, 64)
     d, _ = realized(64, 70)
     assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(c @ d), avx512)}
     e, _ = realized(197, 64)
     f, _ = realized(256, 64)
-    assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(e @ f.T), avx512)}
+    assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(e @ f.T), avx512, pack=False)}
+    assert heuristic_opts(kernel_of(e @ f.T), avx512)[1:3] == (Opt(D, 0, 4), Opt(U, 0, 4))
 
 
 @pytest.mark.parametrize("columns", [97, 509, 998])
