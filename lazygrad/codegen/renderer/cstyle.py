@@ -333,6 +333,9 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         elif op is Ops.ENDRANGE:
             self.depth -= 1
             self.emit("}")
+            # (the vectors read inside the loop are out of scope after it: the same loop opened again, as a reduce
+            # run before the loops around its twin, reads them anew)
+            self.vector_reads = self.reads_before_loops.pop()
         elif op is Ops.SPECIAL:
             index = self.register_types[dtypes.index]
             self.declare(node, f"{node.arg[0][0]}idx{position}", f"({index}){self.special_indices[node.arg[0]]}")
@@ -441,6 +444,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         return collapsed | {opened: "if(0)" for opened in in_order}
 
     def render_range(self, position: int, node: UOp) -> None:
+        self.reads_before_loops.append(dict(self.vector_reads))
         end = self.value(node.src[0])
         index = self.register_types[dtypes.index]
         if position in self.reductions:
@@ -497,6 +501,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         self.replaced = replaced_by_vectors(program, self.accumulator_vectors, stored)
         # the first load of a vector (with the loops of a computation's lanes that read it) -> the vector's name
         self.vector_reads: dict[object, str] = {}
+        self.reads_before_loops: list[dict[object, str]] = []  # (those of the loops open now, outermost first)
 
     def vector_type(self, dtype: DType, lanes: int) -> str:
         return f"lg_{self.register_types[dtype]}{lanes}"

@@ -248,6 +248,7 @@ class LLVMRenderer(Renderer):
         vectorized -= {loop for group in stored for loop in group.loops}
         stored_at = {group.last: group for group in stored}
         replaced, vector_reads = replaced_by_vectors(program, vectors, stored), {}
+        reads_before: list[dict] = []  # the vector reads before each loop open now
         block, open_loops = "entry", []  # the basic block the next line goes into; the loops around it
         for position, node in enumerate(program):
             out = f"%v{position}"
@@ -295,6 +296,9 @@ class LLVMRenderer(Renderer):
                 ]
                 block = f"{label}_body"
                 open_loops.append(node)
+                # (what the loop's vectors read is defined in its body only: the same loop opened again, as a
+                # reduce run before the loops around its twin, reads it anew)
+                reads_before.append({key: dict(v) if isinstance(v, dict) else v for key, v in vector_reads.items()})
             elif op is Ops.ENDRANGE:
                 label = names[src[0]][1:-2]
                 lines += [
@@ -306,6 +310,7 @@ class LLVMRenderer(Renderer):
                 ]
                 block = f"{label}_exit"
                 open_loops.pop()
+                vector_reads = reads_before.pop()
             elif op is Ops.DEFINE_LOCAL:  # a buffer on the stack (codegen's PACK and STASH)
                 allocas.append(f"  {out} = alloca [{node.arg[1]} x {MEMORY_TYPES[dtype]}], align 64")
             elif op is Ops.BARRIER:  # (one thread: what it waits for is done once it is emitted)

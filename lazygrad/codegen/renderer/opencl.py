@@ -273,6 +273,7 @@ class OpenCLRenderer(CStyleRenderer):
             self.declare_vector(node, name, self.render_vector_alu(node))
 
     def render_vector_range(self, position: int, node: UOp) -> None:
+        self.reads_before_loops.append(dict(self.vector_reads))
         prefix = "gidx" if node.arg[1] in OUTPUT_KINDS else "ridx"
         end, first, width = self.value(node.src[0]), f"{prefix}{position}_first", self.vector_width
         self.emit(f"for (long {first} = 0; {first} < {end}; {first} += {width}) {{")
