@@ -3,12 +3,13 @@ walks the graph once in reverse topological order and returns new UOps. Nothing 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
-from lazygrad.uop.ops import Ops, UOp, toposort
+from lazygrad.uop.ops import MOVEMENT, Ops, UOp, toposort
 from lazygrad.uop.pattern import PatternMatcher, UPat
 
 
@@ -34,6 +35,26 @@ def is_finite(node: UOp) -> UOp:
     """Neither inf nor nan."""
     below_inf = node.alu(Ops.CMPLT, full_like(node, math.inf))
     return below_inf.alu(Ops.AND, full_like(node, -math.inf).alu(Ops.CMPLT, node))
+
+
+# the CONTIGUOUS nodes of gradients: negative numbers, apart from those of Tensor.contiguous
+_gradient_copies = itertools.count(-1, -1)
+
+
+def contiguous_gradient(out: UOp, grad: UOp) -> UOp:
+    """The gradient of a copy (CONTIGUOUS): where the copy reorders its source (a permute or a flip among the views
+    under it) and the gradient is a sum, in a buffer laid out as the copy is, so that the kernel computing the sum
+    stores its rows in order and the view back to the source's layout is a copy of its own. Stored through the view, every store of that kernel
+    would be apart from the last (a transposed convolution's weight gradient: 100 ms, 12 in the copy's layout)."""
+    node, computed = out.src[0], grad
+    while node.op in MOVEMENT and node.op not in (Ops.PERMUTE, Ops.FLIP):
+        node = node.src[0]
+    while computed.op in MOVEMENT or computed.op is Ops.CAST:
+        computed = computed.src[0]
+    # (an elementwise gradient reads through the view as cheaply as it would store through it)
+    if node.op not in (Ops.PERMUTE, Ops.FLIP) or computed.op is not Ops.REDUCE:
+        return grad
+    return UOp(Ops.CONTIGUOUS, grad.dtype, (grad,), next(_gradient_copies))
 
 
 def reduce_sum(node: UOp, axes: tuple[int, ...]) -> UOp:
@@ -166,7 +187,7 @@ derivative_rules = PatternMatcher(
         (UPat(Ops.PAD, name="out"), lambda grad, out: pad_gradient(out, grad)),
         (UPat(Ops.SHRINK, name="out"), lambda grad, out: shrink_gradient(out, grad)),
         (UPat(Ops.FLIP, name="out"), lambda grad, out: (UOp(Ops.FLIP, grad.dtype, (grad,), out.arg),)),
-        (UPat(Ops.CONTIGUOUS), lambda grad: (grad,)),
+        (UPat(Ops.CONTIGUOUS, name="out"), lambda grad, out: (contiguous_gradient(out, grad),)),
         (
             UPat(Ops.COPY, name="out"),
             lambda grad, out: (UOp(Ops.COPY, grad.dtype, (grad,), out.src[0].device(Device.DEFAULT)),),

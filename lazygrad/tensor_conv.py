@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes, integer_range
+from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import broadcast_node, check_same_device
 from lazygrad.uop.ops import Ops, UOp
 
@@ -301,13 +302,17 @@ class ConvMixin:
                 f"{stride}, padding {padding}, dilation {dilation} and output_padding {output_padding}; use a smaller "
                 "padding"
             )
-        # spread the input stride apart (stride-1 zeros after each element, in one pad over all axes), then pad
-        # by the kernel's reach less `padding` (the trailing stride-1 zeros are cropped there) and convolve with
-        # the flipped kernel
-        spatial = self.shape[2:]
-        x = self.reshape(*self.shape[:2], *(s for size in spatial for s in (size, 1)))
-        x = x.pad(((0, 0), (0, 0)) + tuple(p for s in stride for p in ((0, 0), (0, s - 1))))
-        x = x.reshape(*self.shape[:2], *(size * s for size, s in zip(spatial, stride)))
+        if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
+            out = self._conv_transpose_by_phases(weight, groups, stride, padding, sizes, op_name)
+            return out if bias is None else out + bias.reshape(1, -1, *(1,) * count)
+        # pad by the kernel's reach less `padding` and convolve with the flipped kernel; a stride past 1 (with a
+        # dilation) first spreads the input stride apart (stride-1 zeros after each element, in one pad over all
+        # axes; the trailing ones are cropped by the pad after)
+        spatial, x = self.shape[2:], self
+        if any(s > 1 for s in stride):
+            x = x.reshape(*self.shape[:2], *(s for size in spatial for s in (size, 1)))
+            x = x.pad(((0, 0), (0, 0)) + tuple(p for s in stride for p in ((0, 0), (0, s - 1))))
+            x = x.reshape(*self.shape[:2], *(size * s for size, s in zip(spatial, stride)))
         pads = tuple(
             (d * (k - 1) - p, d * (k - 1) - p + extra - (s - 1))
             for k, d, p, extra, s in zip(kernel, dilation, padding, output_padding, stride)
@@ -315,8 +320,42 @@ class ConvMixin:
         channels_in, per_group = weight.shape[:2]
         w = weight.reshape(groups, channels_in // groups, per_group, *kernel).transpose(1, 2)
         w = w.reshape(groups * per_group, channels_in // groups, *kernel).flip(tuple(range(2, 2 + count)))
+        w = w.contiguous()  # (in the layout a convolution's weight has: see contiguous_gradient)
         x = x.pad(((0, 0), (0, 0)) + pads)
         return x._conv(w, bias, groups, 1, dilation, 0, op_name, count)
+
+    def _conv_transpose_by_phases(
+        self: Tensor, weight: Tensor, groups: int, stride, padding, sizes, op_name: str
+    ) -> Tensor:
+        """A transposed convolution with a stride past 1 (and no dilation), without the zeros a spread input would
+        multiply: an output at position q·stride + r (before the padding's crop) takes the taps r, r + stride,
+        r + 2·stride, ... of the kernel, each phase r its own kernel of ⌈kernel/stride⌉ taps over the unspread
+        input. One convolution with every phase's kernel as output channels computes them all; a reshape then
+        interleaves the phases. Convolving the spread input instead spent (stride^n - 1)/stride^n of its
+        multiply-adds on zeros."""
+        batch, channels_in, *spatial = self.shape
+        count, kernel, per_group = len(spatial), weight.shape[2:], weight.shape[1]
+        taps = [-(-k // s) for k, s in zip(kernel, stride)]
+        w = weight.reshape(groups, channels_in // groups, per_group, *kernel)
+        if any(t * s != k for t, s, k in zip(taps, stride, kernel)):  # zero taps up to whole strides
+            w = w.pad(((0, 0),) * 3 + tuple((0, t * s - k) for t, s, k in zip(taps, stride, kernel)))
+        # (group, in, out, tap, phase, ...) -> (group, *phases, out, in, *taps reversed)
+        w = w.reshape(groups, channels_in // groups, per_group, *(n for t, s in zip(taps, stride) for n in (t, s)))
+        w = w.flip(tuple(3 + 2 * axis for axis in range(count)))
+        w = w.permute(0, *(4 + 2 * axis for axis in range(count)), 2, 1, *(3 + 2 * axis for axis in range(count)))
+        # (copied in the layout a convolution's weight has: see contiguous_gradient)
+        w = w.reshape(groups * prod(stride) * per_group, channels_in // groups, *taps).contiguous()
+        x = self.pad(((0, 0), (0, 0)) + tuple((t - 1, t - 1) for t in taps))
+        # (in a buffer of its own: the convolution stores its rows whole, where through the interleave every store
+        # would be stride apart, and the block scalar)
+        phases = x._conv(w, None, groups, 1, 1, 0, op_name, count).contiguous()
+        lengths = phases.shape[2:]
+        phases = phases.reshape(batch, groups, *stride, per_group, *lengths)
+        order = (0, 1, 2 + count, *(n for axis in range(count) for n in (3 + count + axis, 2 + axis)))
+        out = phases.permute(order).reshape(batch, groups * per_group, *(n * s for n, s in zip(lengths, stride)))
+        return out.pad(
+            ((0, 0), (0, 0)) + tuple((-p, size + p - n * s) for p, size, n, s in zip(padding, sizes, lengths, stride))
+        )
 
     # ---- pooling -----------------------------------------------------------------------------------------------
 

@@ -107,6 +107,10 @@ TRANSPOSED = [
     ((3, 4), (3, 2), {"stride": (2, 1), "padding": (1, 0)}),
     ((3, 3), (2, 2), {"stride": 2, "output_padding": (1, 0)}),
     ((2, 3, 2), (2, 2, 2), {"stride": 2, "padding": (0, 1, 0)}),
+    # (with a stride: a kernel shorter than it leaves zeros between; taps that land partly or wholly outside)
+    ((4,), (1,), {"stride": 3}),
+    ((2,), (5,), {"stride": 2, "padding": 3}),
+    ((3, 4), (2, 3), {"stride": (2, 3), "dilation": (2, 1), "padding": (1, 2), "output_padding": (1, 0)}),
 ]
 
 

@@ -663,9 +663,28 @@ def test_nd_convolutions_are_one_kernel():
 
 
 def test_conv_transpose():
-    # the input padded by the kernel's reach, then the convolution; a stride first spreads the input apart
-    assert kernels(rand(1, 2, 5, 5).conv_transpose2d(rand(2, 3, 3, 3))) == 2
-    assert kernels(rand(1, 2, 5, 5).conv_transpose2d(rand(2, 3, 3, 3), stride=2, padding=1)) == 3
+    # the flipped weight copied into a convolution's layout, the input padded by the kernel's reach, then the
+    # convolution; with a stride, the convolution computes every phase, and a copy interleaves them
+    assert kernels(rand(1, 2, 5, 5).conv_transpose2d(rand(2, 3, 3, 3))) == 3
+    assert kernels(rand(1, 2, 5, 5).conv_transpose2d(rand(2, 3, 3, 3), stride=2, padding=1)) == 4
+
+
+def test_the_gradient_of_a_reordering_copy_that_is_a_sum_is_laid_out_as_the_copy():
+    # a transposed convolution reads its weight flipped, with its channels swapped, from a copy in a convolution's
+    # layout: the weight's gradient (a sum) is stored in that layout (3 x 4 x 3 x 3 values), then copied back,
+    # instead of every store of the sum landing apart from the last
+    torch = pytest.importorskip("torch")
+    x, weights = rand(2, 4, 6, 6), rand(4, 3, 3, 3).numpy()
+    w = Tensor(weights, requires_grad=True)
+    x.conv_transpose2d(w, padding=1).sum().backward()
+    assert [item.buffers[0].arg[1] for item in w.grad.schedule()][-2:] == [108, 108]
+    tw = torch.tensor(weights, requires_grad=True)
+    torch.nn.functional.conv_transpose2d(torch.tensor(x.numpy()), tw, padding=1).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+    # an elementwise gradient reads through the view in the kernel that needs it
+    v = Tensor(rand(5, 7).numpy(), requires_grad=True)
+    (v.T.contiguous() * rand(7, 5)).sum().backward()
+    assert kernels(v.grad) == 1
 
 
 def test_pooling_modes_and_layout_ops():
