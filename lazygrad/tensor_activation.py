@@ -69,6 +69,7 @@ class ActivationMixin:
         gradient at 0, which would zero the slope of functions built on exp(-|x|) there."""
         return (self >= 0).where(-self, self)
 
+    @_in_float32
     def sigmoid(self: Tensor) -> Tensor:
         """1 / (1 + exp(-x)); of an int or bool tensor's values as floats, as torch's (-x of uint8 1 wrapped to
         255: sigmoid was 0)."""
@@ -77,6 +78,7 @@ class ActivationMixin:
         decay = x._negative_magnitude().exp()
         return (x >= 0).where(1 / (1 + decay), decay / (1 + decay))
 
+    @_in_float32
     def tanh(self: Tensor) -> Tensor:
         """tanh, within a few float32 ulp everywhere (as torch's): Cephes' tanhf, an odd polynomial below 0.625 and
         (1 - e) / (1 + e) with e = exp(-2|x|) beyond. (2·sigmoid(2x) - 1 lost a small x's digits: tanh(1e-8) was 0.)

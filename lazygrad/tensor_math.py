@@ -189,9 +189,8 @@ class MathMixin:
     def exp2(self: Tensor) -> Tensor:
         return self._to_float()._unary(Ops.EXP2)
 
+    @_in_float32
     def log(self: Tensor) -> Tensor:
-        if self.dtype == dtypes.bfloat16:
-            return self.float().log().cast(dtypes.bfloat16)
         return self._to_float()._unary(Ops.LOG2) * LN_2
 
     def log2(self: Tensor) -> Tensor:
@@ -200,6 +199,7 @@ class MathMixin:
     def sqrt(self: Tensor) -> Tensor:
         return self._to_float()._unary(Ops.SQRT)
 
+    @_in_float32
     def rsqrt(self: Tensor) -> Tensor:
         return self.sqrt().reciprocal()
 

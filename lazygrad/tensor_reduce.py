@@ -292,6 +292,8 @@ class ReduceMixin:
         source = self._to_float()
         if source.numel() == 0:  # (empty, as in torch: there is no maximum to shift by)
             return source
+        if source.dtype in NARROW_FLOATS:  # (in float32, rounded once, as torch's: 9 ulp off rounded at each step)
+            return source.float().softmax(axis).cast(source.dtype)
         if source.dtype in (dtypes.float32, dtypes.float64) and axes:
             _, exponent, total = softmax_nodes(source.uop, axes)
             scale = broadcast_node(UOp(Ops.RECIP, exponent.dtype, (total,)), exponent.shape)
@@ -306,6 +308,8 @@ class ReduceMixin:
         source = self._to_float()
         if source.numel() == 0:
             return source
+        if source.dtype in NARROW_FLOATS:  # (in float32, rounded once, as torch's)
+            return source.float().log_softmax(axis).cast(source.dtype)
         if source.dtype in (dtypes.float32, dtypes.float64) and axes:
             shifted, _, total = softmax_nodes(source.uop, axes)
             dtype = shifted.dtype

@@ -294,3 +294,33 @@ def test_atan2_matches_torch_with_signed_zeros_infinities_and_gradients():
     torch.atan2(ry, rx).sum().backward()
     np.testing.assert_allclose(ty.grad.numpy(), ry.grad.numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+HALF_POSITIVE = np.arange(0x0001, 0x7C00, dtype=np.uint16).view(np.float16)  # every positive finite float16
+HALF_SYMMETRIC = np.concatenate([HALF_POSITIVE[HALF_POSITIVE < 12], -HALF_POSITIVE[HALF_POSITIVE < 12]])
+
+
+def half_ulps(got: np.ndarray, exact: np.ndarray) -> float:
+    """The largest error of float16 results, in units in the last place of the exact values (normal ones)."""
+    normal = np.isfinite(exact) & (np.abs(exact) > 6.2e-5)
+    ulp = np.spacing(np.abs(exact[normal]).astype(np.float16)).astype(np.float64)
+    return float(np.max(np.abs(got.astype(np.float64)[normal] - exact[normal]) / ulp))
+
+
+@pytest.mark.parametrize(
+    "name, values",
+    [("log", HALF_POSITIVE), ("rsqrt", HALF_POSITIVE), ("sigmoid", HALF_SYMMETRIC), ("tanh", HALF_SYMMETRIC)],
+)
+def test_float16_functions_round_once(name, values):
+    # computed in float32 and rounded once, as torch's: log rounded log2, then its product by ln 2 (1.2 ulp off),
+    # rsqrt a square root, then its reciprocal (1.3 ulp)
+    exact = getattr(torch, name)(torch.tensor(values.astype(np.float64))).numpy()
+    assert half_ulps(getattr(Tensor(values), name)().numpy(), exact) <= 0.51
+
+
+def test_float16_softmax_rounds_once():
+    rows = (np.random.default_rng(0).standard_normal((256, 64)) * 4).astype(np.float16)
+    for name in ("softmax", "log_softmax"):
+        exact = getattr(torch.tensor(rows.astype(np.float64)), name)(-1).numpy()
+        got = getattr(Tensor(rows), name)(-1)
+        assert got.dtype == dtypes.float16 and half_ulps(got.numpy(), exact) <= 0.51, name  # (softmax: 8.9 ulp)
