@@ -188,6 +188,7 @@ derivative_rules = PatternMatcher(
         (UPat(Ops.SHRINK, name="out"), lambda grad, out: shrink_gradient(out, grad)),
         (UPat(Ops.FLIP, name="out"), lambda grad, out: (UOp(Ops.FLIP, grad.dtype, (grad,), out.arg),)),
         (UPat(Ops.CONTIGUOUS, name="out"), lambda grad, out: (contiguous_gradient(out, grad),)),
+        (UPat(Ops.SLOPE, name="out"), lambda grad, out: (None, grad * out.arg)),
         (
             UPat(Ops.COPY, name="out"),
             lambda grad, out: (UOp(Ops.COPY, grad.dtype, (grad,), out.src[0].device(Device.DEFAULT)),),

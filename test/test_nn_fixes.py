@@ -51,6 +51,30 @@ def test_binary_crossentropy_of_a_saturated_sigmoid_has_a_finite_gradient(torch)
     close(x.grad, tx.grad, atol=1e-9)
 
 
+def test_binary_crossentropy_of_a_sigmoid_near_saturation_has_torchs_gradient(torch):
+    """A VAE's loss, BCE(sigmoid(x), y): sigmoid's slope is p(1 - p) of its rounded output, as torch's, so that it
+    cancels against the loss's 1/(1 - p). The exact slope gave 0.94 for 1.0 at 16, and 41399 at 17 (p is 1.0)."""
+    logits = np.array([10.0, 16.0, 16.5, 17.0, 20.0, -16.5, -17.0], np.float32)
+    for target in (0.0, 0.3, 1.0):
+        y = np.full_like(logits, target)
+        x, tx = Tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+        x.sigmoid().binary_crossentropy(Tensor(y), reduction="sum").backward()
+        torch.nn.functional.binary_cross_entropy(tx.sigmoid(), torch.tensor(y), reduction="sum").backward()
+        close(x.grad, tx.grad, rtol=1e-6, atol=1e-9)
+    x, tx = Tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    (1 - x.sigmoid()).log().sum().backward()
+    (1 - tx.sigmoid()).log().sum().backward()
+    close(x.grad, tx.grad, rtol=1e-6, atol=1e-9)
+    # and a gradient of the gradient stays sigmoid's second derivative, p (1 - p) (1 - 2p)
+    values = np.array([-3.0, -0.5, 0.0, 1.5, 4.0], np.float32)
+    x, tx = Tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    (slope,) = x.sigmoid().sum().gradient(x)
+    (curvature,) = slope.sum().gradient(x)
+    (torch_slope,) = torch.autograd.grad(tx.sigmoid().sum(), tx, create_graph=True)
+    (torch_curvature,) = torch.autograd.grad(torch_slope.sum(), tx)
+    close(curvature, torch_curvature, rtol=1e-5, atol=1e-7)
+
+
 def test_binary_crossentropy_target_gradient_and_half():
     """The targets' gradient is the clamped logs' difference (finite); in half the edge test runs in float32."""
     p = Tensor([0.0, 1.0, 0.3], requires_grad=True)
@@ -291,7 +315,10 @@ def test_precise_activations_take_no_more_kernels():
     old_softplus = lambda x: (x >= 0).where(x, 0) + (1 + x._negative_magnitude().exp()).log()  # noqa: E731
     assert kernels_of(lambda x: x.softplus()) <= kernels_of(lambda x: (x > 20).where(x, old_softplus(x)))
     old_tanh = lambda x: 2.0 * (2.0 * x).sigmoid() - 1.0  # noqa: E731
-    assert kernels_of(lambda x: x.mish()) <= kernels_of(lambda x: x * old_tanh((x > 20).where(x, old_softplus(x))))
+    # (8, as with the sigmoid form before sigmoid's slope was taken from its output: that form now takes 6)
+    assert kernels_of(lambda x: x.mish()) <= 8
+    # sigmoid's slope from its output: its forward and backward took 6 kernels, silu's 7
+    assert kernels_of(lambda x: x.sigmoid()) <= 2 and kernels_of(lambda x: x.silu()) <= 3
     assert kernels_of(lambda x: x.gelu()) <= kernels_of(
         lambda x: 0.5 * x * (1 + old_tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
     )

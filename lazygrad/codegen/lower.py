@@ -153,7 +153,7 @@ class Lowerer:
             return [(node.src[0], inner, valid)]
         if op in ALU or op in (Ops.CAST, Ops.BITCAST):
             return [(source, indices, valid) for source in node.src]
-        if op is Ops.DETACH:
+        if op is Ops.DETACH or op is Ops.SLOPE:
             return [(node.src[0], indices, valid)]
         raise RuntimeError(f"cannot lower {op} inside a kernel")
 

@@ -146,7 +146,7 @@ def _structure(
         node, sources_done = pop()
         if sources_done:
             op, arg = node.op, node.arg
-            if op is Ops.DETACH:
+            if op is Ops.DETACH or op is Ops.SLOPE:  # (the value of its source)
                 at = position[node] = position[node.src[0]]
                 aliases[node] = order[at]
                 if merged is None:
@@ -176,7 +176,8 @@ def _structure(
                 if source in position:
                     continue
                 leaf = source
-                while leaf.op is Ops.DETACH:  # (a DETACH of a leaf is the leaf, numbered where it alone would be)
+                # (a DETACH or SLOPE of a leaf is the leaf, numbered where it alone would be)
+                while leaf.op is Ops.DETACH or leaf.op is Ops.SLOPE:
                     leaf = leaf.src[0]
                 if leaf.src:
                     push((source, False))
@@ -460,7 +461,7 @@ def _uniform_axes(root: UOp, known: dict[UOp, frozenset[int]]) -> frozenset[int]
         stack.pop()
         shape, op = node.shape, node.op
         ones = frozenset(axis for axis, size in enumerate(shape) if size == 1)
-        if op in ALU or op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY):
+        if op in ALU or op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH, Ops.SLOPE, Ops.COPY):
             axes = frozenset.intersection(*(known[source] for source in node.src))
         elif op is Ops.REDUCE:
             axes = known[node.src[0]] | frozenset(node.arg[1])

@@ -23,6 +23,9 @@ class Ops(Kinds):
     COPY = auto()  # arg: the target device
     CONTIGUOUS = auto()
     DETACH = auto()  # the same value, with no gradient flowing through
+    # src: (value, input): the value, whose gradient goes to the input as the arg (a UOp: the value's derivative
+    # by the input) times the value's own
+    SLOPE = auto()
     ASSIGN = auto()  # src: (target, value)
     # unary
     EXP2 = auto()
@@ -536,7 +539,8 @@ def _reduced_shape(node: UOp) -> tuple[int, ...]:
 
 _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     **dict.fromkeys(
-        (*ALU, Ops.CAST, Ops.BITCAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN), _source_shape
+        (*ALU, Ops.CAST, Ops.BITCAST, Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.SLOPE, Ops.COPY, Ops.ASSIGN),
+        _source_shape,
     ),
     Ops.WHERE: lambda node: node.src[1].__dict__["shape"],
     Ops.BUFFER: lambda node: (node.arg[1],),
