@@ -44,8 +44,9 @@ _gradient_copies = itertools.count(-1, -1)
 def contiguous_gradient(out: UOp, grad: UOp) -> UOp:
     """The gradient of a copy (CONTIGUOUS): where the copy reorders its source (a permute or a flip among the views
     under it) and the gradient is a sum, in a buffer laid out as the copy is, so that the kernel computing the sum
-    stores its rows in order and the view back to the source's layout is a copy of its own. Stored through the view, every store of that kernel
-    would be apart from the last (a transposed convolution's weight gradient: 100 ms, 12 in the copy's layout)."""
+    stores its rows in order and the view back to the source's layout is a copy of its own. Stored through the
+    view, every store of that kernel would be apart from the last (a transposed convolution's weight gradient:
+    100 ms, 12 in the copy's layout)."""
     node, computed = out.src[0], grad
     while node.op in MOVEMENT and node.op not in (Ops.PERMUTE, Ops.FLIP):
         node = node.src[0]

@@ -766,7 +766,7 @@ def test_a_pack_that_does_not_fit_is_an_error():
         apply_opts(kernel_of(a @ b), (Opt(K, 0), Opt(U, 0, 2)), cpu)
 
 
-def test_the_heuristic_packs_the_weights_of_large_products_on_cpus():
+def test_the_heuristic_packs_the_weights_of_large_products_on_cpus(host):
     from lazygrad.codegen.renderer import Target
 
     avx2 = Target(vector_width=8, vector_registers=16, pack_bytes=1 << 18)
@@ -782,8 +782,9 @@ def test_the_heuristic_packs_the_weights_of_large_products_on_cpus():
     b, x = realized(16, 512)
     assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(b @ a), avx2)}
     assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(b @ a.T), avx2)}
+    (h,) = on(host, y)
     np.testing.assert_allclose(
-        run_with(a @ a.T, (Opt(U, 1, 16), Opt(U, 0, 4), Opt(K, 0))), y @ y.T, rtol=1e-4, atol=1e-4
+        run_with(h @ h.T, (Opt(U, 1, 16), Opt(U, 0, 4), Opt(K, 0))), y @ y.T, rtol=1e-4, atol=1e-4
     )
     # weights too large for the stack are read in place (16 columns of 8192: 512 KiB)
     c, _ = realized(64, 8192)
@@ -977,7 +978,7 @@ def test_the_heuristic_pads_loops_a_block_nearly_divides():
 
 
 @pytest.mark.parametrize("columns", [97, 509, 998])
-def test_a_row_without_a_vector_wide_part_is_padded_to_the_block(columns):
+def test_a_row_without_a_vector_wide_part_is_padded_to_the_block(columns, host):
     """A row of outputs whose largest part of at most two vectors is under half a vector (a prime width, 998 in
     parts of 2) runs in blocks of whole vectors, padded: it ran one output at a time, or nearly (a 997³ product at
     2.7 GFLOP/s). A row with a larger part (1000 in parts of 25, 65 in parts of 13) and a short row (taken whole)
@@ -990,7 +991,8 @@ def test_a_row_without_a_vector_wide_part_is_padded_to_the_block(columns):
     opts = heuristic_opts(kernel_of(a @ b), avx512)
     width = opts[0].amount  # (two vectors where that pads at most an eighth more: 509 as 512)
     assert opts[:2] == (Opt(D, 1, width), Opt(U, 1, width)) and width in (16, 32) and Opt(K, 0) in opts
-    np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-4, atol=1e-4)
+    on_host = on(host, x, y)
+    np.testing.assert_allclose(run_with(on_host[0] @ on_host[1], opts), x @ y, rtol=1e-4, atol=1e-4)
     for unpadded in (1000, 65, 61):
         c, _ = realized(40, unpadded)
         assert OptOp.PAD not in {opt.op for opt in heuristic_opts(kernel_of(a @ c), avx512)}
