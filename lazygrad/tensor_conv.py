@@ -26,6 +26,9 @@ INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilin
 # a window of at most this many taps is a stack of shifted slices (see `_window`), each read under a gate that folds
 # away where codegen unrolls the tap loop: it unrolls reduce loops this short (test_opt checks that it still does)
 STACKED_TAPS = 4
+# the fewest input channels (per group) for which a convolution outside training whose windows are costly to read
+# in place (a stride past 1, or a kernel past STACKED_TAPS) copies them out and computes channels last
+COPIED_WINDOW_CHANNELS = 16
 
 
 def _is_int(value) -> bool:
@@ -193,6 +196,18 @@ class ConvMixin:
         windows = _reshape(windows, (batch, groups, 1, *out, group_channels, *kernel))
         weights = _reshape(weight.uop, (1, groups, per_group, *(1,) * count, group_channels, *kernel))
         taps = tuple(range(3 + count, 4 + 2 * count))  # each output's channels and taps
+        costly = any(s > 1 for s in stride) and prod(kernel) > 1 or max(kernel) > STACKED_TAPS
+        if costly and group_channels >= COPIED_WINDOW_CHANNELS and not type(self).training:
+            # outside training (where the weight's gradient reads the windows too, and the scheduler copies them out
+            # anyway), windows read in place with a stride or through a long kernel's `%` ran at 5-15 GFLOP/s; copied
+            # out, a row per position, they are x @ wᵀ with positions as rows (16 x 64 x 56² -> 128, 3x3, stride 2:
+            # 115 -> 27 ms; 5x5: 430 -> 105). Few input channels (an RGB stem) are read well in place (7x7 stride 2:
+            # 39 ms, 110 copied)
+            cols = x._new(windows).permute(0, *range(3, 3 + count), 1, 2, *range(3 + count, 4 + 2 * count))
+            w = weight.reshape(*(1,) * (1 + count), groups, per_group, group_channels, *kernel)
+            result = (cols.contiguous() * w)._sum_unwidened(tuple(range(count + 3, 2 * count + 4)))
+            result = result.permute(0, count + 1, count + 2, *range(1, 1 + count)).reshape(batch, channels_out, *out)
+            return result if bias is None else result + bias.reshape(1, -1, *(1,) * count)
         dtype = self.dtype
         if (
             dtype in (dtypes.float32, dtypes.float64)

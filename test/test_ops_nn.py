@@ -65,6 +65,36 @@ def test_conv_nd(spatial, kernel, options, groups):
     )
 
 
+@pytest.mark.parametrize(
+    "spatial, kernel, options",
+    [
+        ((17,), (5,), {"stride": 2, "padding": 1}),
+        ((9, 8), (5, 5), {"padding": 2}),
+        ((5, 6, 5), (3, 3, 3), {"stride": 2}),
+    ],
+    ids=["1d", "2d", "3d"],
+)
+@pytest.mark.parametrize("training", [False, True])
+def test_a_convolution_of_many_channels_with_costly_windows(spatial, kernel, options, training):
+    # outside training, 16 input channels a group and more, with a stride or a kernel past 4: the windows copied out
+    # (an im2col), then a product channels last; in training, the product reads the windows in place (3 kernels:
+    # the padded input, the copy and the product, against 2)
+    count = len(spatial)
+    x, w, b = data(2, 32, *spatial), data(6, 16, *kernel, seed=1), data(6, seed=2)
+    ours = {1: "conv1d", 2: "conv2d", 3: "conv3d"}[count]
+    with Tensor.train(training):
+        against_torch(
+            lambda x, w, b: getattr(x, ours)(w, b, groups=2, **options),
+            lambda x, w, b: getattr(F, ours)(x, w, b, groups=2, **options),
+            x,
+            w,
+            b,
+            tolerance={"rtol": 1e-4, "atol": 1e-4},  # (sums of 400 products near 1)
+        )
+        made = getattr(Tensor(x), ours)(Tensor(w), Tensor(b), groups=2, **options)
+        assert len(made.schedule()) == (2 if training else 3) - ("padding" not in options)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("groups, bias", [(1, True), (2, False)])
 def test_float_convolution_builds_the_graph_of_its_steps(dtype, groups, bias):
