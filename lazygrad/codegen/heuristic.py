@@ -79,6 +79,8 @@ CACHE_SETS_APART = 1024  # rows of memory a multiple of this many bytes apart sh
 STASH_COST = 8  # operations per value that keeping it on the stack saves computing again (an exp2 is about 30)
 TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS})
 
+# the product shapes blocked as x @ w is: outputs along a row of vectors, rows sharing each loaded vector
+ROW_BLOCKED = ("contiguous outputs", "transposed copy")
 # a register block: (outputs along the innermost output loop, outputs along each other reused loop); 0 across
 # means the reduce loop is the one vectorized
 Blocking = tuple[int, int]
@@ -390,7 +392,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
             upcast_reused(plan, loops, (4, 4))
             return
         block_interleaved(plan, interleaved, blocking[1] if blocking else target.vector_registers // 2)
-    elif shape in ("contiguous outputs", "transposed copy"):
+    elif shape in ROW_BLOCKED:
         inner, vector = loops[-1], target.vector_width
         large = prod(loop.src[0].arg for loop in [*loops, *reduces[0].src[1:]]) >= LARGE_PRODUCT
         # enough accumulators that their multiply-adds do not wait on each other (FMA_CHAINS, within half the
@@ -744,7 +746,7 @@ def pack_shared_input(plan: Plan, target: Target, shape: str | None) -> None:
     reduce reads it with a stride (rows of memory apart, which fall into few cache sets: a power-of-two width keeps
     only 8 of them in L1) and at least PACK_REUSE iterations of a loop read the copy again. `shape` is the kernel's
     `matrix_shape` before its register block."""
-    if not target.pack_bytes or shape not in ("contiguous outputs", "transposed copy"):
+    if not target.pack_bytes or shape not in ROW_BLOCKED:
         return
     along, loads = rolled_reduce_loop(reduce_nodes(plan.sink)[0]), memory_indices(plan.sink, Ops.LOAD)
     for loop in reversed(output_loops(plan.sink)[:-1]):
