@@ -789,9 +789,22 @@ def test_the_heuristic_packs_the_weights_of_large_products_on_cpus(host):
     # weights too large for the stack are read in place (16 columns of 8192: 512 KiB)
     c, _ = realized(64, 8192)
     w, _ = realized(8192, 64)
-    assert OptOp.PACK not in {opt.op for opt in heuristic_opts(kernel_of(c @ w), avx2)}
+    # (the rows still go innermost, so the weights' column block is read again from the cache by each of them)
+    assert heuristic_opts(kernel_of(c @ w), avx2)[-1] == Opt(OptOp.INNER, 0)
     # and BEAM times lists with and without the copy
     assert {OptOp.PACK in {opt.op for opt in opts} for opts in candidate_opts(kernel_of(a @ a), avx2)} == {True, False}
+
+
+def test_inner_moves_an_output_loop_innermost(host):
+    x, y = rng.standard_normal((24, 12)).astype(np.float32), rng.standard_normal((12, 32)).astype(np.float32)
+    a, b = on(host, x, y)
+    kernel = apply_opts(kernel_of(a @ b), (Opt(U, 1, 8), Opt(OptOp.INNER, 0)), Device[host].renderer.target)
+    # the column blocks outside, the rows inside them
+    assert [loop.src[0].arg for loop in output_loops_of(kernel)] == [4, 24]
+    for opts in [(Opt(OptOp.INNER, 0),), (Opt(U, 1, 8), Opt(U, 0, 4), Opt(OptOp.INNER, 0))]:
+        np.testing.assert_allclose(run_with(a @ b, opts), x @ y, rtol=1e-5, atol=1e-5)
+    with pytest.raises(KernelOptError, match="INNER takes an output loop and no amount"):
+        apply_opts(kernel_of(a @ b), (Opt(OptOp.INNER, 2),), Device[host].renderer.target)
 
 
 def test_the_heuristic_reads_transposed_rows_a_cache_line_at_a_time_where_they_share_cache_sets():

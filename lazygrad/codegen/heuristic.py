@@ -754,7 +754,10 @@ def pack_shared_input(plan: Plan, target: Target, shape: str | None) -> None:
         # (in a copy the reused loads sit side by side: one step of the reduce moves past all of them)
         apart = [index for index in reused if (stride(index, along) or 0) > len(reused)]
         if loop.src[0].arg >= PACK_REUSE and (apart or (reused and shape == "transposed copy")):
-            plan.try_apply(Opt(OptOp.PACK, loop.arg[0]))
+            if not plan.try_apply(Opt(OptOp.PACK, loop.arg[0])):
+                # (a copy too large for the stack) the loop still goes innermost: each of its iterations reads the
+                # input again while it is in the cache, rather than from memory
+                plan.try_apply(Opt(OptOp.INNER, loop.arg[0]))
             return
 
 

@@ -20,7 +20,10 @@ The actions:
   exit (a convolution's weight gradient, whose innermost reduce loop runs along an image row of 16);
 - SPLIT(axis, amount): run the loop as two of its kind, an outer one and an inner one of `amount` iterations numbered
   axis + 1 (the loops numbered after it move up by one). A loop that a reshape merged from two axes, indexed
-  through `// amount` and `% amount`, reads memory by plain strides again once split.
+  through `// amount` and `% amount`, reads memory by plain strides again once split;
+- INNER(axis): output loop `axis` becomes the innermost output loop, the others keeping their order (loops nest by
+  number): the inputs that do not move along it are read again by each of its iterations while they are still in
+  the cache (a column block of a weight gradient's windows, which every block of its rows reads).
 
 On devices with threads (the target's `max_threads`), every output loop becomes a block index (codegen/threads.py)
 unless an action says otherwise:
@@ -107,6 +110,7 @@ class OptOp(Kinds):
     TC = auto()
     PAD = auto()
     SCATTER = auto()
+    INNER = auto()
 
 
 THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP, OptOp.TILE})  # the actions for targets with threads
@@ -642,12 +646,7 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     size = length * sum(load.dtype.itemsize for load in loads)
     if size > target.pack_bytes:
         raise KernelOptError(f"{name}: the copies would take {size} bytes of the stack, over {target.pack_bytes}")
-    # the loop order: `loop` moves innermost, the output loops keep their numbers between them
-    outputs = output_loops(sink)
-    order = [other for other in outputs if other is not loop] + [loop]
-    moved: dict[UOp, UOp] = {
-        old: UOp(Ops.RANGE, old.dtype, old.src, (new.arg[0], old.arg[1])) for old, new in zip(order, outputs)
-    }
+    moved = innermost(sink, loop)
     top = max(loops_by_axis(sink))
     copying = moved | {r: UOp(Ops.RANGE, r.dtype, r.src, (top + 1 + n, LoopKind.PACK)) for n, r in enumerate(staged)}
     by_input: dict[UOp, list[UOp]] = {}
@@ -671,6 +670,14 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     # simplified kernel stays so: its sums only change the order of their terms)
     replacements = moved | {load: UOp(Ops.LOAD, load.dtype, (*reads[load], barrier)) for load in loads}
     return replace_ranges(sink, replacements, {}, simplified=False)
+
+
+def innermost(sink: UOp, loop: UOp) -> dict[UOp, UOp]:
+    """The output loops renumbered so that `loop` is the innermost of them, the others keeping their order (loops nest
+    by number): old loop -> new loop."""
+    outputs = output_loops(sink)
+    order = [other for other in outputs if other is not loop] + [loop]
+    return {old: UOp(Ops.RANGE, old.dtype, old.src, (new.arg[0], old.arg[1])) for old, new in zip(order, outputs)}
 
 
 def stash(sink: UOp, loop: UOp, target: Target | None) -> UOp:
@@ -833,6 +840,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
         if kind not in (LoopKind.REDUCE, LoopKind.VECTOR_REDUCE) or opt.amount:
             raise KernelOptError(f"{opt}: LANES takes a reduce loop and no amount (every iteration is a lane)")
         return lanes(sink, loop)
+    if opt.op is OptOp.INNER:
+        if kind is not LoopKind.GLOBAL or opt.amount:
+            raise KernelOptError(f"{opt}: INNER takes an output loop and no amount")
+        return replace_ranges(sink, innermost(sink, loop), {}, simplified=False)
     if opt.op is OptOp.STASH:
         if opt.amount:
             raise KernelOptError(f"{opt}: STASH takes no amount (the buffer holds the whole reduce)")
