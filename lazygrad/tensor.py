@@ -46,7 +46,7 @@ from lazygrad.engine.buffers import writes_pending as _written
 from lazygrad.engine.realize import collector_paused, realize_lock, run_schedule
 from lazygrad.engine.rng import is_random_source
 from lazygrad.engine.schedule import ScheduleItem, bind, create_schedule, plan_graph
-from lazygrad.gradient import compute_gradients
+from lazygrad.gradient import compute_gradients, rule_for
 from lazygrad.helpers import DEBUG, Context, GlobalCounters, prod
 from lazygrad.tensor_activation import ActivationMixin
 from lazygrad.tensor_conv import ConvMixin
@@ -1062,7 +1062,8 @@ class Tensor(
             )
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device} but the target is on {self.device}; use .to()")
-        self._check_writable("assign")
+        if (through := self._check_writable("assign")) is not None:
+            return self._write_through(*through, value)
         if _writes_keeping_gradient and id(self) in _writes_keeping_gradient:  # (setitem's write: see __setitem__)
             _writes_keeping_gradient.discard(id(self))
             if self._gradient_history() is not None or self._record_writes_into_data(value):
@@ -1100,6 +1101,31 @@ class Tensor(
             self.uop = target
         return self
 
+    def _write_through(self, below: UOp, moves: list[UOp], value: Tensor) -> Tensor:
+        """Write `value` into what this tensor is a view of (`below`, through the movement ops `moves`, this
+        tensor's own first: see `_check_writable`), as torch's write into a slice changes the tensor sliced: the
+        value goes back through each move (as a gradient does: a slice's is a pad) into the places the view shows,
+        and the tensor below is written there, as setitem writes, keeping a gradient the value carries. Every name
+        of that memory, this view too, then reads the write."""
+        if below.op is Ops.BUFFER:
+            base = Tensor(below, device=self.device)
+        else:  # (a computation another tensor holds: computed into its buffer, which this view then shows)
+            base = self._put_in_memory(below, "assign")
+            node = base._uop
+            for move in reversed(moves):
+                node = UOp(move.op, move.dtype, (node,), move.arg)
+            # (a view made with gradients off stays a detached name of the memory)
+            self.uop = node if self._uop.op is not Ops.DETACH else UOp(Ops.DETACH, node.dtype, (node,), DETACHED_VIEW)
+        placed, shown = value.uop, Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).uop
+        for move in moves:
+            (placed,), (shown,) = rule_for(move, placed), rule_for(move, shown)
+        _writes_keeping_gradient.add(id(base))
+        try:
+            base.assign(base._new(shown).where(base._new(placed), base))
+        finally:
+            _writes_keeping_gradient.discard(id(base))
+        return self
+
     def _in_place(self, op_name: str, result: Tensor) -> Tensor:
         """`self op= other` as torch's in-place ops: `result` (self op other) written into this tensor, which keeps
         its shape and dtype, so every name for it (`b = a; a += 1`) sees the new values. Rebinding the name instead
@@ -1113,7 +1139,7 @@ class Tensor(
                 "in place would lose what its gradient needs, as torch refuses; do it under `with Tensor.test():` "
                 f"(Tensor.no_grad, torch.no_grad()), or write `{instead}` for a new tensor"
             )
-        self._check_writable(op_name)
+        through = self._check_writable(op_name)
         if result.shape != self.shape:
             raise ValueError(
                 f"{op_name}: the result {result.shape} does not fit this {self.shape} tensor in place (the other "
@@ -1126,6 +1152,8 @@ class Tensor(
                     f"(as torch refuses); write `{instead}` for a new tensor, or cast first"
                 )
             result = result.cast(self.dtype)
+        if through is not None:
+            return self._write_through(*through, result)
         if self._gradient_history() is not None or self._record_writes_into_data(result):
             return self._assign_keeping_gradient(result)
         return self.assign(result)

@@ -161,6 +161,15 @@ def view_holders(node) -> list:
     return found
 
 
+def _source(node: UOp) -> UOp:
+    """The node a movement op (or a DETACH) is made of, past the DETACH nodes that movement ops made with gradients
+    off put on their results (see tensor_movement's `_movement`): the same values, as torch's views under no_grad."""
+    node = node.src[0]
+    while node.op is Ops.DETACH:
+        node = node.src[0]
+    return node
+
+
 def _held_by_another(node, tensor) -> bool:
     """Whether a live tensor other than `tensor` holds `node`."""
     return any(held is not tensor for held in _holders(node))
@@ -656,11 +665,14 @@ class IndexMixin:
         for item in index if isinstance(index, tuple) else (index,):  # (their places are found on the host)
             refuse_host_values_in_capture(item, "setitem with a tensor index", WRITE_FIX)
         try:
-            target_shape = self[index].shape
+            selected = self[index]
         except (IndexError, TypeError, ValueError) as error:  # (the selection is getitem's: the error names setitem)
             if str(error).startswith("getitem: "):
                 raise type(error)(f"setitem: {str(error)[len('getitem: ') :]}") from None
             raise
+        if hasattr(value, "uop") and value._uop is selected._uop:
+            return  # (`x[i] += v`: Python writes the view x[i] back, into which the write went through already)
+        target_shape = selected.shape
         if isinstance(value, (list, tuple, np.ndarray, np.generic)):
             value = self._setitem_value(value)
         check_same_device("setitem", self, value)
@@ -708,15 +720,18 @@ class IndexMixin:
         check_fits("setitem", array, self.dtype, of_tensor=True)
         return type(self)(array, dtype=self.dtype, device=self.device)
 
-    def _check_writable(self: Tensor, op_name: str) -> None:
-        """Make a write into this tensor (setitem, assign) reach what it views, or refuse it. A slice, transpose or
-        expand of another tensor cannot be written through to that tensor (torch would change it too), so a write
-        into one is an error rather than a silent copy. Reshapes of memory write through (see assign); a reshape of
-        a tensor not in memory yet (a computation, a constant such as `Tensor.zeros(4)`, a flip) first computes that
-        tensor into its buffer, so the write reaches it as in torch. Movement ops that copy in torch (a flip, a pad,
-        a repeat) make a value of their own, which a write simply replaces, as a computation's; so does a view of
-        values no live tensor holds."""
+    def _check_writable(self: Tensor, op_name: str) -> tuple[UOp, list[UOp]] | None:
+        """Make a write into this tensor (setitem, assign) reach what it views, or refuse it. Reshapes of memory
+        write through (see assign); a reshape of a tensor not in memory yet (a computation, a constant such as
+        `Tensor.zeros(4)`, a flip) first computes that tensor into its buffer, so the write reaches it as in torch.
+        A slice or transpose of another tensor (or of memory) is written through to it as well, as torch's: for
+        that, the node below and the movement ops over it (this tensor's first) are returned, for `_write_through`;
+        a view that needs a gradient, or an expand (several of its elements one element below), is refused. Movement
+        ops that copy in torch (a flip, a pad, a repeat) make a value of their own, which a write simply replaces, as
+        a computation's; so does a view of values no live tensor holds."""
         node = self._uop
+        if node.op is Ops.DETACH and _source(node).op in MOVEMENT_OPS:
+            node = _source(node)  # (a view made with gradients off: a view all the same)
         if node.op not in MOVEMENT_OPS:
             if node.op is not Ops.ASSIGN and write_target(node) is None:
                 self._viewed_before_written(op_name)
@@ -727,15 +742,15 @@ class IndexMixin:
         # the values this tensor is a view of: those of the deepest tensor below it (else the deepest node) that its
         # movement ops make a view of (a computation, a constant, or a copy such as a flip, whose own values they are)
         chain = [node]
-        while chain[-1].src[0].op in MOVEMENT_OPS:
-            chain.append(chain[-1].src[0])
+        while _source(chain[-1]).op in MOVEMENT_OPS:
+            chain.append(_source(chain[-1]))
         cuts = [cut for cut in range(len(chain), 0, -1) if strided_view(chain[:cut][::-1], chain[cut - 1].src[0].shape)]
         if not cuts:
             self._viewed_before_written(op_name)
             return  # a copy (a flip, a pad, ...): a value of its own
-        held_cuts = [cut for cut in cuts if _held_by_another(chain[cut - 1].src[0], self)]
+        held_cuts = [cut for cut in cuts if _held_by_another(_source(chain[cut - 1]), self)]
         cut = held_cuts[0] if held_cuts else cuts[0]
-        between, below, held = chain[:cut], chain[cut - 1].src[0], bool(held_cuts)
+        between, below, held = chain[:cut], _source(chain[cut - 1]), bool(held_cuts)
         if all(link.op is Ops.RESHAPE for link in between):
             if held or below.op not in (Ops.CONST, Ops.ARANGE, Ops.BUFFER):
                 self._realize_reshaped_base(below, op_name)
@@ -745,14 +760,24 @@ class IndexMixin:
         if not held and below.op is not Ops.BUFFER:
             self._viewed_before_written(op_name)
             return  # (a view of a computation or constant no live tensor holds: `w.grad`, a permuted product's)
-        instead = "x[0, 1] = v rather than y = x[0]; y[1] = v"
-        if op_name.endswith("="):  # (Python runs `x[i] += v` as `y = x[i]; y += v; x[i] = y`: a write into a view)
-            instead += f"; x[i] = x[i] {op_name[:-1]} v rather than x[i] {op_name} v"
-        raise RuntimeError(
-            f"{op_name}: this {self.shape} tensor is a view (a slice, transpose or expand) of another tensor, and "
-            f"writing into it would not change that tensor as in torch; index the original instead ({instead}), "
-            "or make a copy with .contiguous() first"
-        )
+        if any(link.op is Ops.FLIP for link in between):
+            self._viewed_before_written(op_name)
+            return None  # (a flip is a copy in torch: a value of its own, though a slice may show memory in order)
+        if any(link.op is Ops.EXPAND for link in between):
+            raise RuntimeError(
+                f"{op_name}: this {self.shape} tensor is an expanded view of another tensor (several of its elements "
+                "are one element of that tensor), so a write into it has no single value to leave there, as torch "
+                "refuses; write into a copy (.contiguous()) or into the tensor below"
+            )
+        leaves = [t for t in _holders(below) if t.requires_grad and views_memory(t._uop) and t._history is None]
+        if leaves and not type(self).no_grad:
+            raise RuntimeError(
+                f"{op_name}: this {self.shape} tensor is a view (a slice or transpose) of a {leaves[0].shape} tensor "
+                "that requires grad and holds its own values (a leaf), so writing into it would lose what its "
+                "gradient needs, as torch refuses; do it under `with Tensor.test():` (Tensor.no_grad, "
+                "torch.no_grad()), or write into a copy (y = x.clone(); y[i] = v)"
+            )
+        return below, between
 
     def _check_memory_unshared(self: Tensor, node, op_name: str) -> None:
         """Refuse a write through a reshape of memory that equal computations, realized together, share: it would
