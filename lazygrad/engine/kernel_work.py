@@ -139,11 +139,30 @@ def split_reduces(nodes: list[UOp], parts_of: Callable[[int, int, bool], int]) -
             # (a sum that is not split adds into one block of float32 accumulators, which a long one overflows in
             # precision: 2**31 ones averaged 0.5)
             rounds = new.arg[0] in (Ops.ADD, Ops.MUL) and new.dtype.is_float
-            if (parts := parts_of(outputs, prod(shape) // max(outputs, 1), rounds)) > 1:
+            parts = parts_of(outputs, prod(shape) // max(outputs, 1), rounds)
+            if parts > 1 and not picks_one(new):
                 new = _reduced_in_parts(new, kept, parts)
         if new is not node:
             done[node] = new
     return done
+
+
+def picks_one(reduce: UOp) -> bool:
+    """Whether a sum picks one value by its index: `Σ where(a == arange, value, 0)` (a gather, an embedding lookup,
+    indexing by a tensor or a mask, a sort's values), which codegen makes a load of the value at `a`
+    (codegen/lookup.py). Split into parts it would stay a sum, over every position of every part (`x[x > 0]` of a
+    million floats took 12 s)."""
+    source = reduce.src[0]
+    if reduce.arg[0] is not Ops.ADD or source.op is not Ops.WHERE or source.src[0].op is not Ops.XOR:
+        return False
+    compare = next((node for node in source.src[0].src if node.op is Ops.CMPNE), None)
+    return compare is not None and any(_arange_below(side) for side in compare.src)
+
+
+def _arange_below(node: UOp) -> bool:
+    while node.op in (Ops.EXPAND, Ops.RESHAPE, Ops.CAST):
+        node = node.src[0]
+    return node.op is Ops.ARANGE
 
 
 MIN_PARTS = 16  # the fewest parts a reduce is split into in place (fewer would leave the parts long)
