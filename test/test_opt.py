@@ -1116,3 +1116,21 @@ def test_a_count_is_a_scatter():
     counts = Tensor(values).bincount(minlength=50000)
     assert heuristic_opts(kernel_of(counts), Device["LLVM"].renderer.target)[0] == Opt(SC, 0)
     np.testing.assert_array_equal(counts.numpy(), np.bincount(values, minlength=50000))
+
+
+def test_summed_products_over_loops_of_one_size_are_one_reduce(host):
+    """`x @ a + h @ b` (an LSTM's gates) is one sum over the shared length, blocked in registers as one product is
+    (two reduces in one kernel were left unblocked: a few GFLOP/s)."""
+    from lazygrad.codegen.renderer import Target
+
+    values = [rng.standard_normal(shape).astype(np.float32) for shape in ((32, 24), (24, 48), (32, 24), (24, 48))]
+    x, a, h, b = on(host, *values)
+    gates = x @ a + h @ b + 1.0
+    kernel = kernel_of(gates)
+    assert sum(node.op is Ops.RANGE_REDUCE for node in kernel.toposort) == 1
+    assert OptOp.UPCAST in {opt.op for opt in heuristic_opts(kernel, Target(vector_width=8, vector_registers=16))}
+    expected = values[0] @ values[1] + values[2] @ values[3] + 1.0
+    np.testing.assert_allclose(gates.numpy(), expected, rtol=1e-5, atol=1e-5)
+    # sums over loops of other sizes stay two
+    (g,) = on(host, rng.standard_normal((32, 16)).astype(np.float32))
+    assert sum(node.op is Ops.RANGE_REDUCE for node in kernel_of(x @ a + g @ b[:16]).toposort) == 2

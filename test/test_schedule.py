@@ -839,3 +839,49 @@ def test_assigns_that_read_each_others_old_values_in_a_cycle_are_ordered():
             opt.step()
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+# ---- recurrent networks written by hand: per-step products, stacked and sliced ----------------------------------------
+
+
+def test_products_stacked_or_sliced_per_step_are_computed_once():
+    """A product read through a pad that places it among others (`stack([x_t @ w ...])`, and the gradient of
+    `x[:, t]`, which pads each step's gradient to the whole sequence) gets a buffer: fused, every output of the
+    stack ran every step's product and kept one (T times the work: 16 steps of 32 x 256 @ 256 x 1024 took 1.8 s)."""
+    steps, w = 8, rand(64, 96).realize()
+    xs = [rand(16, 64 + t)[:, :64].contiguous().realize() for t in range(steps)]
+    stacked = Tensor.stack(*[x @ w for x in xs], dim=1)
+    assert kernels(stacked) == steps + 1
+    GlobalCounters.reset()
+    out = stacked.numpy()
+    assert GlobalCounters.global_ops <= 1.25 * 2 * steps * 16 * 64 * 96
+    np.testing.assert_allclose(out, np.stack([x.numpy() @ w.numpy() for x in xs], 1), rtol=1e-4, atol=1e-4)
+    x = rand(16, steps, 64).requires_grad_()
+    loss = sum((x[:, t] @ w).square().sum() for t in range(steps))
+    loss.backward()
+    GlobalCounters.reset()
+    gradient = x.grad.numpy()
+    assert GlobalCounters.global_ops <= 1.25 * 2 * 2 * steps * 16 * 64 * 96
+    xv, wv = x.numpy(), w.numpy()
+    expected = np.stack([2 * (xv[:, t] @ wv) @ wv.T for t in range(steps)], 1)
+    np.testing.assert_allclose(gradient, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_a_weight_shared_by_many_steps_gets_its_gradient_without_the_broadcast_products():
+    """A weight read by every step (an RNN's) gets a sum over the steps of products of broadcasts, which a long
+    chain's cut wrote out whole (32 x 1024 x 256 floats a step for an LSTM): the cuts go below the broadcasts."""
+    steps, batch, width = 12, 8, 32
+    w = rand(width, width).requires_grad_()
+    h, x = Tensor.zeros(batch, width), rand(batch, steps, width).realize()
+    for t in range(steps):
+        h = (x[:, t] @ w + h @ w).tanh().sigmoid()
+    h.sum().backward()
+    items = w.grad.schedule()
+    assert all(item.ast.src[0].src[0].arg[1] < batch * width * width for item in items)
+    import torch
+
+    tw, th, tx = torch.tensor(w.numpy(), requires_grad=True), torch.zeros(batch, width), torch.tensor(x.numpy())
+    for t in range(steps):
+        th = (tx[:, t] @ tw + th @ tw).tanh().sigmoid()
+    th.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -918,9 +918,54 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
     return group(sink, loop, opt.amount)
 
 
+def merge_summed_reduces(sink: UOp) -> UOp:
+    """Sums over loops of the same sizes that are added together, each read nowhere else, as one sum of the added
+    values: `Σ_k a + Σ_k b` is `Σ_k (a + b)`. A kernel with one reduce is a matrix product the heuristic blocks in
+    registers, where one with several is not (an LSTM's gates, `x_t @ Wx + h @ Wh`, and the sum over time steps of
+    their weight's gradient ran at a few GFLOP/s)."""
+    nodes = kernel_nodes(sink)
+    readers: dict[UOp, int] = {}
+    for node in nodes:
+        for source in node.src:
+            readers[source] = readers.get(source, 0) + 1
+    inner = {node for node in nodes if node.op is Ops.ADD and readers.get(node) == 1}
+    inner &= {source for node in nodes if node.op is Ops.ADD for source in node.src}
+    replacements: dict[UOp, UOp] = {}
+    for node in nodes:
+        if node.op is not Ops.ADD or node in inner:
+            continue
+        terms, stack = [], [node]
+        while stack:  # the terms of the sum this node is the top of
+            term = stack.pop()
+            if term is node or term in inner:
+                stack.extend(term.src)
+            else:
+                terms.append(term)
+        groups: dict[tuple, list[UOp]] = {}
+        for term in terms:
+            if term.op is Ops.RANGE_REDUCE and term.arg is Ops.ADD and readers.get(term) == 1:
+                groups.setdefault((term.dtype, tuple(loop.src[0].arg for loop in term.src[1:])), []).append(term)
+        if all(len(group) < 2 for group in groups.values()):
+            continue
+        kept = [term for term in terms if all(term not in group for group in groups.values() if len(group) > 1)]
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            first, *rest = group
+            value = first.src[0]
+            for other in rest:
+                loops = dict(zip(other.src[1:], first.src[1:]))
+                value = value.alu(Ops.ADD, replace_ranges(other.src[0], loops, {}, simplified=False))
+            kept.append(first.replace(src=(value, *first.src[1:])))
+        replacements[node] = functools.reduce(lambda a, b: a.alu(Ops.ADD, b), kept)
+    return substitute(sink, replacements) if replacements else sink
+
+
 def prepare(sink: UOp) -> UOp:
-    """What every optimized kernel gets before its actions: reduce loops its values do not depend on are dropped
-    (a sum of a broadcast is a product; the gradient of a sum or mean reaches a layer as a broadcast constant)."""
+    """What every optimized kernel gets before its actions: summed reduces over loops of the same sizes become one
+    (`merge_summed_reduces`), and reduce loops its values do not depend on are dropped (a sum of a broadcast is a
+    product; the gradient of a sum or mean reaches a layer as a broadcast constant)."""
+    sink = merge_summed_reduces(sink)
     replacements: dict[UOp, UOp] = {}
     for node in kernel_nodes(sink):
         if node.op is not Ops.RANGE_REDUCE or node.arg not in (Ops.ADD, Ops.MAX):

@@ -47,6 +47,7 @@ def _broadcasts_suffix(node: UOp, loops: tuple[int, ...] | None) -> bool:
 # what a reduce met on the way down from a kernel's root would be: computed once per index of the loops around it
 # (FREE), inside another reduce's loop (NESTED), or once per element of an expand (REPEATED)
 FREE, NESTED, REPEATED = range(3)
+PAD_GROWTH = 2  # a pad that grows its source this many times or more repeats the work below it (see `_kernel_facts`)
 
 
 def _random_leaves(nodes: list[UOp], to_realize: set[UOp]) -> set[UOp]:
@@ -194,6 +195,11 @@ def _kernel_facts(root: UOp, to_realize: set[UOp], random_leaves: set[UOp], cost
             if read not in to_realize and computed not in to_realize and computed.op is not Ops.BUFFER:
                 if _permutes(read, computed):
                     facts.permuted[read] = inside
+        elif node.op is Ops.PAD and prod(node.shape) >= PAD_GROWTH * prod(node.src[0].shape):
+            # a pad computes its source at every position, the padding's too, whose values it drops: a product read
+            # through the pad that stacks it among others (`stack([x_t @ w for t in ...])`, the gradient of `x[:, t]`)
+            # ran every step's product for every output. Below it a reduce is worth a buffer, as below an expand
+            where, loops = REPEATED, None
         elif node.shape != loops:
             loops = None
         source_view = (*view, node) if node.op in MOVEMENT else ()
