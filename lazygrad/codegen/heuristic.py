@@ -827,8 +827,9 @@ def scatter_selected_sum(plan: Plan, target: Target) -> None:
     to be worth it: not yet.)"""
     if len(plan.sink.src) != 1 or (store := plan.sink.src[0]).op is not Ops.STORE:
         return
-    if (reduce := stored_sum(store.src[2])) is None:
+    if (summed := stored_sum(store.src[2])) is None:
         return
+    reduce = summed[0]
     lanes, length = target.cores * target.vector_width, prod(loop.src[0].arg for loop in reduce.src[1:])
     outputs = prod(loop.src[0].arg for loop in output_loops(plan.sink))
     for loop in output_loops(plan.sink):

@@ -717,12 +717,17 @@ def stash(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     return replace_ranges(sink, {reduce: kept_reduce, again: read}, {}, simplified=False)
 
 
-def stored_sum(value: UOp) -> UOp | None:
-    """The sum (a RANGE_REDUCE) a stored value is, or is plus 0 (`index_add` into zeros): that sum starts from +0.0,
-    so it is never -0.0, and adding 0 leaves it as it is."""
-    if value.op is Ops.ADD and value.src[1].op is Ops.CONST and value.src[1].arg == 0:
-        value = value.src[0]
-    return value if value.op is Ops.RANGE_REDUCE and value.arg is Ops.ADD else None
+def stored_sum(value: UOp) -> tuple[UOp, UOp | None] | None:
+    """The sum (a RANGE_REDUCE) a stored value is, with what it is added to (`scatter_add` into a tensor: None for
+    0, `index_add` into zeros, as a sum starts from +0.0, so it is never -0.0, and adding 0 leaves it as it is)."""
+    if value.op is Ops.RANGE_REDUCE:
+        return (value, None) if value.arg is Ops.ADD else None
+    if value.op is not Ops.ADD:
+        return None
+    for reduce, base in (value.src, value.src[::-1]):
+        if reduce.op is Ops.RANGE_REDUCE and reduce.arg is Ops.ADD and not set(reduce.src[1:]) & set(base.toposort):
+            return reduce, None if base.op is Ops.CONST and base.arg == 0 else base
+    return None
 
 
 def scatter(sink: UOp, loop: UOp) -> UOp:
@@ -735,14 +740,15 @@ def scatter(sink: UOp, loop: UOp) -> UOp:
     if len(sink.src) != 1 or sink.src[0].op is not Ops.STORE or len(sink.src[0].src) != 3:
         raise KernelOptError(f"{name}: it takes a kernel of one output (and before any other action)")
     output, index, stored = sink.src[0].src
-    if (reduce := stored_sum(stored)) is None:
-        raise KernelOptError(f"{name}: the kernel's output is not a sum")
+    if (summed := stored_sum(stored)) is None:
+        raise KernelOptError(f"{name}: the kernel's output is not a sum (or a sum added to values)")
+    reduce, base = summed
     if sum(node.op is Ops.RANGE_REDUCE for node in nodes) != 1:
         raise KernelOptError(f"{name}: the values summed are sums themselves")
     if any(
         node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL and node.src[0].arg == output.arg for node in nodes
     ):
-        raise KernelOptError(f"{name}: the kernel reads its output, which the zeros would overwrite")
+        raise KernelOptError(f"{name}: the kernel reads its output, which the first stores would overwrite")
     selected = condition_and_value(reduce.src[0])
     clauses = gate_clauses(selected[0]) if selected is not None else []
     chosen = next(((clause, a) for clause in clauses if (a := equal_to_loop(clause, loop)) is not None), None)
@@ -758,16 +764,16 @@ def scatter(sink: UOp, loop: UOp) -> UOp:
         raise KernelOptError(f"{name}: the selecting index does not move along every loop of the sum")
     row = a.cast(dtypes.index)
     inside = UOp.const(dtypes.index, -1).lt(row).logical_and(row.lt(loop.src[0].arg))
-    # a step whose row is outside the table, or whose other conditions fail, adds 0 to row 0: the sum starts at +0.0
-    # and so is never -0.0, and x + 0 is x (NaN and inf too). Ungated, the steps of neighbouring columns are one
-    # vector load, add and store.
+    # a step whose row is outside the table, or whose other conditions fail, adds -0.0 to row 0: x + -0.0 is x (-0.0,
+    # NaN and inf too). Ungated, the steps of neighbouring columns are one vector load, add and store.
     at = substitute(index, {loop: inside.where(row, UOp.const(dtypes.index, 0))})
-    added = functools.reduce(UOp.logical_and, others, inside).where(
-        gate_loads_reading(value, inside, row), UOp.const(value.dtype, 0)
-    )
-    zeros_at = substitute(index, {loop: new_loop(loop, loop.src[0].arg, LoopKind.SCATTER)})
+    nothing = UOp.const(value.dtype, -0.0 if value.dtype.is_float else 0)
+    added = functools.reduce(UOp.logical_and, others, inside).where(gate_loads_reading(value, inside, row), nothing)
+    # first the values the sums start from (zeros, or those they are added to, as torch's scatter_add adds into self)
+    starts_at = {loop: new_loop(loop, loop.src[0].arg, LoopKind.SCATTER)}
+    start = UOp.const(reduce.dtype, 0) if base is None else substitute(base, starts_at)
     stores = (
-        UOp(Ops.STORE, src=(output, zeros_at, UOp.const(reduce.dtype, 0))),
+        UOp(Ops.STORE, src=(output, substitute(index, starts_at), start)),
         UOp(Ops.STORE, src=(output, at, UOp(Ops.LOAD, reduce.dtype, (output, at)) + added)),
     )
     steps = {r: new_loop(r, r.src[0].arg, LoopKind.SCATTER) for r in reduce.src[1:]}
