@@ -137,6 +137,18 @@ def float32_value(value) -> float:
         return float(np.float32(value))
 
 
+def _kind(dtype: DType) -> int:
+    return 0 if dtype == dtypes.bool else 2 if dtype.is_float else 1
+
+
+def _beside_zero_dim(first: DType, second: DType, zero_dim_first: bool) -> DType:
+    """The dtype of a binary op of a tensor with dimensions and a 0-d one (`zero_dim_first` says which is `first`),
+    as torch.result_type: the tensor with dimensions keeps its dtype unless the 0-d one is of a higher kind (bool <
+    int < float), whose dtype it then takes (`half * x.mean()` stays half; `int32 * Tensor(2.5)` is float32)."""
+    zero, other = (first, second) if zero_dim_first else (second, first)
+    return other if _kind(zero) <= _kind(other) else zero
+
+
 class ElementwiseMixin:
     """Ops on one, two or three tensors that act value by value. Results are built with `self._new`, so this module
     never needs the Tensor class itself (isinstance checks use this mixin, which every Tensor is)."""
@@ -197,11 +209,12 @@ class ElementwiseMixin:
             if other.device != self.device:
                 check_same_device(op_name, self, other)
             other_node = other.uop
-            dtype = (
-                node.dtype
-                if other_node.dtype is node.dtype
-                else least_upper_dtype(node.dtype, other.dtype, op_name=op_name)
-            )
+            if other_node.dtype is node.dtype:
+                dtype = node.dtype
+            elif (node.shape == ()) != (other_node.shape == ()):
+                dtype = _beside_zero_dim(node.dtype, other_node.dtype, zero_dim_first=node.shape == ())
+            else:
+                dtype = least_upper_dtype(node.dtype, other.dtype, op_name=op_name)
         elif isinstance(other, (int, float, bool, np.generic)):
             other = other.item() if isinstance(other, np.generic) else other
             # the tensor's dtype, unless the number needs a wider kind (a float) or a wider int (see scalar_dtype)
@@ -377,7 +390,21 @@ class ElementwiseMixin:
         return x._order_reversed().maximum(y._order_reversed())._order_reversed()
 
     def where(self: Tensor, true_value: Tensor | Scalar, false_value: Tensor | Scalar) -> Tensor:
-        """`true_value` where this (bool) tensor is true, else `false_value`."""
+        """`true_value` where this (bool) tensor is true, else `false_value` (tinygrad's order; torch's
+        `x.where(cond, y)` is `cond.where(x, y)` here, or `Tensor.where(cond, x, y)` as `torch.where`)."""
+        if (
+            self.dtype != dtypes.bool
+            and isinstance(true_value, ElementwiseMixin)
+            and true_value.dtype == dtypes.bool
+            and not (isinstance(false_value, bool) or getattr(false_value, "dtype", None) == dtypes.bool)
+        ):
+            # torch's `x.where(x > 1, 0.0)` read as this order selected between the mask and 0 where x is nonzero
+            raise TypeError(
+                f"where: the condition is this tensor ({self.dtype}, shape {self.shape}) and the values are a bool "
+                f"mask {true_value.shape} and {type(false_value).__name__}: that is torch's `x.where(cond, y)` order; "
+                "here the condition comes first, as in tinygrad: write `cond.where(x, y)`, or `Tensor.where(cond, x, "
+                "y)` as torch.where"
+            )
         condition = self.uop if self.dtype == dtypes.bool else self.cast(dtypes.bool).uop
         # (on the nodes: a tensor per operand and per step costs more than the op's own node)
         if isinstance(true_value, ElementwiseMixin):

@@ -11,7 +11,7 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import DType, dtypes
 from lazygrad.engine.buffers import DETACHED_VIEW, memory_of, views_memory, writes_pending
 from lazygrad.helpers import prod
 from lazygrad.tensor_elementwise import check_same_device
@@ -172,6 +172,10 @@ class MovementMixin:
         return self._movement(Ops.RESHAPE, shape)
 
     def view(self: Tensor, shape, *more) -> Tensor:
+        """`reshape` (a view where the layout allows, as torch's), or, given a dtype, torch's `view(dtype)`: the
+        same bytes read as that dtype (`bitcast`)."""
+        if not more and isinstance(shape, DType):
+            return self.bitcast(shape)
         return self.reshape(shape, *more)
 
     @keyword_aliases(dims="order")
@@ -292,7 +296,7 @@ class MovementMixin:
             if not math.isfinite(value):
                 raise ValueError(f"pad: value {value} does not fit a {self.dtype} tensor; cast the tensor to a float")
             value = bool(value) if self.dtype == dtypes.bool else math.trunc(value)
-        if value == 0:
+        if value == 0 and not (self.dtype.is_float and math.copysign(1.0, value) < 0):  # (-0.0 pads with -0.0)
             return padded
         inside = (
             type(self).full(cropped.shape, True, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, positive)
@@ -452,6 +456,7 @@ class MovementMixin:
                 raise ValueError(f"stack: all tensors need the same shape, got {self.shape} and {other.shape}")
         return self.unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in tensors[1:]), dim=dim)
 
+    @keyword_aliases(split_size_or_sections="sizes", split_size="sizes")
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `sizes` (or of equal size `sizes`, the last one smaller) along `dim`."""
         check_has_axis(self.ndim, "split")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import DType, dtypes, fits, is_small_int, least_upper_dtype, to_dtype
@@ -62,6 +63,20 @@ def softmax_nodes(source: UOp, axes: tuple[int, ...]) -> tuple[UOp, UOp, UOp]:
     shifted = source.alu(Ops.ADD, UOp(Ops.NEG, dtype, (peak,)))
     exponent = UOp(Ops.EXP2, dtype, (shifted.alu(Ops.MUL, broadcast_const(dtype, LOG2_E, shape)),))
     return shifted, exponent, UOp(Ops.REDUCE, dtype, (exponent,), (Ops.ADD, axes))
+
+
+def _unbiased_as_correction(method):
+    """torch's older `unbiased=` keyword (True: correction 1, False: 0) beside `correction=`."""
+
+    @functools.wraps(method)
+    def with_unbiased(self, *args, unbiased: bool | None = None, **kwargs):
+        if unbiased is not None:
+            if "correction" in kwargs:
+                raise TypeError(f"{method.__name__}: got both correction= and unbiased=; pass one")
+            kwargs["correction"] = int(bool(unbiased))
+        return method(self, *args, **kwargs)
+
+    return with_unbiased
 
 
 class ReduceMixin:
@@ -192,6 +207,7 @@ class ReduceMixin:
         return source.sum(axis, keepdim) / count
 
     @keyword_aliases(dim="axis")
+    @_unbiased_as_correction
     def var(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The variance with `correction` subtracted from the count (1: the unbiased estimate, as in torch)."""
         source = self._to_float()
@@ -214,6 +230,7 @@ class ReduceMixin:
         return squared / max(0, count - correction)
 
     @keyword_aliases(dim="axis")
+    @_unbiased_as_correction
     def std(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """The standard deviation: sqrt of `var`."""
         if self.dtype in NARROW_FLOATS:  # the root of the float32 variance, rounded once, as torch: a half variance
@@ -224,11 +241,13 @@ class ReduceMixin:
         return is_zero.where(0.0, is_zero.where(1.0, variance).sqrt())
 
     @keyword_aliases(dim="axis")
+    @_unbiased_as_correction
     def var_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
         """(var, mean), as torch.var_mean returns them."""
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
     @keyword_aliases(dim="axis")
+    @_unbiased_as_correction
     def std_mean(self: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
         """(std, mean), as torch.std_mean returns them."""
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)

@@ -1226,6 +1226,12 @@ def test_pad_value_inf():
     check(lambda t: t.pad(((1, 1),), value=-np.inf).max(), lambda x: x.max(), data(4))
 
 
+def test_pad_with_negative_zero_keeps_its_sign():
+    # (a select of -0.0 with a load was taken for the load's own zero: the pad held +0.0)
+    padded = Tensor([1.0, 2.0, 3.0]).pad(((1, 2),), value=-0.0).numpy()
+    np.testing.assert_array_equal(np.signbit(padded), [True, False, False, False, True, True])
+
+
 # one shape, many indices; each applied to a Tensor and to a NumPy array
 GETITEM_INDICES = [
     np.s_[1],

@@ -364,3 +364,34 @@ def test_training_and_no_grad_are_each_threads_own():
     finally:
         T.training = False
     assert seen == [True] and T.training is False
+
+
+def test_torch_order_where_is_an_error_naming_both_orders():
+    """torch's `x.where(cond, y)` read in this (tinygrad's) order, `cond.where(x, y)`, silently selected between
+    the mask and y wherever x was nonzero."""
+    x = Tensor([0.5, 1.0, 1.5, 4.0])
+    with pytest.raises(TypeError, match=r"where: .*torch's `x.where\(cond, y\)` order.*`cond.where\(x, y\)`"):
+        x.where(x > 1, 0.0)
+    with pytest.raises(TypeError, match="torch's"):
+        x.where(x > 1, x * 2)
+    assert Tensor.where(x > 1, x, 0.0).tolist() == [0.0, 0.0, 1.5, 4.0]
+    assert (x > 1).where(x, 0.0).tolist() == [0.0, 0.0, 1.5, 4.0]
+    # a number condition and bool values stay tinygrad's select
+    assert Tensor([1, 0]).where(Tensor([True, True]), Tensor([False, False])).tolist() == [True, False]
+
+
+def test_torch_keywords_of_std_split_and_view_as_a_dtype():
+    """`std(unbiased=)`, `split(split_size=)` and `view(dtype)` are torch's (they raised an unexpected keyword, or
+    blamed reshape)."""
+    import torch
+
+    values = [1.0, 2.0, 3.5, 4.0]
+    x, t = Tensor(values), torch.tensor(values)
+    for unbiased in (True, False):
+        np.testing.assert_allclose(x.std(0, unbiased=unbiased).item(), t.std(0, unbiased=unbiased).item(), rtol=1e-6)
+        np.testing.assert_allclose(x.var(unbiased=unbiased).item(), t.var(unbiased=unbiased).item(), rtol=1e-6)
+    with pytest.raises(TypeError, match="both correction= and unbiased="):
+        x.std(unbiased=True, correction=0)
+    assert [p.tolist() for p in x.split(split_size=3)] == [p.tolist() for p in t.split(split_size=3)]
+    assert [p.tolist() for p in x.split(split_size_or_sections=[1, 3])] == [[1.0], [2.0, 3.5, 4.0]]
+    assert x.view(dtypes.int32).tolist() == t.view(torch.int32).tolist()

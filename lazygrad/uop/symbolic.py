@@ -214,7 +214,8 @@ def fits_product(dtype, constant: UOp, factor: int) -> bool:
 
 
 def gate_load(c: UOp, load: UOp, zero: UOp) -> UOp | None:
-    if zero.arg != 0 or load.src[0].op is not Ops.DEFINE_GLOBAL:
+    # (a gated load reads +0.0: where(c, load, -0.0), a pad with -0.0, keeps its select)
+    if zero.arg != 0 or math.copysign(1.0, zero.arg) < 0 or load.src[0].op is not Ops.DEFINE_GLOBAL:
         return None
     present = set(gate_clauses(load.src[2])) if len(load.src) == 3 else set()
     missing = [clause for clause in gate_clauses(c) if clause not in present]
