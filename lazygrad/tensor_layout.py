@@ -116,9 +116,13 @@ class LayoutMixin:
             )
         return self.shrink(tuple((begin, begin + length) if axis == dim else None for axis in range(self.ndim)))
 
-    def tile(self: Tensor, *dims) -> Tensor:
+    def tile(self: Tensor, *dims, **named) -> Tensor:
         """The tensor repeated `dims` times along its last axes (torch.tile: fewer counts than axes count as 1s
-        in front; more add leading axes)."""
+        in front; more add leading axes), given as `tile(2, 3)`, `tile((2, 3))` or torch's `tile(dims=(2, 3))`."""
+        if named:
+            if set(named) != {"dims"} or dims:
+                raise TypeError(f"tile: takes the counts as arguments or as dims=, got {sorted(named)} and {dims}")
+            dims = (named["dims"],)
         counts = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
         return self.repeat(*(1,) * (self.ndim - len(counts)), *counts)
 

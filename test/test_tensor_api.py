@@ -395,3 +395,6 @@ def test_torch_keywords_of_std_split_and_view_as_a_dtype():
     assert [p.tolist() for p in x.split(split_size=3)] == [p.tolist() for p in t.split(split_size=3)]
     assert [p.tolist() for p in x.split(split_size_or_sections=[1, 3])] == [[1.0], [2.0, 3.5, 4.0]]
     assert x.view(dtypes.int32).tolist() == t.view(torch.int32).tolist()
+    assert x.reshape(2, 2).tile(dims=(2, 1)).tolist() == t.reshape(2, 2).tile(dims=(2, 1)).tolist()
+    with pytest.raises(TypeError, match="tile: takes the counts as arguments or as dims="):
+        x.tile(reps=2)
