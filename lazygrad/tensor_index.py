@@ -649,8 +649,8 @@ class IndexMixin:
 
     def __setitem__(self: Tensor, index, value) -> None:
         """Write `value` (broadcast to self[index]) into the selected places, in place: this tensor then holds the
-        new values (a slice or transpose of another tensor's memory is an error: see `_check_writable`). Where an
-        advanced index names a place twice, the last value wins (as in NumPy). A list, tuple or NumPy array value
+        new values (a slice or transpose of another tensor passes the write on to it: see `_check_writable`). Where
+        an advanced index names a place twice, the last value wins (as in NumPy). A list, tuple or NumPy array value
         is taken as a tensor of this tensor's dtype, as NumPy takes it."""
         # (as `+=` refuses, see Tensor._in_place: a graph read from this tensor before the write would get no gradient)
         if self.requires_grad and not type(self).no_grad and views_memory(self._uop) and self._history is None:
@@ -726,9 +726,9 @@ class IndexMixin:
         `Tensor.zeros(4)`, a flip) first computes that tensor into its buffer, so the write reaches it as in torch.
         A slice or transpose of another tensor (or of memory) is written through to it as well, as torch's: for
         that, the node below and the movement ops over it (this tensor's first) are returned, for `_write_through`;
-        a view that needs a gradient, or an expand (several of its elements one element below), is refused. Movement
-        ops that copy in torch (a flip, a pad, a repeat) make a value of their own, which a write simply replaces, as
-        a computation's; so does a view of values no live tensor holds."""
+        an expand (several of its elements one element below), or a view of a leaf that requires grad while
+        gradients are on, is refused. Movement ops that copy in torch (a flip, a pad, a repeat) make a value of their
+        own, which a write simply replaces, as a computation's; so does a view of values no live tensor holds."""
         node = self._uop
         if node.op is Ops.DETACH and _source(node).op in MOVEMENT_OPS:
             node = _source(node)  # (a view made with gradients off: a view all the same)
