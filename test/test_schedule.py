@@ -872,7 +872,7 @@ def test_products_stacked_or_sliced_per_step_are_computed_once():
 def test_a_weight_shared_by_many_steps_gets_its_gradient_without_the_broadcast_products():
     """A weight read by every step (an RNN's) gets a sum over the steps of products of broadcasts, which a long
     chain's cut wrote out whole (32 x 1024 x 256 floats a step for an LSTM): the cuts go below the broadcasts."""
-    steps, batch, width = 12, 8, 32
+    steps, batch, width = 8, 8, 32
     w = rand(width, width).requires_grad_()
     h, x = Tensor.zeros(batch, width), rand(batch, steps, width).realize()
     for t in range(steps):
