@@ -224,6 +224,17 @@ def least_upper_dtype(*types: DType, op_name: str = "promotion") -> DType:
     return result
 
 
+def beside_zero_dim(dtype: DType, zero_dim: DType) -> DType:
+    """The dtype of a binary op of a tensor with dimensions (`dtype`) and a 0-d one, as torch.result_type: the
+    tensor with dimensions keeps its dtype unless the 0-d one is of a higher kind (bool < int < float), whose dtype
+    it then takes (`half * x.mean()` stays half; `int32 * Tensor(2.5)` is float32)."""
+
+    def kind(of: DType) -> int:
+        return 0 if of == dtypes.bool else 2 if of.is_float else 1
+
+    return dtype if kind(zero_dim) <= kind(dtype) else zero_dim
+
+
 def python_type_dtype(value) -> DType:
     """The dtype a Python scalar becomes on its own: bool, the default int (int64 for an int it cannot hold) or the
     default float."""

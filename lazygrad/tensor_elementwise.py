@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.device import Device
-from lazygrad.dtype import DType, dtypes, least_upper_dtype, python_type_dtype, scalar_dtype, to_dtype
+from lazygrad.dtype import DType, beside_zero_dim, dtypes, least_upper_dtype, python_type_dtype, scalar_dtype, to_dtype
 from lazygrad.uop.ops import Ops, UOp, _const_key, cast_python
 
 if TYPE_CHECKING:
@@ -137,18 +137,6 @@ def float32_value(value) -> float:
         return float(np.float32(value))
 
 
-def _kind(dtype: DType) -> int:
-    return 0 if dtype == dtypes.bool else 2 if dtype.is_float else 1
-
-
-def _beside_zero_dim(first: DType, second: DType, zero_dim_first: bool) -> DType:
-    """The dtype of a binary op of a tensor with dimensions and a 0-d one (`zero_dim_first` says which is `first`),
-    as torch.result_type: the tensor with dimensions keeps its dtype unless the 0-d one is of a higher kind (bool <
-    int < float), whose dtype it then takes (`half * x.mean()` stays half; `int32 * Tensor(2.5)` is float32)."""
-    zero, other = (first, second) if zero_dim_first else (second, first)
-    return other if _kind(zero) <= _kind(other) else zero
-
-
 class ElementwiseMixin:
     """Ops on one, two or three tensors that act value by value. Results are built with `self._new`, so this module
     never needs the Tensor class itself (isinstance checks use this mixin, which every Tensor is)."""
@@ -212,7 +200,8 @@ class ElementwiseMixin:
             if other_node.dtype is node.dtype:
                 dtype = node.dtype
             elif (node.shape == ()) != (other_node.shape == ()):
-                dtype = _beside_zero_dim(node.dtype, other_node.dtype, zero_dim_first=node.shape == ())
+                zero, dimensioned = (node, other_node) if node.shape == () else (other_node, node)
+                dtype = beside_zero_dim(dimensioned.dtype, zero.dtype)
             else:
                 dtype = least_upper_dtype(node.dtype, other.dtype, op_name=op_name)
         elif isinstance(other, (int, float, bool, np.generic)):

@@ -96,28 +96,11 @@ def _best_cut(node: UOp, read: set[UOp], work: dict[UOp, int], members: dict[UOp
 
 
 def _smaller_cut(node: UOp, read: set[UOp], work: dict[UOp, int]) -> UOp:
-    """`node`, or, where it is made of broadcasts only, the costliest value below it in fewer elements: a sum of
-    products of broadcasts (each of an LSTM's time steps adds `expand(dg_t) * expand(x_t)`, 32 x 1024 x 256, to its
-    weight's gradient) is cut at what it broadcasts (a dg_t, 32 x 1024), not written out whole."""
-    if not _broadcast_only(node, read):
-        return node
+    """`node`, or, where it is larger than every value it reads (made of broadcasts only: the space a reduce's
+    products span, which no buffer of the graph is the size of), the costliest value below it in fewer elements: a
+    sum of products of broadcasts (each of an LSTM's time steps adds `expand(dg_t) * expand(x_t)`, 32 x 1024 x 256,
+    to its weight's gradient) is cut at what it broadcasts (a dg_t, 32 x 1024), not written out whole."""
     size, best, stack, seen = prod(node.shape), None, [node], {node}
-    while stack:
-        for source in stack.pop().src:
-            if source in seen or source in read or source.op in (Ops.BUFFER, Ops.CONST):
-                continue
-            seen.add(source)
-            stack.append(source)
-            if source.op not in MOVEMENT and prod(source.shape) < size and work[source] > 1:
-                if best is None or work[source] > work[best]:
-                    best = source
-    return node if best is None else best
-
-
-def _broadcast_only(node: UOp, read: set[UOp]) -> bool:
-    """Whether `node` is larger than every value it reads (the buffers and realized values below it): a value in the
-    space a reduce's products span, made of broadcasts, which no buffer of the graph is the size of."""
-    size, stack, seen = prod(node.shape), [node], {node}
     while stack:
         for source in stack.pop().src:
             if source in seen or source.op is Ops.CONST:
@@ -125,10 +108,13 @@ def _broadcast_only(node: UOp, read: set[UOp]) -> bool:
             seen.add(source)
             if source in read or source.op is Ops.BUFFER:
                 if prod(source.shape) >= size:
-                    return False
-            else:
-                stack.append(source)
-    return True
+                    return node  # (it reads a value as large: it is not made of broadcasts only)
+                continue
+            stack.append(source)
+            if source.op not in MOVEMENT and prod(source.shape) < size and work[source] > 1:
+                if best is None or work[source] > work[best]:
+                    best = source
+    return node if best is None else best
 
 
 def _exact(node: UOp, read: set[UOp], members: dict[UOp, frozenset[UOp]]) -> int:
