@@ -249,11 +249,24 @@ def _loop_nests(program: list[UOp]) -> dict[UOp, tuple[UOp, ...]]:
 
 
 def _lanes(
-    nodes: tuple[UOp, ...], lane_of: dict[UOp, tuple[int, int]], written: set[UOp], stores: tuple[UOp, ...]
+    nodes: tuple[UOp, ...],
+    lane_of: dict[UOp, tuple[int, int]],
+    written: set[UOp],
+    stores: tuple[UOp, ...],
+    seen: dict | None = None,
 ) -> Lanes | None:
     """`nodes` (one per lane) as one vector computation for `stores`, or None. The vector's loads happen where the
     last store stands, after the others' scalar places: so no load of a buffer the kernel writes (`written`), but
-    of the stores' own buffer, each lane at the element it stores (an update in place)."""
+    of the stores' own buffer, each lane at the element it stores (an update in place). `seen` holds the answers
+    so far: lanes share their subexpressions (an exp's expansion reads its argument many times), and without it a
+    value is walked once per path to it, exponentially many."""
+    seen = {} if seen is None else seen
+    if nodes not in seen:
+        seen[nodes] = _lanes_of_nodes(nodes, lane_of, written, stores, seen)
+    return seen[nodes]
+
+
+def _lanes_of_nodes(nodes, lane_of, written, stores, seen) -> Lanes | None:
     first = nodes[0]
     if first.dtype not in LANE_DTYPES or any(node.dtype != first.dtype for node in nodes):
         return None
@@ -285,7 +298,7 @@ def _lanes(
         return None
     sources = []
     for position in range(len(first.src)):
-        lanes = _lanes(tuple(node.src[position] for node in nodes), lane_of, written, stores)
+        lanes = _lanes(tuple(node.src[position] for node in nodes), lane_of, written, stores, seen)
         if lanes is None:
             return None
         sources.append(lanes)
