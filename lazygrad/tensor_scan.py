@@ -4,7 +4,7 @@ Each is built from a pairwise view of the axis: an (n, n) comparison of every el
 along one side. That costs n^2 work per row, which is what a fused elementwise-and-reduce kernel does well for the
 short axes these ops usually see; it keeps each op a composition of primitives, with gradients for free (sort's
 values are a select of the input, so their gradient goes to exactly the element each came from). Running sums,
-products, maxima and log-sum-exps of long rows go by blocks, the blocks' totals scanned the same way (`_scan_last`):
+products, maxima and log-sum-exps of long rows go by blocks, the blocks' totals scanned the same way (`_scan_along`):
 n*sqrt(n) work, or n*SCAN_BLOCK a level for the longest rows. Long sorts go through a bitonic sorting network instead
 (`_network_order`): n log^2 n work, in log^2 n elementwise kernels."""
 
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 # cumsum: 22 ms in blocks of 512, 2.4 ms in blocks of 16 and ten kernels; (8, 4096): 0.48 ms in blocks of 64, 0.57
 # in blocks of 16)
 DIRECT_SCAN_WORK, LONG_SCAN, SCAN_BLOCK = 1 << 22, 1 << 13, 16
+# tensors of WIDE_SCAN values or more go by blocks of SCAN_BLOCK whatever their rows' length: a level costs every
+# value its block's length, which outweighs a level's four kernels ((4096, 1024) along axis 0: 114 ms in blocks of
+# 64, 38 ms in blocks of 16; (1024, 4096) along axis 1: 37 and 25 ms)
+WIDE_SCAN = 1 << 18
 # the most comparisons (rows * n^2) a sort makes directly, in one kernel; more go through a sorting network, whose
 # log2(n)(log2(n)+1)/2 steps are a kernel each (on an AVX-512 core pair: (4, 8192) 16 ms either way; (1, 16384) 32 ms
 # direct, 18 through the network; (1, 50257) 184 and 27; (64, 1000) 4.6 and 10)
@@ -63,38 +67,43 @@ class ScanMixin:
             return result.reshape(())
         return result if axis == self.ndim - 1 else result.transpose(axis, -1)
 
-    def _prefixes(self: Tensor, fill) -> Tensor:
-        """(..., n) -> (..., n, n): element [i, j] is x[i] for i <= j and `fill` after: column j holds prefix j."""
-        length = self.shape[-1]
+    def _prefixes(self: Tensor, axis: int, fill) -> Tensor:
+        """(..., n, ...) -> (..., n, n, ...), the new axis after `axis`: element [i, j] is x[i] for i <= j and `fill`
+        after, so reducing over `axis` leaves prefix j at j."""
+        length, inner = self.shape[axis], self.ndim - 1 - axis
         index = type(self).arange(length, device=self.device)
-        in_prefix = index.reshape(length, 1) <= index.reshape(1, length)
-        return in_prefix.where(self.unsqueeze(-1), fill)
+        in_prefix = (index.reshape(length, 1) <= index.reshape(1, length)).reshape(length, length, *(1,) * inner)
+        return in_prefix.where(self.unsqueeze(axis + 1), fill)
 
     def _scan(self: Tensor, axis: int, op_name: str, fill, reduce) -> Tensor:
-        moved, axis = self._along_last(axis, op_name)
-        if moved.shape[-1] == 0:
-            return self  # no prefixes to reduce
-        return self._back_from_last(moved._scan_last(fill, reduce), axis)
+        if self.ndim == 0:
+            normalize_axis(axis, 0, op_name)
+            return self.reshape(1)._scan_along(0, fill, reduce).reshape(())
+        axis = normalize_axis(axis, self.ndim, op_name)
+        return self if self.shape[axis] == 0 else self._scan_along(axis, fill, reduce)
 
-    def _scan_last(self: Tensor, fill, reduce) -> Tensor:
-        """The inclusive scan along the last axis by `reduce` (over axis -2), whose identity is `fill`. Where the
-        prefixes of every row are more than DIRECT_SCAN_WORK values, rows are scanned in blocks: each block's own
-        prefixes, then the scan of the blocks' totals (in blocks again, where long), each block combined with the
-        total of the blocks before it. That is n*sqrt(n) work a row instead of n^2, or n*SCAN_BLOCK a level for rows
-        longer than LONG_SCAN, in four kernels a level instead of one (the padded values the blocks' prefixes read get
-        a buffer of their own, see engine/fusion)."""
-        length = self.shape[-1]
+    def _scan_along(self: Tensor, axis: int, fill, reduce) -> Tensor:
+        """The inclusive scan along `axis` by `reduce(values, axis)`, whose identity is `fill`. The axes after it stay
+        where they are (a scan along axis 0 reads and writes whole rows, not columns). Where the prefixes are more
+        than DIRECT_SCAN_WORK values, the axis is scanned in blocks: each block's own prefixes, then the scan of the
+        blocks' totals (in blocks again, where long), each block combined with the total of the blocks before it.
+        That is n*sqrt(n) work a row instead of n^2, or n*SCAN_BLOCK a level for rows longer than LONG_SCAN and
+        tensors of WIDE_SCAN values, in four kernels a level instead of one (the padded values the blocks' prefixes read get a buffer of their own, see
+        engine/fusion)."""
+        length = self.shape[axis]
         if self.numel() * length <= DIRECT_SCAN_WORK or length < 4:
-            return reduce(self._prefixes(fill))
-        # (a power of two, at most the square root)
-        block = SCAN_BLOCK if length > LONG_SCAN else 1 << (length.bit_length() - 1) // 2
-        blocks, batch = -(-length // block), self.shape[:-1]
-        padded = self.pad(((0, 0),) * len(batch) + ((0, blocks * block - length),), value=fill)
-        within = reduce(padded.reshape(*batch, blocks, block)._prefixes(fill))  # (..., blocks, block)
-        totals = within[..., -1]._scan_last(fill, reduce)  # the running totals of whole blocks
-        before = totals.pad(((0, 0),) * len(batch) + ((1, -1),), value=fill).unsqueeze(-1).expand(within.shape)
-        combined = reduce(within.stack(before, dim=-2))
-        return combined.reshape(*batch, blocks * block)[..., :length]
+            return reduce(self._prefixes(axis, fill), axis)
+        wide = length > LONG_SCAN or self.numel() >= WIDE_SCAN
+        block = SCAN_BLOCK if wide else 1 << (length.bit_length() - 1) // 2  # (a power of two, at most the root)
+        blocks, outer, inner = -(-length // block), self.shape[:axis], self.shape[axis + 1 :]
+        before_axis, after_axis = ((0, 0),) * len(outer), ((0, 0),) * len(inner)
+        padded = self.pad((*before_axis, (0, blocks * block - length), *after_axis), value=fill)
+        within = reduce(padded.reshape(*outer, blocks, block, *inner)._prefixes(axis + 1, fill), axis + 1)
+        # the running totals of whole blocks, and for each block the total of those before it
+        totals = within[(slice(None),) * (axis + 1) + (-1,)]._scan_along(axis, fill, reduce)
+        before = totals.pad((*before_axis, (1, -1), *after_axis), value=fill).unsqueeze(axis + 1).expand(within.shape)
+        combined = reduce(within.stack(before, dim=axis + 1), axis + 1)
+        return combined.reshape(*outer, blocks * block, *inner)[(slice(None),) * axis + (slice(0, length),)]
 
     @keyword_aliases(dim="axis")
     def cumsum(self: Tensor, axis: int = 0, dtype=None) -> Tensor:
@@ -107,7 +116,7 @@ class ScanMixin:
         # prefixes and totals before adding them, so a row's result depended on how many rows came with it
         if source.dtype in NARROW_FLOATS:
             return source.float().cumsum(axis).cast(source.dtype)
-        return source._scan(axis, "cumsum", 0, lambda prefixes: prefixes.sum(-2, dtype=source.dtype))
+        return source._scan(axis, "cumsum", 0, lambda prefixes, axis: prefixes.sum(axis, dtype=source.dtype))
 
     @keyword_aliases(dim="axis")
     def cumprod(self: Tensor, axis: int = 0, dtype=None) -> Tensor:
@@ -116,7 +125,7 @@ class ScanMixin:
         source = self._scan_source(dtype)  # (the products take its dtype, as cumsum's sums do)
         if source.dtype in NARROW_FLOATS:
             return source.float().cumprod(axis).cast(source.dtype)
-        return source._scan(axis, "cumprod", 1, lambda prefixes: prefixes.prod(-2, dtype=source.dtype))
+        return source._scan(axis, "cumprod", 1, lambda prefixes, axis: prefixes.prod(axis, dtype=source.dtype))
 
     def _scan_source(self: Tensor, dtype) -> Tensor:
         if dtype is not None:
@@ -129,12 +138,12 @@ class ScanMixin:
         source = self._to_float()
         if source.dtype in NARROW_FLOATS:
             return source.float().logcumsumexp(axis).cast(source.dtype)
-        return source._scan(axis, "logcumsumexp", float("-inf"), lambda prefixes: prefixes.logsumexp(-2))
+        return source._scan(axis, "logcumsumexp", float("-inf"), lambda prefixes, axis: prefixes.logsumexp(axis))
 
     @keyword_aliases(dim="axis")
     def cummax(self: Tensor, axis: int = 0) -> ValuesIndices:
         """Running maxima along `axis` and the index each came from (the latest one on ties; NaN propagates), as in
-        PyTorch. The gradient goes to the element at that index. Both are scans (`_scan_last`): long rows go by
+        PyTorch. The gradient goes to the element at that index. Both are scans (`_scan_along`): long rows go by
         blocks."""
         moved, axis = self._along_last(axis, "cummax")
         if moved.shape[-1] == 0:
@@ -146,8 +155,8 @@ class ScanMixin:
             if self.dtype == dtypes.bool
             else integer_range(self.dtype)[0]
         )
-        running_max = lambda prefixes: prefixes.max(-2)  # noqa: E731
-        peaks = moved.detach()._scan_last(lowest, running_max)
+        running_max = lambda prefixes, axis: prefixes.max(axis)  # noqa: E731
+        peaks = moved.detach()._scan_along(moved.ndim - 1, lowest, running_max)
         # the maximum so far is the latest element that equalled the maximum so far when it came (a later larger one
         # is such an element itself; after a NaN, only a NaN is), so the indices are a running maximum too
         matches = moved.detach() == peaks
@@ -155,7 +164,7 @@ class ScanMixin:
             matches = matches | moved.detach().isnan()
         length = moved.shape[-1]
         index = type(self).arange(length, device=self.device)
-        indices = matches.where(index, -1)._scan_last(-1, running_max)
+        indices = matches.where(index, -1)._scan_along(moved.ndim - 1, -1, running_max)
         values = moved.unsqueeze(-2)._sum_selected(indices.unsqueeze(-1) == index, -1)  # (a load, as sort's values)
         return ValuesIndices(self._back_from_last(values, axis), self._back_from_last(indices.cast(dtypes.int64), axis))
 
