@@ -1134,3 +1134,50 @@ def test_summed_products_over_loops_of_one_size_are_one_reduce(host):
     # sums over loops of other sizes stay two
     (g,) = on(host, rng.standard_normal((32, 16)).astype(np.float32))
     assert sum(node.op is Ops.RANGE_REDUCE for node in kernel_of(x @ a + g @ b[:16]).toposort) == 2
+
+
+# ---- PIECES: each piece of a cat in a loop of its own --------------------------------------------------------------
+
+
+def test_a_cat_runs_as_pieces_each_reading_only_its_own_input(host):
+    """The pieces of a cat along the innermost loop: one ungated load each, in a loop of its own (a piece one wide
+    in none), not every piece's load under a condition at every output."""
+    widths = (3, 1, 7, 5, 16)
+    arrays = [rng.standard_normal((6, width)).astype(np.float32) for width in widths]
+    joined = Tensor.cat(*on(host, *arrays), dim=1)
+    kernel = kernel_of(joined)
+    opts = heuristic_opts(kernel, Device[host].renderer.target)
+    assert opts[0] == Opt(OptOp.PIECES, 1)
+    program = linearize(apply_opts(kernel, opts[:1]))
+    loads = [node for node in program if node.op is Ops.LOAD]
+    assert len(loads) == len(widths) and all(len(load.src) == 2 for load in loads)  # (no gate)
+    assert sum(node.op is Ops.RANGE and node.arg[1] is LoopKind.SCATTER for node in program) == len(widths) - 1
+    np.testing.assert_array_equal(run_with(joined, opts[:1]), np.concatenate(arrays, 1))
+    np.testing.assert_array_equal(joined.numpy(), np.concatenate(arrays, 1))
+
+
+def test_a_stack_and_a_reflect_pad_run_as_pieces(host):
+    vectors = [rng.standard_normal(64).astype(np.float32) for _ in range(16)]
+    stacked = Tensor.stack(*on(host, *vectors))
+    opts = heuristic_opts(kernel_of(stacked), Device[host].renderer.target)
+    assert opts[0] == Opt(OptOp.PIECES, 0)
+    program = linearize(apply_opts(kernel_of(stacked), opts))
+    assert not any(node.op is Ops.RANGE and node.arg[1] is LoopKind.SCATTER for node in program)  # (one wide each)
+    np.testing.assert_array_equal(stacked.numpy(), np.stack(vectors))
+    (image,) = on(host, rng.standard_normal((2, 3, 9, 11)).astype(np.float32))
+    padded = image.pad((3, 2, 2, 3), mode="reflect")
+    assert Opt(OptOp.PIECES, 3) in heuristic_opts(kernel_of(padded), Device[host].renderer.target)
+    expected = np.pad(image.numpy(), ((0, 0), (0, 0), (2, 3), (3, 2)), mode="reflect")
+    np.testing.assert_array_equal(padded.numpy(), expected)
+
+
+def test_pieces_that_do_not_fit_are_an_error():
+    a, _ = realized(16, 6)
+    b, _ = realized(16, 2)
+    joined = a.cat(b, dim=1)
+    with pytest.raises(KernelOptError, match="no condition of the kernel changes along loop 0"):
+        apply_opts(kernel_of(joined), (Opt(OptOp.PIECES, 0),))
+    with pytest.raises(KernelOptError, match="takes no amount"):
+        apply_opts(kernel_of(joined), (Opt(OptOp.PIECES, 1, 2),))
+    with pytest.raises(KernelOptError, match="an elementwise kernel"):
+        apply_opts(kernel_of(joined.sum(0)), (Opt(OptOp.PIECES, 0),))

@@ -42,6 +42,7 @@ from lazygrad.codegen.opt import (
     Opt,
     OptOp,
     apply_opt,
+    borders,
     count_divmod,
     kernel_nodes,
     loops_by_axis,
@@ -848,12 +849,46 @@ def scatter_selected_sum(plan: Plan, target: Target) -> None:
             return
 
 
+def run_pieces_apart(plan: Plan) -> None:
+    """PIECES the output loop a kernel's conditions cut into pieces (a cat's, a reflect pad's), so that each output
+    reads its own piece, not every piece under a condition: the innermost output loop, or one whose pieces are an
+    iteration each (a stack's: no loop), since the pieces' loops open inside the other output loops. Only where it
+    at least halves the loads the loop makes: pieces that each still read most of the inputs (the overlapping
+    windows of a max pool's gradient) ran slower apart (3.5 against 1.9 ms), a cat's pieces faster (a stack of 256
+    vectors of 4,096 floats 43 -> 16 ms, a reflect pad of 3 around 8 x 64 x 56 x 56 10 -> 2.8 ms)."""
+    loops = output_loops(plan.sink)
+    for loop in loops:
+        cuts = borders(plan.sink, loop)
+        if not cuts or not (loop is loops[-1] or len(cuts) + 1 == loop.src[0].arg):
+            continue
+        try:
+            apart = apply_opt(plan.sink, Opt(OptOp.PIECES, loop.arg[0]), plan.target)
+        except KernelOptError:
+            continue
+        if 2 * loads_made(apart) <= loads_made(plan.sink) * loop.src[0].arg:
+            plan.apply(Opt(OptOp.PIECES, loop.arg[0]))
+            return
+
+
+def loads_made(sink: UOp) -> int:
+    """The loads from memory the kernel's stores make per iteration of its output loops, times the iterations of
+    the loops opened around the stores alone (a piece's)."""
+    made = 0
+    for store in sink.src:
+        nodes = store.toposort
+        loads = sum(node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL for node in nodes)
+        own = [node for node in nodes if node.op is Ops.RANGE and node.arg[1] is LoopKind.SCATTER]
+        made += loads * prod(loop.src[0].arg for loop in own)
+    return made
+
+
 def heuristic_opts(sink: UOp, target: Target, blocking: Blocking | None = None, pack: bool = True) -> tuple[Opt, ...]:
     """The default actions for the prepared kernel `sink` on `target` (with the register block `blocking` where
     one applies and is given; copying a shared input onto the stack unless `pack` is False)."""
     if target.max_threads:
         return thread_opts(sink, target)
     plan = Plan(sink, target)
+    run_pieces_apart(plan)
     scatter_selected_sum(plan, target)
     plan = shaped(plan.sink, target, plan.opts)
     loop_around_reduces(plan)

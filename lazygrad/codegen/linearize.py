@@ -159,7 +159,7 @@ class Linearizer:
             self.program.append(self.linear[member])
 
     def emit_in_loops(self, stores: tuple[UOp, ...], loops: list[UOp]) -> None:
-        """Stores inside loops of their own (a PACK's copy, a SCATTER's steps): what does not depend on the loops
+        """Stores inside loops of their own (a PACK's copy, a SCATTER's steps, a piece of PIECES): what does not depend on the loops
         first, then the loops around the stores."""
         for node in toposort_until_reduce(stores, self.linear):
             if node.op is not Ops.RANGE and not self.used[node].intersection(loops):

@@ -68,6 +68,12 @@ On every device, and first in the list:
   value_t at row a_t, in order (a store after a load of the same element, in loops of kind SCATTER). That is V + T
   steps a column instead of V·T, but its columns are the only work that runs side by side.
 
+- PIECES(axis): output loop `axis` runs as consecutive loops, one per piece between the iterations where a
+  condition of the kernel on it changes (the borders of a cat's pieces, padded along it and added): in each, the
+  conditions are known, so it reads only its own piece. A cat of N pieces costs each output one load, not N
+  compares and gated loads. The pieces' loops (of kind SCATTER, a piece of one iteration none) open around their
+  stores only, inside the other output loops; an elementwise kernel only.
+
 On devices with tensor cores (the target's `tensor_cores`):
 
 - TC(axis, tiles): run the sum of products over reduce loop `axis` on tensor cores, a block computing tiles × tiles
@@ -111,6 +117,7 @@ class OptOp(Kinds):
     PAD = auto()
     SCATTER = auto()
     INNER = auto()
+    PIECES = auto()
 
 
 THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP, OptOp.TILE})  # the actions for targets with threads
@@ -780,6 +787,62 @@ def scatter(sink: UOp, loop: UOp) -> UOp:
     return replace_ranges(sink.replace(src=stores), steps, {})
 
 
+def _affine(index: UOp, loop: UOp) -> tuple[int, int] | None:
+    """(m, k) where `index` is m·loop + k with m nonzero, else None."""
+    m = k = 0
+    for base, factor in map(split_term, sum_terms(index)):
+        if base is None:
+            k += factor
+        elif base is loop:
+            m += factor
+        else:
+            return None
+    return (m, k) if m else None
+
+
+def borders(sink: UOp, loop: UOp) -> list[int]:
+    """The iterations of `loop` (after the first) where a comparison of the kernel's, of m·loop + k with a constant
+    (a pad's validity), changes its answer."""
+    found = set()
+    for node in kernel_nodes(sink):
+        if node.op is not Ops.CMPLT or not node.src[0].dtype.is_int:
+            continue
+        left, right = node.src
+        if right.op is Ops.CONST and (line := _affine(left, loop)):  # m·loop + k < c
+            (m, k), c = line, right.arg
+        elif left.op is Ops.CONST and (line := _affine(right, loop)):  # c < m·loop + k: -m·loop - k < -c
+            (m, k), c = (-line[0], -line[1]), -left.arg
+        else:
+            continue
+        # m > 0: true below the first loop >= (c - k) / m; m < 0: true from the first loop > (k - c) / -m
+        found.add(-((k - c) // m) if m > 0 else (k - c) // -m + 1)
+    return sorted(border for border in found if 0 < border < loop.src[0].arg)
+
+
+def pieces(sink: UOp, loop: UOp) -> UOp:
+    """Output loop `loop` as consecutive loops between its borders, each store made once per piece (see PIECES)."""
+    name = f"PIECES({loop.arg[0]})"
+    if loop.arg[1] is not LoopKind.GLOBAL:
+        raise KernelOptError(f"{name}: loop {loop.arg[0]} is a {loop.arg[1].name.lower()} loop, not an output loop")
+    nodes = kernel_nodes(sink)
+    if any(node.op in (Ops.RANGE_REDUCE, Ops.BARRIER) for node in nodes) or any(
+        node.arg[1] is not LoopKind.GLOBAL for node in nodes if node.op is Ops.RANGE
+    ):
+        raise KernelOptError(f"{name}: it takes an elementwise kernel whose loops are all output loops")
+    if not (cuts := borders(sink, loop)):
+        raise KernelOptError(f"{name}: no condition of the kernel changes along loop {loop.arg[0]}")
+    used, stores, axis = loops_used(sink), [], max(loops_by_axis(sink)) + 1
+    for start, end in zip([0, *cuts], [*cuts, loop.src[0].arg]):
+        # (a piece of one iteration is no loop; each other piece's loop is new, its own nest)
+        inner = UOp.const(loop.dtype, 0)
+        if end - start > 1:
+            inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, end - start),), (axis, LoopKind.SCATTER))
+            axis += 1
+        at = {loop: inner + start}
+        stores += [replace_ranges(store, at, {}) if loop in used[store] else store for store in sink.src]
+    return simplify_gated_loads(sink.replace(src=tuple(dict.fromkeys(stores))))
+
+
 def flat_index(loops: list[UOp], columns: int) -> UOp:
     """The position in a copy of `columns` columns of the element at `loops` (outermost first)."""
     index, step = UOp.const(loops[0].dtype, 0), columns
@@ -858,6 +921,10 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
         if opt.amount:
             raise KernelOptError(f"{opt}: PACK takes no amount (the copies hold the whole reduce)")
         return pack(sink, loop, target)
+    if opt.op is OptOp.PIECES:
+        if opt.amount:
+            raise KernelOptError(f"{opt}: PIECES takes no amount (the borders are the kernel's)")
+        return pieces(sink, loop)
     if opt.op is OptOp.SCATTER:
         if opt.amount:
             raise KernelOptError(f"{opt}: SCATTER takes no amount (it runs the whole sum)")

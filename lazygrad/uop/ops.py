@@ -101,7 +101,7 @@ class LoopKind(Kinds):
     PACK = (
         auto()
     )  # a loop that copies an input into a buffer on the stack (codegen's PACK), before the loops reading it
-    SCATTER = auto()  # a loop whose iterations store in turn, inside the output loops (codegen's SCATTER)
+    SCATTER = auto()  # a loop opened around its stores only, inside the output loops (codegen's SCATTER, PIECES)
 
 
 OUTPUT_KINDS = frozenset({LoopKind.GLOBAL, LoopKind.LOCAL, LoopKind.LOOP})  # loops over the outputs, not a reduce
