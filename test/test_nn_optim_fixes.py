@@ -698,3 +698,26 @@ def test_setting_the_learning_rate_is_checked_as_the_constructor_checks_it():
     opt.lr = np.float32(0.25)
     opt.lr *= 0.5
     np.testing.assert_allclose(opt.lr.numpy(), [0.125])
+
+
+def test_a_step_runs_the_running_statistics_batch_norm_wrote(torch):
+    """An eager step realizes every write still pending, not only the parameters': batch norm's running statistics
+    were a chain of one update per step (each keeping its batch alive), and each step took longer (9 to 76 ms in
+    1,000 steps)."""
+    from lazygrad.tensor import pending_assigns
+
+    rng = np.random.default_rng(3)
+    norm, layer = nn.BatchNorm1d(4), nn.Linear(4, 2)
+    reference = torch.nn.BatchNorm1d(4)
+    opt = optim.SGD(get_parameters([norm, layer]), lr=0.1)
+    for _ in range(3):
+        batch = rng.standard_normal((8, 4)).astype(np.float32)
+        with Tensor.train():
+            opt.zero_grad()
+            layer(norm(Tensor(batch))).square().mean().backward()
+            opt.step()
+        reference(torch.tensor(batch))
+        assert not pending_assigns()
+    np.testing.assert_allclose(norm.running_mean.numpy(), reference.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(norm.running_var.numpy(), reference.running_var.numpy(), rtol=1e-5, atol=1e-6)
+    assert norm.num_batches_tracked.item() == 3

@@ -14,7 +14,7 @@ import numpy as np
 from lazygrad.dtype import DType, dtypes
 from lazygrad.engine.buffers import is_buffer_view, views_memory
 from lazygrad.engine.realize import collector_paused
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, pending_assigns
 
 # the keys of an optimizer's state dict before it held only its own state: the parameters (`params.N`, the model's
 # weights) and a second copy of its moments (`buffers.N`). A checkpoint written then still loads: they are ignored
@@ -275,14 +275,17 @@ class Optimizer(ABC):
         return _OLD_STATE_KEY.fullmatch(key) is not None
 
     def step(self) -> None:
-        """Apply one update to every parameter that has a gradient, in one schedule."""
+        """Apply one update to every parameter that has a gradient, in one schedule (with every other write still
+        pending, such as batch norm's running statistics)."""
         Tensor.realize_all(*self.schedule_step())
 
     def schedule_step(self) -> list[Tensor]:
         """The tensors to realize for one update. Realize them together with e.g. the loss
-        (`Tensor.realize_all(loss, *opt.schedule_step())`): in one schedule, everything reads the old weights."""
+        (`Tensor.realize_all(loss, *opt.schedule_step())`): in one schedule, everything reads the old weights. They
+        include every other write still pending (batch norm's running statistics): state no one reads until eval
+        would otherwise be a chain of one update per step, each keeping its batch alive."""
         with collector_paused():  # (an update is a few nodes per parameter, many in all: see collector_paused)
-            return self._updates()
+            return [*self._updates(), *pending_assigns()]
 
     @abstractmethod
     def _updates(self) -> list[Tensor]:
