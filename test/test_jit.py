@@ -352,3 +352,41 @@ def test_a_replay_checks_each_calls_indices(op, bad):
         np.testing.assert_array_equal(step(Tensor([1, 0], dtype=dtypes.int64)).numpy(), [[2, 2], [1, 1]])
     with pytest.raises(IndexError, match="out of range"):
         step(Tensor(bad, dtype=dtypes.int64))
+
+
+@pytest.mark.parametrize("frozen_first", [False, True])
+def test_a_parameter_frozen_or_unfrozen_between_calls_is_captured_again(frozen_first):
+    """Freezing (or unfreezing) a parameter changes what a training step computes: the step is captured again, and
+    trains as eager code does (the replay kept updating a frozen weight, and never trained an unfrozen one)."""
+    from lazygrad.nn.state import get_parameters
+
+    rng = np.random.default_rng(5)
+    inputs = rng.standard_normal((16, 8)).astype(np.float32)
+    labels = rng.integers(0, 4, 16)
+    weights = [rng.standard_normal(shape).astype(np.float32) * 0.3 for shape in ((16, 8), (4, 16))]
+    results = []
+    for jit in (False, True):
+        first, second = nn.Linear(8, 16, bias=False), nn.Linear(16, 4, bias=False)
+        first.weight.assign(Tensor(weights[0])).realize()
+        second.weight.assign(Tensor(weights[1])).realize()
+        first.weight.requires_grad = not frozen_first
+        opt = nn.optim.SGD(get_parameters([first, second]), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = second(first(x).relu()).cross_entropy(y)
+            loss.backward()
+            opt.step()
+            return loss.realize()
+
+        step = TinyJit(step) if jit else step
+        for _ in range(4):
+            step(Tensor(inputs), Tensor(labels))
+        first.weight.requires_grad = frozen_first
+        before = first.weight.numpy().copy()
+        for _ in range(4):
+            step(Tensor(inputs), Tensor(labels))
+        assert (np.abs(first.weight.numpy() - before).max() > 0) == frozen_first
+        results.append((first.weight.numpy(), second.weight.numpy()))
+    for eager, jitted in zip(*results):
+        np.testing.assert_allclose(jitted, eager, rtol=1e-6, atol=1e-7)

@@ -144,6 +144,12 @@ class _Recording:
     # (tensor, the .grad the captured call gave it, whether that call started with no .grad): a replay gives it again
     gradients: list[tuple[weakref.ref, Any, bool]] = field(default_factory=list)
     written: set | None = None  # the buffers its launches write, found at the first replay
+    # the tensors whose memory its launches use, and whether each required grad then: a parameter frozen or unfrozen
+    # since changes what the function computes (its gradient and update), so the function is captured again
+    requires_grad: list[tuple[weakref.ref, bool | None]] = field(default_factory=list)
+
+    def trains_other_tensors(self) -> bool:
+        return any((tensor := ref()) is not None and tensor.requires_grad != then for ref, then in self.requires_grad)
 
 
 class TinyJit:
@@ -285,7 +291,9 @@ class TinyJit:
         signature = self._signature(args, kwargs, tensors)
         mode = (bool(Tensor.training), bool(Tensor.no_grad))
         recording = self.recordings.get(mode)
-        if recording is None:
+        if recording is None or recording.trains_other_tensors():
+            if recording is not None and DEBUG >= 1:
+                print(f"TinyJit({self.function.__name__}): a tensor it uses was frozen or unfrozen: capturing again")
             recording = self.recordings[mode] = _Recording()
         self.recording = recording
         if recording.signature is not None and signature != recording.signature:
@@ -359,6 +367,7 @@ class TinyJit:
         for number, tensor in enumerate(tensors):
             inputs.setdefault(tensor.uop.base, number)  # (inputs that are one buffer: the signature keeps them so)
         recording.gradients = _gradients_given(name, launches, gradients_before, tensors)
+        recording.requires_grad = _requires_grad_of_tensors_using(launches)
         recording.launches = launches
         recording.input_slots = [
             (launch_number, position, inputs[buffer])
@@ -470,6 +479,19 @@ def _gradients_given(name: str, launches: list, before: dict, inputs: list) -> l
             )
         given.append((reference, gradient, id(reference) in before and not had_gradient))
     return given
+
+
+def _requires_grad_of_tensors_using(launches: list) -> list[tuple[weakref.ref, bool | None]]:
+    """(tensor, weakly; its requires_grad) for every live tensor whose memory one of `launches` reads or writes."""
+    from lazygrad.tensor import _made
+
+    used = {node for launch in launches for node in launch.buffers}
+    found = []
+    for reference in list(_made.values()):
+        tensor = reference()
+        if tensor is not None and views_memory(tensor.uop) and tensor.uop.base in used:
+            found.append((reference, tensor.requires_grad))
+    return found
 
 
 def replay_plan(launches: list[realize.Launch], buffers: list[list[Buffer]]) -> list[tuple[int, int, Any]]:
