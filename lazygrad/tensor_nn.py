@@ -486,9 +486,35 @@ class NNMixin:
         loss = -(chosen.where(log_probs, 0).sum(-1)) * weights
         return loss.sum() / weights.sum() if reduction == "mean" else _reduce(loss, reduction)
 
-    def mse(self: Tensor, Y: Tensor) -> Tensor:
+    def mse(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """(x - y)², as torch's F.mse_loss: reduced by "mean" (the default), "sum" or "none"."""
+        _check_reduction(reduction, "mse")
         _check_target(self, Y, "mse", "input")
-        return _difference(self, Y).square().mean()
+        return _reduce(_difference(self, Y).square(), reduction)
+
+    def kl_div(self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
+        """The Kullback-Leibler divergence of `target` from this tensor's log-probabilities, as torch's F.kl_div:
+        target · (log target - self) elementwise (exp(target) · (target - self) with `log_target`, the target then
+        log-probabilities too). A target of 0 adds 0, as torch's xlogy (but for an input of -inf there: 0 · -inf is
+        NaN in torch too). `reduction` is "mean" (over every element, torch's default, which is not the divergence),
+        "batchmean" (the sum divided by the batch size, the first axis: the divergence of each sample, averaged),
+        "sum" or "none"."""
+        if reduction not in ("mean", "sum", "none", "batchmean"):
+            raise ValueError(f"kl_div: reduction must be 'mean', 'batchmean', 'sum' or 'none', got {reduction!r}")
+        _check_target(self, target, "kl_div", "input")
+        if not self.dtype.is_float:
+            raise TypeError(f"kl_div: the input must be float log-probabilities, got {self.dtype}; cast it first")
+        if log_target:
+            loss = target.exp() * (target - self)
+        else:
+            # target · log(target), 0 at target 0; the log reads 1 there so its slope (log t + 1, -inf at 0) does
+            # not reach the gradient as 0 · -inf = NaN through the select (torch's target gradient is NaN there)
+            zero = target == 0
+            loss = zero.where(0.0, target * zero.where(1.0, target).log()) - target * self
+        if reduction == "batchmean":
+            total = loss.sum()
+            return total / self.shape[0] if self.ndim else total  # (torch divides only where there is a batch axis)
+        return _reduce(loss, reduction)
 
     def l1_loss(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """|x - y|, as torch's F.l1_loss (its slope at x = y is 0)."""

@@ -59,10 +59,17 @@ def _count(value, name: str, layer: str) -> int:
     return operator.index(value)
 
 
+# torch's padding_mode names, and the mode of Tensor.pad each one is
+PADDING_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate", "circular": "circular"}
+
+
 class _ConvNd:
     """An N-d convolution layer over (N, C_in, *spatial) inputs; weights are uniform in ±1/sqrt(fan_in), as in torch.
     The arguments are torch's, in torch's order (tinygrad's too): (in_channels, out_channels, kernel_size, stride,
-    padding, dilation, groups, bias); each size is an int (NumPy ints too) or one per spatial axis."""
+    padding, dilation, groups, bias, padding_mode, device, dtype); each size is an int (NumPy ints too) or one per
+    spatial axis. `padding_mode` is how the `padding` is filled, as torch's: "zeros" (the default), "reflect",
+    "replicate" or "circular". It holds no tensor, so the state dict is torch's (`weight`, `bias`) whatever the
+    mode."""
 
     spatial = 2
     transposed = False
@@ -77,11 +84,53 @@ class _ConvNd:
         dilation=1,
         groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
+        device: str | None = None,
+        dtype=None,
     ):
-        self._build(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, 0)
+        self._build(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            0,
+            padding_mode,
+            device,
+            dtype,
+        )
 
-    def _build(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, output_padding):
+    def _build(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+        bias,
+        output_padding,
+        padding_mode="zeros",
+        device=None,
+        dtype=None,
+    ):
         name = type(self).__name__
+        if padding_mode not in PADDING_MODES:
+            raise ValueError(
+                f"{name}: padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular' (torch's), got "
+                f"{padding_mode!r}"
+            )
+        if self.transposed and padding_mode != "zeros":
+            raise ValueError(
+                f"{name}: only padding_mode='zeros' is supported for a transposed convolution (as in torch), got "
+                f"{padding_mode!r}"
+            )
+        if dtype is not None and not dtype.is_float:
+            raise TypeError(f"{name}: dtype must be a float dtype for trainable weights, got {dtype}")
         in_channels, out_channels = _count(in_channels, "in_channels", name), _count(out_channels, "out_channels", name)
         kernel = _pair(kernel_size, self.spatial, f"{name}: kernel_size")
         if min(kernel) < 1:
@@ -92,7 +141,7 @@ class _ConvNd:
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"{name}: channels {in_channels}→{out_channels} must be divisible by groups={groups}")
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.output_padding = output_padding
+        self.output_padding, self.padding_mode = output_padding, padding_mode
         if self.transposed:
             shape = (in_channels, out_channels // groups, *kernel)
             fan_in = out_channels // groups * math.prod(kernel)  # torch counts the weight's dimension 1
@@ -100,8 +149,8 @@ class _ConvNd:
             shape = (out_channels, in_channels // groups, *kernel)
             fan_in = in_channels // groups * math.prod(kernel)
         bound = _init_bound(fan_in)
-        self.weight = Tensor.uniform(*shape, low=-bound, high=bound)
-        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
+        self.weight = Tensor.uniform(*shape, low=-bound, high=bound, device=device, dtype=dtype)
+        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound, device=device, dtype=dtype) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         name = type(self).__name__
@@ -122,15 +171,40 @@ class _ConvNd:
                 name,
                 self.spatial,
             )
-        return x._conv(
-            self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, name, self.spatial
-        )
+        padding = self.padding
+        if getattr(self, "padding_mode", "zeros") != "zeros":  # (a layer unpickled from before padding_mode: zeros)
+            x, padding = self._filled(x, name), 0
+        return x._conv(self.weight, self.bias, self.groups, self.stride, self.dilation, padding, name, self.spatial)
+
+    def _filled(self, x: Tensor, name: str) -> Tensor:
+        """The input padded by `padding` in `padding_mode`, as torch pads it before a convolution with none: the
+        same amounts ("same" and "valid" too) that zeros padding would add, filled from the input's own values."""
+        kernel = self.weight.shape[2:]
+        padding = self.padding
+        if isinstance(padding, str):
+            stride = _pair(self.stride, self.spatial, f"{name}: stride")
+            dilation = _pair(self.dilation, self.spatial, f"{name}: dilation")
+            padding = x._named_padding(padding, kernel, stride, dilation, name)
+        pairs = x._padding(padding, self.spatial, name)
+        if all(pair == (0, 0) for pair in pairs):
+            return x
+        mode = PADDING_MODES[self.padding_mode]
+        for axis, ((before, after), size) in enumerate(zip(pairs, x.shape[2:])):
+            limit = size - 1 if mode == "reflect" else size
+            if max(before, after) > limit:
+                raise ValueError(
+                    f"{name}: padding_mode={self.padding_mode!r} pads spatial axis {axis} of the input {x.shape} by "
+                    f"{(before, after)}, which must be {'smaller than' if mode == 'reflect' else 'at most'} its size "
+                    f"{size}; use a smaller padding or a larger input"
+                )
+        return x.pad(((0, 0), (0, 0), *pairs), mode=mode)
 
 
 class _ConvTransposeNd(_ConvNd):
     """An N-d transposed convolution layer, weight (C_in, C_out/groups, *kernel). The arguments are in torch's order,
     (in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias, dilation): tinygrad's
-    puts dilation before groups and bias, so pass those three by keyword to write code both read alike."""
+    puts dilation before groups and bias, so pass those three by keyword to write code both read alike. Only
+    padding_mode="zeros" is taken, as in torch."""
 
     transposed = True
 
@@ -145,8 +219,24 @@ class _ConvTransposeNd(_ConvNd):
         groups: int = 1,
         bias: bool = True,
         dilation=1,
+        padding_mode: str = "zeros",
+        device: str | None = None,
+        dtype=None,
     ):
-        self._build(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, output_padding)
+        self._build(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            output_padding,
+            padding_mode,
+            device,
+            dtype,
+        )
 
 
 class Conv1d(_ConvNd):
@@ -361,4 +451,5 @@ class RMSNorm:
         return out if self.weight is None else out * self.weight
 
 
-from lazygrad.nn import optim, state  # noqa: E402,F401  (so `nn.optim` and `nn.state` work after `from lazygrad import nn`)
+# (so `nn.optim`, `nn.state` and `nn.utils` work after `from lazygrad import nn`)
+from lazygrad.nn import optim, state, utils  # noqa: E402,F401

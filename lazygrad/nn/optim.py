@@ -138,6 +138,7 @@ class Optimizer(ABC):
         name = type(self).__name__
         if isinstance(params, Tensor):
             raise TypeError(f"{name}: params must be a list of tensors, got one tensor; pass [tensor]")
+        params = _refuse_param_groups(params, name)
         _check_hyperparameter(name, "lr", lr)
         trained, frozen, left_out = [], [], 0
         for number, param in enumerate(params):
@@ -600,3 +601,26 @@ class AdamW(LAMB):
         amsgrad: bool = False,
     ):
         super().__init__(params, lr, b1, b2, eps, weight_decay=weight_decay, adam=True, betas=betas, amsgrad=amsgrad)
+
+
+def _refuse_param_groups(params: Any, name: str) -> list:
+    """The parameters as a list, refusing torch's parameter groups (dicts such as {"params": [...], "lr": 0.01})
+    with an error that says how to do the same: an optimizer here has one learning rate and one set of
+    hyperparameters, and lazygrad has no combinator of optimizers. (A generator of tensors is read once, here.)"""
+    if isinstance(params, dict) and "params" in params:
+        params = [params]
+    params = list(params)
+    groups = [number for number, param in enumerate(params) if isinstance(param, dict)]
+    if groups:
+        keys = ", ".join(sorted(map(str, params[groups[0]])))
+        raise TypeError(
+            f"{name}: torch-style parameter groups are not supported (got a dict with keys {keys} at position "
+            f"{groups[0]}): an optimizer here has one learning rate and one set of hyperparameters. Build one "
+            f"optimizer per group instead, e.g. opts = [{name}(group['params'], lr=group['lr']) for group in groups], "
+            "and call zero_grad() and step() on each"
+        )
+    return params
+
+
+# torch's path for the schedulers, torch.optim.lr_scheduler (imported last: it builds on the optimizers above)
+from lazygrad.nn import lr_scheduler  # noqa: E402,F401
