@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import lazygrad.autograd as autograd
-from lazygrad import Tensor, dtypes
+from lazygrad import Device, Tensor, dtypes
 from lazygrad.gradient import compute_gradient
 from lazygrad.uop.ops import UOp
 
@@ -557,7 +557,9 @@ def test_dump_without_dump_path_writes_nothing(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------------------
 # fuzzer: the same random graph in lazygrad and torch, every leaf's gradient compared
 
-FUZZ_SEEDS = 50
+# (the gradient rules are the same on every device: the devices that compile each kernel in a process of their own
+# run fewer graphs)
+FUZZ_SEEDS = 50 if Device.DEFAULT in ("LLVM", "PYTHON") else 20
 
 
 class Node:
