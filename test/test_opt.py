@@ -1181,3 +1181,23 @@ def test_pieces_that_do_not_fit_are_an_error():
         apply_opts(kernel_of(joined), (Opt(OptOp.PIECES, 1, 2),))
     with pytest.raises(KernelOptError, match="an elementwise kernel"):
         apply_opts(kernel_of(joined.sum(0)), (Opt(OptOp.PIECES, 0),))
+
+
+def test_reduces_over_loops_of_one_size_share_them():
+    """A variance's sums of the deviations and of their squares run in one pass over the inputs (one loop nest), and
+    the kernel is blocked in registers as a one-reduce kernel is (std along axis 0 ran a column at a time, at 0.3
+    GFLOP/s). A reduce that reads another (a softmax's sum of exponentials after its max) keeps loops of its own."""
+    x, data = realized(512, 64)
+    std = x.std(0)
+    kernel = prepare(lower_kernel(std.schedule()[-1].ast))
+    first, second = [node for node in kernel.toposort if node.op is Ops.RANGE_REDUCE]
+    assert first.src[1:] == second.src[1:]
+    assert OptOp.UPCAST in {opt.op for opt in heuristic_opts(kernel, Device["LLVM"].renderer.target)}
+    np.testing.assert_allclose(std.numpy(), data.std(0, ddof=1), rtol=1e-5)
+    logits = x.reshape(64, 512).log_softmax(1)
+    for item in logits.schedule():
+        reduces = [node for node in prepare(lower_kernel(item.ast)).toposort if node.op is Ops.RANGE_REDUCE]
+        for reduce in reduces:
+            assert all(
+                other is reduce or other.src[1:] != reduce.src[1:] for other in reduces if other in reduce.toposort
+            )

@@ -1034,11 +1034,32 @@ def merge_summed_reduces(sink: UOp) -> UOp:
     return substitute(sink, replacements) if replacements else sink
 
 
+def share_reduce_loops(sink: UOp) -> UOp:
+    """Reduces over loops of the same sizes, none reading another, over the same loops: one pass over the inputs,
+    which they share (a variance's sums of the deviations and of their squares), and a kernel the heuristic blocks
+    as a one-reduce kernel (std along axis 0 of 4096 x 1024 ran at 0.3 GFLOP/s, its columns one at a time)."""
+    groups: dict[tuple, list[UOp]] = {}
+    for node in kernel_nodes(sink):
+        if node.op is Ops.RANGE_REDUCE:
+            key = tuple((loop.src[0].arg, loop.arg[1]) for loop in node.src[1:])
+            groups.setdefault(key, []).append(node)
+    replacements: dict[UOp, UOp] = {}
+    for group in groups.values():
+        first, *rest = group
+        for other in rest:
+            if other.src[1:] == first.src[1:] or first in other.src[0].toposort or other in first.src[0].toposort:
+                continue
+            loops = dict(zip(other.src[1:], first.src[1:]))
+            replacements[other] = other.replace(src=(replace_ranges(other.src[0], loops, {}), *first.src[1:]))
+    return substitute(sink, replacements) if replacements else sink
+
+
 def prepare(sink: UOp) -> UOp:
     """What every optimized kernel gets before its actions: summed reduces over loops of the same sizes become one
-    (`merge_summed_reduces`), and reduce loops its values do not depend on are dropped (a sum of a broadcast is a
-    product; the gradient of a sum or mean reaches a layer as a broadcast constant)."""
-    sink = merge_summed_reduces(sink)
+    (`merge_summed_reduces`), other reduces over loops of the same sizes share them (`share_reduce_loops`), and
+    reduce loops its values do not depend on are dropped (a sum of a broadcast is a product; the gradient of a sum
+    or mean reaches a layer as a broadcast constant)."""
+    sink = share_reduce_loops(merge_summed_reduces(sink))
     replacements: dict[UOp, UOp] = {}
     for node in kernel_nodes(sink):
         if node.op is not Ops.RANGE_REDUCE or node.arg not in (Ops.ADD, Ops.MAX):
