@@ -1194,6 +1194,11 @@ def test_reduces_over_loops_of_one_size_share_them():
     assert first.src[1:] == second.src[1:]
     assert OptOp.UPCAST in {opt.op for opt in heuristic_opts(kernel, Device["LLVM"].renderer.target)}
     np.testing.assert_allclose(std.numpy(), data.std(0, ddof=1), rtol=1e-5)
+    # sums of one size where some read others' results (a mean, a max): only those that read none share loops
+    mixed = x.square().sum(0) * (x - x.mean(0)).abs().sum(0) + x.max(0) * (x - x.max(0)).exp().sum(0)
+    expected = np.square(data).sum(0) * np.abs(data - data.mean(0)).sum(0)
+    expected += data.max(0) * np.exp(data - data.max(0)).sum(0)
+    np.testing.assert_allclose(mixed.numpy(), expected, rtol=1e-5)
     logits = x.reshape(64, 512).log_softmax(1)
     for item in logits.schedule():
         reduces = [node for node in prepare(lower_kernel(item.ast)).toposort if node.op is Ops.RANGE_REDUCE]

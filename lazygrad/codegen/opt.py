@@ -1045,12 +1045,15 @@ def share_reduce_loops(sink: UOp) -> UOp:
             groups.setdefault(key, []).append(node)
     replacements: dict[UOp, UOp] = {}
     for group in groups.values():
-        first, *rest = group
-        for other in rest:
-            if other.src[1:] == first.src[1:] or first in other.src[0].toposort or other in first.src[0].toposort:
+        first, sharing = group[0], [group[0]]
+        for other in group[1:]:
+            # (none may read another that runs in the same loops: it would read it mid-sum)
+            if any(member in other.src[0].toposort or other in member.src[0].toposort for member in sharing):
                 continue
-            loops = dict(zip(other.src[1:], first.src[1:]))
-            replacements[other] = other.replace(src=(replace_ranges(other.src[0], loops, {}), *first.src[1:]))
+            sharing.append(other)
+            if other.src[1:] != first.src[1:]:
+                loops = dict(zip(other.src[1:], first.src[1:]))
+                replacements[other] = other.replace(src=(replace_ranges(other.src[0], loops, {}), *first.src[1:]))
     return substitute(sink, replacements) if replacements else sink
 
 
