@@ -1044,11 +1044,15 @@ def share_reduce_loops(sink: UOp) -> UOp:
             key = tuple((loop.src[0].arg, loop.arg[1]) for loop in node.src[1:])
             groups.setdefault(key, []).append(node)
     replacements: dict[UOp, UOp] = {}
+    used = loops_used(sink)
     for group in groups.values():
         first, sharing = group[0], [group[0]]
         for other in group[1:]:
-            # (none may read another that runs in the same loops: it would read it mid-sum)
-            if any(member in other.src[0].toposort or other in member.src[0].toposort for member in sharing):
+            # (none may read another that runs in the same loops: it would read it mid-sum; and all run inside the
+            # same output loops, so the nest they share opens in one place)
+            if used[other] != used[first] or any(
+                member in other.src[0].toposort or other in member.src[0].toposort for member in sharing
+            ):
                 continue
             sharing.append(other)
             if other.src[1:] != first.src[1:]:
