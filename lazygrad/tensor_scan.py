@@ -88,8 +88,8 @@ class ScanMixin:
         than DIRECT_SCAN_WORK values, the axis is scanned in blocks: each block's own prefixes, then the scan of the
         blocks' totals (in blocks again, where long), each block combined with the total of the blocks before it.
         That is n*sqrt(n) work a row instead of n^2, or n*SCAN_BLOCK a level for rows longer than LONG_SCAN and
-        tensors of WIDE_SCAN values, in four kernels a level instead of one (the padded values the blocks' prefixes read get a buffer of their own, see
-        engine/fusion)."""
+        tensors of WIDE_SCAN values, in four kernels a level instead of one (the padded values the blocks' prefixes
+        read get a buffer of their own, see engine/fusion)."""
         length = self.shape[axis]
         if self.numel() * length <= DIRECT_SCAN_WORK or length < 4:
             return reduce(self._prefixes(axis, fill), axis)
