@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import types
+from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -48,7 +49,7 @@ def _set_lr(optimizer: Optimizer, value: float) -> None:
     optimizer.__dict__["_scheduled_lr"] = float(value)
 
 
-class LRScheduler:
+class LRScheduler(ABC):
     """The base of the schedulers: `step()` moves to the next epoch (or batch) and sets the optimizer's learning rate,
     `get_last_lr()` is the list of the rates last set (one: lazygrad's optimizers have one parameter group), and
     `state_dict()` / `load_state_dict()` save and restore the schedule's position as a dict of Python values (as
@@ -87,9 +88,9 @@ class LRScheduler:
     def _group_lr(self) -> float:
         return _current_lr(self.optimizer)
 
+    @abstractmethod
     def get_lr(self) -> list[float]:
-        """The rates for `self.last_epoch` (a subclass's formula)."""
-        raise NotImplementedError
+        """The rates for `self.last_epoch` (each schedule's formula)."""
 
     def get_last_lr(self) -> list[float]:
         """The learning rates the last `step()` set, one per parameter group (lazygrad's optimizers have one)."""
