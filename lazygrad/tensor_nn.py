@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +20,11 @@ from lazygrad.tensor_movement import as_int
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
+
+# The layers with parameters (batch norm) that ran their eval-mode form since an optimizer last stepped: a step that
+# trains their parameters with `Tensor.training` False warns, as a loop ported from torch (whose modules start in
+# training mode) silently trained them on running statistics that never update without `Tensor.train()`.
+eval_mode_layers: weakref.WeakSet = weakref.WeakSet()
 
 
 def _check_label_range(labels: Tensor, classes: int, op_name: str, fix: str, ignore_index: int | None = None) -> None:

@@ -9,6 +9,7 @@ Every shape is small: the file runs on any device, including the slow PYTHON emu
 
 import collections
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -81,6 +82,9 @@ def test_an_optimizer_over_frozen_parameters_only_is_built(torch):
     close(w, tw.detach(), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.filterwarnings(
+    "ignore:Adam.step. BatchNorm ran in eval mode"
+)  # (its running statistics are not the point)
 def test_frozen_tensors_get_state_only_once_they_have_a_gradient():
     class Net:
         def __init__(self):
@@ -721,3 +725,30 @@ def test_a_step_runs_the_running_statistics_batch_norm_wrote(torch):
     np.testing.assert_allclose(norm.running_mean.numpy(), reference.running_mean.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(norm.running_var.numpy(), reference.running_var.numpy(), rtol=1e-5, atol=1e-6)
     assert norm.num_batches_tracked.item() == 3
+
+
+def test_a_step_warns_when_the_batch_norm_it_trains_ran_in_eval_mode():
+    # lazygrad starts in eval mode (tinygrad's); a loop ported from torch, whose modules start in training mode,
+    # silently trained batch norm on running statistics that never update, with dropout off
+    bn, layer = nn.BatchNorm2d(2), nn.Linear(2, 1)
+    opt = optim.SGD([*get_parameters(layer), bn.weight, bn.bias], lr=0.1)
+    x = Tensor(rand(4, 2, 3, 3, seed=3))
+
+    def step():
+        opt.zero_grad()
+        layer(bn(x).mean((2, 3)).dropout(0.5)).sum().backward()
+        opt.step()
+
+    with pytest.warns(RuntimeWarning, match=r"SGD.step: BatchNorm ran in eval mode .*Tensor.train\(\)"):
+        step()
+    with Tensor.train(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step()
+    # nor does a step training no batch norm that ran in eval mode (evaluating one model, then training another)
+    bn(x).realize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = optim.SGD(get_parameters(layer), lr=0.1)
+        opt.zero_grad()
+        layer(x.mean((2, 3))).sum().backward()
+        opt.step()

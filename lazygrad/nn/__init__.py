@@ -11,6 +11,7 @@ from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.tensor import Tensor
 from lazygrad.tensor_conv import _is_int, _pair
+from lazygrad.tensor_nn import eval_mode_layers
 
 # torch.finfo(dtype).eps, RMSNorm's default eps (NumPy has no bfloat16)
 MACHINE_EPSILON = {
@@ -339,6 +340,7 @@ class BatchNorm:
                     self.running_var.assign(((1 - factor) * self.running_var + factor * unbiased).cast(kept))
                 self.num_batches_tracked.assign(tracked)
         else:
+            eval_mode_layers.add(self)
             mean, var = self.running_mean, self.running_var
         out = x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
         # a half or bfloat16 input gives its own dtype back, as in torch (normalized with float32 statistics)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -15,6 +16,7 @@ from lazygrad.dtype import DType, dtypes
 from lazygrad.engine.buffers import is_buffer_view, views_memory
 from lazygrad.engine.realize import collector_paused
 from lazygrad.tensor import Tensor, pending_assigns
+from lazygrad.tensor_nn import eval_mode_layers
 
 # the keys of an optimizer's state dict before it held only its own state: the parameters (`params.N`, the model's
 # weights) and a second copy of its moments (`buffers.N`). A checkpoint written then still loads: they are ignored
@@ -285,6 +287,18 @@ class Optimizer(ABC):
         (`Tensor.realize_all(loss, *opt.schedule_step())`): in one schedule, everything reads the old weights. They
         include every other write still pending (batch norm's running statistics): state no one reads until eval
         would otherwise be a chain of one update per step, each keeping its batch alive."""
+        if eval_mode_layers and not Tensor.training:
+            trained = set(map(id, self.params))
+            if layers := sorted({type(layer).__name__ for layer in eval_mode_layers if id(layer.weight) in trained}):
+                warnings.warn(
+                    f"{type(self).__name__}.step: {', '.join(layers)} ran in eval mode (Tensor.training is False, "
+                    "lazygrad's default; torch's modules start in training mode): it normalized with running "
+                    "statistics that never update, and dropout was off. Run the training step under "
+                    "`with Tensor.train():` (or set Tensor.training = True)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        eval_mode_layers.clear()
         with collector_paused():  # (an update is a few nodes per parameter, many in all: see collector_paused)
             return [*self._updates(), *pending_assigns()]
 
