@@ -133,6 +133,7 @@ class ActivationMixin:
     def swish(self: Tensor) -> Tensor:
         return self.silu()
 
+    @_in_float32
     def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         """log(1 + exp(beta*x)) / beta, and x itself where beta*x > threshold (as in PyTorch)."""
         if beta == 0:
@@ -153,15 +154,18 @@ class ActivationMixin:
         u = 1 + self
         return u.log() + (self - (u - 1))
 
+    @_in_float32
     def logsigmoid(self: Tensor) -> Tensor:
         """log(sigmoid(x)), without overflow: -softplus(-x)."""
         return -(-self._to_float()).softplus(threshold=math.inf)
 
+    @_in_float32
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """x where x > 0, else alpha * (exp(x) - 1), through expm1 (exp(x) - 1 made elu(-1e-8) 0)."""
         negative_part = (self > 0).where(0, self)  # keeps exp finite where x is large
         return (self > 0).where(self, alpha * negative_part.expm1())
 
+    @_in_float32
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """x where x > 0, else alpha * (exp(x / alpha) - 1)."""
         if alpha == 0:
@@ -169,6 +173,7 @@ class ActivationMixin:
         negative_part = (self > 0).where(0, self)
         return (self > 0).where(self, alpha * (negative_part * (1 / alpha)).expm1())
 
+    @_in_float32
     def selu(self: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
         """gamma * elu(x, alpha); the defaults are SELU's self-normalizing constants."""
         return gamma * self.elu(alpha)

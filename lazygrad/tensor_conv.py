@@ -205,7 +205,7 @@ class ConvMixin:
             # 39 ms, 110 copied)
             cols = x._new(windows).permute(0, *range(3, 3 + count), 1, 2, *range(3 + count, 4 + 2 * count))
             w = weight.reshape(*(1,) * (1 + count), groups, per_group, group_channels, *kernel)
-            result = (cols.contiguous() * w)._sum_unwidened(tuple(range(count + 3, 2 * count + 4)))
+            result = cols.contiguous()._sum_of_products(w, tuple(range(count + 3, 2 * count + 4)))
             result = result.permute(0, count + 1, count + 2, *range(1, 1 + count)).reshape(batch, channels_out, *out)
             return result if bias is None else result + bias.reshape(1, -1, *(1,) * count)
         dtype = self.dtype
@@ -225,8 +225,7 @@ class ConvMixin:
                 shaped = UOp(Ops.RESHAPE, dtype, (bias.uop,), (1, channels_out, *(1,) * count))
                 result = UOp(Ops.ADD, dtype, (result, broadcast_node(shaped, result.shape)))
             return self._new(result)
-        products = x._new(windows) * weight._new(weights)
-        result = products._sum_unwidened(taps).reshape(batch, channels_out, *out)
+        result = x._new(windows)._sum_of_products(weight._new(weights), taps).reshape(batch, channels_out, *out)
         return result if bias is None else result + bias.reshape(1, -1, *(1,) * count)
 
     def _named_padding(self: Tensor, padding: str, kernel, stride, dilation, op_name: str):

@@ -49,6 +49,20 @@ def _random_float_dtype(op_name: str, dtype) -> DType:
     return dtype
 
 
+def _largest_below(value: float, dtype: DType) -> float:
+    """The largest number of float `dtype` below `value` (the bound of a draw in [low, value))."""
+    if dtype == dtypes.bfloat16:  # (NumPy has no bfloat16: a float32 whose low 16 bits are zero, rounded down)
+        below = _largest_below(value, dtypes.float32)
+        bits = int(np.array(below, np.float32).view(np.uint32))
+        kept = bits & 0xFFFF0000
+        if kept != bits and below < 0:  # (cutting a negative one's bits moved it up: one step further down)
+            kept += 0x10000
+        return float(np.array(kept, np.uint32).view(np.float32))
+    kind = dtype.np.type
+    nearest = kind(value)
+    return float(nearest) if float(nearest) < value else float(np.nextafter(nearest, kind(-np.inf)))
+
+
 def _python_number(op_name: str, value):
     """`value` as a Python int or float: a NumPy scalar or a one-element tensor (torch takes both) is read as its
     number, which a range's size and the kernel keys need."""
@@ -447,6 +461,8 @@ class CreationMixin:
         """Uniform random numbers in [low, high), of a float dtype."""
         shape, dtype = cls._shape_arg(shape, size, "uniform"), _random_float_dtype("uniform", dtype)
         result = (cls.rand(shape, device=device) * (high - low) + low).cast(dtype)
+        if high > low:  # (a draw just below high rounds to it, in float32 or in the dtype: kept below, as torch's)
+            result = result.minimum(_largest_below(high, dtype))
         result.requires_grad = requires_grad
         return result
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lazygrad.dtype import dtypes
-from lazygrad.tensor_elementwise import check_same_device
+from lazygrad.dtype import dtypes, least_upper_dtype
+from lazygrad.tensor_elementwise import NARROW_FLOATS, check_same_device
 from lazygrad.tensor_index import refuse_host_values_in_capture
 from lazygrad.tensor_movement import as_int, check_has_axis, keyword_aliases, normalize_axis
 
@@ -452,15 +452,21 @@ class LayoutMixin:
             if letter not in sizes:
                 raise ValueError(f"einsum: output subscript {letter!r} of {formula!r} is in no input")
         letters = list(output) + sorted(set(sizes) - set(output))
+        summed = tuple(range(len(output), len(letters)))
+        dtype = least_upper_dtype(*(operand.dtype for _, operand in aligned), op_name="einsum")
+        # half and bfloat16 products of a sum multiplied and summed in float32, rounded once (see _sum_of_products)
+        widened = bool(summed) and dtype in NARROW_FLOATS
         product = None
         for term, operand in aligned:
+            operand = operand.float() if widened else operand
             # each operand's axes ordered as `letters`, with size-1 axes for the letters it lacks
             # (as tuples: a 0-d operand of ",->" has no axes, and permute() or reshape() with none is an error)
             permuted = operand.permute(tuple(term.index(c) for c in letters if c in term))
             shaped = permuted.reshape(tuple(operand.shape[term.index(c)] if c in term else 1 for c in letters))
             product = shaped if product is None else product * shaped
         full = product.expand(tuple(sizes[c] for c in letters))
-        summed = tuple(range(len(output), len(letters)))
+        if widened:
+            return full.sum(summed).cast(dtype)
         return full._sum_unwidened(summed) if summed else full
 
     def _einsum_diagonals(self: Tensor, term: str) -> Tensor:

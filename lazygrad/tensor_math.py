@@ -209,6 +209,7 @@ class MathMixin:
     def cos(self: Tensor) -> Tensor:
         return self._to_float()._unary(Ops.COS)
 
+    @_in_float32
     def tan(self: Tensor) -> Tensor:
         return self.sin() / self.cos()
 
@@ -609,6 +610,7 @@ class MathMixin:
         correction = inside.where((source - (up - 1)) / up + (source + (down - 1)) / down, 0.0).detach()
         return _keep_zero_sign(source, (up.log() - down.log() + correction) * 0.5)
 
+    @_in_float32
     def log1p(self: Tensor) -> Tensor:
         """log(1 + x), accurate for small x where log(1 + x) loses x's digits to the rounding of 1 + x."""
         source = self._to_float()
@@ -619,6 +621,7 @@ class MathMixin:
         safe_u, safe_x = edge.where(1.0, u), edge.where(0.0, source)
         return _keep_zero_sign(source, edge.where(u.log(), safe_u.log() + (safe_x - (safe_u - 1)) / safe_u))
 
+    @_in_float32
     def expm1(self: Tensor) -> Tensor:
         """exp(x) - 1, accurate for small x where exp(x) - 1 cancels."""
         source = self._to_float()

@@ -14,7 +14,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.engine.realize import run_host
 from lazygrad.helpers import prod
 from lazygrad.tensor_conv import _pair
-from lazygrad.tensor_elementwise import broadcast_shape, check_same_device, type_name
+from lazygrad.tensor_elementwise import NARROW_FLOATS, broadcast_shape, check_same_device, type_name
 from lazygrad.tensor_index import comparable_index, refuse_host_values_in_capture
 from lazygrad.tensor_movement import as_int
 
@@ -194,7 +194,10 @@ class NNMixin:
                 + ("; for fewer key/value heads (axis -3) than query heads, pass enable_gqa=True" if grouped else "")
             ) from None
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
-        scores = self @ key.transpose(-2, -1) * scale
+        # half and bfloat16 scores and their softmax in float32, as torch's (a half score past 65504 made a row NaN)
+        narrow = self.dtype in NARROW_FLOATS or key.dtype in NARROW_FLOATS
+        query, key = (self.float(), key.float()) if narrow else (self, key)
+        scores = query @ key.transpose(-2, -1) * scale
         if attn_mask is not None:
             if attn_mask.dtype != dtypes.bool and not attn_mask.dtype.is_float:
                 raise TypeError(
@@ -217,8 +220,8 @@ class NNMixin:
             rows, cols = scores.shape[-2:]
             attn_mask = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is None:
-            return scores.softmax(-1)._drop(dropout_p) @ value
-        if attn_mask.dtype != dtypes.bool:
+            weights = scores.softmax(-1)
+        elif attn_mask.dtype != dtypes.bool:
             # a softmax of its own: a row the mask makes all -inf gets zeros (and zero gradients), as in torch, where
             # the plain softmax gives NaN (-inf minus its -inf maximum). The shift is detached: softmax ignores it.
             masked = scores + attn_mask
@@ -226,10 +229,12 @@ class NNMixin:
             dead = peak == float("-inf")
             exponent = (masked - dead.where(0.0, peak)).exp()
             weights = exponent / dead.where(1.0, exponent.sum(-1, keepdim=True))
-            return weights._drop(dropout_p) @ value
-        weights = attn_mask.where(scores, float("-inf")).softmax(-1)
-        if not is_causal:  # a query that may attend to nothing (a padded one) gets zeros, as in torch, not NaN
-            weights = attn_mask.any(-1, keepdim=True).where(weights, 0.0)
+        else:
+            weights = attn_mask.where(scores, float("-inf")).softmax(-1)
+            if not is_causal:  # a query that may attend to nothing (a padded one) gets zeros, as in torch, not NaN
+                weights = attn_mask.any(-1, keepdim=True).where(weights, 0.0)
+        if narrow and value.dtype in NARROW_FLOATS:  # (the weights rounded once, then summed in float32 by the matmul)
+            weights = weights.cast(value.dtype)
         return weights._drop(dropout_p) @ value
 
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:

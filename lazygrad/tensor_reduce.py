@@ -38,17 +38,17 @@ def _refuse_torch_max(keywords: dict, op_name: str) -> None:
 
 def product_node(a: UOp, b: UOp) -> UOp:
     """The graph `dot` builds for two float matrices (or batches of them) of one dtype, built on the nodes (half and
-    bfloat16 products summed in float32, as `sum` sums them): the same nodes as the steps through tensors (a matrix
+    bfloat16 inputs multiplied and summed in float32, rounded once): the same nodes as the steps through tensors (a matrix
     product is the most common heavy op, and those steps took 37 us of Python a product, against 3 for an add)."""
     dtype, a_shape, b_shape = a.dtype, a.shape, b.shape
     x = UOp(Ops.RESHAPE, dtype, (a,), (*a_shape[:-1], 1, a_shape[-1]))
     w = UOp(Ops.RESHAPE, dtype, (b,), (*b_shape[:-2], 1, *b_shape[-2:]))
     order = (*range(len(b_shape) - 1), len(b_shape), len(b_shape) - 1)  # (the transpose of its last two axes)
     w = UOp(Ops.PERMUTE, dtype, (w,), order)
+    if dtype in NARROW_FLOATS:  # multiplied and summed in float32, as torch's: a product of two halves is exact there
+        x, w = UOp(Ops.CAST, dtypes.float32, (x,)), UOp(Ops.CAST, dtypes.float32, (w,))
     shape = broadcast_shape("mul", x.shape, w.shape)
     products = broadcast_node(x, shape).alu(Ops.MUL, broadcast_node(w, shape))
-    if dtype in NARROW_FLOATS:  # (summed in float32, as `sum` does)
-        products = UOp(Ops.CAST, dtypes.float32, (products,))
     reduced = UOp(Ops.REDUCE, products.dtype, (products,), (Ops.ADD, (len(shape) - 1,)))
     product = UOp(Ops.RESHAPE, products.dtype, (reduced,), shape[:-1])
     return product if product.dtype == dtype else UOp(Ops.CAST, dtype, (product,))
@@ -138,6 +138,22 @@ class ReduceMixin:
 
     def _sum_unwidened(self: Tensor, axis=None, keepdim: bool = False) -> Tensor:
         return self.sum(axis, keepdim, dtype=self._unwidened_dtype())
+
+    def _cast_for(self: Tensor, op_name: str, dtype) -> Tensor:
+        """The input of a float op cast to the float `dtype` the caller asked for (torch's `dtype=`)."""
+        dtype = to_dtype(dtype)
+        if not dtype.is_float:
+            raise TypeError(f"{op_name}: dtype must be a float dtype, got {dtype}; cast the result instead")
+        return self.cast(dtype)
+
+    def _sum_of_products(self: Tensor, other: Tensor, axis) -> Tensor:
+        """(self * other) summed over `axis`, in the product's dtype; half and bfloat16 multiplied and summed in
+        float32 and rounded once, as torch's matmul and conv (a product of two halves is exact in float32: rounded
+        to half before the sum, a bfloat16 [1, 1/3] @ [1, -3] gave 0)."""
+        dtype = least_upper_dtype(self.dtype, other.dtype, op_name="mul")
+        if dtype in NARROW_FLOATS:
+            return (self.float() * other.float()).sum(axis).cast(dtype)
+        return (self * other)._sum_unwidened(axis)
 
     @keyword_aliases(dim="axis")
     def prod(self: Tensor, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
@@ -304,9 +320,12 @@ class ReduceMixin:
         )
 
     @keyword_aliases(dim="axis")
-    def softmax(self: Tensor, axis: int = -1) -> Tensor:
+    def softmax(self: Tensor, axis: int = -1, dtype=None) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum so nothing overflows; computed, as torch's
-        kernels do, as exp(x) times the reciprocal of the sum (one division a row, not one a value)."""
+        kernels do, as exp(x) times the reciprocal of the sum (one division a row, not one a value). `dtype` casts
+        the input first, as torch's."""
+        if dtype is not None:
+            return self._cast_for("softmax", dtype).softmax(axis)
         axes = self._axes(axis, "softmax")
         source = self._to_float()
         if source.numel() == 0:  # (empty, as in torch: there is no maximum to shift by)
@@ -321,8 +340,10 @@ class ReduceMixin:
         return exponent * exponent.sum(axis, keepdim=True).reciprocal()
 
     @keyword_aliases(dim="axis")
-    def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
-        """x - logsumexp(x) along `axis`."""
+    def log_softmax(self: Tensor, axis: int = -1, dtype=None) -> Tensor:
+        """x - logsumexp(x) along `axis`; `dtype` casts the input first, as torch's."""
+        if dtype is not None:
+            return self._cast_for("log_softmax", dtype).log_softmax(axis)
         axes = self._axes(axis, "log_softmax")
         source = self._to_float()
         if source.numel() == 0:
@@ -488,7 +509,7 @@ class ReduceMixin:
             wide = x.cast(dtypes.int32) * w.cast(dtypes.int32)
             product = wide.sum(-1, dtype=dtypes.int32).cast(dtype)
         else:
-            product = (x * w)._sum_unwidened(-1)
+            product = x._sum_of_products(w, -1)
         if other.ndim == 1:
             product = product.reshape(product.shape[:-1])
         if self.ndim == 1:

@@ -258,12 +258,20 @@ ALL_HALVES = np.concatenate([np.arange(0x7C00, dtype=np.uint16).view(np.float16)
         ("hardsigmoid", lambda t: t.hardsigmoid(), F.hardsigmoid),
         ("asin", lambda t: t.asin(), torch.asin),
         ("acos", lambda t: t.acos(), torch.acos),
+        ("softplus", lambda t: t.softplus(), F.softplus),
+        ("logsigmoid", lambda t: t.logsigmoid(), F.logsigmoid),
+        ("elu", lambda t: t.elu(), F.elu),
+        ("celu", lambda t: t.celu(0.5), lambda t: F.celu(t, 0.5)),
+        ("selu", lambda t: t.selu(), F.selu),
+        ("log1p", lambda t: t.log1p(), torch.log1p),
+        ("expm1", lambda t: t.expm1(), torch.expm1),
+        ("tan", lambda t: t.tan(), torch.tan),
     ],
 )
 def test_half_activations_round_once(name, lazy_fn, torch_fn):
     # rounded after every op, cosh was 5 ulp off, silu and mish 6, gelu 14 (and 17 exact), hardsigmoid hundreds
-    # near -3, asin and acos 3, and hardswish overflowed from 10923 on: now within an ulp of the exact value, as
-    # torch (which computes them in float32 too, rounding once)
+    # near -3, asin and acos 3, softplus, logsigmoid, elu, selu, log1p and tan 2, and hardswish overflowed from 10923
+    # on: now within an ulp of the exact value, as torch (which computes them in float32 too, rounding once)
     with np.errstate(all="ignore"):
         got = lazy_fn(Tensor(ALL_HALVES))
         assert got.dtype == dtypes.float16
@@ -289,3 +297,63 @@ def test_float64_random_numbers_have_53_bits():
     assert np.mean(normal.astype(np.float32).astype(np.float64) == normal) < 0.01  # (each was a float32)
     assert abs(normal.mean()) < 0.05 and abs(normal.std() - 1) < 0.05
     assert Tensor.rand(2, 3, dtype=dtypes.float64).shape == (2, 3) and Tensor.rand(0, dtype=dtypes.float64).numel() == 0
+
+
+# ---- 10. half and bfloat16 products, attention and random bounds -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_narrow_products_are_exact_before_the_float32_sum(name):
+    # rounded to the narrow dtype before the float32 sum, [1, 1/3] @ [1, -3] was 0 in both: a product of two halves
+    # is exact in float32, as torch multiplies them
+    a, ta = narrow_pair([[1.0, 1 / 3]], name)
+    b, tb = narrow_pair([[1.0], [-3.0]], name)
+    assert_same(a @ b, ta @ tb)
+    assert_same(a.dot(b.reshape(2)), ta @ tb.reshape(2))  # (the steps through tensors)
+    assert_same(Tensor.einsum("ij,jk->ik", a, b), torch.einsum("ij,jk->ik", ta, tb))
+    image, timage = a.reshape(1, 1, 1, 2), ta.reshape(1, 1, 1, 2)
+    assert_same(image.conv2d(b.reshape(1, 1, 1, 2)), F.conv2d(timage, tb.reshape(1, 1, 1, 2)))
+    rng = np.random.default_rng(7)
+    x, tx = narrow_pair(rng.standard_normal((33, 64)), name)
+    w, tw = narrow_pair(rng.standard_normal((64, 96)), name)
+    exact = (tx.double() @ tw.double()).numpy()
+    got, expected = values_of(x @ w), values_of(tx @ tw)
+    spacing = np.abs(expected.astype(np.float64) - exact).max() + np.spacing(np.abs(exact).astype(np.float32)).max()
+    assert np.abs(got - exact).max() <= 2 * spacing  # (a sum's order may differ: within torch's error of it)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_narrow_attention_scores_its_softmax_in_float32(name):
+    # in the narrow dtype, scores past 65504 made half rows NaN, and bfloat16 lost 30x torch's accuracy
+    rng = np.random.default_rng(0)
+    q, tq = narrow_pair(rng.standard_normal((2, 8, 16)) * 4, name)
+    k, tk = narrow_pair(rng.standard_normal((2, 8, 16)) * 4, name)
+    v, tv = narrow_pair(rng.standard_normal((2, 8, 16)), name)
+    got = q.scaled_dot_product_attention(k, v, is_causal=True)
+    exact = F.scaled_dot_product_attention(tq.double(), tk.double(), tv.double(), is_causal=True).numpy()
+    torch_error = np.abs(values_of(F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)) - exact).max()
+    assert got.dtype == NARROW[name][0] and np.abs(values_of(got) - exact).max() <= 2 * torch_error
+    query, tquery = narrow_pair([[[300.0, 300.0]]], name)  # (scores of 9e4 and 6e4 before the scale)
+    keys, tkeys = narrow_pair([[[300.0, 200.0], [100.0, 300.0]]], name)
+    values, tvalues = narrow_pair([[[50.0, 300.0], [-300.0, 300.0]]], name)
+    got = query.scaled_dot_product_attention(keys, values, scale=1.0)
+    assert_same(got, F.scaled_dot_product_attention(tquery, tkeys, tvalues, scale=1.0))
+
+
+@pytest.mark.parametrize("low, high, dtype", [(0, 1, "float16"), (0, 1, "bfloat16"), (100, 101, "float32")])
+def test_uniform_never_draws_its_high_bound(low, high, dtype):
+    # a draw just below high rounded to it (250 per million in float16, a quarter of bfloat16's in [100, 101))
+    Tensor.manual_seed(0)
+    drawn = Tensor.uniform(200_000, low=low, high=high, dtype=dtype).float().numpy()
+    assert low <= drawn.min() and drawn.max() < high
+    assert len(np.unique(drawn)) > 10  # (not all pushed down to one value)
+
+
+def test_softmax_and_log_softmax_take_torchs_dtype():
+    x, tx = narrow_pair([[1.0, 2.0, 3.0]], "float16")
+    assert_same(x.softmax(-1, dtype=dtypes.float32), F.softmax(tx, -1, dtype=torch.float32))
+    got = x.log_softmax(dim=-1, dtype="float32")
+    assert got.dtype == dtypes.float32
+    np.testing.assert_allclose(got.numpy(), F.log_softmax(tx, -1, dtype=torch.float32).numpy(), rtol=1e-6)
+    with pytest.raises(TypeError, match="softmax: dtype must be a float dtype"):
+        x.softmax(-1, dtype=dtypes.int32)

@@ -1092,7 +1092,7 @@ def test_softmax_float16_and_views():
 def test_products_and_softmaxes_built_on_nodes_are_the_composed_graphs(dtype):
     """matmul, softmax and log_softmax build their nodes directly (graph building is Python on every call): the
     very nodes their compositions of tensor ops make, so kernels and gradients are theirs (a float16 tensor's in
-    float32, rounded once)."""
+    float32, rounded once; a float16 product's inputs cast to float32 before they multiply)."""
     for shape, axis in (((4, 8), -1), ((2, 3, 5), 1), ((2, 3, 5), (0, 2)), ((3, 1), 1)):
         x = Tensor(data(*shape)).cast(dtype)
         wide = x.float() if dtype == dtypes.float16 else x
@@ -1104,7 +1104,7 @@ def test_products_and_softmaxes_built_on_nodes_are_the_composed_graphs(dtype):
     for a_shape, b_shape in (((4, 8), (8, 3)), ((2, 4, 8), (8, 3)), ((4, 8), (2, 8, 3))):
         a, b = Tensor(data(*a_shape)).cast(dtype), Tensor(data(*b_shape)).cast(dtype)
         x, w = a.reshape(*a.shape[:-1], 1, a.shape[-1]), b.reshape(*b.shape[:-2], 1, *b.shape[-2:]).transpose(-1, -2)
-        assert (a @ b).uop is (x * w)._sum_unwidened(-1).uop
+        assert (a @ b).uop is x._sum_of_products(w, -1).uop
 
 
 def test_softmax_logsumexp_numerically_stable():

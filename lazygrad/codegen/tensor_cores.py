@@ -49,25 +49,29 @@ if TYPE_CHECKING:
     from lazygrad.codegen.renderer import Target, TensorCore
 
 
-def product_operands(name: str, reduce: UOp) -> tuple[UOp, UOp, UOp]:
-    """The product a sum reduces, as (the product, its first input, its second): `cast(float, a * b)` for inputs
-    of a narrow float type, `a * b` for float32."""
-    value = reduce.src[0]
-    product = value.src[0] if value.op is Ops.CAST else value
+def product_operands(name: str, reduce: UOp) -> tuple[DType, UOp, UOp]:
+    """The product a sum reduces, as (its inputs' type, its first input, its second): `cast(float, a) *
+    cast(float, b)` (or `cast(float, a * b)`) for inputs a and b of a narrow float type, `a * b` for float32."""
+    product = reduce.src[0]
+    if product.op is Ops.CAST:
+        product = product.src[0]
     if reduce.arg is not Ops.ADD or product.op is not Ops.MUL:
         raise KernelOptError(f"{name}: the reduce is not a sum of products")
-    return product, product.src[0], product.src[1]
+    first, second = product.src
+    if first.op is Ops.CAST and second.op is Ops.CAST and first.src[0].dtype == second.src[0].dtype != first.dtype:
+        first, second = first.src[0], second.src[0]  # (a tensor core multiplies narrow floats exactly)
+    return first.dtype, first, second
 
 
-def choose_core(name: str, product: UOp, reduce: UOp, target: Target, allow_tf32: bool) -> TensorCore:
-    """The target's tensor core for a product of `product`'s type summed in `reduce`'s."""
-    core = next((c for c in target.tensor_cores if c.input == product.dtype and c.accumulator == reduce.dtype), None)
+def choose_core(name: str, dtype: DType, reduce: UOp, target: Target, allow_tf32: bool) -> TensorCore:
+    """The target's tensor core for a product of `dtype` inputs summed in `reduce`'s."""
+    core = next((c for c in target.tensor_cores if c.input == dtype and c.accumulator == reduce.dtype), None)
     if core is None:
         kinds = ", ".join(f"{c.input.name} into {c.accumulator.name}" for c in target.tensor_cores)
         raise KernelOptError(
-            f"{name}: no tensor core multiplies {product.dtype.name} into {reduce.dtype.name} (the device's: {kinds})"
+            f"{name}: no tensor core multiplies {dtype.name} into {reduce.dtype.name} (the device's: {kinds})"
         )
-    if product.dtype == dtypes.float32 and not allow_tf32:
+    if dtype == dtypes.float32 and not allow_tf32:
         raise KernelOptError(
             f"{name}: float32 products run on tensor cores in TF32 only where allowed "
             "(Tensor.allow_tf32(), ALLOW_TF32=1)"
@@ -155,10 +159,10 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     if len(reduces) != 1 or reduces[0].src[1:] != (loop,):
         raise KernelOptError(f"{name}: the kernel must have one reduce, over loop {loop.arg[0]} alone")
     (reduce,) = reduces
-    product, first, second = product_operands(name, reduce)
+    dtype, first, second = product_operands(name, reduce)
     if any(node.op is Ops.RANGE_REDUCE for node in reduce.src[0].toposort):
         raise KernelOptError(f"{name}: the product holds another reduce")
-    core = choose_core(name, product, reduce, target, allow_tf32)
+    core = choose_core(name, dtype, reduce, target, allow_tf32)
     (m, n, k), warp = core.dims, core.threads
     used = loops_used(sink)
     global_loops = output_loops(sink)
@@ -188,12 +192,12 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
     for steps in range(K_STEPS, 0, -1):
         depth = k * steps
-        ldm_a = padded_line(depth if layout_a == "row" else block_rows, product.dtype)
-        ldm_b = padded_line(block_columns if layout_b == "row" else depth, product.dtype)
+        ldm_a = padded_line(depth if layout_a == "row" else block_rows, dtype)
+        ldm_b = padded_line(block_columns if layout_b == "row" else depth, dtype)
         size_a = ldm_a * (block_rows if layout_a == "row" else depth)
         size_b = ldm_b * (depth if layout_b == "row" else block_columns)
         memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
-        memory += (size_a + size_b) * product.dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
+        memory += (size_a + size_b) * dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
         if loop.src[0].arg % depth == 0 and memory <= target.shared_memory:
             break
     if memory > target.shared_memory:
@@ -217,8 +221,8 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     step = new_loop(loop, loop.src[0].arg // depth)
     inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, depth // k),), (next(numbers), LoopKind.REDUCE))
     number = len(taken)
-    shared_a = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number, size_a))
-    shared_b = UOp(Ops.DEFINE_LOCAL, product.dtype, (), (number + 1, size_b))
+    shared_a = UOp(Ops.DEFINE_LOCAL, dtype, (), (number, size_a))
+    shared_b = UOp(Ops.DEFINE_LOCAL, dtype, (), (number + 1, size_b))
     shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, block_rows * block_columns))
     stores_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, depth), layout_a, thread, threads, shared_a)
     stores_b = stage(
