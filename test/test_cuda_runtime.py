@@ -779,6 +779,19 @@ def test_the_device_report_describes_the_mock_device(tmp_path, nvrtc):
     )
 
 
+def test_the_device_report_says_an_opencl_cpu_device_is_no_gpu(tmp_path):
+    report = device_report(LAZYGRAD_CACHE=str(tmp_path))
+    if not report["GPU"].startswith("available"):
+        pytest.skip(f"no OpenCL device here: {report['GPU']}")
+    from lazygrad import Device
+
+    device = Device["GPU"].device
+    if device.type != Device["GPU"].cl.device_type.CPU:
+        pytest.skip(f"the OpenCL device here is no CPU device: {report['GPU']}")
+    assert report["GPU"].startswith(f"available: {device.name.strip()}, an OpenCL cpu device (runs on the CPU: no GPU")
+    assert f"driver {device.driver_version}" in report["GPU"]
+
+
 # ---- copies between devices -----------------------------------------------------------------------------------------
 
 DEVICES = ["LLVM", "CPU", "GPU", "CUDA", "PYTHON"]

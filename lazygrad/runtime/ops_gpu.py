@@ -192,6 +192,18 @@ class CLDevice(Compiled):
             for dtype in (dtypes.int64, dtypes.uint64):
                 self.unsupported_dtypes[dtype] = "the OpenCL device's embedded profile lacks cles_khr_int64"
 
+    @property
+    def description(self) -> str:
+        """The OpenCL device, its kind (a CPU device, such as PoCL's, is no GPU), its platform and driver version."""
+        kinds = [
+            name.lower()
+            for name in ("GPU", "CPU", "ACCELERATOR")
+            if self.device.type & getattr(self.cl.device_type, name)
+        ]
+        kind = ", ".join(kinds) or "other"
+        note = " (runs on the CPU: no GPU is in use)" if kinds == ["cpu"] else ""
+        return f"{self.device.name.strip()}, an OpenCL {kind} device{note}, {self.device.platform.name.strip()}, driver {self.device.driver_version}"
+
     def build_binary(self, binary: bytes) -> Any:
         built = self.compiler.take_built(binary)
         return built if built is not None else self.cl.Program(self.context, [self.device], [binary]).build()
