@@ -112,11 +112,12 @@ class DiskCache:
         except OSError as error:
             self._remove(table, folder, name, f"cannot be opened ({error.strerror})")
             return None
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():  # (checked before `open`: a directory
+            os.close(descriptor)  # opens with os.open, and open() of it raised IsADirectoryError on every run)
+            self._remove(table, folder, name, "not a file of this user")
+            return None
         with open(descriptor, "rb") as file:
-            status = os.fstat(descriptor)
-            if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
-                self._remove(table, folder, name, "not a file of this user")
-                return None
             try:
                 data = file.read()
             except OSError as error:
@@ -178,6 +179,11 @@ class DiskCache:
     def _remove(self, table: str, folder: int, name: str, reason: str) -> None:
         try:
             os.unlink(name, dir_fd=folder)
+        except IsADirectoryError:
+            try:
+                os.rmdir(name, dir_fd=folder)  # (an empty one; a directory with files in it is left alone)
+            except OSError:
+                pass
         except OSError:
             pass
         if DEBUG >= 1:

@@ -296,7 +296,13 @@ def test_a_beam_choice_the_kernel_does_not_offer_is_ignored(host_device, tmp_pat
         assert f"BEAM: ignoring the kept choice {kept.decode()}" in result.stdout
         # searched again: the entry holds a list of actions (which one is fastest may differ from run to run)
         searched = json.loads(unpack(name, path.read_bytes()))
-        assert [Opt.from_json(value) for value in searched]
+        assert [Opt.from_json(value) for value in searched["opts"]] and searched["timed"] == 2
+    # a wider search (a larger BEAM) than the kept choice's times again; a narrower one takes it
+    shutil.rmtree(cache / "kernels")
+    assert "2 were timed, not 3" in run(cache, host_device, BEAM_PROGRAM, BEAM="3").stdout
+    assert json.loads(unpack(name, path.read_bytes()))["timed"] == 3
+    shutil.rmtree(cache / "kernels")
+    assert "BEAM:" not in run(cache, host_device, BEAM_PROGRAM, BEAM="2").stdout
 
 
 def test_an_empty_cache_variable_is_the_default_directory_not_the_working_one(tmp_path):
@@ -323,6 +329,15 @@ def test_entries_are_checked_in_process(tmp_path):
     assert not path.exists()
     with pytest.raises(ValueError, match="not a plain directory name"):
         cache.get("../escape", "key")
+    # a directory in an entry's place (open() of it raised IsADirectoryError in every later run): an empty one is
+    # removed, one with files in it left alone; either way the entry is missed, not a crash
+    path.mkdir()
+    assert cache.get("table", "key") is None and not path.exists()
+    path.mkdir()
+    (path / "file").write_bytes(b"")
+    assert cache.get("table", "key") is None and path.is_dir()
+    with pytest.warns(RuntimeWarning, match="kernels are kept in memory only"):  # (it cannot replace the directory)
+        cache.put("table", "key", b"value")
 
 
 # ---- environment variables ----------------------------------------------------------------------------------------

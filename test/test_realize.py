@@ -440,14 +440,13 @@ def test_memory_in_use_and_its_peak_are_counted():
 
 
 def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypatch):
-    import json
 
     from test_program_cache import loaded_code
 
     from lazygrad import diskcache
     from lazygrad.codegen.heuristic import candidate_opts
     from lazygrad.codegen.lower import lower_kernel
-    from lazygrad.codegen.opt import Opt, prepare
+    from lazygrad.codegen.opt import prepare
     from lazygrad.engine import realize, search
     from lazygrad.helpers import BEAM
 
@@ -461,7 +460,8 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
     assert len(list((tmp_path / "beam").iterdir())) == 1
     device = Device[item.device]
     kept = search.disk_cache.get("beam", search.beam_key(device, item.ast))
-    choice = tuple(Opt.from_json(value) for value in json.loads(kept))
+    choice, timed = search.decode_choice(kept)
+    assert timed == 3
     kernel, target = prepare(lower_kernel(item.ast)), device.renderer.target
     assert choice in candidate_opts(kernel, target)[:3]
 
@@ -487,7 +487,6 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
 
 
 def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkeypatch):
-    import json
 
     from lazygrad import diskcache
     from lazygrad.codegen.heuristic import candidate_opts
@@ -505,7 +504,7 @@ def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkey
     (item,) = doubled.schedule()
     np.testing.assert_array_equal(doubled.numpy(), data * 2)
     kept = search.disk_cache.get("beam", search.beam_key(Device["PYTHON"], item.ast))
-    choice = tuple(Opt.from_json(value) for value in json.loads(kept))
+    choice, _ = search.decode_choice(kept)
     offered = candidate_opts(prepare(lower_kernel(item.ast)), Device["PYTHON"].renderer.target)
     assert choice in offered[:3] and len(offered) == 3  # blocks of 8 (the default), 32 and 64 threads
     assert [opts[-1] for opts in offered] == [Opt(OptOp.LOCAL, 0, 8), Opt(OptOp.LOCAL, 0, 32), Opt(OptOp.LOCAL, 0, 64)]

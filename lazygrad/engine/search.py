@@ -4,8 +4,9 @@ With `BEAM=N`, every new kernel with choices to make (a matrix product, a reduce
 with threads, every kernel with outputs to spread) has up to N candidate action lists — the default list with each
 register block, or block size, the heuristic offers — compiled and run on scratch buffers of its sizes, and timed
 by the device's own events where it has them (a GPU's: CUDA events, OpenCL profiling); the fastest is used. The choice is kept in the disk cache by the kernel's content hash, the device and the CPU or
-GPU model it was timed on (`beam_key`), so a later process on that machine skips the search; a kept list that is not
-one of the kernel's candidates is ignored, and the search runs again.
+GPU model it was timed on (`beam_key`), with the number of candidates timed, so a later process on that machine skips
+the search, unless it asks for a wider one (a larger BEAM); a kept list that is not one of the kernel's candidates is
+ignored, and the search runs again.
 """
 
 from __future__ import annotations
@@ -42,17 +43,23 @@ def beam_opts(device: Any, ast: UOp, prepared: UOp, build: Build) -> Opts:
     key = beam_key(device, ast)
     kept = disk_cache.get("beam", key)
     if kept is not None:
-        choice = decode_opts(kept)
-        if choice in offered:
+        choice, timed = decode_choice(kept)
+        if choice in offered and timed >= len(candidates):
             return choice
         if DEBUG >= 1:
-            print(f"BEAM: ignoring the kept choice {kept.decode(errors='replace')}: not one of the kernel's candidates")
+            why = (
+                "not one of the kernel's candidates"
+                if choice not in offered
+                else f"{timed} were timed, not {len(candidates)}"
+            )
+            print(f"BEAM: ignoring the kept choice {kept.decode(errors='replace')}: {why}")
     timings = {opts: _time_candidate(build, opts) for opts in candidates}
     best = min(timings, key=timings.get)
     if DEBUG >= 1:
         listed = ", ".join(f"[{' '.join(map(str, opts))}]: {seconds * 1e3:.3f} ms" for opts, seconds in timings.items())
         print(f"BEAM: {listed} -> [{' '.join(map(str, best))}]")
-    disk_cache.put("beam", key, json.dumps([opt.to_json() for opt in best]).encode())
+    kept = {"opts": [opt.to_json() for opt in best], "timed": len(candidates)}
+    disk_cache.put("beam", key, json.dumps(kept).encode())
     return best
 
 
@@ -63,12 +70,14 @@ def beam_key(device: Any, ast: UOp) -> str:
     return f"{device.name} {device.compiler.cache_name} {ast.key.hex()}"
 
 
-def decode_opts(kept: bytes) -> Opts | None:
-    """An action list from its JSON (a list of [op, axis, amount]), or None."""
+def decode_choice(kept: bytes) -> tuple[Opts | None, int]:
+    """A kept choice from its JSON: the action list (a list of [op, axis, amount]; None if it is not one) and how
+    many candidates the search that chose it timed (a wider search, a larger BEAM, times again)."""
     try:
-        return tuple(Opt.from_json(value) for value in json.loads(kept))
-    except (ValueError, TypeError):
-        return None
+        choice = json.loads(kept)
+        return tuple(Opt.from_json(value) for value in choice["opts"]), int(choice["timed"])
+    except (ValueError, TypeError, KeyError):
+        return None, 0
 
 
 def _time_candidate(build: Build, opts: Opts) -> float:
