@@ -23,9 +23,14 @@ if TYPE_CHECKING:
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "trilinear": 3}
-# a window of at most this many taps is a stack of shifted slices (see `_window`), each read under a gate that folds
-# away where codegen unrolls the tap loop: it unrolls reduce loops this short (test_opt checks that it still does)
-STACKED_TAPS = 4
+# a window of at most this many taps is a stack of shifted slices (see `window_node`), each read under a gate that
+# folds away where codegen unrolls the tap loop: it unrolls tap loops this short (test_opt checks that it still does).
+# A longer window repeats the axis and reads it through `%`, whose gradient (a col2im) ran at 0.3-0.5 GFLOP/s: with
+# up to 7 taps stacked rather than 4, a 5x5 convolution of 8 x 32 x 32² forward and backward went from 46 to 20 ms
+# (torch 8), a 7x7 one from 89 to 43 (torch 13), a 7x7 depthwise one from 31 to 10 (torch 18). Strided windows stack
+# fewer taps: a stacked 7x7 stem of stride 2 and 3 channels got a copy of its windows before the product, and its
+# forward pass ran at half the speed
+STACKED_TAPS, STACKED_STRIDED_TAPS = 7, 4
 # the fewest input channels (per group) for which a convolution outside training whose windows are costly to read
 # in place (a stride past 1, or a kernel past STACKED_TAPS) copies them out and computes channels last
 COPIED_WINDOW_CHANNELS = 16
@@ -755,7 +760,7 @@ def window_node(x: UOp, axis: int, kernel: int, stride: int, dilation: int) -> U
     if stride >= kernel and dilation == 1:
         x = _shrink_axis(_pad_axis(x, axis, 0, max(0, out * stride - size)), axis, 0, out * stride)
         return _shrink_axis(_reshape(x, (*before, out, stride, *after)), axis + 1, 0, kernel)
-    if kernel <= STACKED_TAPS:
+    if kernel <= (STACKED_TAPS if stride == 1 else STACKED_STRIDED_TAPS):
         # the taps stacked along a new axis: each slice gets that axis, padded to the kernel's length, and added
         span = (out - 1) * stride + 1
         join = Ops.OR if x.dtype == dtypes.bool else Ops.ADD

@@ -69,16 +69,16 @@ def test_conv_nd(spatial, kernel, options, groups):
     "spatial, kernel, options",
     [
         ((17,), (5,), {"stride": 2, "padding": 1}),
-        ((9, 8), (5, 5), {"padding": 2}),
+        ((12, 11), (8, 8), {"padding": 2}),
         ((5, 6, 5), (3, 3, 3), {"stride": 2}),
     ],
     ids=["1d", "2d", "3d"],
 )
 @pytest.mark.parametrize("training", [False, True])
 def test_a_convolution_of_many_channels_with_costly_windows(spatial, kernel, options, training):
-    # outside training, 16 input channels a group and more, with a stride or a kernel past 4: the windows copied out
-    # (an im2col), then a product channels last; in training, the product reads the windows in place (3 kernels:
-    # the padded input, the copy and the product, against 2)
+    # outside training, 16 input channels a group and more, with a stride or a kernel past STACKED_TAPS (7): the
+    # windows copied out (an im2col), then a product channels last; in training, the product reads the windows in
+    # place (3 kernels: the padded input, the copy and the product, against 2)
     count = len(spatial)
     x, w, b = data(2, 32, *spatial), data(6, 16, *kernel, seed=1), data(6, seed=2)
     ours = {1: "conv1d", 2: "conv2d", 3: "conv3d"}[count]

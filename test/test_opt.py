@@ -170,18 +170,21 @@ def test_the_heuristic_blocks_a_product_and_its_list_is_printed_at_debug_3(capfd
     assert " ".join(map(str, opts)) in capfd.readouterr().out
 
 
-def test_the_taps_of_a_window_stacked_from_slices_are_unrolled():
-    # a window of up to STACKED_TAPS taps is built from shifted slices, each under a gate that only folds away where
-    # the tap loops are unrolled whole: the heuristic must unroll loops that short
+@pytest.mark.parametrize("longest", [False, True])
+def test_the_taps_of_a_window_stacked_from_slices_are_unrolled(longest):
+    # a window of up to STACKED_TAPS taps (STACKED_STRIDED_TAPS with a stride) is built from shifted slices, each
+    # under a gate that only folds away where the tap loops are unrolled whole: the heuristic must unroll loops that
+    # short (here in the product itself, which reads the few channels' windows in place)
     from lazygrad.codegen.renderer import Target
-    from lazygrad.tensor_conv import STACKED_TAPS
+    from lazygrad.tensor_conv import STACKED_STRIDED_TAPS, STACKED_TAPS
 
-    x, _ = realized(2, 3, 16, 16)
-    w, _ = realized(8, 3, STACKED_TAPS, STACKED_TAPS)
+    taps = STACKED_TAPS if longest else STACKED_STRIDED_TAPS
+    x, _ = realized(1, 2, 11, 11)
+    w, _ = realized(3, 2, taps, taps)
     kernel = kernel_of(x.conv2d(w))
-    taps = [axis for axis, loop in loops_by_axis(kernel).items() if loop.src[0].arg == STACKED_TAPS]
-    unrolled = {opt.axis for opt in heuristic_opts(kernel, Target()) if opt.op is R and opt.amount == STACKED_TAPS}
-    assert len(taps) == 2 and unrolled == set(taps)
+    loops = [axis for axis, loop in loops_by_axis(kernel).items() if loop.src[0].arg == taps]
+    unrolled = {opt.axis for opt in heuristic_opts(kernel, Target()) if opt.op is R and opt.amount == taps}
+    assert len(loops) == 2 and unrolled == set(loops)
 
 
 def test_an_output_loop_of_prime_length_read_every_other_element_gets_a_scalar_block():
@@ -534,6 +537,37 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
         Opt(G, 4, 256),
     )
     assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(G, 1, 256),)
+
+
+def test_a_threaded_device_unrolls_a_windows_taps_and_keeps_its_weight_gradient_spread():
+    """On a device with threads, a convolution's product unrolls its stacked taps in each thread (rolled, every tap
+    would read all its taps' slices under gates), and a weight gradient takes its taps into registers only while
+    BUSY_BLOCKS blocks are left: one 7-tap axis of a depthwise 7x7 convolution's 3136 outputs, no axis of a 3x3
+    one's 216. Forward and backward match torch on this device."""
+    torch = pytest.importorskip("torch")
+    from lazygrad.codegen.heuristic import BUSY_BLOCKS
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    target = CUDARenderer.target
+    x, _ = realized(4, 3, 16, 16)
+    w, _ = realized(8, 3, 3, 3)
+    forward = kernel_of(x.conv2d(w))
+    taps = sorted(loop.arg[0] for loop in loops_by_axis(forward).values() if loop.src[0].arg == 3)[-2:]
+    assert heuristic_opts(forward, target)[:2] == (Opt(R, taps[1], 3), Opt(R, taps[0], 3))
+    for (channels, channels_out, groups, kernel), upcast in (((3, 8, 1, 3), 0), ((64, 64, 64, 7), 7)):
+        x, x_data = realized(8, channels, 16, 16)
+        w, w_data = realized(channels_out, channels // groups, kernel, kernel)
+        g, g_data = realized(8, channels_out, 16, 16)
+        out = x.conv2d(w, padding=kernel // 2, groups=groups)
+        x_gradient, weight_gradient = (out * g).sum().gradient(x, w)
+        product = prepare(lower_kernel(weight_gradient.schedule()[-1].ast))  # (after a copy of the padded input)
+        opts = heuristic_opts(product, target)
+        assert [opt.amount for opt in opts if opt.op is U] == ([upcast] if upcast else [])
+        assert w_data.size // kernel < BUSY_BLOCKS if not upcast else w_data.size // upcast >= BUSY_BLOCKS
+        tx, tw = torch.from_numpy(x_data).requires_grad_(), torch.from_numpy(w_data).requires_grad_()
+        torch.nn.functional.conv2d(tx, tw, padding=kernel // 2, groups=groups).backward(torch.from_numpy(g_data))
+        np.testing.assert_allclose(weight_gradient.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(x_gradient.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_every_kernel_of_a_convolutions_backward_keeps_the_threads_busy():

@@ -269,7 +269,7 @@ def test_blocks_past_the_static_shared_memory_take_it_dynamically():
 
 
 def test_the_heuristic_gives_large_products_blocks_of_several_tiles():
-    """Four tiles along each side of a block where that leaves at least TC_BLOCKS blocks, fewer where it would not,
+    """Four tiles along each side of a block where that leaves at least BUSY_BLOCKS blocks, fewer where it would not,
     one for a product too small for two; the choices BEAM times include every number of tiles that fits."""
     target = CUDARenderer.for_architecture(90).target
     chosen = {}
@@ -281,7 +281,7 @@ def test_the_heuristic_gives_large_products_blocks_of_several_tiles():
         offered = {opts[-1] for opts in candidate_opts(kernel, target) if opts and opts[-1].op is TC}
         assert {opt.amount for opt in offered} >= {0, *(t for t in (2, 4) if size % (16 * t) == 0)}
     assert chosen == {1024: 4, 512: 2, 32: 0}
-    # with the shared memory an H100's block may opt into, eight tiles where that still leaves TC_BLOCKS blocks
+    # with the shared memory an H100's block may opt into, eight tiles where that still leaves BUSY_BLOCKS blocks
     large = CUDARenderer.for_architecture(90, 132, 227 * 1024).target
     for size, tiles in ((2048, 8), (1024, 4)):
         x, y, _, _ = operands("PYTHON", ((size, 64), (64, size)), dtypes.float16)

@@ -62,7 +62,10 @@ from lazygrad.uop.symbolic import gate_clauses, split_term, sum_terms
 # a device with threads gives each row a block when a kernel reduces into at most this many outputs along rows at
 # least this long (fewer, longer rows: a thread per output would leave most of the device idle)
 ROW_GROUP_OUTPUTS, ROW_GROUP_LENGTH = 1 << 14, 1024
-UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole (and output loops that choose between loads)
+UNROLL_LIMIT = 4  # reduce loops up to this size are unrolled whole
+# loops up to this size that choose between gated loads (a window's stacked taps: see tensor_conv) are unrolled or
+# upcast whole, as the choice then folds away
+TAP_LIMIT = 7
 SELECTING_NODES = 4096  # the most nodes that upcasting output loops which choose between loads may copy a kernel to
 LARGE_PRODUCT = 1 << 28  # multiply-adds in a matrix product worth the bigger register block
 # independent multiply-add chains that keep an x86-64 core's FMA units busy: their latency (4 cycles) times their
@@ -167,25 +170,34 @@ def merge_loops(plan: Plan) -> None:
             plan.try_apply(Opt(OptOp.MERGE, group[position - 1]))
 
 
-def upcast_selecting_loops(plan: Plan) -> None:
+def upcast_selecting_loops(plan: Plan, blocks: int = 1) -> None:
     """Upcast small output loops that choose between loads, whole: in a stack of pieces (a conv's taps) each piece
     is a load gated by a comparison of the loop with constants, and with the loop a constant in each copy, every
     copy keeps one load instead of one per piece. Within SELECTING_NODES nodes of copies in all: each copy is code
     to generate and compile, and a large body copied for every position of four such loops (64 copies of a strided
-    convolution's input gradient) took longer to generate than its kernel ran in a hundred steps."""
+    convolution's input gradient) took longer to generate than its kernel ran in a hundred steps. On a device with
+    threads only while `blocks` outputs are left to spread over them (a weight gradient's few outputs and long
+    reduce: its taps in registers would leave most of a GPU idle)."""
     size, copies = len(kernel_nodes(plan.sink)), 1
+    outputs = prod(loop.src[0].arg for loop in output_loops(plan.sink))
     for loop in output_loops(plan.sink):
         amount = loop.src[0].arg
-        if amount <= UNROLL_LIMIT and size * copies * amount <= SELECTING_NODES:
+        if amount <= TAP_LIMIT and size * copies * amount <= SELECTING_NODES and outputs // amount >= blocks:
             gates = [n.src[2] for n in kernel_nodes(plan.sink) if n.op is Ops.LOAD and len(n.src) == 3]
             if any(loop in gate.toposort for gate in gates):
                 plan.apply(Opt(OptOp.UPCAST, loop.arg[0], amount))
                 copies *= amount
+                outputs //= amount
 
 
-def rolled_reduce_loop(reduce: UOp) -> UOp | None:
-    """The innermost loop of a reduce that stays a loop (smaller ones, a convolution's taps, unroll whole)."""
-    return next((loop for loop in reversed(reduce.src[1:]) if loop.src[0].arg > UNROLL_LIMIT), None)
+def rolled_reduce_loop(sink: UOp, reduce: UOp) -> UOp | None:
+    """The innermost loop of a reduce that stays a loop (the others unroll whole: see `unrolled_whole`)."""
+    return next((loop for loop in reversed(reduce.src[1:]) if not unrolled_whole(sink, loop)), None)
+
+
+def unrolled_whole(sink: UOp, loop: UOp) -> bool:
+    """Whether a reduce loop is short enough to unroll whole: UNROLL_LIMIT, or TAP_LIMIT for a window's taps."""
+    return loop.src[0].arg <= (TAP_LIMIT if loop in tap_loops(sink) else UNROLL_LIMIT)
 
 
 def matrix_shape(sink: UOp, target: Target) -> str | None:
@@ -197,7 +209,7 @@ def matrix_shape(sink: UOp, target: Target) -> str | None:
     reduces = reduce_nodes(sink)
     if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
         return None
-    if (loop := rolled_reduce_loop(reduces[0])) is None:
+    if (loop := rolled_reduce_loop(sink, reduces[0])) is None:
         return None
     loops = output_loops(sink)
     stored_in_order = loops and all(stride(index, loops[-1]) == 1 for index in memory_indices(sink, Ops.STORE))
@@ -357,7 +369,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
     loops = output_loops(plan.sink)  # (`shape` is None as well for an elementwise kernel whose reduces unroll whole)
     # the output loops a block may pad to a multiple of its size: those whose loads no vector reads (upcast_reused)
     along = {
-        "contiguous reduce": rolled_reduce_loop(reduces[0]),
+        "contiguous reduce": rolled_reduce_loop(plan.sink, reduces[0]),
         "contiguous outputs": loops[-1] if loops else None,
         "transposed copy": None,  # (every load a vector reads is the copy's)
     }
@@ -370,7 +382,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
         # (never a short loop whole: its rows of the small operand, as long as the reduce, would be read again for
         # every output of the other loop, from L2 at best; ResNet18's 16 x 4608 @ 4608 x 512 took 0.63 ms with its
         # 16 rows whole, 0.32 in 4 by 4 blocks)
-        plan.apply(Opt(OptOp.VECTORIZE, rolled_reduce_loop(reduces[0]).arg[0]))
+        plan.apply(Opt(OptOp.VECTORIZE, rolled_reduce_loop(plan.sink, reduces[0]).arg[0]))
         # a vector accumulator per output: half the registers of them (4 by 4 with 32 registers, 2 by 4 with 16)
         inner = max(1, min(4, target.vector_registers // 8))
         upcast_reused(plan, loops, (blocking[1],) * 2 if blocking else (inner, 4) if inner > 1 else (4,), paddable)
@@ -379,7 +391,7 @@ def block_registers(plan: Plan, target: Target, blocking: Blocking | None, shape
         upcast_reused(plan, loops, (4, 4))
     elif shape in ("interleaved reduce", "interleaved outputs"):
         # vectors along the loop where an input moves by two, as many rows as share them
-        along = rolled_reduce_loop(reduces[0]) if shape == "interleaved reduce" else loops[-1]
+        along = rolled_reduce_loop(plan.sink, reduces[0]) if shape == "interleaved reduce" else loops[-1]
         interleaved = frozenset(
             node.src[0].arg[0]
             for node in kernel_nodes(plan.sink)
@@ -467,9 +479,9 @@ def reduce_in_lanes(plan: Plan, target: Target) -> bool:
     each load (ResNet's 7x7 stem's weight gradient: 3.7 ms vectorized by LLVM, 0.87 in lanes by 4 channels by 7
     taps). Whether it applied."""
     reduces = reduce_nodes(plan.sink)
-    loop, width = rolled_reduce_loop(reduces[0]), target.vector_width
+    loop, width = rolled_reduce_loop(plan.sink, reduces[0]), target.vector_width
     size = loop.src[0].arg
-    others = [other for other in reduces[0].src[1:] if other is not loop and other.src[0].arg > UNROLL_LIMIT]
+    others = [other for other in reduces[0].src[1:] if other is not loop and not unrolled_whole(plan.sink, other)]
     if any(r.arg is not Ops.ADD or r.dtype != dtypes.float32 for r in reduces) or width < 2 or not others:
         return False
     if size % width or size > LANE_VECTORS * width:
@@ -511,31 +523,34 @@ def short_reused_loop(sink: UOp, loops: list[UOp], target: Target) -> UOp | None
 def tap_loops(sink: UOp) -> set[UOp]:
     """The loops some load is gated on alone: a short window's taps, stacked (see tensor_conv), each read under a
     gate that picks its tap. Unrolled, such a loop folds those gates away; rolled, every tap's value is a sum of
-    gated loads of all the taps."""
-    loops: set[UOp] = set()
+    gated loads of all the taps. (Kept on the kernel node: the heuristic asks for them again and again.)"""
+    if (loops := sink.__dict__.get("tap_loops")) is not None:
+        return loops
+    loops = set()
     for node in kernel_nodes(sink):
         if node.op is Ops.LOAD and len(node.src) == 3:
             for clause in gate_clauses(node.src[2]):
                 ranges = [n for n in clause.toposort if n.op is Ops.RANGE]
                 if len(ranges) == 1:
                     loops.add(ranges[0])
+    sink.__dict__["tap_loops"] = loops
     return loops
 
 
 def unroll_small_reduces(plan: Plan, target: Target) -> None:
-    """Unroll every reduce loop of at most UNROLL_LIMIT iterations whole, unless a loop of the reduce stays and the
-    register block fills half the vector registers already: copies of so large a body only crowd the registers
-    (a 7x7 convolution's 16 by 16 outputs, 3 input channels). A loop that selects a window's taps is unrolled
-    even so: a 3x3 convolution with stride 2 of 64 channels, 16 by 16 outputs, took 24 ms rolled, 4.3 unrolled."""
+    """Unroll every reduce loop short enough (`unrolled_whole`), unless a loop of the reduce stays and the register
+    block fills half the vector registers already: copies of so large a body only crowd the registers (a 7x7
+    convolution's 16 by 16 outputs, 3 input channels). A loop that selects a window's taps is unrolled even so: a
+    3x3 convolution with stride 2 of 64 channels, 16 by 16 outputs, took 24 ms rolled, 4.3 unrolled."""
     block = prod(opt.amount for opt in plan.opts if opt.op is OptOp.UPCAST)
     full = block >= target.vector_width * target.vector_registers // 2
-    taps = tap_loops(plan.sink) if full else set()
+    taps = tap_loops(plan.sink)
     small = {
         loop
         for node in reduce_nodes(plan.sink)
         for loop in node.src[1:]
-        if loop.src[0].arg <= UNROLL_LIMIT
-        and (loop in taps or not (full and any(other.src[0].arg > UNROLL_LIMIT for other in node.src[1:])))
+        if unrolled_whole(plan.sink, loop)
+        and (loop in taps or not full or all(unrolled_whole(plan.sink, other) for other in node.src[1:]))
     }
     for loop in sorted(small, key=lambda loop: loop.arg[0]):
         plan.apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
@@ -576,7 +591,7 @@ def largest_divisor(size: int, limit: int, powers_of_two: bool = False) -> int:
 
 
 TC_TILES = (8, 4, 2, 1)  # the tensor-core tiles along each side of a block the heuristic tries, largest first
-TC_BLOCKS = 128
+BUSY_BLOCKS = 128  # the blocks a GPU needs to keep all of its multiprocessors busy (an H100 has 132)
 
 
 def thread_opts(
@@ -588,6 +603,8 @@ def thread_opts(
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
+    upcast_selecting_loops(plan, BUSY_BLOCKS)
+    unroll_taps(plan)
     if (
         tensor_cores
         and target.tensor_cores
@@ -620,10 +637,18 @@ def thread_opts(
     return tuple(plan.opts)
 
 
+def unroll_taps(plan: Plan) -> None:
+    """Unroll a window's tap loops that a reduce runs (see `tap_loops`) whole, in each thread: the gate that picks
+    a tap's slice then folds away, where a rolled loop reads every tap's slice for each tap."""
+    for loop in sorted(tap_loops(plan.sink), key=lambda loop: -loop.arg[0]):  # (the last first: axes stay numbered)
+        if loop.arg[1] is LoopKind.REDUCE and loop.src[0].arg <= TAP_LIMIT:
+            plan.try_apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
+
+
 def tensor_core_product(plan: Plan, tiles_tried: tuple[int, ...] = TC_TILES) -> bool:
     """A matrix product on the target's tensor cores (TC), where its sizes divide the tensor core's tiles and its
     inputs' type has one (half and bfloat16; float32 only where TF32 is allowed); True if it did. A block takes
-    the most tensor-core tiles of `tiles_tried` that still leave TC_BLOCKS blocks (or the last): larger blocks read
+    the most tensor-core tiles of `tiles_tried` that still leave BUSY_BLOCKS blocks (or the last): larger blocks read
     each input fewer times, but a GPU needs blocks enough for all of its multiprocessors."""
     reduces = reduce_nodes(plan.sink)
     if len(reduces) != 1 or len(reduces[0].src) != 2:
@@ -636,7 +661,7 @@ def tensor_core_product(plan: Plan, tiles_tried: tuple[int, ...] = TC_TILES) -> 
         except KernelOptError:
             continue
         blocks = prod(loop.src[0].arg for loop in loops_of_kind(sink, LoopKind.GLOBAL))
-        if tiles == tiles_tried[-1] or blocks >= TC_BLOCKS:
+        if tiles == tiles_tried[-1] or blocks >= BUSY_BLOCKS:
             plan.apply(opt)  # (a lookup: applying an action to the same kernel again is cached)
             return True
     return False
@@ -749,7 +774,7 @@ def pack_shared_input(plan: Plan, target: Target, shape: str | None) -> None:
     `matrix_shape` before its register block."""
     if not target.pack_bytes or shape not in ROW_BLOCKED:
         return
-    along, loads = rolled_reduce_loop(reduce_nodes(plan.sink)[0]), memory_indices(plan.sink, Ops.LOAD)
+    along, loads = rolled_reduce_loop(plan.sink, reduce_nodes(plan.sink)[0]), memory_indices(plan.sink, Ops.LOAD)
     for loop in reversed(output_loops(plan.sink)[:-1]):
         reused = [index for index in loads if stride(index, loop) == 0]
         # (in a copy the reused loads sit side by side: one step of the reduce moves past all of them)
