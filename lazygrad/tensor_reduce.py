@@ -38,8 +38,9 @@ def _refuse_torch_max(keywords: dict, op_name: str) -> None:
 
 def product_node(a: UOp, b: UOp) -> UOp:
     """The graph `dot` builds for two float matrices (or batches of them) of one dtype, built on the nodes (half and
-    bfloat16 inputs multiplied and summed in float32, rounded once): the same nodes as the steps through tensors (a matrix
-    product is the most common heavy op, and those steps took 37 us of Python a product, against 3 for an add)."""
+    bfloat16 inputs multiplied and summed in float32, rounded once): the same nodes as the steps through tensors (a
+    matrix product is the most common heavy op, and those steps took 37 us of Python a product, against 3 for an
+    add)."""
     dtype, a_shape, b_shape = a.dtype, a.shape, b.shape
     x = UOp(Ops.RESHAPE, dtype, (a,), (*a_shape[:-1], 1, a_shape[-1]))
     w = UOp(Ops.RESHAPE, dtype, (b,), (*b_shape[:-2], 1, *b_shape[-2:]))

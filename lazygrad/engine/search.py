@@ -3,10 +3,11 @@
 With `BEAM=N`, every new kernel with choices to make (a matrix product, a reduce with reused inputs; on a device
 with threads, every kernel with outputs to spread) has up to N candidate action lists — the default list with each
 register block, or block size, the heuristic offers — compiled and run on scratch buffers of its sizes, and timed
-by the device's own events where it has them (a GPU's: CUDA events, OpenCL profiling); the fastest is used. The choice is kept in the disk cache by the kernel's content hash, the device and the CPU or
-GPU model it was timed on (`beam_key`), with the number of candidates timed, so a later process on that machine skips
-the search, unless it asks for a wider one (a larger BEAM); a kept list that is not one of the kernel's candidates is
-ignored, and the search runs again.
+by the device's own events where it has them (a GPU's: CUDA events, OpenCL profiling); the fastest is used. The
+choice is kept in the disk cache by the kernel's content hash, the device and the CPU or GPU model it was timed on
+(`beam_key`), with the number of candidates timed, so a later process on that machine skips the search, unless it
+asks for a wider one (a larger BEAM); a kept list that is not one of the kernel's candidates is ignored, and the
+search runs again.
 """
 
 from __future__ import annotations

@@ -202,7 +202,8 @@ class CLDevice(Compiled):
         ]
         kind = ", ".join(kinds) or "other"
         note = " (runs on the CPU: no GPU is in use)" if kinds == ["cpu"] else ""
-        return f"{self.device.name.strip()}, an OpenCL {kind} device{note}, {self.device.platform.name.strip()}, driver {self.device.driver_version}"
+        platform, driver = self.device.platform.name.strip(), self.device.driver_version
+        return f"{self.device.name.strip()}, an OpenCL {kind} device{note}, {platform}, driver {driver}"
 
     def build_binary(self, binary: bytes) -> Any:
         built = self.compiler.take_built(binary)
