@@ -520,20 +520,20 @@ def short_reused_loop(sink: UOp, loops: list[UOp], target: Target) -> UOp | None
     return None
 
 
-def tap_loops(sink: UOp) -> set[UOp]:
+def tap_loops(sink: UOp) -> frozenset[UOp]:
     """The loops some load is gated on alone: a short window's taps, stacked (see tensor_conv), each read under a
     gate that picks its tap. Unrolled, such a loop folds those gates away; rolled, every tap's value is a sum of
     gated loads of all the taps. (Kept on the kernel node: the heuristic asks for them again and again.)"""
     if (loops := sink.__dict__.get("tap_loops")) is not None:
         return loops
-    loops = set()
+    found = set()
     for node in kernel_nodes(sink):
         if node.op is Ops.LOAD and len(node.src) == 3:
             for clause in gate_clauses(node.src[2]):
                 ranges = [n for n in clause.toposort if n.op is Ops.RANGE]
                 if len(ranges) == 1:
-                    loops.add(ranges[0])
-    sink.__dict__["tap_loops"] = loops
+                    found.add(ranges[0])
+    loops = sink.__dict__["tap_loops"] = frozenset(found)  # (frozen: every caller shares it)
     return loops
 
 
@@ -641,7 +641,7 @@ def unroll_taps(plan: Plan) -> None:
     """Unroll a window's tap loops that a reduce runs (see `tap_loops`) whole, in each thread: the gate that picks
     a tap's slice then folds away, where a rolled loop reads every tap's slice for each tap."""
     for loop in sorted(tap_loops(plan.sink), key=lambda loop: -loop.arg[0]):  # (the last first: axes stay numbered)
-        if loop.arg[1] is LoopKind.REDUCE and loop.src[0].arg <= TAP_LIMIT:
+        if loop.arg[1] is LoopKind.REDUCE and unrolled_whole(plan.sink, loop):
             plan.try_apply(Opt(OptOp.UNROLL, loop.arg[0], loop.src[0].arg))
 
 
