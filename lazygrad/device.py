@@ -202,10 +202,6 @@ class Allocator(ABC):
         """The memory itself as host bytes, where it is this process's memory; None for memory on a device."""
         return None
 
-    def staging_memory(self, nbytes: int) -> np.ndarray:
-        """Host bytes for copies in and out of this device to pass through (page-locked where that is faster)."""
-        return np.empty(nbytes, dtype=np.uint8)
-
     def gpu_address(self, handle: Any) -> int | None:
         """The address of GPU memory, for libraries that read it themselves (a CUDA-aware MPI); None elsewhere."""
         return None

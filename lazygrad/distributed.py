@@ -257,11 +257,11 @@ _staging: dict[str, np.ndarray] = {}
 
 
 def _staging_bytes(device: str, nbytes: int) -> np.ndarray:
-    """Host bytes to stage a device's buffers in: one array per device (page-locked on a GPU, which is slow to
-    allocate), grown to the largest collective so far."""
+    """Host bytes to stage a device's buffers in: one array per device, grown to the largest collective so far (a
+    GPU's allocator copies through its own page-locked buffers)."""
     memory = _staging.get(device)
     if memory is None or memory.nbytes < nbytes:
-        memory = _staging[device] = Device[device].allocator.staging_memory(nbytes)
+        memory = _staging[device] = np.empty(nbytes, dtype=np.uint8)
     return memory[:nbytes]
 
 

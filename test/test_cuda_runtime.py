@@ -460,6 +460,13 @@ def test_the_allocator_reuses_freed_blocks_by_size_class(fake):
     assert allocator.stats()["cached_bytes"] == 0
 
 
+def test_a_cuda_aware_mpi_gets_the_buffers_gpu_address(fake):
+    """distributed.py hands GPU memory to a CUDA-aware MPI by its address; host staging is for other MPIs only."""
+    x = Tensor(numbers(10, seed=3), device="CUDA").realize()
+    handle = buffer_of(x.uop.base).handle
+    assert Device["CUDA"].allocator.gpu_address(handle) == handle and handle in fake.memory
+
+
 def test_dead_buffers_go_to_the_allocator_cache(fake):
     allocator = Device["CUDA"].allocator
     x = Tensor(numbers(300, seed=7), device="CUDA").realize()

@@ -60,12 +60,6 @@ def argument_array(count: int) -> tuple[ctypes.Array, ctypes.Array]:
     values = (ctypes.c_uint64 * count)()
     return values, (ctypes.c_void_p * count)(*(ctypes.addressof(values) + 8 * i for i in range(count)))
 
-    def staging_memory(self, nbytes: int) -> np.ndarray:
-        return self.driver.pagelocked_empty(nbytes, np.uint8)
-
-    def gpu_address(self, handle: Any) -> int:
-        return int(handle)
-
 
 class CUDAProgram:
     """A kernel loaded into the device's context and launched on its stream; `release()` unloads it."""
@@ -359,6 +353,9 @@ class CUDAAllocator(Allocator):
             "driver_allocations": self.driver_allocations,
             "reuses": self.reuses,
         }
+
+    def gpu_address(self, handle: int) -> int:
+        return handle
 
     def copyin(self, handle: int, array: np.ndarray) -> None:
         self.staging.copyin(handle, array)
