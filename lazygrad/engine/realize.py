@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from lazygrad.codegen.heuristic import heuristic_opts
+from lazygrad.codegen.index_width import narrow_indices
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.narrow_dtypes import lower_narrow_dtypes
@@ -342,6 +343,8 @@ def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...
     """Map a kernel graph (of the kernel `ast`, optimized by the actions `opts`) onto the device's threads, then
     linearize and render it."""
     kernel_graph = map_threads(kernel_graph, device.renderer.target)
+    if device.renderer.target.max_threads:  # (a GPU: see index_width)
+        kernel_graph = narrow_indices(kernel_graph)
     kernel_graph = lower_narrow_dtypes(kernel_graph)  # no renderer computes in bfloat16 or int8..int16
     if device.renderer.rewrites is not None:
         kernel_graph = graph_rewrite(kernel_graph, device.renderer.rewrites)

@@ -498,6 +498,12 @@ def _bounds_of(node: UOp) -> tuple[Any, Any]:
         low, high = (a_max < b_min or b_max < a_min), not (a_min == a_max == b_min == b_max)
     elif node.op is Ops.AND and node.dtype == dtypes.bool:
         low, high = a_min and b_min, a_max and b_max
+    elif node.op is Ops.AND and a_min >= 0 and b_min >= 0:  # (a group reduction's lanes and partners)
+        low, high = 0, min(a_max, b_max)
+    elif node.op in (Ops.OR, Ops.XOR) and a_min >= 0 and b_min >= 0:  # (bits up to the higher one's top bit)
+        low, high = (max(a_min, b_min) if node.op is Ops.OR else 0), (1 << max(a_max, b_max).bit_length()) - 1
+    elif node.op is Ops.NEG and node.dtype != dtypes.bool:
+        low, high = -a_max, -a_min
     elif node.op is Ops.WHERE:
         (c_min, c_max) = node.src[2].bounds
         if a_min == a_max:

@@ -337,7 +337,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             # run before the loops around its twin, reads them anew)
             self.vector_reads = self.reads_before_loops.pop()
         elif op is Ops.SPECIAL:
-            index = self.register_types[dtypes.index]
+            index = self.register_types[node.dtype]
             self.declare(node, f"{node.arg[0][0]}idx{position}", f"({index}){self.special_indices[node.arg[0]]}")
         elif op is Ops.DEFINE_LOCAL:
             self.render_shared(node)
@@ -446,7 +446,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
     def render_range(self, position: int, node: UOp) -> None:
         self.reads_before_loops.append(dict(self.vector_reads))
         end = self.value(node.src[0])
-        index = self.register_types[dtypes.index]
+        index = self.register_types[node.dtype]
         if position in self.reductions:
             self.emit(f"#pragma omp simd {self.reductions[position]}")
         if node is self.split_loop:
@@ -645,7 +645,7 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         # and vectorizes groups of those as masked loads, giving each later vector of a group the first vector's
         # mask (lanes zeroed or read past the buffer). Unconditional reads from valid addresses cannot go wrong so.
         valid = self.value(node.src[2])
-        safe_index = f"{index} & -({self.register_types[dtypes.index]}){valid}"
+        safe_index = f"{index} & -({self.register_types[node.src[1].dtype]}){valid}"
         self.declare(node, f"{name}_raw", self.read_memory(buffer, safe_index, node.dtype))
         self.declare(node, name, f"{valid} ? {name}_raw : {self.render_const(0, node.dtype)}")
 

@@ -276,10 +276,11 @@ class OpenCLRenderer(CStyleRenderer):
         self.reads_before_loops.append(dict(self.vector_reads))
         prefix = "gidx" if node.arg[1] in OUTPUT_KINDS else "ridx"
         end, first, width = self.value(node.src[0]), f"{prefix}{position}_first", self.vector_width
-        self.emit(f"for (long {first} = 0; {first} < {end}; {first} += {width}) {{")
+        index = self.register_types[node.dtype]
+        self.emit(f"for ({index} {first} = 0; {first} < {end}; {first} += {width}) {{")
         self.depth += 1
-        offsets = ", ".join(f"{lane}l" for lane in range(width))
-        self.declare_vector(node, f"{prefix}{position}", f"{first} + (long{width})({offsets})")
+        offsets = ", ".join(str(lane) for lane in range(width))
+        self.declare_vector(node, f"{prefix}{position}", f"{first} + ({index}{width})({offsets})")
 
     # ---- vector memory ------------------------------------------------------------------------------------------
 
@@ -313,8 +314,9 @@ class OpenCLRenderer(CStyleRenderer):
         # a gather; a gated one reads element 0 in invalid lanes, then selects zero there
         index_text = self.lanes(index)
         if valid is not None:
-            safe_index = f"{self.condition(valid, dtypes.index)} ? {index_text} : (long{self.vector_width})(0)"
-            self.emit(f"long{self.vector_width} {name}_index = {safe_index};")
+            index_type = self.vector_type(index.dtype)
+            safe_index = f"{self.condition(valid, index.dtype)} ? {index_text} : ({index_type})(0)"
+            self.emit(f"{index_type} {name}_index = {safe_index};")
             index_text = f"{name}_index"
         self.declare_vector(
             node, f"{name}_raw" if valid is not None else name, self.read_lanes(buffer, index_text, node.dtype)
