@@ -557,6 +557,11 @@ def test_the_scheduler_splits_every_long_reduce_into_fewer_values_than_cores():
 
     assert Target(cores=132).reduce_parts(16, 1 << 20) == 256 and Target(cores=2).reduce_parts(16, 1 << 20) == 1
     assert Target(cores=132).reduce_parts(1, 1000) == 1  # a short reduce is not worth a kernel more
+    # a GPU's reduce into one value: enough blocks to fill each multiprocessor 8 times (an H200's 132: 1024 blocks,
+    # a sum of 16M values 16384 each), none shorter than 1024 values; a reduce into 16 values: 256 parts, as on a CPU
+    gpu = Target(cores=132, max_threads=1024)
+    parts = [gpu.reduce_parts(1, 1 << 24), gpu.reduce_parts(1, 1 << 18), gpu.reduce_parts(16, 1 << 20)]
+    assert parts == [1024, 256, 256]
 
 
 def test_a_long_float_sum_into_many_values_is_split_for_accuracy():
