@@ -141,7 +141,8 @@ class OpenCLRenderer(CStyleRenderer):
     def convert(self, value: str, to_type: str, wide: bool, through: str | None = None) -> str:
         """`convert_<to_type><width>(value)` (by way of `through`'s vector type if given), or lane by lane with C
         casts where `wide` (a vector with 64-bit lanes) makes a vector wider than the device's: PoCL's built-ins on
-        those broke (see lanes_for). Index math is 64-bit, so its selects and compares meet this in any loop of 8."""
+        those broke (see lanes_for). Index math that may not fit in 32 bits is 64-bit (codegen/index_width.py), so
+        its selects and compares meet this in any loop of 8."""
         width = self.vector_width
         if wide and width * 64 > self.widest_vector * 32:
             cast = f"({to_type})" + (f"({through})" if through else "")
@@ -161,7 +162,7 @@ class OpenCLRenderer(CStyleRenderer):
         candidate = outputs[-1] if outputs else (loops[0] if loops else None)
         if candidate is None or any(node.op is Ops.BARRIER for node in program):
             return
-        # (the values' widths: what the kernel loads, accumulates and casts to; 64-bit index math needs no built-ins)
+        # (the values' widths: what the kernel loads, accumulates and casts to; index math needs no built-ins)
         values = [node.dtype.bits for node in program if node.op in (Ops.LOAD, Ops.DEFINE_ACC, Ops.CAST)]
         self.vector_width = self.lanes_for(candidate.src[0].arg, max(values, default=32))
         if self.vector_width == 1:
