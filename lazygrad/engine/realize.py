@@ -343,7 +343,7 @@ def render_kernel(device: Any, ast: UOp, kernel_graph: UOp, opts: tuple[Opt, ...
     """Map a kernel graph (of the kernel `ast`, optimized by the actions `opts`) onto the device's threads, then
     linearize and render it."""
     kernel_graph = map_threads(kernel_graph, device.renderer.target)
-    if device.renderer.target.max_threads:  # (a GPU: see index_width)
+    if device.renderer.target.max_threads:  # (a device with threads, as GPUs are: see index_width)
         kernel_graph = narrow_indices(kernel_graph)
     kernel_graph = lower_narrow_dtypes(kernel_graph)  # no renderer computes in bfloat16 or int8..int16
     if device.renderer.rewrites is not None:
