@@ -164,15 +164,15 @@ def run_linear_program(device_name: str, program: list[UOp], output: Buffer, *in
 @pytest.mark.skipif(not hasattr(Ops, "BITCAST") or not hasattr(dtypes, "float64"), reason="no BITCAST/float64 here")
 @pytest.mark.parametrize("size", [16, 5])
 def test_doubles_and_bitcasts_inside_kernels(device, size):
-    """Kernels may compute in float64 and reinterpret bits, though tensors have neither (5: scalar code, 16: vector
-    lanes on OpenCL)."""
+    """Kernels may compute in float64 and reinterpret bits, though tensors have neither (a loop VECTORIZE made: 5 is
+    scalar code everywhere, 16 vector lanes on OpenCL, a plain loop on the other devices)."""
     values = numbers(size, seed=17, low=0.5, high=4.0)
     output, source = Buffer(device, size, dtypes.int32), Buffer(device, size, dtypes.float32).copyin(values)
     parameters = [
         UOp(Ops.DEFINE_GLOBAL, dtypes.int32, (), (0, size)),
         UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, size)),
     ]
-    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, LoopKind.GLOBAL))
+    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (0, LoopKind.VECTOR))
     loaded = UOp(Ops.LOAD, dtypes.float32, (parameters[1], loop))
     wide = UOp(Ops.CAST, dtypes.float64, (loaded,))
     root = UOp(Ops.SQRT, dtypes.float64, (UOp(Ops.MUL, dtypes.float64, (wide, UOp.const(dtypes.float64, 2.0))),))
@@ -482,6 +482,28 @@ def test_opencl_vectorizes_a_loop_the_heuristic_cuts_to_vector_width():
     assert "float16 acc0" in render_optimized(wide, Tensor(numbers(16, 32)).sum(axis=0))[0]
     assert "float4" not in render_optimized(OpenCLRenderer(GPU_TARGET), Tensor(numbers(4, 32)) * 2)[0]
     assert "float8" not in render_optimized(OpenCLRenderer(), Tensor(numbers(3, 5)) * 2)[0]  # 15: no multiple of 4
+
+
+def test_opencl_computes_in_vectors_only_the_loop_an_action_vectorized():
+    """Which loop is computed in vector lanes is the VECTORIZE action's choice, not the renderer's: the same kernel
+    with that action left out is scalar code, and a reduce loop VECTORIZE took is computed in vector accumulators."""
+    renderer = OpenCLRenderer()
+    kernel = prepare(lower_kernel(next(iter((Tensor(numbers(4, 32)) * 2).schedule())).ast))
+    opts = heuristic_opts(kernel, renderer.target)
+    assert opts[2:4] == (Opt(OptOp.LOOP, 1), Opt(OptOp.VECTORIZE, 1))
+
+    def source(opts: tuple[Opt, ...]) -> str:
+        program = linearize(map_threads(apply_opts(kernel, opts, renderer.target), renderer.target))
+        return renderer.render("probe", program)
+
+    assert "vstore8(" in source(opts)
+    scalar = source(opts[:3] + opts[4:])
+    assert "float8" not in scalar and "for (" in scalar  # a loop of 8 in each work-item
+    rows = prepare(lower_kernel(next(iter(Tensor(numbers(6, 16)).sum(axis=1).schedule())).ast))
+    program = linearize(map_threads(apply_opts(rows, (Opt(OptOp.VECTORIZE, 1),), renderer.target), renderer.target))
+    assert "float8 acc0" in renderer.render("probe", program)
+    program = linearize(map_threads(rows, renderer.target))
+    assert "float8" not in renderer.render("probe", program)
 
 
 def test_full_reductions_render_group_and_vector_reductions():

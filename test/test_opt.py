@@ -123,7 +123,7 @@ def test_partial_unroll_of_a_max_reduce():
         (Opt(R, 0, 2), "output loop: UPCAST it instead"),
         (Opt(U, 1, 5), "must be at least 2 and divide the loop's 16 iterations"),
         (Opt(U, 1, 1), "must be at least 2"),
-        (Opt(V, 1), "is a global loop, not a reduce loop"),
+        (Opt(V, 1), "an output loop is computed in vector types only on a device with threads"),
         (Opt(M, 2), "no loop inside it of its kind"),
         (Opt(S, 2, 12), "must be less than the loop's 12 iterations"),
         (Opt(S, 0, 3), "must be at least 2 and divide the loop's 8 iterations"),
@@ -641,6 +641,44 @@ def test_the_fastest_threads_read_a_tile_across_memory_banks():
     staged = apply_opts(kernel_of(x @ w.T), opts, CUDARenderer.target)
     assert sorted(node.arg[1] for node in staged.toposort if node.op is Ops.DEFINE_LOCAL) == [8 * 16, 8 * 17]
     np.testing.assert_allclose(run_with(x @ w.T, opts), x_data @ w_data.T, rtol=1e-4, atol=1e-4)
+
+
+def test_vectorize_takes_one_loop_of_a_kernel_on_a_device_with_vector_types():
+    """On a device with threads whose renderer computes in vector types (OpenCL on a CPU), VECTORIZE makes an output
+    loop a VECTOR loop inside each thread, or a reduce loop a VECTOR_REDUCE one: one per kernel, which no later
+    action takes, and whose threads share no memory. Elsewhere only a reduce loop may be vectorized."""
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    opencl_cpu = Target(vector_width=8, max_threads=256, block_threads=64, shared_memory=1 << 15)
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 16)
+    kernel = kernel_of(a @ b)
+    kinds = lambda sink: {axis: loop.arg[1] for axis, loop in loops_by_axis(sink).items()}  # noqa: E731
+    assert kinds(apply_opts(kernel, (Opt(V, 1),), opencl_cpu))[1] is LoopKind.VECTOR
+    assert kinds(apply_opts(kernel, (Opt(P, 1), Opt(V, 1)), opencl_cpu))[1] is LoopKind.VECTOR
+    assert kinds(apply_opts(kernel, (Opt(V, 2),), opencl_cpu))[2] is LoopKind.VECTOR_REDUCE
+    refused = [
+        ((Opt(V, 1), Opt(V, 2)), "the kernel's second vector loop"),
+        ((Opt(V, 1), Opt(U, 1, 4)), "computed in vector lanes"),
+        ((Opt(V, 1), Opt(S, 1, 4)), "computed in vector lanes"),
+        ((Opt(V, 1), Opt(L, 0, 8)), None),  # (threads that share no memory: fine)
+        ((Opt(V, 1), Opt(G, 2, 4)), "threads that share memory do not"),
+        ((Opt(G, 2, 4), Opt(V, 1)), "share memory already"),
+    ]
+    for opts, message in refused:
+        if message is None:
+            apply_opts(kernel, opts, opencl_cpu)
+            continue
+        with pytest.raises(KernelOptError, match=message):
+            apply_opts(kernel, opts, opencl_cpu)
+    with pytest.raises(KernelOptError, match="only on a device with threads whose renderer has them"):
+        apply_opts(kernel, (Opt(V, 1),), CUDARenderer.target)  # (vector width 1: scalars)
+    # the heuristic vectorizes the loop it cuts as wide as the vectors, or a row's reduce where nothing is cut
+    assert Opt(V, 2) in heuristic_opts(kernel_of(a @ b), opencl_cpu)
+    rows, _ = realized(6, 16)  # (6 rows: no vector of 4 or more divides them)
+    assert Opt(V, 1) in heuristic_opts(kernel_of(rows.sum(axis=1)), opencl_cpu)
+    assert not any(opt.op is V for opt in heuristic_opts(kernel_of(a @ b), CUDARenderer.target))
 
 
 def test_the_thread_heuristic_tiles_matrix_products_on_gpus():

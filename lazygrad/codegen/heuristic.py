@@ -22,11 +22,12 @@ Target, in the order they apply:
 
 A device with threads gets its own list (`thread_opts`): the same splits and merges, then, on a device with tensor
 cores, a matrix product whose inputs' type and sizes fit one on them (`tensor_core_product`); else output loops that a
-reduce does not depend on kept as loops inside a thread, the innermost output loop cut into vector lanes where the
-device computes in vectors, and then either a reduce shared by the threads of a block (a full reduction, or few
-long rows: a block per row), or on a GPU (no vectors) a matrix product in tiles (a block of outputs per block of
-threads, a register tile per thread, the inputs staged in shared memory: `tile_product`), or else the innermost
-output loops spread over the threads of a block.
+reduce does not depend on kept as loops inside a thread, where the device computes in vector types the innermost
+output loop cut as wide as its vectors and one loop inside the thread computed in them (`vector_loop`), and then
+either a reduce shared by the threads of a block (a full reduction, or few long rows: a block per row), or on a GPU
+(no vectors) a matrix product in tiles (a block of outputs per block of threads, a register tile per thread, the
+inputs staged in shared memory: `tile_product`), or else the innermost output loops spread over the threads of a
+block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
 CPU (with and without the copy of the weights), each block size on a device with threads (a matrix product's tiles
@@ -615,11 +616,13 @@ def thread_opts(
     outputs = loops_of_kind(plan.sink, LoopKind.GLOBAL)
     if target.vector_width > 1 and outputs:  # vector lanes along the innermost output loop, inside each thread
         inner = outputs[-1]
-        lanes = largest_divisor(inner.src[0].arg, target.vector_width, powers_of_two=True)
-        if lanes >= 4:  # narrower vectors do not pay for their gathers
+        lanes = vector_lanes(inner, target)
+        if lanes:
             if lanes < inner.src[0].arg:
                 plan.apply(Opt(OptOp.SPLIT, inner.arg[0], lanes))
             plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
+    if target.vector_width > 1:
+        vector_loop(plan)
     if target.vector_width == 1 and (share_rows(plan, block) or group_reduce(plan, block)):
         return tuple(plan.opts)
     if target.vector_width == 1 and tiles and tile_product(plan, block):
@@ -635,6 +638,31 @@ def thread_opts(
         if amount < loop.src[0].arg:
             break
     return tuple(plan.opts)
+
+
+def vector_lanes(loop: UOp, target: Target) -> int:
+    """The widest vector of lanes (a power of two up to the target's vector width) that divides `loop`, or 0 where
+    that is narrower than 4: narrower vectors do not pay for their gathers."""
+    lanes = largest_divisor(loop.src[0].arg, target.vector_width, powers_of_two=True)
+    return lanes if lanes >= 4 else 0
+
+
+def vector_loop(plan: Plan) -> None:
+    """On a device with threads that computes in vector types (OpenCL on a CPU), one loop inside each thread is
+    computed in vector lanes (VECTORIZE): the innermost output loop kept in the thread, where every store moves by one
+    along it; in a kernel without one, the outermost loop of its first reduce, where every load that moves along it
+    moves by one (its vector accumulators are combined after it)."""
+    kept = loops_of_kind(plan.sink, LoopKind.LOOP)
+    if kept:
+        loop, accesses = kept[-1], memory_indices(plan.sink, Ops.STORE)
+    else:
+        reduces = reduce_nodes(plan.sink)
+        if not reduces or len(reduces[0].src) < 2:
+            return
+        loop, used = reduces[0].src[1], loops_used(plan.sink)
+        accesses = [index for index in memory_indices(plan.sink, Ops.LOAD) if loop in used[index]]
+    if vector_lanes(loop, plan.target) and all(stride(index, loop) == 1 for index in accesses):
+        plan.apply(Opt(OptOp.VECTORIZE, loop.arg[0]))
 
 
 def unroll_taps(plan: Plan) -> None:

@@ -195,7 +195,7 @@ class Linearizer:
             self.linear[node] = node
         # the loops that stay loops on a device with threads open inside the ones it maps (a CPU's cores), so that
         # a reduce they do not depend on runs before them
-        outputs = sorted(output_loops(self.sink), key=lambda loop: loop.arg[1] is LoopKind.LOOP)
+        outputs = sorted(output_loops(self.sink), key=lambda loop: loop.arg[1] in (LoopKind.LOOP, LoopKind.VECTOR))
         for loop in outputs:
             for barrier, loops in self.packs.items():  # (the loops inside need the copies)
                 if barrier not in self.linear and self.used[barrier] - set(loops) <= self.open:

@@ -13,7 +13,12 @@ The actions:
   the copies share loads and registers); an amount equal to the loop's size removes the loop;
 - UNROLL(axis, amount): the same for a reduce loop: `amount` copies of the reduced value per iteration, combined
   in straight-line code;
-- VECTORIZE(axis): mark a reduce loop for the compiler's vectorizer (its inputs are contiguous or fixed along it);
+- VECTORIZE(axis): compute the loop several iterations at a time in vector lanes. A reduce loop is marked for the
+  compiler's vectorizer (its inputs are contiguous or fixed along it) on a CPU, or computed in vector types by a
+  renderer that has them (OpenCL), its vector accumulators combined lane by lane after it; on a device with threads
+  whose target computes in vectors, an output loop stays a loop inside each thread, computed in vector types (its
+  stores contiguous). The renderer takes as many lanes at a time as the device's vectors hold of the widest value
+  the loop computes; no further action takes the loop.
 - LANES(axis): each iteration of a reduce loop (which goes) gets an accumulator of its own, updated by the reduce's
   other loops; the accumulators are combined, in order, once those are done. A vector of partial sums then stays in
   a register across the other loops: a compiler that vectorizes a short innermost loop adds up its lanes at every
@@ -121,6 +126,7 @@ class OptOp(Kinds):
 
 
 THREAD_ACTIONS = frozenset({OptOp.LOCAL, OptOp.GROUP, OptOp.TILE})  # the actions for targets with threads
+VECTOR_KINDS = (LoopKind.VECTOR, LoopKind.VECTOR_REDUCE)  # the loops VECTORIZE makes
 TILE_COPIES = 16  # the most elements of one staged input a thread copies per iteration of a tile
 
 
@@ -890,6 +896,8 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
             raise KernelOptError(f"{opt}: the kernel's threads share memory already (TC comes last)")
         return tensor_core(sink, loop, target, allow_tf32, opt.amount or 1)
     size, kind = loop.src[0].arg, loop.arg[1]
+    if kind is LoopKind.VECTOR:
+        raise KernelOptError(f"{opt}: loop {opt.axis} is computed in vector lanes (VECTORIZE comes last for a loop)")
     if opt.op is not OptOp.GROUP and any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
         raise KernelOptError(
             f"{opt}: the kernel's threads share memory already, or it copies inputs onto the stack (GROUP, TILE and "
@@ -902,9 +910,7 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
             raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not an output loop")
         return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.LOOP)}, {})
     if opt.op is OptOp.VECTORIZE:
-        if kind is not LoopKind.REDUCE:
-            raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
-        return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
+        return vectorize(sink, loop, target)
     if opt.op is OptOp.LANES:
         if kind not in (LoopKind.REDUCE, LoopKind.VECTOR_REDUCE) or opt.amount:
             raise KernelOptError(f"{opt}: LANES takes a reduce loop and no amount (every iteration is a lane)")
@@ -954,11 +960,34 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
     return unroll(sink, loop, opt.amount)
 
 
+def vectorize(sink: UOp, loop: UOp, target: Target | None) -> UOp:
+    """VECTORIZE: a reduce loop becomes a VECTOR_REDUCE loop; on a device with threads that computes in vectors, an
+    output loop (GLOBAL or LOOP) becomes a VECTOR loop inside each thread. A kernel has at most one loop in vector
+    types there, and no threads that share memory (a GROUP or TILE computes in scalars)."""
+    kind, size = loop.arg[1], loop.src[0].arg
+    in_vector_types = target is not None and target.max_threads and target.vector_width > 1
+    if in_vector_types and any(node.arg[1] in VECTOR_KINDS for node in loops_by_axis(sink).values()):
+        raise KernelOptError(f"VECTORIZE({loop.arg[0]}): loop {loop.arg[0]} would be the kernel's second vector loop")
+    if kind is LoopKind.REDUCE:
+        return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
+    if kind not in (LoopKind.GLOBAL, LoopKind.LOOP):
+        raise KernelOptError(f"VECTORIZE({loop.arg[0]}): loop {loop.arg[0]} is a {kind.name.lower()} loop")
+    if not in_vector_types:
+        raise KernelOptError(
+            f"VECTORIZE({loop.arg[0]}): an output loop is computed in vector types only on a device with threads "
+            "whose renderer has them (a CPU's compiler vectorizes output loops by itself)"
+        )
+    return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR)}, {})
+
+
 def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> UOp:
     """LOCAL, GROUP and TILE, checked against the target's threads and shared memory."""
     kind = loop.arg[1]
     if target is None or not target.max_threads:
         raise KernelOptError(f"{opt}: the device has no threads")
+    vector_loops = target.vector_width > 1 and any(node.arg[1] in VECTOR_KINDS for node in loops_by_axis(sink).values())
+    if opt.op is not OptOp.LOCAL and vector_loops:
+        raise KernelOptError(f"{opt}: the kernel computes a loop in vector types, and threads that share memory do not")
     if opt.op is OptOp.TILE:
         if kind is not LoopKind.REDUCE:
             raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")

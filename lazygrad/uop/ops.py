@@ -95,16 +95,20 @@ class LoopKind(Kinds):
 
     GLOBAL = auto()  # an output loop
     REDUCE = auto()  # a loop a reduce runs over
-    VECTOR_REDUCE = auto()  # a reduce loop along which the inputs are contiguous, for the compiler to vectorize
+    # a reduce loop computed several iterations at a time in vector lanes: by the compiler's vectorizer on a CPU (the
+    # inputs are contiguous along it), in the vector types of a renderer that has them (OpenCL) on a device with threads
+    VECTOR_REDUCE = auto()
     LOCAL = auto()  # an output loop whose iterations are the threads of a block (on devices with threads)
     LOOP = auto()  # an output loop that stays a loop inside each thread (devices with threads map the others)
     PACK = (
         auto()
     )  # a loop that copies an input into a buffer on the stack (codegen's PACK), before the loops reading it
     SCATTER = auto()  # a loop opened around its stores only, inside the output loops (codegen's SCATTER, PIECES)
+    VECTOR = auto()  # a LOOP computed several iterations at a time in vector lanes (a renderer with vector types)
 
 
-OUTPUT_KINDS = frozenset({LoopKind.GLOBAL, LoopKind.LOCAL, LoopKind.LOOP})  # loops over the outputs, not a reduce
+# loops over the outputs, not a reduce
+OUTPUT_KINDS = frozenset({LoopKind.GLOBAL, LoopKind.LOCAL, LoopKind.LOOP, LoopKind.VECTOR})
 
 
 UNARY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.NEG}

@@ -210,7 +210,7 @@ class CStyleRenderer(Renderer):
         outer_loop = next((node for node in program if node.op is Ops.RANGE and node.arg[1] is LoopKind.GLOBAL), None)
         self.split_loop = outer_loop if self.split_outer_loop else None
         self.vector_loop, self.varying, self.strides = None, set(), {}
-        self.choose_vector_loop(program)
+        self.find_vector_loop(program)
         self.choose_accumulator_vectors(program)
         self.reductions = self.simd_reduction_clauses(program) if self.simd_reductions else {}
         # the op that combines two partial results of each accumulator: the update stored into it
@@ -612,13 +612,14 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
 
     # ---- vectors (only languages with vector types render them) -------------------------------------------------
 
-    def choose_vector_loop(self, program: list[UOp]) -> None:
-        """Set `vector_loop`, the loop whose iterations are computed together as vector lanes (None: scalar code),
-        and `varying`, the nodes whose value depends on it."""
+    def find_vector_loop(self, program: list[UOp]) -> None:
+        """Set `vector_loop`, the loop an action (VECTORIZE) made one whose iterations are computed together as vector
+        lanes, where this language spells it so (None: scalar code), and `varying`, the nodes whose value depends on
+        it."""
 
     def render_vector_node(self, position: int, node: UOp) -> None:
-        """Render a node computed in vector lanes; only reached when `choose_vector_loop` picked a loop."""
-        raise RuntimeError(f"{type(self).__name__} chose no vector loop, so it has no vector nodes to render")
+        """Render a node computed in vector lanes; only reached when `find_vector_loop` found a loop."""
+        raise RuntimeError(f"{type(self).__name__} found no vector loop, so it has no vector nodes to render")
 
     # ---- memory -------------------------------------------------------------------------------------------------
 

@@ -2,11 +2,12 @@
 
 On a CPU driver (PoCL), loops are computed several iterations at a time in vector types (float8 ...): PoCL
 vectorizes straight-line kernels across work-items by itself, but a loop inside a work-item stays scalar there, and
-its exp2/log2 are vectorized only when called on vectors. The vectorized loop is the innermost output loop left
-inside a work-item (the heuristic cuts one as wide as the vectors, see codegen/heuristic.py) or, in a kernel
-without one, its top-level reduce loop, whose vector accumulators are combined lane by lane after it. A GPU driver
-prefers a vector width of 1, which turns vectors off. Vector bools are signed integer vectors (-1 true, 0 false), as OpenCL's
-vector comparisons return them.
+its exp2/log2 are vectorized only when called on vectors. Which loop is vectorized is an action of the kernel's list
+(VECTORIZE, chosen by codegen/heuristic.py's `vector_loop`): an output loop kept inside each work-item (kind VECTOR),
+or a reduce loop outside every other (VECTOR_REDUCE), whose vector accumulators are combined lane by lane after it.
+This renderer only spells that loop in vectors, as wide as the device's vectors allow for its values. A GPU driver
+prefers a vector width of 1, which turns vectors off. Vector bools are signed integer vectors (-1 true, 0 false), as
+OpenCL's vector comparisons return them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
 from lazygrad.codegen.transcendental import exp_rules, sin_cos_rules
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
-from lazygrad.uop.ops import OUTPUT_KINDS, Ops, UOp
+from lazygrad.uop.ops import OUTPUT_KINDS, LoopKind, Ops, UOp
 
 
 def find_varying(program: list[UOp], loop: UOp) -> set[UOp]:
@@ -151,32 +152,23 @@ class OpenCLRenderer(CStyleRenderer):
             value = f"convert_{through}{width}({value})"
         return f"convert_{to_type}{width}({value})"
 
-    def choose_vector_loop(self, program: list[UOp]) -> None:
-        """The innermost output loop, else the top-level reduce loop, when its size allows. An output loop is
-        vectorized only when it makes every store contiguous (a kernel whose loop was upcast is left to scalar
-        code) and a reduce loop only when it makes every load it changes contiguous. Threads that share memory
-        (a group reduction) compute in scalars."""
+    def find_vector_loop(self, program: list[UOp]) -> None:
+        """The loop an action made a vector loop (VECTORIZE: an output loop, or a reduce loop outside every other),
+        computed as many iterations at a time as the device's vectors hold of the widest value the kernel loads,
+        accumulates or casts to, where that divides the loop (else in scalars)."""
         self.vector_width = 1
         loops = [node for node in program if node.op is Ops.RANGE]
-        outputs = [node for node in loops if node.arg[1] in OUTPUT_KINDS]
-        candidate = outputs[-1] if outputs else (loops[0] if loops else None)
-        if candidate is None or any(node.op is Ops.BARRIER for node in program):
+        candidate = next((node for node in loops if node.arg[1] is LoopKind.VECTOR), None)
+        if candidate is None and loops and loops[0].arg[1] is LoopKind.VECTOR_REDUCE:
+            candidate = loops[0]
+        if candidate is None:
             return
         # (the values' widths: what the kernel loads, accumulates and casts to; index math needs no built-ins)
         values = [node.dtype.bits for node in program if node.op in (Ops.LOAD, Ops.DEFINE_ACC, Ops.CAST)]
         self.vector_width = self.lanes_for(candidate.src[0].arg, max(values, default=32))
-        if self.vector_width == 1:
-            return
-        self.vector_loop = candidate
-        self.varying = find_varying(program, candidate)
-        stores = [node for node in program if node.op is Ops.STORE and node.src[0].op is Ops.DEFINE_GLOBAL]
-        loads = [node for node in program if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL]
-        if candidate.arg[1] in OUTPUT_KINDS:
-            contiguous = all(self.stride(node.src[1]) == 1 for node in stores)
-        else:
-            contiguous = all(self.stride(node.src[1]) in (0, 1) for node in loads)
-        if not contiguous:
-            self.vector_loop, self.varying, self.strides, self.vector_width = None, set(), {}, 1
+        if self.vector_width > 1:
+            self.vector_loop = candidate
+            self.varying = find_varying(program, candidate)
 
     def render_accumulator_read(self, name: str, node: UOp) -> None:
         """After a vectorized reduce loop, the lanes of its accumulator are combined into one value."""
