@@ -12,6 +12,7 @@ OpenCL's vector comparisons return them.
 
 from __future__ import annotations
 
+from lazygrad.codegen.opt import stride
 from lazygrad.codegen.renderer import Target
 from lazygrad.codegen.renderer.cstyle import ALU_TEMPLATES, CStyleRenderer
 from lazygrad.codegen.transcendental import exp_rules, sin_cos_rules
@@ -222,22 +223,12 @@ class OpenCLRenderer(CStyleRenderer):
         return self.names[node]
 
     def stride(self, node: UOp) -> int | None:
-        """How much an integer value grows from one lane to the next, or None when it is not affine in the loop."""
+        """How much an integer value grows from one lane to the next (codegen's `stride` along the vector loop), or
+        None when that is not a constant."""
         if node not in self.varying:
             return 0
         if node not in self.strides:
-            strides = [self.stride(source) for source in node.src]
-            if node is self.vector_loop:
-                stride = 1
-            elif node.op is Ops.ADD and None not in strides:
-                stride = strides[0] + strides[1]
-            elif node.op is Ops.MUL and node.src[1].op is Ops.CONST and strides[0] is not None:
-                stride = strides[0] * node.src[1].arg
-            elif node.op is Ops.MUL and node.src[0].op is Ops.CONST and strides[1] is not None:
-                stride = strides[1] * node.src[0].arg
-            else:
-                stride = None
-            self.strides[node] = stride
+            self.strides[node] = stride(node, self.vector_loop)
         return self.strides[node]
 
     def declare_vector(self, node: UOp, name: str, expression: str) -> None:
