@@ -679,6 +679,9 @@ def test_vectorize_takes_one_loop_of_a_kernel_on_a_device_with_vector_types():
     rows, _ = realized(6, 16)  # (6 rows: no vector of 4 or more divides them)
     assert Opt(V, 1) in heuristic_opts(kernel_of(rows.sum(axis=1)), opencl_cpu)
     assert not any(opt.op is V for opt in heuristic_opts(kernel_of(a @ b), CUDARenderer.target))
+    # BEAM times the list without vector types too
+    offered = candidate_opts(kernel_of(a @ b), opencl_cpu)
+    assert any(Opt(V, 2) in opts for opts in offered) and any(all(o.op is not V for o in opts) for opts in offered)
 
 
 def test_the_thread_heuristic_tiles_matrix_products_on_gpus():

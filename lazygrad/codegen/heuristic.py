@@ -31,7 +31,8 @@ block.
 
 BEAM search times the lists `candidate_opts` offers instead of taking the default one: each register block on a
 CPU (with and without the copy of the weights), each block size on a device with threads (a matrix product's tiles
-follow it), each number of tensor-core tiles per block, and a GPU's list without tensor cores, and without tiles.
+follow it), each number of tensor-core tiles per block, and a GPU's list without tensor cores, and without tiles (on
+OpenCL on a CPU, the list without vector types).
 """
 
 from __future__ import annotations
@@ -596,11 +597,17 @@ BUSY_BLOCKS = 128  # the blocks a GPU needs to keep all of its multiprocessors b
 
 
 def thread_opts(
-    sink: UOp, target: Target, block: int | None = None, tiles: bool = True, tensor_cores: bool | int = True
+    sink: UOp,
+    target: Target,
+    block: int | None = None,
+    tiles: bool = True,
+    tensor_cores: bool | int = True,
+    vectors: bool = True,
 ) -> tuple[Opt, ...]:
     """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's; a
     matrix product on tensor cores unless `tensor_cores` is False (a number: with that many tensor-core tiles along
-    each side of a block), else in tiles unless `tiles` is False)."""
+    each side of a block), else in tiles unless `tiles` is False; a loop in vector types where the device has them
+    unless `vectors` is False)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
@@ -621,7 +628,7 @@ def thread_opts(
             if lanes < inner.src[0].arg:
                 plan.apply(Opt(OptOp.SPLIT, inner.arg[0], lanes))
             plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
-    if target.vector_width > 1:
+    if target.vector_width > 1 and vectors:
         vector_loop(plan)
     if target.vector_width == 1 and (share_rows(plan, block) or group_reduce(plan, block)):
         return tuple(plan.opts)
@@ -981,7 +988,8 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
     """The action lists BEAM times for this prepared kernel: the default and one per register block on a CPU (where
     it offers blocks), one per block size
     (32 threads up to the device's most: a matrix product's tiles follow it) on a device with threads, one per
-    number of tensor-core tiles per block, and one without tiles; duplicates removed, the default list first."""
+    number of tensor-core tiles per block, one without tiles, and one without vector types; duplicates removed, the
+    default list first."""
     if target.max_threads:
         sizes = [1 << bits for bits in range(5, target.max_threads.bit_length())]
         offered = [thread_opts(sink, target)] + [thread_opts(sink, target, size) for size in sizes]
@@ -989,6 +997,8 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
         offered += [thread_opts(sink, target, tensor_cores=tiles) for tiles in TILES if target.tensor_cores]
         offered.append(thread_opts(sink, target, tensor_cores=False))
         offered.append(thread_opts(sink, target, tiles=False, tensor_cores=False))
+        if target.vector_width > 1:  # (gathers in vector types can cost more than the loop in scalars)
+            offered.append(thread_opts(sink, target, vectors=False))
     else:
         blocks = register_blocks(sink, target)
         # (the default list too where the blocks offered do not make it: a reduce run in lanes)
