@@ -9,7 +9,7 @@ import pytest
 
 from lazygrad.dtype import dtypes
 from lazygrad.runtime.ops_python import PythonProgram
-from lazygrad.uop.ops import Ops, UOp, toposort
+from lazygrad.uop.ops import LoopKind, Ops, UOp, toposort
 
 BLOCKS, THREADS = 3, 4
 
@@ -67,3 +67,26 @@ def test_a_store_over_what_another_thread_read_without_a_barrier_is_an_error():
     kernel = PythonProgram("shifted", base64.b64encode(pickle.dumps(program)), (BLOCKS, THREADS))
     with pytest.raises(RuntimeError, match="shifted: a thread writes shared memory that another thread .* read"):
         kernel(np.zeros(BLOCKS * THREADS, np.float32))
+
+
+def test_a_loop_opened_twice_runs_twice():
+    """A loop node may be opened again after it closed (two reduces over one loop, one run before an output loop
+    opens, one inside it), and the second body may repeat nodes of the first: each ENDRANGE jumps back to its own
+    RANGE."""
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
+    block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
+    thread = UOp(Ops.SPECIAL, dtypes.index, (), ("thread", THREADS))
+    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 3),), (0, LoopKind.REDUCE))
+    value = UOp(Ops.CAST, dtypes.float32, (loop,))
+    program = [out, block, thread]
+    totals = []
+    for number, scale in enumerate((1.0, 2.0)):
+        accumulator = UOp(Ops.DEFINE_ACC, dtypes.float32, (), (0.0, number))
+        update = UOp(Ops.LOAD, dtypes.float32, (accumulator, loop)) + value * scale
+        program += [accumulator, loop, value, value * scale]
+        program += [update.src[0], update, UOp(Ops.STORE, src=(accumulator, update)), UOp(Ops.ENDRANGE, src=(loop,))]
+        totals.append(UOp(Ops.LOAD, dtypes.float32, (accumulator,)))
+    program += [*totals, totals[0] + totals[1]]
+    program.append(UOp(Ops.STORE, src=(out, block * THREADS + thread, program[-1])))
+    program[-1:-1] = [block * THREADS, block * THREADS + thread]
+    np.testing.assert_array_equal(run(program), np.full(BLOCKS * THREADS, 9.0))

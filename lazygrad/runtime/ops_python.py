@@ -67,8 +67,17 @@ class PythonProgram:
         self.name, self.released = name, False  # (`launch`: blocks and threads per block, first)
         self.launch = launch
         self.program: list[UOp] = pickle.loads(base64.b64decode(binary))
-        self.position = {node: i for i, node in enumerate(self.program)}
-        self.loop_end = {node.src[0]: i for i, node in enumerate(self.program) if node.op is Ops.ENDRANGE}
+        # each loop's RANGE and ENDRANGE positions, matched by nesting: one loop node may be opened twice, one loop
+        # after the other (two reduces over the same loop, one run before an output loop opens, one inside it)
+        self.loop_end: dict[int, int] = {}
+        self.loop_start: dict[int, int] = {}
+        opened: list[int] = []
+        for position, node in enumerate(self.program):
+            if node.op is Ops.RANGE:
+                opened.append(position)
+            elif node.op is Ops.ENDRANGE:
+                start = opened.pop()
+                self.loop_end[start], self.loop_start[position] = position, start
         # (a block's threads are told apart by a bit each in the shared-memory checks)
         self.lockstep = launch[1] <= 64 and not any(node.op is Ops.WMMA for node in self.program)
 
@@ -119,13 +128,13 @@ class PythonProgram:
                 if op is Ops.RANGE:
                     counts[node], values[node] = 0, node.dtype.np.type(0)
                     if src[0].arg <= 0:
-                        counter = self.loop_end[node]
+                        counter = self.loop_end[counter]
                 elif op is Ops.ENDRANGE:
                     loop = src[0]
                     counts[loop] += 1
                     values[loop] = loop.dtype.np.type(counts[loop])
                     if counts[loop] < loop.src[0].arg:
-                        counter = self.position[loop]
+                        counter = self.loop_start[counter]
                 elif op is Ops.SPECIAL:
                     lane = blocks.start + block_row if node.arg[0] == "block" else thread_of
                     values[node] = lane.astype(node.dtype.np)
@@ -176,12 +185,12 @@ class PythonProgram:
             if op is Ops.RANGE:
                 values[node] = 0
                 if src[0].arg <= 0:
-                    counter = self.loop_end[node]
+                    counter = self.loop_end[counter]
             elif op is Ops.ENDRANGE:
                 loop = src[0]
                 values[loop] += 1
                 if values[loop] < loop.src[0].arg:
-                    counter = self.position[loop]
+                    counter = self.loop_start[counter]
             elif op is Ops.SPECIAL:
                 values[node] = block if node.arg[0] == "block" else thread
             elif op is Ops.DEFINE_LOCAL:
