@@ -513,6 +513,27 @@ def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
     assert heuristic_opts(kernel_of(a.softmax(axis=1)), target) == (Opt(P, 1), Opt(L, 0, 64))
 
 
+def test_a_group_reduction_shares_the_loop_along_which_the_threads_read_neighbouring_memory(threaded):
+    """A convolution's weight gradient reduces over the batch and the image's rows and columns, 32 each: on a GPU
+    the threads of a block share the columns (neighbouring threads read neighbouring pixels), not the batch (an
+    image apart)."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    x_data = rng.standard_normal((32, 3, 32, 32)).astype(np.float32)
+    x = Tensor(x_data, device=threaded, requires_grad=True)
+    w = Tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), device=threaded, requires_grad=True)
+    x.conv2d(w, padding=1).sum().backward()
+    item = [item for item in w.grad.schedule() if item.kind == "kernel"][-1]
+    kernel = prepare(lower_kernel(item.ast))
+    reduce_loops = sorted(axis for axis, loop in loops_by_axis(kernel).items() if loop.arg[1] is LoopKind.REDUCE)
+    assert [loops_by_axis(kernel)[axis].src[0].arg for axis in reduce_loops] == [32, 32, 32]
+    (group,) = [opt for opt in thread_opts(kernel, CUDARenderer.target) if opt.op is G]
+    assert group == Opt(G, reduce_loops[-1], 32)  # (the columns: the innermost reduce loop)
+    padded = np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3)).sum(axis=(0, 2, 3))
+    np.testing.assert_allclose(w.grad.numpy(), np.broadcast_to(windows, (4, 3, 3, 3)), rtol=1e-4)
+
+
 def test_the_threads_of_a_row_share_its_outputs_and_each_of_its_reduces(threaded):
     """A softmax row per block: its threads store the row's outputs, and its max and sum share the same threads
     (a second GROUP finds the threads of the first), so the block has 8 threads, not 64."""

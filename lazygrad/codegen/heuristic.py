@@ -786,13 +786,17 @@ def share_rows(plan: Plan, block: int | None) -> bool:
 def group_reduce(plan: Plan, block: int | None) -> bool:
     """Share the longest reduce loop among the threads of a block, where the kernel reduces into one value (a full
     sum) or into few outputs over many iterations (a block per output: a row's sum, a convolution's weight
-    gradient, whose output loops not in the reduce stay loops in the thread); True if it did."""
+    gradient, whose output loops not in the reduce stay loops in the thread); True if it did. Of loops as long, one
+    along which the loads move by one: neighbouring threads then read neighbouring memory (a weight gradient's image
+    rows, not its batch, whose threads read an image apart)."""
     reduces = reduce_nodes(plan.sink)
     if not reduces:
         return False
     if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [max(map(iterations, reduces))]):
         return False
     loop = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
+    as_long = (other for reduce in reduces for other in reduce.src[1:] if other.src[0].arg == loop.src[0].arg)
+    loop = next((other for other in as_long if contiguous_along(plan.sink, other)), loop)
     size, room = loop.src[0].arg, block or plan.target.block_threads
     amount = thread_count(size, room)
     # a length few threads divide (a prime one) is padded to a multiple of the block, where that adds at most
