@@ -788,7 +788,7 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     sum) or into few outputs over many iterations (a block per output: a row's sum, a convolution's weight
     gradient, whose output loops not in the reduce stay loops in the thread); True if it did. Of loops as long, one
     along which the loads move by one: neighbouring threads then read neighbouring memory (a weight gradient's image
-    rows, not its batch, whose threads read an image apart)."""
+    columns, not its batch, whose threads read an image apart)."""
     reduces = reduce_nodes(plan.sink)
     if not reduces:
         return False
