@@ -966,7 +966,7 @@ def vectorize(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     types there, and no threads that share memory (a GROUP or TILE computes in scalars)."""
     kind, size = loop.arg[1], loop.src[0].arg
     in_vector_types = target is not None and target.max_threads and target.vector_width > 1
-    if in_vector_types and any(node.arg[1] in VECTOR_KINDS for node in loops_by_axis(sink).values()):
+    if in_vector_types and has_vector_loop(sink):
         raise KernelOptError(f"VECTORIZE({loop.arg[0]}): loop {loop.arg[0]} would be the kernel's second vector loop")
     if kind is LoopKind.REDUCE:
         return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR_REDUCE)}, {})
@@ -980,13 +980,17 @@ def vectorize(sink: UOp, loop: UOp, target: Target | None) -> UOp:
     return replace_ranges(sink, {loop: new_loop(loop, size, LoopKind.VECTOR)}, {})
 
 
+def has_vector_loop(sink: UOp) -> bool:
+    """Whether an earlier VECTORIZE made one of the kernel's loops a vector loop."""
+    return any(node.arg[1] in VECTOR_KINDS for node in loops_by_axis(sink).values())
+
+
 def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> UOp:
     """LOCAL, GROUP and TILE, checked against the target's threads and shared memory."""
     kind = loop.arg[1]
     if target is None or not target.max_threads:
         raise KernelOptError(f"{opt}: the device has no threads")
-    vector_loops = target.vector_width > 1 and any(node.arg[1] in VECTOR_KINDS for node in loops_by_axis(sink).values())
-    if opt.op is not OptOp.LOCAL and vector_loops:
+    if opt.op is not OptOp.LOCAL and target.vector_width > 1 and has_vector_loop(sink):
         raise KernelOptError(f"{opt}: the kernel computes a loop in vector types, and threads that share memory do not")
     if opt.op is OptOp.TILE:
         if kind is not LoopKind.REDUCE:
