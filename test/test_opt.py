@@ -1,5 +1,7 @@
 """Optimization actions: each keeps a kernel's values, an action that does not fit raises, and lists round-trip."""
 
+from math import prod
+
 import numpy as np
 import pytest
 from support import available
@@ -516,7 +518,7 @@ def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
 def test_a_group_reduction_shares_the_loop_along_which_the_threads_read_neighbouring_memory(threaded):
     """A convolution's weight gradient reduces over the batch and the image's rows and columns, 32 each: on a GPU
     the threads of a block share the columns (neighbouring threads read neighbouring pixels), not the batch (an
-    image apart)."""
+    image apart), and, the kernel having few blocks, the rows too: 8 rows of 32 columns a block."""
     from lazygrad.codegen.renderer.cstyle import CUDARenderer
 
     data = np.random.default_rng(7)
@@ -529,13 +531,36 @@ def test_a_group_reduction_shares_the_loop_along_which_the_threads_read_neighbou
     reduce_loops = sorted(axis for axis, loop in loops_by_axis(kernel).items() if loop.arg[1] is LoopKind.REDUCE)
     assert [loops_by_axis(kernel)[axis].src[0].arg for axis in reduce_loops] == [32, 32, 32]
     (group,) = [opt for opt in thread_opts(kernel, CUDARenderer.target) if opt.op is G]
-    assert group == Opt(G, reduce_loops[-1], 32)  # (the columns: the innermost reduce loop)
+    assert group == Opt(G, reduce_loops[-1], 256)  # (the columns, the innermost reduce loop, and 8 rows)
     padded = np.pad(x_data, ((0, 0), (0, 0), (1, 1), (1, 1)))
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3)).sum(
         axis=(0, 2, 3), dtype=np.float64
     )
     # (each a float32 sum of 32,768 normal values, some near 0: a tolerance for the sum's size, not the result's)
     np.testing.assert_allclose(w.grad.numpy(), np.broadcast_to(windows, (4, 3, 3, 3)), rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_a_group_of_more_threads_than_a_loop_has_iterations_shares_the_loop_outside_it_too(threaded, op):
+    """GROUP(3, 32) on a reduce over loops of 12, 8 and 16: thread t takes column t % 16 and rows 2 * r + t // 16,
+    one combine over all 32 threads (24 threads: a combine that is not a tree); 48 threads (3 of the 8 rows) or more
+    threads than the reduce's outermost loop has iterations are refused, saying why."""
+    data = rng.standard_normal((12, 3, 8, 16)).astype(np.float32)
+    x = Tensor(data, device=threaded).realize()
+    y = getattr(x, op)((0, 2, 3))
+    kernel, target = kernel_of(y), Device[threaded].renderer.target
+    assert [loop.src[0].arg for _, loop in sorted(loops_by_axis(kernel).items())] == [3, 12, 8, 16]
+    for opts in [(Opt(G, 3, 32),), (Opt(G, 2, 16),), (Opt(L, 0, 3), Opt(G, 2, 16)), (Opt(G, 2, 24),)]:
+        grouped = apply_opts(kernel, opts, target)
+        threads = [loop.src[0].arg for loop in loops_by_axis(grouped).values() if loop.arg[1] is LoopKind.LOCAL]
+        assert prod(threads) == prod(opt.amount for opt in opts)
+        np.testing.assert_allclose(run_with(y, opts), getattr(data, op)((0, 2, 3)), rtol=1e-5, atol=1e-4)
+    with pytest.raises(KernelOptError, match=r"its 3 threads along loop 2 must divide that loop's 8 iterations"):
+        apply_opts(kernel, (Opt(G, 3, 48),), target)
+    with pytest.raises(KernelOptError, match=r"more than loop 1's 12 iterations.*use an amount that divides 12"):
+        apply_opts(kernel, (Opt(G, 1, 24),), target)
+    with pytest.raises(KernelOptError, match=r"divide the loop's 16 iterations \(or, for a GROUP, be a multiple"):
+        apply_opts(kernel, (Opt(G, 3, 40),), target)
 
 
 def test_the_threads_of_a_row_share_its_outputs_and_each_of_its_reduces(threaded):

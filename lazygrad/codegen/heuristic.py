@@ -47,6 +47,7 @@ from lazygrad.codegen.opt import (
     borders,
     count_divmod,
     kernel_nodes,
+    loop_outside,
     loops_by_axis,
     loops_of_kind,
     loops_used,
@@ -129,6 +130,11 @@ def interleaved_along(sink: UOp, loop: UOp) -> bool:
 
 def reduce_nodes(sink: UOp) -> list[UOp]:
     return [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE]
+
+
+def blocks(sink: UOp) -> int:
+    """The blocks a kernel launches: its output loops not mapped to threads or kept in a thread."""
+    return prod(loop.src[0].arg for loop in loops_of_kind(sink, LoopKind.GLOBAL))
 
 
 def split_amounts(sink: UOp, loop: UOp) -> set[int]:
@@ -695,8 +701,7 @@ def tensor_core_product(plan: Plan, tiles_tried: tuple[int, ...] = TC_TILES) -> 
             sink = apply_opt(plan.sink, opt, plan.target)
         except KernelOptError:
             continue
-        blocks = prod(loop.src[0].arg for loop in loops_of_kind(sink, LoopKind.GLOBAL))
-        if tiles == tiles_tried[-1] or blocks >= BUSY_BLOCKS:
+        if tiles == tiles_tried[-1] or blocks(sink) >= BUSY_BLOCKS:
             plan.apply(opt)  # (a lookup: applying an action to the same kernel again is cached)
             return True
     return False
@@ -762,8 +767,7 @@ def reduce_loops(sink: UOp) -> list[UOp]:
 
 
 def few_long_rows(plan: Plan, lengths: list[int]) -> bool:
-    outputs = prod(loop.src[0].arg for loop in loops_of_kind(plan.sink, LoopKind.GLOBAL))
-    return outputs <= ROW_GROUP_OUTPUTS and min(lengths) >= ROW_GROUP_LENGTH
+    return blocks(plan.sink) <= ROW_GROUP_OUTPUTS and min(lengths) >= ROW_GROUP_LENGTH
 
 
 def share_rows(plan: Plan, block: int | None) -> bool:
@@ -803,6 +807,10 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     # 1/PAD_WASTE of its iterations: a max of 1000003 values ran on one thread
     if 2 * amount <= room and (-size % room) * PAD_WASTE <= size and plan.try_apply(Opt(OptOp.PAD, loop.arg[0], room)):
         amount = room
+    elif amount == size and blocks(plan.sink) < BUSY_BLOCKS and (outer := loop_outside(plan.sink, loop)) is not None:
+        # a short loop in a kernel of few blocks (a weight gradient's 32 image columns, 9 blocks): the rest of the
+        # block's threads share the loop outside it, rather than each of few threads looping over the others
+        amount *= largest_divisor(outer.src[0].arg, room // size, powers_of_two=not size & (size - 1))
     return amount >= 2 and plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
 
 

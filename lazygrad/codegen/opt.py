@@ -476,14 +476,52 @@ def shared_thread(sink: UOp, loop: UOp, amount: int) -> UOp | None:
     return next((t for t in loops_of_kind(sink, LoopKind.LOCAL) if t.src[0].arg == amount and t not in under), None)
 
 
+def loop_outside(sink: UOp, loop: UOp) -> UOp | None:
+    """The reduce loop just outside `loop` in every reduce over it, or None."""
+    outside = {reduce.src[reduce.src.index(loop) - 1] for reduce in reduces_over(sink, loop)}
+    outer = outside.pop() if len(outside) == 1 else None
+    return outer if outer is not None and outer.op is Ops.RANGE and outer.arg[1] is LoopKind.REDUCE else None
+
+
+def threads_across(sink: UOp, loop: UOp, amount: int) -> tuple[UOp, UOp, UOp]:
+    """GROUP by `amount`, a multiple of `loop`'s size: thread t of a new thread loop (`loop`'s axis) takes iteration
+    t % size of `loop` and iteration outer * (amount / size) + t / size of the reduce loop just outside it, which
+    keeps its axis with fewer iterations (neighbouring threads still move along `loop`). (sink, outer, thread)"""
+    size, outer = loop.src[0].arg, loop_outside(sink, loop)
+    if outer is None:
+        raise KernelOptError(
+            f"GROUP({loop.arg[0]}, {amount}): {amount} threads, more than loop {loop.arg[0]}'s {size} iterations, "
+            "would share the reduce loop just outside it too, and its reduces have none there; use an amount that "
+            f"divides {size}"
+        )
+    across, outer_size = amount // size, outer.src[0].arg
+    if outer_size % across:
+        raise KernelOptError(
+            f"GROUP({loop.arg[0]}, {amount}): its {across} threads along loop {outer.arg[0]} must divide that loop's "
+            f"{outer_size} iterations"
+        )
+    thread = new_loop(loop, amount, LoopKind.LOCAL)
+    fewer = new_loop(outer, outer_size // across)  # (of one iteration where the threads take all: as a SPLIT's)
+    reduce_ranges = {
+        reduce: tuple(fewer if r is outer else r for r in reduce.src[1:] if r is not loop)
+        for reduce in reduces_over(sink, loop)
+    }
+    sink = replace_ranges(sink, {loop: thread % size, outer: fewer * across + thread // size}, reduce_ranges)
+    return sink, fewer, thread
+
+
 def group(sink: UOp, loop: UOp, amount: int) -> UOp:
     """Share each reduce over `loop` among `amount` threads (an existing thread loop of that size they do not depend
-    on, else a new one): partial results, then a combine through shared memory."""
+    on, else a new one): partial results, then a combine through shared memory. More threads than `loop` has
+    iterations (a multiple of them) also share the reduce loop just outside it (see `threads_across`)."""
     for node in loops_under(sink, loop):
         if node.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL):  # (a barrier in a loop would need another)
             raise KernelOptError(f"GROUP({loop.arg[0]}, ...): the reduce also runs inside loop {node.arg[0]}")
-    axis, thread = loop.arg[0], shared_thread(sink, loop, amount)
-    if thread is None:
+    size = loop.src[0].arg
+    axis, thread = loop.arg[0], shared_thread(sink, loop, amount) if amount <= size else None
+    if amount > size:
+        sink, outer, thread = threads_across(sink, loop, amount)
+    elif thread is None:
         sink = split(sink, loop, amount, LoopKind.LOCAL)  # thread t takes iterations outer * amount + t
         outer, thread = loops_by_axis(sink)[axis], loops_by_axis(sink)[axis + 1]
     else:
@@ -941,8 +979,12 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
                 f"{opt}: PAD takes an output or reduce loop and an amount of 2 or more that its {size} misses"
             )
         return pad(sink, loop, opt.amount)
-    if opt.amount < 2 or size % opt.amount:
-        raise KernelOptError(f"{opt}: the amount must be at least 2 and divide the loop's {size} iterations")
+    across = opt.op is OptOp.GROUP and opt.amount > size and opt.amount % size == 0  # (see `threads_across`)
+    if opt.amount < 2 or (size % opt.amount and not across):
+        raise KernelOptError(
+            f"{opt}: the amount must be at least 2 and divide the loop's {size} iterations"
+            + (" (or, for a GROUP, be a multiple of them)" if opt.op is OptOp.GROUP else "")
+        )
     if opt.op is OptOp.SPLIT:
         if opt.amount == size:
             raise KernelOptError(f"{opt}: the amount must be less than the loop's {size} iterations")
@@ -1000,7 +1042,9 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
         return tile(sink, loop, opt.amount, target)
     if opt.op is OptOp.GROUP and staged(sink):
         raise KernelOptError(f"{opt}: the kernel's reduce reads its inputs from a tile in shared memory")
-    reused = opt.op is OptOp.GROUP and shared_thread(sink, loop, opt.amount) is not None
+    reused = (
+        opt.op is OptOp.GROUP and opt.amount <= loop.src[0].arg and shared_thread(sink, loop, opt.amount) is not None
+    )
     if opt.op is OptOp.GROUP and not reused and any(node.op is Ops.DEFINE_LOCAL for node in kernel_nodes(sink)):
         # (the threads of the new loop would each repeat the earlier combine, racing on its shared memory)
         raise KernelOptError(
