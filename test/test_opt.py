@@ -589,6 +589,31 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
     assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(G, 1, 256),)
 
 
+def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(threaded):
+    """Rows of 128, a thread each, would be read one value after another by each thread (its warp's neighbours a row
+    apart) on few blocks: a layer norm's statistics and a softmax get a warp per row instead. A matrix product,
+    whose rows and columns some outputs share, does not; nor do rows shorter than a warp."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    target = CUDARenderer.target
+    data = rng.standard_normal((48, 128)).astype(np.float32)
+    x = Tensor(data, device=threaded).realize()
+    assert heuristic_opts(kernel_of(x.sum(axis=1)), target) == (Opt(G, 1, 32),)
+    assert heuristic_opts(kernel_of(x.softmax(axis=1)), target) == (
+        Opt(P, 1),
+        Opt(L, 1, 32),
+        Opt(G, 3, 32),
+        Opt(G, 4, 32),
+    )
+    assert not any(opt.op is G for opt in heuristic_opts(kernel_of(x @ x.T), target))
+    assert not any(opt.op is G for opt in heuristic_opts(kernel_of(x[:, :16].softmax(axis=1)), target))
+    expected = np.exp(data - data.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(x.softmax(axis=1).numpy(), expected / expected.sum(1, keepdims=True), rtol=1e-5)
+    centered = data - data.mean(axis=1, keepdims=True)
+    normed = centered / np.sqrt((centered**2).mean(axis=1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(x.layernorm().numpy(), normed, rtol=1e-4, atol=1e-5)
+
+
 def test_a_threaded_device_unrolls_a_windows_taps_and_keeps_its_weight_gradient_spread():
     """On a device with threads, a convolution's product unrolls its stacked taps in each thread (rolled, every tap
     would read all its taps' slices under gates), and a weight gradient takes its taps into registers only while

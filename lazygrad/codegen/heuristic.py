@@ -55,7 +55,7 @@ from lazygrad.codegen.opt import (
     stored_sum,
     stride,
 )
-from lazygrad.codegen.renderer import Target
+from lazygrad.codegen.renderer import WARP, Target
 from lazygrad.codegen.tensor_cores import TILES
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import prod
@@ -766,19 +766,40 @@ def reduce_loops(sink: UOp) -> list[UOp]:
     return sorted(loops, key=lambda loop: loop.arg[0])
 
 
-def few_long_rows(plan: Plan, lengths: list[int]) -> bool:
-    return blocks(plan.sink) <= ROW_GROUP_OUTPUTS and min(lengths) >= ROW_GROUP_LENGTH
+def row_threads(plan: Plan, lengths: list[int], loops: list[UOp], block: int | None) -> int:
+    """The most threads to share each row of a kernel that reduces at most ROW_GROUP_OUTPUTS rows (the reduce
+    `loops`, and the row's `lengths`): a block's for rows of at least ROW_GROUP_LENGTH, a warp's for rows of at least
+    a warp read in order along the reduce (a layer norm's 128 features: a thread per row would read them one after
+    another, the neighbouring threads of its warp a row apart, on few blocks); 0 for a thread per row."""
+    if blocks(plan.sink) > ROW_GROUP_OUTPUTS:
+        return 0
+    if min(lengths) >= ROW_GROUP_LENGTH:
+        return block or plan.target.block_threads
+    if min(lengths) >= WARP and all(rows_read_in_order(plan.sink, loop) for loop in loops):
+        return min(WARP, block or plan.target.block_threads)
+    return 0
+
+
+def rows_read_in_order(sink: UOp, loop: UOp) -> bool:
+    """Whether the loads move by one (or stay put) along reduce loop `loop`, and each that moves along it moves along
+    every output loop or none: rows read in order, each by one output, with vectors every row reads (a layer norm's
+    rows and its weights), not inputs that some outputs share and others do not (a matrix product's rows and
+    columns, which tiles suit)."""
+    outputs = loops_of_kind(sink, LoopKind.GLOBAL)
+    for index in memory_indices(sink, Ops.LOAD):
+        if stride(index, loop) != 0 and len({stride(index, output) == 0 for output in outputs}) > 1:
+            return False
+    return contiguous_along(sink, loop)
 
 
 def share_rows(plan: Plan, block: int | None) -> bool:
     """A block per row for a kernel that reduces few long rows and writes them back (a softmax, a layer norm): the
     threads of the block share the row's outputs, and each reduce over the row shares them too; True if it did."""
     rows, loops = loops_of_kind(plan.sink, LoopKind.LOOP), reduce_loops(plan.sink)
-    if not rows or not loops or not few_long_rows(plan, [loop.src[0].arg for loop in [rows[-1], *loops]]):
+    if not rows or not loops:
         return False
-    amount = thread_count(
-        math.gcd(rows[-1].src[0].arg, *(loop.src[0].arg for loop in loops)), block or plan.target.block_threads
-    )
+    room = row_threads(plan, [loop.src[0].arg for loop in [rows[-1], *loops]], loops, block)
+    amount = thread_count(math.gcd(rows[-1].src[0].arg, *(loop.src[0].arg for loop in loops)), room) if room else 1
     if amount < 2:
         return False
     plan.apply(Opt(OptOp.LOCAL, rows[-1].arg[0], amount))
@@ -796,12 +817,14 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     reduces = reduce_nodes(plan.sink)
     if not reduces:
         return False
-    if loops_of_kind(plan.sink, LoopKind.GLOBAL) and not few_long_rows(plan, [max(map(iterations, reduces))]):
-        return False
     loop = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
     as_long = (other for reduce in reduces for other in reduce.src[1:] if other.src[0].arg == loop.src[0].arg)
     loop = next((other for other in as_long if contiguous_along(plan.sink, other)), loop)
     size, room = loop.src[0].arg, block or plan.target.block_threads
+    if loops_of_kind(plan.sink, LoopKind.GLOBAL):  # (outputs: rows, each a block's or a warp's, or a thread's)
+        room = row_threads(plan, [max(map(iterations, reduces))], [loop], block)
+        if not room:
+            return False
     amount = thread_count(size, room)
     # a length few threads divide (a prime one) is padded to a multiple of the block, where that adds at most
     # 1/PAD_WASTE of its iterations: a max of 1000003 values ran on one thread
