@@ -830,10 +830,13 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     # 1/PAD_WASTE of its iterations: a max of 1000003 values ran on one thread
     if 2 * amount <= room and (-size % room) * PAD_WASTE <= size and plan.try_apply(Opt(OptOp.PAD, loop.arg[0], room)):
         amount = room
-    elif amount == size and blocks(plan.sink) < BUSY_BLOCKS and (outer := loop_outside(plan.sink, loop)) is not None:
-        # a short loop in a kernel of few blocks (a weight gradient's 32 image columns, 9 blocks): the rest of the
-        # block's threads share the loop outside it, rather than each of few threads looping over the others
-        amount *= largest_divisor(outer.src[0].arg, room // size, powers_of_two=not size & (size - 1))
+    elif amount == size and (outer := loop_outside(plan.sink, loop)) is not None:
+        # a short loop: more threads share the loop outside it, up to a warp (fewer leave some of its lanes idle),
+        # and on few blocks up to the block (a weight gradient's 32 image columns on 9 blocks), rather than each of
+        # few threads looping over the others
+        fill = room if blocks(plan.sink) < BUSY_BLOCKS else min(room, WARP)
+        if fill >= 2 * size:
+            amount *= largest_divisor(outer.src[0].arg, fill // size, powers_of_two=not size & (size - 1))
     return amount >= 2 and plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
 
 
