@@ -614,6 +614,28 @@ def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(thr
     np.testing.assert_allclose(x.layernorm().numpy(), normed, rtol=1e-4, atol=1e-5)
 
 
+def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_read_along_rows(threaded):
+    """A bias gradient, 128 features summed over 384 rows, a thread each, is one block whose threads each read 384
+    values down a column: instead a warp takes 32 neighbouring features and 8 warps share the rows."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    target = CUDARenderer.target
+    data = rng.standard_normal((384, 128)).astype(np.float32)
+    x = Tensor(data, device=threaded).realize()
+    opts = heuristic_opts(kernel_of(x.sum(axis=0)), target)
+    assert [(opt.op, opt.amount) for opt in opts] == [(L, 32), (G, 8)]
+    np.testing.assert_allclose(x.sum(axis=0).numpy(), data.sum(axis=0), rtol=1e-5, atol=1e-4)
+    # rows plus a vector every batch shares (a position embedding): rows still; a batched product: tiles, no GROUP
+    positions = Tensor(data[:6], device=threaded).realize()
+    rows = x.reshape(64, 6, 128) + positions
+    assert heuristic_opts(kernel_of(rows.sum(axis=2)), target) == (Opt(G, 2, 32),)
+    np.testing.assert_allclose(
+        rows.sum(axis=2).numpy(), (data.reshape(64, 6, 128) + data[:6]).sum(2), rtol=1e-4, atol=1e-4
+    )
+    products = x.reshape(64, 6, 128) @ x.reshape(64, 6, 128).transpose(1, 2)
+    assert not any(opt.op is G for opt in heuristic_opts(kernel_of(products), target))
+
+
 def test_a_threaded_device_unrolls_a_windows_taps_and_keeps_its_weight_gradient_spread():
     """On a device with threads, a convolution's product unrolls its stacked taps in each thread (rolled, every tap
     would read all its taps' slices under gates), and a weight gradient takes its taps into registers only while

@@ -636,7 +636,9 @@ def thread_opts(
             plan.apply(Opt(OptOp.LOOP, inner.arg[0] + (lanes < inner.src[0].arg)))
     if target.vector_width > 1 and vectors:
         vector_loop(plan)
-    if target.vector_width == 1 and (share_rows(plan, block) or group_reduce(plan, block)):
+    if target.vector_width == 1 and (
+        share_rows(plan, block) or group_reduce(plan, block) or share_columns(plan, block)
+    ):
         return tuple(plan.opts)
     if target.vector_width == 1 and tiles and tile_product(plan, block):
         return tuple(plan.opts)
@@ -781,15 +783,23 @@ def row_threads(plan: Plan, lengths: list[int], loops: list[UOp], block: int | N
 
 
 def rows_read_in_order(sink: UOp, loop: UOp) -> bool:
-    """Whether the loads move by one (or stay put) along reduce loop `loop`, and each that moves along it moves along
-    every output loop or none: rows read in order, each by one output, with vectors every row reads (a layer norm's
-    rows and its weights), not inputs that some outputs share and others do not (a matrix product's rows and
-    columns, which tiles suit)."""
+    """Whether the loads move by one (or stay put) along reduce loop `loop`, in a kernel that reduces rows, each for
+    its outputs (a layer norm's, reading its weights in every row), not a matrix product (see `shares_inputs`)."""
+    return contiguous_along(sink, loop) and not shares_inputs(sink, loop)
+
+
+def shares_inputs(sink: UOp, loop: UOp) -> bool:
+    """Whether the kernel is a matrix product along reduce loop `loop`: two loads that move along it stay put along
+    different output loops (x @ w: a row of x serves every column of the outputs, a column of w every row), which
+    tiles suit. A layer norm's weights, read alike by every row, are no such input: they stay put along every output
+    loop its rows move along."""
     outputs = loops_of_kind(sink, LoopKind.GLOBAL)
-    for index in memory_indices(sink, Ops.LOAD):
-        if stride(index, loop) != 0 and len({stride(index, output) == 0 for output in outputs}) > 1:
-            return False
-    return contiguous_along(sink, loop)
+    stays = {
+        frozenset(output for output in outputs if stride(index, output) == 0)
+        for index in memory_indices(sink, Ops.LOAD)
+        if stride(index, loop) != 0
+    }
+    return any(not (one <= other or other <= one) for one in stays for other in stays)
 
 
 def share_rows(plan: Plan, block: int | None) -> bool:
@@ -805,6 +815,30 @@ def share_rows(plan: Plan, block: int | None) -> bool:
     plan.apply(Opt(OptOp.LOCAL, rows[-1].arg[0], amount))
     for loop in reduce_loops(plan.sink):  # (found again: the split renumbered them)
         plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
+    return True
+
+
+def share_columns(plan: Plan, block: int | None) -> bool:
+    """A thread per output for few outputs that each reduce a column (a bias gradient: 128 features summed over a
+    batch of 384 rows) would leave the GPU idle while each thread reads its column down: a warp's threads take
+    neighbouring outputs (reading neighbouring values of a row) and the block's other threads share the columns;
+    True if it did."""
+    outputs, reduces = loops_of_kind(plan.sink, LoopKind.GLOBAL), reduce_nodes(plan.sink)
+    room = block or plan.target.block_threads
+    if not outputs or not reduces or room < 2 * WARP or blocks(plan.sink) > ROW_GROUP_OUTPUTS:
+        return False
+    inner, loop = outputs[-1], max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
+    if inner.src[0].arg % WARP or loop.src[0].arg < 2 * WARP or shares_inputs(plan.sink, loop):
+        return False
+    if not contiguous_along(plan.sink, inner):
+        return False
+    trial = Plan(plan.sink, plan.target)
+    trial.apply(Opt(OptOp.LOCAL, inner.arg[0], WARP))
+    loop = max(reduce_loops(trial.sink), key=lambda loop: loop.src[0].arg)  # (found again: the split renumbered it)
+    amount = thread_count(loop.src[0].arg, room // WARP)
+    if amount < 2 or not trial.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount)):
+        return False
+    plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
     return True
 
 
