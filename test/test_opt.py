@@ -599,6 +599,8 @@ def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(thr
     data = rng.standard_normal((48, 128)).astype(np.float32)
     x = Tensor(data, device=threaded).realize()
     assert heuristic_opts(kernel_of(x.sum(axis=1)), target) == (Opt(G, 1, 32),)
+    # BEAM also times a thread per row
+    assert (Opt(L, 0, 48),) in candidate_opts(kernel_of(x.sum(axis=1)), target)
     assert heuristic_opts(kernel_of(x.softmax(axis=1)), target) == (
         Opt(P, 1),
         Opt(L, 1, 32),

@@ -609,11 +609,12 @@ def thread_opts(
     tiles: bool = True,
     tensor_cores: bool | int = True,
     vectors: bool = True,
+    warps: bool = True,
 ) -> tuple[Opt, ...]:
     """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's; a
     matrix product on tensor cores unless `tensor_cores` is False (a number: with that many tensor-core tiles along
     each side of a block), else in tiles unless `tiles` is False; a loop in vector types where the device has them
-    unless `vectors` is False)."""
+    unless `vectors` is False; short rows and columns shared by the threads of a warp unless `warps` is False)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
@@ -637,7 +638,7 @@ def thread_opts(
     if target.vector_width > 1 and vectors:
         vector_loop(plan)
     if target.vector_width == 1 and (
-        share_rows(plan, block) or group_reduce(plan, block) or share_columns(plan, block)
+        share_rows(plan, block, warps) or group_reduce(plan, block, warps) or (warps and share_columns(plan, block))
     ):
         return tuple(plan.opts)
     if target.vector_width == 1 and tiles and tile_product(plan, block):
@@ -768,16 +769,17 @@ def reduce_loops(sink: UOp) -> list[UOp]:
     return sorted(loops, key=lambda loop: loop.arg[0])
 
 
-def row_threads(plan: Plan, lengths: list[int], loops: list[UOp], block: int | None) -> int:
+def row_threads(plan: Plan, lengths: list[int], loops: list[UOp], block: int | None, warps: bool = True) -> int:
     """The most threads to share each row of a kernel that reduces at most ROW_GROUP_OUTPUTS rows (the reduce
     `loops`, and the row's `lengths`): a block's for rows of at least ROW_GROUP_LENGTH, a warp's for rows of at least
     a warp read in order along the reduce (a layer norm's 128 features: a thread per row would read them one after
-    another, the neighbouring threads of its warp a row apart, on few blocks); 0 for a thread per row."""
+    another, the neighbouring threads of its warp a row apart, on few blocks) unless `warps` is False; 0 for a thread
+    per row."""
     if blocks(plan.sink) > ROW_GROUP_OUTPUTS:
         return 0
     if min(lengths) >= ROW_GROUP_LENGTH:
         return block or plan.target.block_threads
-    if min(lengths) >= WARP and all(rows_read_in_order(plan.sink, loop) for loop in loops):
+    if warps and min(lengths) >= WARP and all(rows_read_in_order(plan.sink, loop) for loop in loops):
         return min(WARP, block or plan.target.block_threads)
     return 0
 
@@ -802,13 +804,13 @@ def shares_inputs(sink: UOp, loop: UOp) -> bool:
     return any(not (one <= other or other <= one) for one in stays for other in stays)
 
 
-def share_rows(plan: Plan, block: int | None) -> bool:
+def share_rows(plan: Plan, block: int | None, warps: bool = True) -> bool:
     """A block per row for a kernel that reduces few long rows and writes them back (a softmax, a layer norm): the
     threads of the block share the row's outputs, and each reduce over the row shares them too; True if it did."""
     rows, loops = loops_of_kind(plan.sink, LoopKind.LOOP), reduce_loops(plan.sink)
     if not rows or not loops:
         return False
-    room = row_threads(plan, [loop.src[0].arg for loop in [rows[-1], *loops]], loops, block)
+    room = row_threads(plan, [loop.src[0].arg for loop in [rows[-1], *loops]], loops, block, warps)
     amount = thread_count(math.gcd(rows[-1].src[0].arg, *(loop.src[0].arg for loop in loops)), room) if room else 1
     if amount < 2:
         return False
@@ -842,7 +844,7 @@ def share_columns(plan: Plan, block: int | None) -> bool:
     return True
 
 
-def group_reduce(plan: Plan, block: int | None) -> bool:
+def group_reduce(plan: Plan, block: int | None, warps: bool = True) -> bool:
     """Share the longest reduce loop among the threads of a block, where the kernel reduces into one value (a full
     sum) or into few outputs over many iterations (a block per output: a row's sum, a convolution's weight
     gradient, whose output loops not in the reduce stay loops in the thread); True if it did. Of loops as long, one
@@ -856,7 +858,7 @@ def group_reduce(plan: Plan, block: int | None) -> bool:
     loop = next((other for other in as_long if contiguous_along(plan.sink, other)), loop)
     size, room = loop.src[0].arg, block or plan.target.block_threads
     if loops_of_kind(plan.sink, LoopKind.GLOBAL):  # (outputs: rows, each a block's or a warp's, or a thread's)
-        room = row_threads(plan, [max(map(iterations, reduces))], [loop], block)
+        room = row_threads(plan, [max(map(iterations, reduces))], [loop], block, warps)
         if not room:
             return False
     amount = thread_count(size, room)
@@ -1060,8 +1062,8 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
     """The action lists BEAM times for this prepared kernel: the default and one per register block on a CPU (where
     it offers blocks), one per block size
     (32 threads up to the device's most: a matrix product's tiles follow it) on a device with threads, one per
-    number of tensor-core tiles per block, one without tiles, and one without vector types; duplicates removed, the
-    default list first."""
+    number of tensor-core tiles per block, one without tiles, one without vector types, and one with a thread per
+    short row or column; duplicates removed, the default list first."""
     if target.max_threads:
         sizes = [1 << bits for bits in range(5, target.max_threads.bit_length())]
         offered = [thread_opts(sink, target)] + [thread_opts(sink, target, size) for size in sizes]
@@ -1069,6 +1071,7 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
         offered += [thread_opts(sink, target, tensor_cores=tiles) for tiles in TILES if target.tensor_cores]
         offered.append(thread_opts(sink, target, tensor_cores=False))
         offered.append(thread_opts(sink, target, tiles=False, tensor_cores=False))
+        offered.append(thread_opts(sink, target, warps=False))  # (a thread per short row or column)
         if target.vector_width > 1:  # (gathers in vector types can cost more than the loop in scalars)
             offered.append(thread_opts(sink, target, vectors=False))
     else:
