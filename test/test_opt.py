@@ -618,7 +618,8 @@ def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(thr
 
 def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_read_along_rows(threaded):
     """A bias gradient, 128 features summed over 384 rows, a thread each, is one block whose threads each read 384
-    values down a column: instead a warp takes 32 neighbouring features and 8 warps share the rows."""
+    values down a column: instead a warp takes 32 neighbouring features and 8 warps share the rows (and so for the
+    channels of batch-norm statistics over small images)."""
     from lazygrad.codegen.renderer.cstyle import CUDARenderer
 
     target = CUDARenderer.target
@@ -627,6 +628,12 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
     opts = heuristic_opts(kernel_of(x.sum(axis=0)), target)
     assert [(opt.op, opt.amount) for opt in opts] == [(L, 32), (G, 8)]
     np.testing.assert_allclose(x.sum(axis=0).numpy(), data.sum(axis=0), rtol=1e-5, atol=1e-4)
+    # batch-norm statistics of 2x2 images: each channel's 192 values lie in 48 pieces of 4, 4 channels apart
+    images = Tensor(data.reshape(48, 256, 2, 2), device=threaded).realize()
+    opts = heuristic_opts(kernel_of(images.sum(axis=(0, 2, 3))), target)
+    assert [(opt.op, opt.amount) for opt in opts if opt.op in (L, G)] == [(L, 32), (G, 8)]
+    expected = data.reshape(48, 256, 2, 2).sum(axis=(0, 2, 3))
+    np.testing.assert_allclose(images.sum(axis=(0, 2, 3)).numpy(), expected, rtol=1e-5, atol=1e-4)
     # rows plus a vector every batch shares (a position embedding): rows still; a batched product: tiles, no GROUP
     positions = Tensor(data[:6], device=threaded).realize()
     rows = x.reshape(64, 6, 128) + positions

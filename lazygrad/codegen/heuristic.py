@@ -822,17 +822,15 @@ def share_rows(plan: Plan, block: int | None, warps: bool = True) -> bool:
 
 def share_columns(plan: Plan, block: int | None) -> bool:
     """A thread per output for few outputs that each reduce a column (a bias gradient: 128 features summed over a
-    batch of 384 rows) would leave the GPU idle while each thread reads its column down: a warp's threads take
-    neighbouring outputs (reading neighbouring values of a row) and the block's other threads share the columns;
-    True if it did."""
+    batch of 384 rows; batch-norm statistics of 2x2 images) would leave the GPU idle while each thread reads its
+    column down: a warp's threads take neighbouring outputs (reading neighbouring values of a row, as a thread per
+    output would) and the block's other threads share the columns; True if it did."""
     outputs, reduces = loops_of_kind(plan.sink, LoopKind.GLOBAL), reduce_nodes(plan.sink)
     room = block or plan.target.block_threads
     if not outputs or not reduces or room < 2 * WARP or blocks(plan.sink) > ROW_GROUP_OUTPUTS:
         return False
     inner, loop = outputs[-1], max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
-    if inner.src[0].arg % WARP or loop.src[0].arg < 2 * WARP or shares_inputs(plan.sink, loop):
-        return False
-    if not contiguous_along(plan.sink, inner):
+    if inner.src[0].arg % WARP or max(map(iterations, reduces)) < 2 * WARP or shares_inputs(plan.sink, loop):
         return False
     trial = Plan(plan.sink, plan.target)
     trial.apply(Opt(OptOp.LOCAL, inner.arg[0], WARP))

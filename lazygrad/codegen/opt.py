@@ -477,10 +477,14 @@ def shared_thread(sink: UOp, loop: UOp, amount: int) -> UOp | None:
 
 
 def loop_outside(sink: UOp, loop: UOp) -> UOp | None:
-    """The reduce loop just outside `loop` in every reduce over it, or None."""
-    outside = {reduce.src[reduce.src.index(loop) - 1] for reduce in reduces_over(sink, loop)}
+    """The reduce loop just outside `loop` in every reduce over it and in no other reduce, or None."""
+    reduces = reduces_over(sink, loop)
+    ranges = [reduce.src[1:] for reduce in reduces]
+    outside = {loops[loops.index(loop) - 1] if loops.index(loop) else None for loops in ranges}
     outer = outside.pop() if len(outside) == 1 else None
-    return outer if outer is not None and outer.op is Ops.RANGE and outer.arg[1] is LoopKind.REDUCE else None
+    if outer is None or outer.arg[1] is not LoopKind.REDUCE:
+        return None
+    return outer if reduces_over(sink, outer) == reduces else None
 
 
 def threads_across(sink: UOp, loop: UOp, amount: int) -> tuple[UOp, UOp, UOp]:
@@ -491,8 +495,8 @@ def threads_across(sink: UOp, loop: UOp, amount: int) -> tuple[UOp, UOp, UOp]:
     if outer is None:
         raise KernelOptError(
             f"GROUP({loop.arg[0]}, {amount}): {amount} threads, more than loop {loop.arg[0]}'s {size} iterations, "
-            "would share the reduce loop just outside it too, and its reduces have none there; use an amount that "
-            f"divides {size}"
+            "would share the reduce loop just outside it too, and its reduces have none there (or another reduce "
+            f"runs over that loop); use an amount that divides {size}"
         )
     across, outer_size = amount // size, outer.src[0].arg
     if outer_size % across:
