@@ -514,20 +514,38 @@ def threads_across(sink: UOp, loop: UOp, amount: int) -> tuple[UOp, UOp, UOp]:
     return sink, fewer, thread
 
 
+def renumbered(sink: UOp, loop: UOp, number: int) -> tuple[UOp, dict[UOp, UOp]]:
+    """`sink` with `loop` numbered `number`, lower than its own, and the loops numbered from there up to it one
+    higher each; and the loops it renumbered, old -> new."""
+    moved = {
+        node: UOp(Ops.RANGE, node.dtype, node.src, (number if node is loop else axis + 1, node.arg[1]))
+        for axis, node in loops_by_axis(sink).items()
+        if number <= axis <= loop.arg[0]
+    }
+    return replace_ranges(sink, moved, {}), moved
+
+
 def group(sink: UOp, loop: UOp, amount: int) -> UOp:
     """Share each reduce over `loop` among `amount` threads (an existing thread loop of that size they do not depend
     on, else a new one): partial results, then a combine through shared memory. More threads than `loop` has
-    iterations (a multiple of them) also share the reduce loop just outside it (see `threads_across`)."""
+    iterations (a multiple of them) also share the reduce loop just outside it (see `threads_across`). New threads
+    take the number of the block's first thread loop, which makes them the slowest in the thread index."""
     for node in loops_under(sink, loop):
         if node.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL):  # (a barrier in a loop would need another)
             raise KernelOptError(f"GROUP({loop.arg[0]}, ...): the reduce also runs inside loop {node.arg[0]}")
     size = loop.src[0].arg
     axis, thread = loop.arg[0], shared_thread(sink, loop, amount) if amount <= size else None
-    if amount > size:
-        sink, outer, thread = threads_across(sink, loop, amount)
-    elif thread is None:
-        sink = split(sink, loop, amount, LoopKind.LOCAL)  # thread t takes iterations outer * amount + t
-        outer, thread = loops_by_axis(sink)[axis], loops_by_axis(sink)[axis + 1]
+    if thread is None:
+        if amount > size:
+            sink, outer, thread = threads_across(sink, loop, amount)
+        else:
+            sink = split(sink, loop, amount, LoopKind.LOCAL)  # thread t takes iterations outer * amount + t
+            outer, thread = loops_by_axis(sink)[axis], loops_by_axis(sink)[axis + 1]
+        # the new threads move slowest through the thread index: the threads of a block's outputs stay neighbours
+        first = min((t.arg[0] for t in loops_of_kind(sink, LoopKind.LOCAL) if t is not thread), default=None)
+        if first is not None and first < thread.arg[0]:
+            sink, moved = renumbered(sink, thread, first)
+            outer, thread = moved.get(outer, outer), moved[thread]
     else:
         outer = new_loop(loop, loop.src[0].arg // amount)
         reduce_ranges = {r: tuple(outer if x is loop else x for x in r.src[1:]) for r in reduces_over(sink, loop)}
