@@ -19,6 +19,7 @@ from lazygrad.codegen.opt import (
     count_divmod,
     kernel_nodes,
     loops_by_axis,
+    loops_of_kind,
     output_loops,
     prepare,
     replace_ranges,
@@ -627,6 +628,9 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
     x = Tensor(data, device=threaded).realize()
     opts = heuristic_opts(kernel_of(x.sum(axis=0)), target)
     assert [(opt.op, opt.amount) for opt in opts] == [(L, 32), (G, 8)]
+    # the group's threads move slowest through the thread index: a warp's 32 threads read 32 neighbouring values
+    threads = loops_of_kind(apply_opts(kernel_of(x.sum(axis=0)), opts, target), LoopKind.LOCAL)
+    assert [thread.src[0].arg for thread in threads] == [8, 32]
     np.testing.assert_allclose(x.sum(axis=0).numpy(), data.sum(axis=0), rtol=1e-5, atol=1e-4)
     # batch-norm statistics of 2x2 images: each channel's 192 values lie in 48 pieces of 4, 4 channels apart
     images = Tensor(data.reshape(48, 256, 2, 2), device=threaded).realize()
