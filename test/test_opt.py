@@ -632,6 +632,11 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
     threads = loops_of_kind(apply_opts(kernel_of(x.sum(axis=0)), opts, target), LoopKind.LOCAL)
     assert [thread.src[0].arg for thread in threads] == [8, 32]
     np.testing.assert_allclose(x.sum(axis=0).numpy(), data.sum(axis=0), rtol=1e-5, atol=1e-4)
+    # ten outputs (a classifier's bias): all ten are a block's neighbouring threads, 16 groups of them share the rows
+    classes = Tensor(data[:, :10], device=threaded).realize()
+    opts = heuristic_opts(kernel_of(classes.sum(axis=0)), target)
+    assert [(opt.op, opt.amount) for opt in opts] == [(L, 10), (G, 16)]
+    np.testing.assert_allclose(classes.sum(axis=0).numpy(), data[:, :10].sum(axis=0), rtol=1e-5, atol=1e-4)
     # batch-norm statistics of 2x2 images: each channel's 192 values lie in 48 pieces of 4, 4 channels apart
     images = Tensor(data.reshape(48, 256, 2, 2), device=threaded).realize()
     opts = heuristic_opts(kernel_of(images.sum(axis=(0, 2, 3))), target)

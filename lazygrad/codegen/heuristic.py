@@ -824,18 +824,20 @@ def share_columns(plan: Plan, block: int | None) -> bool:
     """A thread per output for few outputs that each reduce a column (a bias gradient: 128 features summed over a
     batch of 384 rows; batch-norm statistics of 2x2 images) would leave the GPU idle while each thread reads its
     column down: a warp's threads take neighbouring outputs (reading neighbouring values of a row, as a thread per
-    output would) and the block's other threads share the columns; True if it did."""
+    output would; fewer where the outputs are fewer, a classifier's 10) and the block's other threads share the
+    columns; True if it did."""
     outputs, reduces = loops_of_kind(plan.sink, LoopKind.GLOBAL), reduce_nodes(plan.sink)
     room = block or plan.target.block_threads
     if not outputs or not reduces or room < 2 * WARP or blocks(plan.sink) > ROW_GROUP_OUTPUTS:
         return False
     inner, loop = outputs[-1], max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
-    if inner.src[0].arg % WARP or max(map(iterations, reduces)) < 2 * WARP or shares_inputs(plan.sink, loop):
+    if max(map(iterations, reduces)) < 2 * WARP or shares_inputs(plan.sink, loop):
         return False
+    across = largest_divisor(inner.src[0].arg, WARP)  # (a warp's outputs, or all there are: a 10-class bias's)
     trial = Plan(plan.sink, plan.target)
-    trial.apply(Opt(OptOp.LOCAL, inner.arg[0], WARP))
-    loop = max(reduce_loops(trial.sink), key=lambda loop: loop.src[0].arg)  # (found again: the split renumbered it)
-    amount = thread_count(loop.src[0].arg, room // WARP)
+    trial.apply(Opt(OptOp.LOCAL, inner.arg[0], across))
+    loop = max(reduce_loops(trial.sink), key=lambda loop: loop.src[0].arg)  # (found again: a split renumbers)
+    amount = thread_count(loop.src[0].arg, room // across)
     if amount < 2 or not trial.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount)):
         return False
     plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
