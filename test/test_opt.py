@@ -632,6 +632,11 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
     threads = loops_of_kind(apply_opts(kernel_of(x.sum(axis=0)), opts, target), LoopKind.LOCAL)
     assert [thread.src[0].arg for thread in threads] == [8, 32]
     np.testing.assert_allclose(x.sum(axis=0).numpy(), data.sum(axis=0), rtol=1e-5, atol=1e-4)
+    # long columns too: a block per column would read it with threads a row apart
+    tall = Tensor(data.reshape(1536, 32), device=threaded).realize()
+    opts = heuristic_opts(kernel_of(tall.sum(axis=0)), target)
+    assert [(opt.op, opt.amount) for opt in opts] == [(L, 32), (G, 8)]
+    np.testing.assert_allclose(tall.sum(axis=0).numpy(), data.reshape(1536, 32).sum(axis=0), rtol=1e-5, atol=1e-3)
     # ten outputs (a classifier's bias): all ten are a block's neighbouring threads, 16 groups of them share the rows
     classes = Tensor(data[:, :10], device=threaded).realize()
     opts = heuristic_opts(kernel_of(classes.sum(axis=0)), target)

@@ -820,24 +820,35 @@ def share_rows(plan: Plan, block: int | None, warps: bool = True) -> bool:
     return True
 
 
+def summed_columns(plan: Plan, block: int | None) -> UOp | None:
+    """The innermost output loop of a kernel whose few outputs each reduce 64 values or more, no matrix product (see
+    `share_columns`), where blocks of `block` threads have room for two warps; None for any other."""
+    outputs, reduces = loops_of_kind(plan.sink, LoopKind.GLOBAL), reduce_nodes(plan.sink)
+    if not outputs or not reduces or (block or plan.target.block_threads) < 2 * WARP:
+        return None
+    if blocks(plan.sink) > ROW_GROUP_OUTPUTS or max(map(iterations, reduces)) < 2 * WARP:
+        return None
+    return (
+        None
+        if shares_inputs(plan.sink, max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg))
+        else outputs[-1]
+    )
+
+
 def share_columns(plan: Plan, block: int | None) -> bool:
     """A thread per output for few outputs that each reduce a column (a bias gradient: 128 features summed over a
     batch of 384 rows; batch-norm statistics of 2x2 images) would leave the GPU idle while each thread reads its
-    column down: a warp's threads take neighbouring outputs (reading neighbouring values of a row, as a thread per
-    output would; fewer where the outputs are fewer, a classifier's 10) and the block's other threads share the
-    columns; True if it did."""
-    outputs, reduces = loops_of_kind(plan.sink, LoopKind.GLOBAL), reduce_nodes(plan.sink)
-    room = block or plan.target.block_threads
-    if not outputs or not reduces or room < 2 * WARP or blocks(plan.sink) > ROW_GROUP_OUTPUTS:
-        return False
-    inner, loop = outputs[-1], max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
-    if max(map(iterations, reduces)) < 2 * WARP or shares_inputs(plan.sink, loop):
+    column down, and a block per output would read a column with threads a row apart: a warp's threads take
+    neighbouring outputs (reading neighbouring values of a row, as a thread per output would; fewer where the outputs
+    are fewer, a classifier's 10) and the block's other threads share the columns; True if it did."""
+    inner = summed_columns(plan, block)
+    if inner is None:
         return False
     across = largest_divisor(inner.src[0].arg, WARP)  # (a warp's outputs, or all there are: a 10-class bias's)
     trial = Plan(plan.sink, plan.target)
     trial.apply(Opt(OptOp.LOCAL, inner.arg[0], across))
     loop = max(reduce_loops(trial.sink), key=lambda loop: loop.src[0].arg)  # (found again: a split renumbers)
-    amount = thread_count(loop.src[0].arg, room // across)
+    amount = thread_count(loop.src[0].arg, (block or plan.target.block_threads) // across)
     if amount < 2 or not trial.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount)):
         return False
     plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
@@ -857,7 +868,10 @@ def group_reduce(plan: Plan, block: int | None, warps: bool = True) -> bool:
     as_long = (other for reduce in reduces for other in reduce.src[1:] if other.src[0].arg == loop.src[0].arg)
     loop = next((other for other in as_long if contiguous_along(plan.sink, other)), loop)
     size, room = loop.src[0].arg, block or plan.target.block_threads
-    if loops_of_kind(plan.sink, LoopKind.GLOBAL):  # (outputs: rows, each a block's or a warp's, or a thread's)
+    if loops_of_kind(plan.sink, LoopKind.GLOBAL):  # (rows, each a block's or a warp's, or a thread's)
+        columns = summed_columns(plan, block) if warps and not contiguous_along(plan.sink, loop) else None
+        if columns is not None and contiguous_along(plan.sink, columns):
+            return False  # (columns, read along the outputs: `share_columns` gives a warp neighbouring outputs)
         room = row_threads(plan, [max(map(iterations, reduces))], [loop], block, warps)
         if not room:
             return False
