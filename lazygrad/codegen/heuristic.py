@@ -828,11 +828,8 @@ def summed_columns(plan: Plan, block: int | None) -> UOp | None:
         return None
     if blocks(plan.sink) > ROW_GROUP_OUTPUTS or max(map(iterations, reduces)) < 2 * WARP:
         return None
-    return (
-        None
-        if shares_inputs(plan.sink, max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg))
-        else outputs[-1]
-    )
+    longest = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
+    return None if shares_inputs(plan.sink, longest) else outputs[-1]
 
 
 def share_columns(plan: Plan, block: int | None) -> bool:
@@ -860,7 +857,8 @@ def group_reduce(plan: Plan, block: int | None, warps: bool = True) -> bool:
     sum) or into few outputs over many iterations (a block per output: a row's sum, a convolution's weight
     gradient, whose output loops not in the reduce stay loops in the thread); True if it did. Of loops as long, one
     along which the loads move by one: neighbouring threads then read neighbouring memory (a weight gradient's image
-    columns, not its batch, whose threads read an image apart)."""
+    columns, not its batch, whose threads read an image apart). A short loop shares the loop outside it too; columns
+    read along their outputs are left to `share_columns`."""
     reduces = reduce_nodes(plan.sink)
     if not reduces:
         return False
