@@ -642,6 +642,10 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
     opts = heuristic_opts(kernel_of(classes.sum(axis=0)), target)
     assert [(opt.op, opt.amount) for opt in opts] == [(L, 10), (G, 16)]
     np.testing.assert_allclose(classes.sum(axis=0).numpy(), data[:, :10].sum(axis=0), rtol=1e-5, atol=1e-4)
+    # a prime number of outputs more than a warp has no neighbours to give a warp: a thread per output
+    primes = Tensor(data[:, :37], device=threaded).realize()
+    assert heuristic_opts(kernel_of(primes.sum(axis=0)), target) == (Opt(L, 0, 37),)
+    np.testing.assert_allclose(primes.sum(axis=0).numpy(), data[:, :37].sum(axis=0), rtol=1e-5, atol=1e-4)
     # batch-norm statistics of 2x2 images: each channel's 192 values lie in 48 pieces of 4, 4 channels apart
     images = Tensor(data.reshape(48, 256, 2, 2), device=threaded).realize()
     opts = heuristic_opts(kernel_of(images.sum(axis=(0, 2, 3))), target)

@@ -805,8 +805,9 @@ def shares_inputs(sink: UOp, loop: UOp) -> bool:
 
 
 def share_rows(plan: Plan, block: int | None, warps: bool = True) -> bool:
-    """A block per row for a kernel that reduces few long rows and writes them back (a softmax, a layer norm): the
-    threads of the block share the row's outputs, and each reduce over the row shares them too; True if it did."""
+    """A block per row for a kernel that reduces few long rows and writes them back (a softmax, a layer norm; a warp
+    for shorter rows, see `row_threads`): the threads of the block share the row's outputs, and each reduce over the
+    row shares them too; True if it did."""
     rows, loops = loops_of_kind(plan.sink, LoopKind.LOOP), reduce_loops(plan.sink)
     if not rows or not loops:
         return False
@@ -822,14 +823,18 @@ def share_rows(plan: Plan, block: int | None, warps: bool = True) -> bool:
 
 def summed_columns(plan: Plan, block: int | None) -> UOp | None:
     """The innermost output loop of a kernel whose few outputs each reduce 64 values or more, no matrix product (see
-    `share_columns`), where blocks of `block` threads have room for two warps; None for any other."""
+    `share_columns`), where blocks of `block` threads have room for two warps and neighbouring outputs for a warp's
+    threads; None for any other."""
     outputs, reduces = loops_of_kind(plan.sink, LoopKind.GLOBAL), reduce_nodes(plan.sink)
     if not outputs or not reduces or (block or plan.target.block_threads) < 2 * WARP:
         return None
     if blocks(plan.sink) > ROW_GROUP_OUTPUTS or max(map(iterations, reduces)) < 2 * WARP:
         return None
     longest = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
-    return None if shares_inputs(plan.sink, longest) else outputs[-1]
+    # (37 outputs, a prime number of them more than a warp, have no neighbours to give a warp)
+    if shares_inputs(plan.sink, longest) or largest_divisor(outputs[-1].src[0].arg, WARP) < 2:
+        return None
+    return outputs[-1]
 
 
 def share_columns(plan: Plan, block: int | None) -> bool:
