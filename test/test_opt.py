@@ -592,8 +592,8 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
 
 def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(threaded):
     """Rows of 128, a thread each, would be read one value after another by each thread (its warp's neighbours a row
-    apart) on few blocks: a layer norm's statistics and a softmax get a warp per row instead. A matrix product,
-    whose rows and columns some outputs share, does not; nor do rows shorter than a warp."""
+    apart) on few blocks: a layer norm's statistics and a softmax get a warp per row instead. A matrix product of
+    many outputs, whose rows and columns some outputs share, does not; nor do rows shorter than a warp."""
     from lazygrad.codegen.renderer.cstyle import CUDARenderer
 
     target = CUDARenderer.target
@@ -608,13 +608,31 @@ def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(thr
         Opt(G, 3, 32),
         Opt(G, 4, 32),
     )
-    assert not any(opt.op is G for opt in heuristic_opts(kernel_of(x @ x.T), target))
+    many = Tensor(rng.standard_normal((128, 128)).astype(np.float32), device=threaded).realize()
+    assert not any(opt.op is G for opt in heuristic_opts(kernel_of(many @ many.T), target))
     assert not any(opt.op is G for opt in heuristic_opts(kernel_of(x[:, :16].softmax(axis=1)), target))
     expected = np.exp(data - data.max(axis=1, keepdims=True))
     np.testing.assert_allclose(x.softmax(axis=1).numpy(), expected / expected.sum(1, keepdims=True), rtol=1e-5)
     centered = data - data.mean(axis=1, keepdims=True)
     normed = centered / np.sqrt((centered**2).mean(axis=1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(x.layernorm().numpy(), normed, rtol=1e-4, atol=1e-5)
+
+
+def test_a_product_of_few_outputs_read_in_order_gets_a_warp_per_output(threaded):
+    """A classifier's 16 x 10 outputs from 512 features (x @ w.T, both read along the features) are too few for tiles
+    to fill a GPU: a warp per output shares its 512 products; a product of many outputs keeps its tiles."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    target = CUDARenderer.target
+    x_data, w_data = (
+        rng.standard_normal((16, 512)).astype(np.float32),
+        rng.standard_normal((10, 512)).astype(np.float32),
+    )
+    x, w = Tensor(x_data, device=threaded).realize(), Tensor(w_data, device=threaded).realize()
+    assert [opt.op for opt in heuristic_opts(kernel_of(x @ w.T), target)] == [G]
+    np.testing.assert_allclose((x @ w.T).numpy(), x_data @ w_data.T, rtol=1e-4, atol=1e-4)
+    many = Tensor(rng.standard_normal((128, 512)).astype(np.float32), device=threaded).realize()
+    assert OptOp.TILE in [opt.op for opt in heuristic_opts(kernel_of(many @ many.T), target)]
 
 
 def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_read_along_rows(threaded):
@@ -652,14 +670,16 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
     assert [(opt.op, opt.amount) for opt in opts if opt.op in (L, G)] == [(L, 32), (G, 8)]
     expected = data.reshape(48, 256, 2, 2).sum(axis=(0, 2, 3))
     np.testing.assert_allclose(images.sum(axis=(0, 2, 3)).numpy(), expected, rtol=1e-5, atol=1e-4)
-    # rows plus a vector every batch shares (a position embedding): rows still; a batched product: tiles, no GROUP
+    # rows plus a vector every batch shares (a position embedding): rows still; a batched product of many outputs
+    # (256 x 6 x 6 from 128 features): no GROUP
     positions = Tensor(data[:6], device=threaded).realize()
     rows = x.reshape(64, 6, 128) + positions
     assert heuristic_opts(kernel_of(rows.sum(axis=2)), target) == (Opt(G, 2, 32),)
     np.testing.assert_allclose(
         rows.sum(axis=2).numpy(), (data.reshape(64, 6, 128) + data[:6]).sum(2), rtol=1e-4, atol=1e-4
     )
-    products = x.reshape(64, 6, 128) @ x.reshape(64, 6, 128).transpose(1, 2)
+    batch = Tensor(rng.standard_normal((256, 6, 128)).astype(np.float32), device=threaded).realize()
+    products = batch @ batch.transpose(1, 2)
     assert not any(opt.op is G for opt in heuristic_opts(kernel_of(products), target))
 
 

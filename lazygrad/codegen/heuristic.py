@@ -786,8 +786,10 @@ def row_threads(plan: Plan, lengths: list[int], loops: list[UOp], block: int | N
 
 def rows_read_in_order(sink: UOp, loop: UOp) -> bool:
     """Whether the loads move by one (or stay put) along reduce loop `loop`, in a kernel that reduces rows, each for
-    its outputs (a layer norm's, reading its weights in every row), not a matrix product (see `shares_inputs`)."""
-    return contiguous_along(sink, loop) and not shares_inputs(sink, loop)
+    its outputs (a layer norm's, reading its weights in every row), or a matrix product of too few outputs to fill
+    the GPU with tiles (a classifier's 16 x 10 from 512 features: see `shares_inputs`)."""
+    few = blocks(sink) <= BUSY_BLOCKS * WARP
+    return contiguous_along(sink, loop) and (few or not shares_inputs(sink, loop))
 
 
 def shares_inputs(sink: UOp, loop: UOp) -> bool:
