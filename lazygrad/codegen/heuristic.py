@@ -787,8 +787,9 @@ def row_threads(plan: Plan, lengths: list[int], loops: list[UOp], block: int | N
 def rows_read_in_order(sink: UOp, loop: UOp) -> bool:
     """Whether the loads move by one (or stay put) along reduce loop `loop`, in a kernel that reduces rows, each for
     its outputs (a layer norm's, reading its weights in every row), or a matrix product of too few outputs to fill
-    the GPU with tiles (a classifier's 16 x 10 from 512 features: see `shares_inputs`)."""
-    few = blocks(sink) <= BUSY_BLOCKS * WARP
+    the GPU with tiles and a reduce long enough to pay for a warp's combine, 4 iterations a thread or more (a
+    classifier's 16 x 10 from 512 features: see `shares_inputs`)."""
+    few = blocks(sink) <= BUSY_BLOCKS * WARP and loop.src[0].arg >= 4 * WARP
     return contiguous_along(sink, loop) and (few or not shares_inputs(sink, loop))
 
 
