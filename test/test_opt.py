@@ -620,7 +620,8 @@ def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(thr
 
 def test_a_product_of_few_outputs_read_in_order_gets_a_warp_per_output(threaded):
     """A classifier's 16 x 10 outputs from 512 features (x @ w.T, both read along the features) are too few for tiles
-    to fill a GPU: a warp per output shares its 512 products; a product of many outputs keeps its tiles."""
+    to fill a GPU: a warp per output shares its 512 products; a product of many outputs keeps its tiles, and one of
+    a short reduce a thread per output."""
     from lazygrad.codegen.renderer.cstyle import CUDARenderer
 
     target = CUDARenderer.target
@@ -631,6 +632,8 @@ def test_a_product_of_few_outputs_read_in_order_gets_a_warp_per_output(threaded)
     x, w = Tensor(x_data, device=threaded).realize(), Tensor(w_data, device=threaded).realize()
     assert [opt.op for opt in heuristic_opts(kernel_of(x @ w.T), target)] == [G]
     np.testing.assert_allclose((x @ w.T).numpy(), x_data @ w_data.T, rtol=1e-4, atol=1e-4)
+    # 96 features, 3 a thread, do not pay for a warp's combine: a thread per output
+    assert G not in [opt.op for opt in heuristic_opts(kernel_of(x[:, :96] @ w[:, :96].T), target)]
     many = Tensor(rng.standard_normal((128, 512)).astype(np.float32), device=threaded).realize()
     assert OptOp.TILE in [opt.op for opt in heuristic_opts(kernel_of(many @ many.T), target)]
 
