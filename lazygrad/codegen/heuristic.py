@@ -769,6 +769,11 @@ def reduce_loops(sink: UOp) -> list[UOp]:
     return sorted(loops, key=lambda loop: loop.arg[0])
 
 
+def longest_reduce_loop(sink: UOp) -> UOp:
+    """The longest of the reduces' longest loops (the first of loops as long)."""
+    return max(reduce_loops(sink), key=lambda loop: loop.src[0].arg)
+
+
 def row_threads(plan: Plan, lengths: list[int], loops: list[UOp], block: int | None, warps: bool = True) -> int:
     """The most threads to share each row of a kernel that reduces at most ROW_GROUP_OUTPUTS rows (the reduce
     `loops`, and the row's `lengths`): a block's for rows of at least ROW_GROUP_LENGTH, a warp's for rows of at least
@@ -833,7 +838,7 @@ def summed_columns(plan: Plan, block: int | None) -> UOp | None:
         return None
     if blocks(plan.sink) > ROW_GROUP_OUTPUTS or max(map(iterations, reduces)) < 2 * WARP:
         return None
-    longest = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
+    longest = longest_reduce_loop(plan.sink)
     # (37 outputs, a prime number of them more than a warp, have no neighbours to give a warp)
     if shares_inputs(plan.sink, longest) or largest_divisor(outputs[-1].src[0].arg, WARP) < 2:
         return None
@@ -852,7 +857,7 @@ def share_columns(plan: Plan, block: int | None) -> bool:
     across = largest_divisor(inner.src[0].arg, WARP)  # (a warp's outputs, or all there are: a 10-class bias's)
     trial = Plan(plan.sink, plan.target)
     trial.apply(Opt(OptOp.LOCAL, inner.arg[0], across))
-    loop = max(reduce_loops(trial.sink), key=lambda loop: loop.src[0].arg)  # (found again: a split renumbers)
+    loop = longest_reduce_loop(trial.sink)  # (found again: a split renumbers)
     amount = thread_count(loop.src[0].arg, (block or plan.target.block_threads) // across)
     if amount < 2 or not trial.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount)):
         return False
@@ -870,7 +875,7 @@ def group_reduce(plan: Plan, block: int | None, warps: bool = True) -> bool:
     reduces = reduce_nodes(plan.sink)
     if not reduces:
         return False
-    loop = max(reduce_loops(plan.sink), key=lambda loop: loop.src[0].arg)
+    loop = longest_reduce_loop(plan.sink)
     as_long = (other for reduce in reduces for other in reduce.src[1:] if other.src[0].arg == loop.src[0].arg)
     loop = next((other for other in as_long if contiguous_along(plan.sink, other)), loop)
     size, room = loop.src[0].arg, block or plan.target.block_threads

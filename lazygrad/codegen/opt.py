@@ -472,6 +472,8 @@ def loops_under(sink: UOp, loop: UOp) -> set[UOp]:
 def shared_thread(sink: UOp, loop: UOp, amount: int) -> UOp | None:
     """A thread loop of `amount` threads that the reduces over `loop` do not depend on, for them to share (the
     threads that store a row's outputs also reduce it), or None."""
+    if amount > loop.src[0].arg:  # (more threads than the loop has iterations share the loop outside it too)
+        return None
     under = loops_under(sink, loop)
     return next((t for t in loops_of_kind(sink, LoopKind.LOCAL) if t.src[0].arg == amount and t not in under), None)
 
@@ -534,7 +536,7 @@ def group(sink: UOp, loop: UOp, amount: int) -> UOp:
         if node.arg[1] not in (LoopKind.GLOBAL, LoopKind.LOCAL):  # (a barrier in a loop would need another)
             raise KernelOptError(f"GROUP({loop.arg[0]}, ...): the reduce also runs inside loop {node.arg[0]}")
     size = loop.src[0].arg
-    axis, thread = loop.arg[0], shared_thread(sink, loop, amount) if amount <= size else None
+    axis, thread = loop.arg[0], shared_thread(sink, loop, amount)
     if thread is None:
         if amount > size:
             sink, outer, thread = threads_across(sink, loop, amount)
@@ -1064,9 +1066,7 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
         return tile(sink, loop, opt.amount, target)
     if opt.op is OptOp.GROUP and staged(sink):
         raise KernelOptError(f"{opt}: the kernel's reduce reads its inputs from a tile in shared memory")
-    reused = (
-        opt.op is OptOp.GROUP and opt.amount <= loop.src[0].arg and shared_thread(sink, loop, opt.amount) is not None
-    )
+    reused = opt.op is OptOp.GROUP and shared_thread(sink, loop, opt.amount) is not None
     if opt.op is OptOp.GROUP and not reused and any(node.op is Ops.DEFINE_LOCAL for node in kernel_nodes(sink)):
         # (the threads of the new loop would each repeat the earlier combine, racing on its shared memory)
         raise KernelOptError(
