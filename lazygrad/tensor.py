@@ -69,6 +69,13 @@ _assign_ids = itertools.count()
 # schedule that overwrites a buffer first looks here for pending tensors that read its old contents
 _made: dict[int, weakref.ref] = {}
 _made_pruned_at = 64
+# The tensors that may hold a pending value (a graph or a write, not a name of memory, nor a broadcast constant), in
+# the order they got it: the scans for what a write must keep (`_values_to_keep`, `pending_assigns`) walk these, not
+# `_made`, and drop the ones they find dead or holding such a value no more, so a program that keeps thousands of
+# realized tensors (a list of losses) does not pay for each of them in every optimizer step. Pruned with `_made` too.
+_pending_holders: dict[int, weakref.ref] = {}
+# id of a tensor set as a .grad -> (it, and the tensors it is the .grad of, all weakly): see `_values_to_keep`
+_grads_given: dict[int, tuple[weakref.ref, list[weakref.ref]]] = {}
 
 
 def _unpickle_tensor(values: np.ndarray, dtype: str, device: str, requires_grad: bool | None) -> Tensor:
@@ -95,14 +102,25 @@ def tensors_holding(nodes) -> list[Tensor]:
     return list(found.values())
 
 
+def _held_twice(node: UOp) -> bool:
+    """Whether two live tensors hold `node`. (Stops at the second: every tensor realized to one buffer asks this, and
+    thousands may hold it, `[(t + 1).realize() for _ in range(n)]`.)"""
+    live = 0
+    for reference in list(node.__dict__.get("tensors", {}).values()):
+        if reference() is not None:
+            live += 1
+            if live == 2:
+                return True
+    return False
+
+
 def pending_assigns() -> list[Tensor]:
     """Tensors for the assigns that have not run yet (state a step updated, such as batch norm's running statistics,
     before anything read it): the newest write pending on each buffer (it reads the earlier ones it needs; a later
     write replaces a buffer's whole contents), and any live tensor holding an assign."""
     found: dict[UOp, Tensor] = {}
-    for reference in list(_made.values()):
-        tensor = reference()
-        if tensor is not None and tensor._uop.op is Ops.ASSIGN and "realized" not in tensor._uop.__dict__:
+    for tensor in _pending_tensors():
+        if tensor._uop.op is Ops.ASSIGN and "realized" not in tensor._uop.__dict__:
             found.setdefault(tensor._uop, tensor)
     for reference in list(_written.values()):
         buffer = reference()
@@ -239,6 +257,24 @@ def _prune_made() -> None:
     for key in [key for key, reference in list(_made.items()) if reference() is None]:
         _made.pop(key, None)
     _made_pruned_at = max(64, 2 * len(_made))
+    _pending_tensors()
+    for key, (reference, _) in list(_grads_given.items()):
+        if reference() is None:
+            _grads_given.pop(key, None)
+
+
+def _pending_tensors() -> list[Tensor]:
+    """The live tensors holding a pending value that reads memory, in the order they got it (see `_pending_holders`,
+    which the others leave)."""
+    found = []
+    for key, reference in list(_pending_holders.items()):
+        tensor = reference()
+        # (memory_of, not views_memory: a flip of a buffer keeps the values it was made with, as a computation does)
+        if tensor is not None and memory_of(node := tensor._uop) is None and node.base.op is not Ops.CONST:
+            found.append(tensor)
+        elif _pending_holders.get(key) is reference:  # (not a newer tensor that took a dead one's id meanwhile)
+            _pending_holders.pop(key, None)
+    return found
 
 
 # ids of the tensors a setitem is writing into with gradients flowing through the write (see Tensor.__setitem__)
@@ -268,11 +304,13 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
     gradient tensor held elsewhere (`g = w.grad`) is a value like any other and is computed."""
     skip = set(outputs)
     pending: dict[UOp, None] = {}
-    for reference in list(_made.values()):
-        tensor = reference()
-        if tensor is not None and (node := tensor._uop) not in skip and node not in written_now:
-            if memory_of(node) is None:  # (a view shows the new contents: it keeps no old value)
-                pending[node] = None
+    gradients = []  # (the pending tensors that are a .grad)
+    # (a view shows the new contents: it keeps no old value, and is not among these)
+    for tensor in _pending_tensors():
+        if (node := tensor._uop) not in skip and node not in written_now:
+            pending[node] = None
+            if id(tensor) in _grads_given:
+                gradients.append(tensor)
     tensor = None  # (no reference of a loop may keep a tensor alive)
     writes = {}
     for reference in list(_written.values()):  # (the newest write on a buffer reads the earlier ones it needs)
@@ -285,18 +323,22 @@ def _values_to_keep(outputs: list[UOp], overwritten: set[UOp], written_now: set[
     if not stale:
         return []
     read_now = None  # (the schedule's nodes as a set, made only where a gradient asks)
-    for reference in list(_made.values()):
-        tensor = reference()
-        if tensor is not None and isinstance(tensor._grad, Tensor) and tensor._grad._uop in stale:
+    for gradient in gradients:
+        if gradient._uop not in stale:
+            continue
+        reference, owners = _grads_given[id(gradient)]
+        for owner in owners if reference() is gradient else ():
+            if (tensor := owner()) is None or tensor._grad is not gradient:
+                continue
             # (an implicit gradient, of a tensor that never asked for one, e.g. an input batch, is simply dropped:
             # PyTorch has none, and the next backward starts it afresh)
             if tensor._requires_grad is None:
                 tensor._grad = None
             else:
                 read_now = set(nodes) if read_now is None else read_now
-                if tensor._grad._uop in read_now:
+                if gradient._uop in read_now:
                     tensor._grad = _RELEASED
-    tensor = None
+    tensor = gradient = gradients = None  # (a gradient dropped here dies now: it is no value to keep)
     return [node for node in stale if node in writes or tensors_holding([node])]
 
 
@@ -591,6 +633,10 @@ class Tensor(
             _made[id(self)] = reference
             if len(_made) >= _made_pruned_at:
                 _prune_made()
+        # (to the end, as in `_made`: the order the scans find pending values in is the order they got them, the same
+        # whenever a step is repeated, whatever was pruned meanwhile)
+        _pending_holders.pop(id(self), None)
+        _pending_holders[id(self)] = reference
 
     @staticmethod
     def train(mode: bool = True):
@@ -779,6 +825,12 @@ class Tensor(
             got = f"a {value.shape} tensor" if isinstance(value, Tensor) else type(value).__name__
             raise ValueError(f"grad: must be None or a tensor of this tensor's shape {self.shape}, got {got}")
         self._grad = value
+        if value is not None:  # (noted for `_values_to_keep`, which finds the tensors a pending gradient belongs to)
+            given = _grads_given.get(id(value))
+            if given is None or given[0]() is not value:
+                given = _grads_given[id(value)] = (weakref.ref(value), [])
+            if all(owner() is not self for owner in given[1]):
+                given[1].append(weakref.ref(self))
 
     @property
     def requires_grad(self) -> bool | None:
@@ -1010,9 +1062,8 @@ class Tensor(
                 _name_detached(memory_of(view), tensor)
                 continue
             tensor.uop = view
-            if len(holders := view.__dict__["tensors"]) > 1 and node.op is not Ops.ASSIGN:
-                if sum(reference() is not None for reference in holders.values()) > 1:
-                    view.__dict__["shared"] = True  # equal values computed into one buffer: see `assign`
+            if node.op is not Ops.ASSIGN and "shared" not in view.__dict__ and _held_twice(view):
+                view.__dict__["shared"] = True  # equal values computed into one buffer: see `assign`
         for node, view in becomes.items():  # (views of what is memory now are views of that memory, as torch's)
             if "views" in node.__dict__ and node.op is not Ops.ASSIGN:
                 holders = view_holders(node)

@@ -644,3 +644,72 @@ def test_a_second_optimizer_steps_after_the_first():
         torch_opt.step()
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5)
     np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), rtol=1e-5)
+
+
+def _python_calls(function) -> int:
+    """The Python function calls `function()` makes (a count of work that, unlike a time, is the same on every run)."""
+    import sys
+
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        count += event == "call"
+
+    sys.setprofile(profile)
+    try:
+        function()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def _fewest_calls(function, times: int = 5) -> int:
+    # (the fewest of several: an occasional pruning of the registry of live tensors walks them all, amortized)
+    return min(_python_calls(function) for _ in range(times))
+
+
+def test_realizing_the_same_value_again_costs_the_same_however_many_tensors_hold_it():
+    # equal computations realized while an earlier result lives share its buffer: every tensor holding it once asked
+    # whether any other did, so each realize walked all of them (n realizes took n^2 steps)
+    t = Tensor(np.ones(4, np.float32)).realize()
+    kept = [(t + 1).realize() for _ in range(10)]
+    few = _fewest_calls(lambda: kept.append((t + 1).realize()))
+    kept += [(t + 1).realize() for _ in range(400)]
+    assert _fewest_calls(lambda: kept.append((t + 1).realize())) == few
+    np.testing.assert_array_equal(kept[-1].numpy(), [2, 2, 2, 2])
+    kept[-1].assign(Tensor(np.zeros(4, np.float32))).realize()  # (the shared buffer is copied first, as before)
+    np.testing.assert_array_equal(kept[0].numpy(), [2, 2, 2, 2])
+    np.testing.assert_array_equal(kept[-1].numpy(), [0, 0, 0, 0])
+
+
+def test_a_training_step_costs_the_same_however_many_losses_a_program_keeps():
+    # `losses.append(loss)`: an optimizer step looked through every live tensor for values its write must keep, so a
+    # program keeping its losses slowed down step by step
+    from lazygrad import nn
+    from lazygrad.nn.optim import SGD
+
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((8, 4)).astype(np.float32))
+    y = Tensor(rng.standard_normal((8, 1)).astype(np.float32))
+    model = nn.Linear(4, 1)
+    optimizer = SGD([model.weight, model.bias], lr=0.01)
+    losses = []
+
+    def step():
+        with Tensor.train():
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            losses.append((loss, loss.item()))
+
+    for _ in range(10):
+        step()
+    few = _fewest_calls(step)
+    for _ in range(300):
+        step()
+    assert _fewest_calls(step) == few
+    # each kept loss still holds the value it had at its step
+    assert all(loss.item() == value for loss, value in losses)
+    assert losses[-1][1] < losses[0][1]
