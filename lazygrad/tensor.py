@@ -443,7 +443,7 @@ def _give_history(tensors, node: UOp, view: UOp, remember: dict, remembered: set
                 remembered.add(view)
                 if earlier:  # (the node now refers to its view weakly, as `_realize_all` sets it for the others)
                     realized.set(node, weakref.ref(view))
-            tensor._history = history.get(view)
+            tensor._history = view.__dict__.get(history.key)  # (history.get, inline: this runs on every realize)
 
 
 def _reshaped_value(node: UOp) -> UOp | None:
@@ -1014,7 +1014,7 @@ class Tensor(
                 continue
             if not outputs:
                 device = tensor.device  # (the first pending tensor's)
-            if (base := _reshaped_value(node)) is not None:
+            if node.op is Ops.RESHAPE and (base := _reshaped_value(node)) is not None:
                 # a reshape of a computation another tensor holds: that computation is realized, and this tensor
                 # becomes its view (as torch's), which later writes into either show in both
                 viewed.append((tensor, base))
@@ -1051,7 +1051,7 @@ class Tensor(
             view = becomes[node]
             if tensor.device != view.base.arg[2] or node.arg is DETACHED_VIEW:
                 continue  # the same device-less node (a constant) on another device, or a detached name of memory
-            if (base := _viewed_value(node, among=becomes)) is not None:
+            if node.op in MOVEMENT_OPS and (base := _viewed_value(node, among=becomes)) is not None:
                 viewed.append((tensor, base))  # (a view of another value computed here: it becomes a view of that)
                 _give_history([tensor], base, becomes[base], remember, remembered, overwritten)
                 continue

@@ -482,7 +482,8 @@ def remember_history(view: UOp, computation: UOp, expanded: bool = False) -> UOp
     if not expanded and history:  # (with no history recorded anywhere, the graph has no view to expand)
         computation = with_history([computation])[computation]
     history.set(view, computation)
-    history_cut.drop(view)  # (written since, with a history: its gradient flows again)
+    if history_cut.key in view.__dict__:  # (written since, with a history: its gradient flows again)
+        history_cut.drop(view)
     return computation
 
 

@@ -586,8 +586,9 @@ def run_schedule(schedule: Schedule) -> None:
     """Run every kernel in order. A plan whose kernels are all built runs from the launches prepared for it (a repeated
     small graph: nothing per kernel but the launch); otherwise every kernel not built yet starts building first, so a
     cold schedule generates code for the next kernels while the compiler works on the first."""
-    schedule.forget_overwritten()
     plan, buffers = schedule.plan, schedule.buffers
+    if plan.overwritten:
+        schedule.forget_overwritten()
     settings = program_settings()
     launches = plan.launches
     if launches is None or launches[0] != settings:

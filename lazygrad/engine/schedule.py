@@ -267,7 +267,7 @@ def plan_graph(outputs: list[UOp], device: str, walked: _Walk | None = None) -> 
 
     Scheduling is planned once per graph structure: a graph built again over new buffers (the next training
     step, the next `(t + 1).realize()`) reuses the plan and only allocates its buffers."""
-    start = time.perf_counter()
+    start = time.perf_counter() if DEBUG.value >= 1 else 0.0
     nodes, key, inputs, aliases, as_is, walk = _structure(outputs, device, walked)
     # a DETACH is read as its source: it takes its source's position, so the key (and the plan) of a graph is the one
     # of the graph without its DETACH nodes
