@@ -37,6 +37,7 @@ from lazygrad.engine.buffers import (
     remember_history,
     strided_layout,
     strided_view,
+    views_holding,
     views_memory,
     views_on_gradient_paths,
     with_history,
@@ -909,7 +910,7 @@ class Tensor(
             # (dicts, not sets, here: the tensors found come in the graph's order, the same for the same graph)
             in_graph = dict.fromkeys(order)
             # the tensors in the graph: those holding one of its nodes, and realized ones whose computation is in it
-            views = [view for view, computation in history.items() if computation in in_graph]
+            views = views_holding(in_graph)
             # (where no root changed, nothing below one did: the graph as built is the expanded one)
             graph = in_graph if expanded_roots == nodes else dict.fromkeys(toposort(nodes)) | in_graph
             candidates = tensors_holding([*graph, *views])

@@ -646,27 +646,29 @@ def test_a_second_optimizer_steps_after_the_first():
     np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), rtol=1e-5)
 
 
-def _python_calls(function) -> int:
-    """The Python function calls `function()` makes (a count of work that, unlike a time, is the same on every run)."""
+def _python_lines(function) -> int:
+    """The lines of Python `function()` runs (a count of work that, unlike a time, is the same on every run, and
+    that grows with a loop as with a call)."""
     import sys
 
     count = 0
 
-    def profile(frame, event, arg):
+    def trace(frame, event, arg):
         nonlocal count
-        count += event == "call"
+        count += 1
+        return trace
 
-    sys.setprofile(profile)
+    sys.settrace(trace)
     try:
         function()
     finally:
-        sys.setprofile(None)
+        sys.settrace(None)
     return count
 
 
-def _fewest_calls(function, times: int = 5) -> int:
+def _fewest_lines(function, times: int = 5) -> int:
     # (the fewest of several: an occasional pruning of the registry of live tensors walks them all, amortized)
-    return min(_python_calls(function) for _ in range(times))
+    return min(_python_lines(function) for _ in range(times))
 
 
 def test_realizing_the_same_value_again_costs_the_same_however_many_tensors_hold_it():
@@ -674,9 +676,9 @@ def test_realizing_the_same_value_again_costs_the_same_however_many_tensors_hold
     # whether any other did, so each realize walked all of them (n realizes took n^2 steps)
     t = Tensor(np.ones(4, np.float32)).realize()
     kept = [(t + 1).realize() for _ in range(10)]
-    few = _fewest_calls(lambda: kept.append((t + 1).realize()))
+    few = _fewest_lines(lambda: kept.append((t + 1).realize()))
     kept += [(t + 1).realize() for _ in range(400)]
-    assert _fewest_calls(lambda: kept.append((t + 1).realize())) == few
+    assert _fewest_lines(lambda: kept.append((t + 1).realize())) < 1.05 * few
     np.testing.assert_array_equal(kept[-1].numpy(), [2, 2, 2, 2])
     kept[-1].assign(Tensor(np.zeros(4, np.float32))).realize()  # (the shared buffer is copied first, as before)
     np.testing.assert_array_equal(kept[0].numpy(), [2, 2, 2, 2])
@@ -706,10 +708,48 @@ def test_a_training_step_costs_the_same_however_many_losses_a_program_keeps():
 
     for _ in range(10):
         step()
-    few = _fewest_calls(step)
+    few = _fewest_lines(step)
     for _ in range(300):
         step()
-    assert _fewest_calls(step) == few
+    assert _fewest_lines(step) < 1.05 * few  # (a few lines differ: what pruning and id reuse find)
     # each kept loss still holds the value it had at its step
     assert all(loss.item() == value for loss, value in losses)
     assert losses[-1][1] < losses[0][1]
+
+
+def test_a_training_step_costs_the_same_however_many_computed_values_a_program_keeps():
+    # a dataset normalized by tensor ops and kept: each value has a history (gradients could flow through it), and
+    # every optimizer step looked through all of them for those its write changes, and every backward for those in
+    # its graph
+    from lazygrad import nn
+    from lazygrad.nn.optim import Adam
+
+    rng = np.random.default_rng(0)
+    model = nn.Linear(4, 1)
+    optimizer = Adam([model.weight, model.bias], lr=0.01)
+    mean, std = Tensor(rng.standard_normal(4).astype(np.float32)), Tensor(np.full(4, 2.0, np.float32))
+    data = [rng.standard_normal((8, 4)).astype(np.float32) for _ in range(300)]
+    kept = []
+
+    def step():
+        x = Tensor(data[len(kept) % len(data)])
+        with Tensor.train():
+            optimizer.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            loss.item()
+
+    for _ in range(5):
+        step()
+    few = _fewest_lines(step)
+    kept += [((Tensor(array) - mean) / std).realize() for array in data]
+    assert _fewest_lines(step) < 1.05 * few  # (a few lines differ: what pruning and id reuse find)
+    # the kept values are still right, and gradients still flow through one into its input
+    np.testing.assert_allclose(kept[3].numpy(), (data[3] - mean.numpy()) / 2.0, rtol=1e-6)
+    source = Tensor(data[0], requires_grad=True)
+    normalized = ((source - mean) / std).realize()
+    for _ in range(3):
+        step()
+    normalized.sum().backward()
+    np.testing.assert_allclose(source.grad.numpy(), np.full((8, 4), 0.5, np.float32))

@@ -21,9 +21,13 @@ from lazygrad.uop.ops import MOVEMENT, Ops, UOp
 
 
 class _CarrierRef(weakref.ref):
-    """A weak reference to a node that carries a fact, with the node's key in the list of carriers."""
+    """A weak reference to a node that carries a fact, with the node's key in the list of carriers and the number of
+    the setting (see `NodeFact.unchecked`)."""
 
-    __slots__ = ("key",)
+    __slots__ = ("key", "number")
+
+
+_settings = itertools.count()  # numbers NodeFact settings in the order they were made
 
 
 class NodeFact:
@@ -33,15 +37,19 @@ class NodeFact:
 
     def __init__(self, key: str):
         self.key = key  # the name in the node's facts (read directly where a lookup is hot)
-        self._carriers: dict[int, _CarrierRef] = {}  # id -> the node, while it lives
+        # id -> the node, while it lives, in the order the fact was set (a node set again moves to the end)
+        self._carriers: dict[int, _CarrierRef] = {}
+        self._checked: tuple[Any, int] = (None, -1)  # (a check, the last setting it covered): see `unchecked`
 
     def get(self, node: UOp) -> Any:
         return node.__dict__.get(self.key)
 
     def set(self, node: UOp, value: Any) -> None:
         node.__dict__[self.key] = value
-        reference = self._carriers[id(node)] = _CarrierRef(node, self._died)
-        reference.key = id(node)
+        key = id(node)
+        self._carriers.pop(key, None)
+        reference = self._carriers[key] = _CarrierRef(node, self._died)
+        reference.key, reference.number = key, next(_settings)
 
     def _died(self, reference: _CarrierRef) -> None:
         if self._carriers.get(reference.key) is reference:  # (not a newer node that took the dead one's id)
@@ -58,6 +66,33 @@ class NodeFact:
             if (node := reference()) is not None:
                 found.append((node, node.__dict__[self.key]))
         return found
+
+    def unchecked(self, check: Any) -> tuple[list[tuple[UOp, Any]], int]:
+        """The live nodes carrying the fact, with it, that were set after the last `checked(check, ...)`: all of them
+        where the last check was another one. With the number to pass to `checked` once they are checked. (A check
+        whose answer cannot change while a node keeps its fact, the same one on every optimizer step, then costs only
+        the settings made since the last step, however many values a program keeps.)"""
+        last, covered = self._checked
+        upto = next(_settings)
+        if last != check:
+            return self.items(), upto
+        try:
+            return self._set_after(covered, self._carriers.values()), upto
+        except RuntimeError:  # (another thread's node died meanwhile, changing the map: walk a copy)
+            return self._set_after(covered, list(self._carriers.values())), upto
+
+    def _set_after(self, covered: int, references) -> list[tuple[UOp, Any]]:
+        found = []
+        for reference in reversed(references):  # (the newest settings are the last)
+            if reference.number <= covered:
+                break
+            if (node := reference()) is not None:
+                found.append((node, node.__dict__[self.key]))
+        return found
+
+    def checked(self, check: Any, upto: int) -> None:
+        """The nodes `unchecked(check)` gave, set up to `upto`, are checked (those it did not give were already)."""
+        self._checked = (check, upto)
 
     def __bool__(self) -> bool:
         return bool(self._carriers)
@@ -359,6 +394,11 @@ def forget_buffers(buffers: set[UOp]) -> None:
     """Drop every remembered result held in one of `buffers` or computed from one: they are about to be
     overwritten, and a graph built later must read (and compute from) the new values."""
     below: dict[UOp, bool] = {}  # node -> whether one of `buffers` is in its graph (shared by every walk below)
+    # Only what was remembered since the last call is looked at where that call overwrote the same buffers (each
+    # optimizer step overwrites the same): the answer for a node whose fact stayed cannot have changed, as graphs do
+    # not, and a program may keep thousands of values with a history (a dataset normalized by tensor ops). (The
+    # buffers by their unique numbers: the record of a check keeps no buffer alive.)
+    written = frozenset([buffer.arg[0] for buffer in buffers])
 
     def reads(root: UOp) -> bool:
         stack = [(root, False)]
@@ -376,21 +416,25 @@ def forget_buffers(buffers: set[UOp]) -> None:
         return below[root]
 
     # (an executed assign stays: it stands for its buffer's current contents)
-    for node, _ in realized.items():
+    remembered, upto = realized.unchecked(written)
+    for node, _ in remembered:
         view = realized_view(node)
         if view is None or node.op is not Ops.ASSIGN and (view.base in buffers or reads(node)):
             realized.drop(node)
+    realized.checked(written, upto)
     # a view of an overwritten buffer is a leaf now: its values no longer come from that computation. One of a
     # computation that read it keeps its values, but gradients through it would be taken at the new values: its
     # gradient is cut (backward says so, as torch refuses a graph whose saved values were modified), unless no
     # gradient passes into that computation at all (a weight made of last step's argmax): it is a leaf too
-    for view, computation in history.items():
+    views, upto = history.unchecked(written)
+    for view, computation in views:
         if view.base in buffers:
             history.drop(view)
         elif reads(computation):
             history.drop(view)
             if views_on_gradient_paths([computation]):
                 history_cut.set(view, True)
+    history.checked(written, upto)
 
 
 def views_on_gradient_paths(roots: list[UOp]) -> list[UOp]:
@@ -482,9 +526,22 @@ def remember_history(view: UOp, computation: UOp, expanded: bool = False) -> UOp
     if not expanded and history:  # (with no history recorded anywhere, the graph has no view to expand)
         computation = with_history([computation])[computation]
     history.set(view, computation)
+    # (and the computation knows its views, weakly: backward finds the realized tensors in its graph from the graph)
+    computation.__dict__.setdefault("history_views", {})[id(view)] = weakref.ref(view)
     if history_cut.key in view.__dict__:  # (written since, with a history: its gradient flows again)
         history_cut.drop(view)
     return computation
+
+
+def views_holding(computations) -> list[UOp]:
+    """The views whose history is one of `computations`, in their order."""
+    found = []
+    for computation in computations:
+        if (views := computation.__dict__.get("history_views")) is not None:
+            for reference in list(views.values()):
+                if (view := reference()) is not None and view.__dict__.get(history.key) is computation:
+                    found.append(view)
+    return found
 
 
 def history_of(node: UOp) -> UOp:
