@@ -40,6 +40,7 @@ from lazygrad.engine.buffers import (
     views_holding,
     views_memory,
     views_on_gradient_paths,
+    views_with_history,
     with_history,
     write_target,
 )
@@ -1282,7 +1283,7 @@ class Tensor(
         # the other names of this memory with a history (`y` under `y.reshape(2, 2)[0] = v`, or a reshape of this
         # tensor): they hold the written values too (a view with a history is a reshape of its buffer)
         buffer = self._uop.base
-        owners = [view for view, _ in history.items() if view.base is buffer and view is not self._uop]
+        owners = [view for view in views_with_history(buffer) if view is not self._uop]
         self.assign(value).realize()
         self._history = remember_history(self._uop, expanded, expanded=True)
         for owner in owners:

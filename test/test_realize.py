@@ -753,3 +753,29 @@ def test_a_training_step_costs_the_same_however_many_computed_values_a_program_k
         step()
     normalized.sum().backward()
     np.testing.assert_allclose(source.grad.numpy(), np.full((8, 4), 0.5, np.float32))
+
+
+def test_a_write_with_a_gradient_costs_the_same_however_many_computed_values_a_program_keeps():
+    # `out[t] = h` keeps the gradient flowing into the written rows: it looked through every value with a history for
+    # the other names of the written memory
+    rng = np.random.default_rng(0)
+    w = Tensor(rng.standard_normal((4, 4)).astype(np.float32), requires_grad=True)
+    out = Tensor(np.zeros((4, 4), np.float32))
+    h = Tensor(np.ones(4, np.float32))
+
+    def write(row):
+        out[row] = (w @ h).tanh()
+
+    def writes():
+        return min(_python_lines(lambda: write(row)) for row in range(4))
+
+    few = writes()
+    # (a write does much besides: 2,000 values, a few lines each, are what a 5% margin tells apart)
+    kept = [(Tensor(rng.standard_normal(4).astype(np.float32)) * 2).realize() for _ in range(2000)]
+    assert writes() < 1.05 * few
+    out.sum().backward()
+    # each of the 4 rows holds tanh(w @ h) from its last write, so d(sum)/dw = 4 (1 - tanh^2(w @ h)) h^T
+    product = w.numpy().astype(np.float64) @ np.ones(4)
+    expected = 4 * np.outer(1 - np.tanh(product) ** 2, np.ones(4))
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-6)
+    assert len(kept) == 2000

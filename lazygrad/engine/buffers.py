@@ -526,8 +526,11 @@ def remember_history(view: UOp, computation: UOp, expanded: bool = False) -> UOp
     if not expanded and history:  # (with no history recorded anywhere, the graph has no view to expand)
         computation = with_history([computation])[computation]
     history.set(view, computation)
-    # (and the computation knows its views, weakly: backward finds the realized tensors in its graph from the graph)
-    computation.__dict__.setdefault("history_views", {})[id(view)] = weakref.ref(view)
+    # (and the computation and the buffer know the view, weakly: backward finds the realized tensors in its graph from
+    # the graph, and a write the other names of the memory with a history from the buffer)
+    reference = weakref.ref(view)
+    computation.__dict__.setdefault("history_views", {})[id(view)] = reference
+    view.base.__dict__.setdefault("history_views", {})[id(view)] = reference
     if history_cut.key in view.__dict__:  # (written since, with a history: its gradient flows again)
         history_cut.drop(view)
     return computation
@@ -541,6 +544,15 @@ def views_holding(computations) -> list[UOp]:
             for reference in list(views.values()):
                 if (view := reference()) is not None and view.__dict__.get(history.key) is computation:
                     found.append(view)
+    return found
+
+
+def views_with_history(buffer: UOp) -> list[UOp]:
+    """The views of a BUFFER node (itself, reshapes of it) that have a history."""
+    found = []
+    for reference in list(buffer.__dict__.get("history_views", {}).values()):
+        if (view := reference()) is not None and view.__dict__.get(history.key) is not None and view.base is buffer:
+            found.append(view)
     return found
 
 
