@@ -1064,8 +1064,9 @@ class Tensor(
                 _name_detached(memory_of(view), tensor)
                 continue
             tensor.uop = view
-            if node.op is not Ops.ASSIGN and "shared" not in view.__dict__ and _held_twice(view):
-                view.__dict__["shared"] = True  # equal values computed into one buffer: see `assign`
+            facts = view.__dict__
+            if len(facts["tensors"]) > 1 and node.op is not Ops.ASSIGN and "shared" not in facts and _held_twice(view):
+                facts["shared"] = True  # equal values computed into one buffer: see `assign`
         for node, view in becomes.items():  # (views of what is memory now are views of that memory, as torch's)
             if "views" in node.__dict__ and node.op is not Ops.ASSIGN:
                 holders = view_holders(node)
