@@ -67,8 +67,8 @@ from lazygrad.uop.ops import Ops, UOp, toposort
 Scalar = int | float | bool
 _contiguous_ids = itertools.count()
 _assign_ids = itertools.count()
-# every tensor made, as weak references by id (pruned once the map has doubled since it held only live ones): a
-# schedule that overwrites a buffer first looks here for pending tensors that read its old contents
+# every tensor made, as weak references by id (pruned once the map has doubled since it held only live ones), for the
+# rare walks over all of them (a TinyJit capture, a write into a tensor still lazy)
 _made: dict[int, weakref.ref] = {}
 _made_pruned_at = 64
 # The tensors that may hold a pending value (a graph or a write, not a name of memory, nor a broadcast constant), in
