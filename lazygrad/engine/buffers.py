@@ -530,7 +530,8 @@ def remember_history(view: UOp, computation: UOp, expanded: bool = False) -> UOp
     # the graph, and a write the other names of the memory with a history from the buffer)
     reference = weakref.ref(view)
     computation.__dict__.setdefault("history_views", {})[id(view)] = reference
-    view.base.__dict__.setdefault("history_views", {})[id(view)] = reference
+    buffer = view if view.op is Ops.BUFFER else view.base  # (the common case inline: this runs on every realize)
+    buffer.__dict__.setdefault("history_views", {})[id(view)] = reference
     if history_cut.key in view.__dict__:  # (written since, with a history: its gradient flows again)
         history_cut.drop(view)
     return computation
