@@ -529,12 +529,25 @@ def remember_history(view: UOp, computation: UOp, expanded: bool = False) -> UOp
     # (and the computation and the buffer know the view, weakly: backward finds the realized tensors in its graph from
     # the graph, and a write the other names of the memory with a history from the buffer)
     reference = weakref.ref(view)
-    computation.__dict__.setdefault("history_views", {})[id(view)] = reference
-    buffer = view if view.op is Ops.BUFFER else view.base  # (the common case inline: this runs on every realize)
-    buffer.__dict__.setdefault("history_views", {})[id(view)] = reference
+    _note_view(computation, view, reference)
+    _note_view(view if view.op is Ops.BUFFER else view.base, view, reference)  # (`base`'s common case inline)
     if history_cut.key in view.__dict__:  # (written since, with a history: its gradient flows again)
         history_cut.drop(view)
     return computation
+
+
+def _note_view(node: UOp, view: UOp, reference: weakref.ref) -> None:
+    """Note on `node` (a computation, a buffer) a view with a history, weakly; the dead are forgotten once the notes
+    have doubled since they last held only live ones (a buffer may outlive many of its views)."""
+    facts = node.__dict__
+    views = facts.get("history_views")
+    if views is None:
+        views = facts["history_views"] = {}
+    elif len(views) >= facts.get("history_views_pruned_at", 8):
+        for key in [key for key, noted in list(views.items()) if noted() is None]:
+            views.pop(key, None)
+        facts["history_views_pruned_at"] = max(8, 2 * len(views))
+    views[id(view)] = reference
 
 
 def views_holding(computations) -> list[UOp]:
