@@ -26,6 +26,7 @@ from lazygrad.engine.buffers import (
     DETACHED_VIEW,
     buffer_from_numpy,
     buffer_of,
+    forget_dead,
     history,
     history_cut,
     history_of,
@@ -618,14 +619,12 @@ class Tensor(
         if previous is not None and (holders := previous.__dict__.get("tensors")) is not None:
             holders.pop(id(self), None)
         self._uop = node
-        facts = node.__dict__
+        facts = node.__dict__  # (`weak_notes(facts, "tensors")`, inline: this runs on every op)
         holders = facts.get("tensors")
         if holders is None:
             holders = facts["tensors"] = {}
         elif len(holders) >= facts.get("tensors_pruned_at", 8):
-            for key in [key for key, reference in list(holders.items()) if reference() is None]:
-                holders.pop(key, None)  # (as in _prune_made: other threads' tensors may hold this node)
-            facts["tensors_pruned_at"] = max(8, 2 * len(holders))
+            forget_dead(facts, "tensors")
         holders[id(self)] = reference = weakref.ref(self)
         if previous is None:
             # (at the end: the registry is in the order tensors were made, though a dead one's id is reused before it

@@ -536,18 +536,30 @@ def remember_history(view: UOp, computation: UOp, expanded: bool = False) -> UOp
     return computation
 
 
+def weak_notes(facts: dict, name: str) -> dict[int, weakref.ref]:
+    """A node's map `facts[name]` of weak references by id (the live tensors holding it, its views with a history),
+    made if missing; its dead entries are dropped once it has doubled since it held only live ones (a node may outlive
+    many of the objects it notes)."""
+    notes = facts.get(name)
+    if notes is None:
+        notes = facts[name] = {}
+    elif len(notes) >= facts.get(name + "_pruned_at", 8):
+        forget_dead(facts, name)
+    return notes
+
+
+def forget_dead(facts: dict, name: str) -> None:
+    """Drop the dead entries of `weak_notes(facts, name)`, and note when to next."""
+    notes = facts[name]
+    # (a copy of the items, and pop: other threads' objects may die meanwhile)
+    for key in [key for key, reference in list(notes.items()) if reference() is None]:
+        notes.pop(key, None)
+    facts[name + "_pruned_at"] = max(8, 2 * len(notes))
+
+
 def _note_view(node: UOp, view: UOp, reference: weakref.ref) -> None:
-    """Note on `node` (a computation, a buffer) a view with a history, weakly; the dead are forgotten once the notes
-    have doubled since they last held only live ones (a buffer may outlive many of its views)."""
-    facts = node.__dict__
-    views = facts.get("history_views")
-    if views is None:
-        views = facts["history_views"] = {}
-    elif len(views) >= facts.get("history_views_pruned_at", 8):
-        for key in [key for key, noted in list(views.items()) if noted() is None]:
-            views.pop(key, None)
-        facts["history_views_pruned_at"] = max(8, 2 * len(views))
-    views[id(view)] = reference
+    """Note on `node` (a computation, a buffer) a view with a history, weakly."""
+    weak_notes(node.__dict__, "history_views")[id(view)] = reference
 
 
 def views_holding(computations) -> list[UOp]:
