@@ -24,7 +24,7 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import Opt, OptOp, apply_opts, prepare
 from lazygrad.codegen.renderer import Target, kernel_name
-from lazygrad.codegen.renderer.cstyle import CStyleRenderer, CUDARenderer
+from lazygrad.codegen.renderer.cstyle import CStyleRenderer, CUDARenderer, shuffle_mask
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
 from lazygrad.codegen.threads import kernel_launch, launch_size, map_threads
 from lazygrad.device import Buffer, DeviceUnavailable
@@ -517,6 +517,25 @@ def test_full_reductions_render_group_and_vector_reductions():
     opencl_cpu, launch = render_optimized(OpenCLRenderer(), total)
     assert "float8 acc0" in opencl_cpu and "acc0.s7" in opencl_cpu and "__local" not in opencl_cpu
     assert launch == (1, 1)
+
+
+def test_a_gpu_group_combines_each_warp_by_shuffles_where_the_device_has_them():
+    """CUDA's threads read each other's values within a warp (`__shfl_sync`): a row of 32 threads combines with no
+    shared memory or barrier (a butterfly of 5 shuffles, then the first thread's value); a block of 256 combines in
+    each warp, then through one barrier, each thread reading the 8 warps' results. OpenCL has no shuffles: a tree
+    in shared memory, a barrier a round."""
+    rows = Tensor(numbers(64, 512)).sum(axis=1)
+    cuda, launch = render_optimized(CUDARenderer(), rows)
+    assert launch == (64, 32) and cuda.count("__shfl_sync(0xffffffffu, ") == 6
+    assert "__syncthreads" not in cuda and "__shared__" not in cuda
+    total = Tensor(numbers(64, 12)).sum()
+    cuda, launch = render_optimized(CUDARenderer(), total)
+    assert launch == (1, 256) and cuda.count("__shfl_sync(") == 5 and cuda.count("__syncthreads();") == 1
+    assert "ridx32 < 8" in cuda and "shared0[v33]" in cuda  # (the warps' results, 32 threads apart)
+    opencl, launch = render_optimized(OpenCLRenderer(GPU_TARGET), total)
+    assert launch == (1, 64) and opencl.count("barrier(CLK_LOCAL_MEM_FENCE);") == 7 and "shfl" not in opencl
+    # a block that ends inside a warp: its last warp's shuffles name only the lanes it has
+    assert shuffle_mask(48) == "(threadIdx.x < 32 ? 0xffffffffu : 0xffffu)" and shuffle_mask(8) == "0xffu"
 
 
 def test_gpu_sources_stage_a_matrix_product_in_shared_memory():

@@ -1,5 +1,6 @@
 """Optimization actions: each keeps a kernel's values, an action that does not fit raises, and lists round-trip."""
 
+from dataclasses import replace
 from math import prod
 
 import numpy as np
@@ -420,6 +421,8 @@ def threaded(request) -> str:
         (Opt(U, 1, 2), Opt(L, 1, 4)),
         (Opt(G, 2, 4),),
         (Opt(L, 1, 4), Opt(G, 3, 3)),  # shared memory indexed by both thread loops
+        (Opt(L, 1, 4), Opt(G, 3, 4)),  # (with shuffles: within a warp, lanes 4 apart)
+        (Opt(L, 1, 16), Opt(G, 2, 4)),  # (with shuffles: lanes 16 apart, 2 in a warp, then the 2 warps)
         (Opt(P, 0), Opt(U, 0, 2), Opt(L, 1, 8)),
         (Opt(L, 1, 4), Opt(U, 1, 4)),  # a register tile: a thread's outputs a block's threads apart
         (Opt(L, 1, 4), Opt(T, 3, 3)),  # the inputs staged 3 of the 12 reduce iterations at a time
@@ -497,10 +500,18 @@ def test_thread_actions_that_do_not_fit_are_errors(opt, message):
     # a barrier inside a loop would need another to keep the next iteration from overwriting the partials
     with pytest.raises(KernelOptError, match="the reduce also runs inside loop 0"):
         apply_opts(kernel, (Opt(P, 0), Opt(G, 2, 6)), python)
-    # a second GROUP over threads of its own would repeat the first one's combine in each of them, racing
+    # a second GROUP over threads of its own would repeat the first one's combine through shared memory in each of
+    # them, racing (a combine by shuffles writes no memory: see below)
     total = kernel_of(realized(3, 4, 8)[0].sum())
     with pytest.raises(KernelOptError, match="a later one must share its threads"):
-        apply_opts(total, (Opt(G, 2, 8), Opt(G, 1, 4)), python)
+        apply_opts(total, (Opt(G, 2, 8), Opt(G, 1, 4)), replace(python, shuffle_lanes=0))
+
+
+def test_a_group_after_one_that_combined_by_shuffles_may_take_threads_of_its_own():
+    """A combine by shuffles writes no memory, so a second GROUP's new threads may each repeat it."""
+    data = rng.standard_normal((3, 4, 8)).astype(np.float32)
+    total = Tensor(data, device=available("PYTHON")).realize().sum()
+    np.testing.assert_allclose(run_with(total, (Opt(G, 2, 8), Opt(G, 1, 4))), data.sum(), rtol=1e-5)
 
 
 def test_the_thread_heuristic_spreads_outputs_and_groups_full_reductions():
@@ -572,6 +583,15 @@ def test_the_threads_of_a_row_share_its_outputs_and_each_of_its_reduces(threaded
     opts = (Opt(P, 1), Opt(L, 1, 8), Opt(G, 3, 8), Opt(G, 4, 8))
     kernel = apply_opts(kernel_of(x.softmax(axis=1)), opts, Device[threaded].renderer.target)
     assert [loop.src[0].arg for loop in loops_by_axis(kernel).values() if loop.arg[1] is LoopKind.LOCAL] == [8]
+    expected = np.exp(data - data.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(run_with(x.softmax(axis=1), opts), expected / expected.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_a_block_that_ends_inside_a_warp_shuffles_among_the_lanes_it_has(threaded):
+    """Softmax rows of 64, 8 threads each, 6 rows a block: 48 threads, the second warp half full."""
+    data = rng.standard_normal((6, 64)).astype(np.float32)
+    x = Tensor(data, device=threaded).realize()
+    opts = (Opt(L, 0, 6), Opt(P, 1), Opt(L, 1, 8), Opt(G, 3, 8), Opt(G, 4, 8))
     expected = np.exp(data - data.max(axis=1, keepdims=True))
     np.testing.assert_allclose(run_with(x.softmax(axis=1), opts), expected / expected.sum(1, keepdims=True), rtol=1e-5)
 

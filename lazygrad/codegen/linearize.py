@@ -58,8 +58,12 @@ class Linearizer:
         self.accumulators = 0
         self.open: set[UOp] = set()
         self.reduces = [node for node in nodes if node.op is Ops.RANGE_REDUCE]
-        # what a group of threads computed together, read back from their shared memory
-        self.shared_reads = [node for node in nodes if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL]
+        # what a group of threads computed together, read back from their shared memory or from each other
+        self.shared_reads = [
+            node
+            for node in nodes
+            if (node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_LOCAL) or node.op is Ops.SHUFFLE
+        ]
         # copies onto the stack, each with the loops that make it
         self.packs: dict[UOp, list[UOp]] = {}
         for node in nodes:

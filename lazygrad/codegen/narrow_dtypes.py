@@ -22,7 +22,8 @@ from lazygrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 F32, U32, I64, U64, U16 = dtypes.float32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.uint16
 BF16 = dtypes.bfloat16
 # ops whose float32 result of bfloat16 operands is a bfloat16 already
-EXACT_ON_BFLOAT16 = {Ops.MAX, Ops.NEG, Ops.WHERE}
+EXACT_ON_BFLOAT16 = {Ops.MAX, Ops.NEG, Ops.WHERE, Ops.SHUFFLE}
+COMPUTED = (*ALU, Ops.SHUFFLE)  # the ops computed in registers (a shuffle reads another thread's register)
 
 
 def bfloat16_bits32(x: UOp) -> UOp:
@@ -214,7 +215,7 @@ narrow_dtype_rules = PatternMatcher(
         (UPat(Ops.BITCAST, name="node"), bitcast_rule),
         (UPat(Ops.RANGE_REDUCE, dtype=BF16, name="node"), bfloat16_reduce),
         (UPat(Ops.RANGE_REDUCE, name="node"), small_int_reduce),
-        (UPat(tuple(ALU), dtype=BF16, name="node"), bfloat16_alu),
-        (UPat(tuple(ALU), name="node"), small_int_alu),
+        (UPat(COMPUTED, dtype=BF16, name="node"), bfloat16_alu),
+        (UPat(COMPUTED, name="node"), small_int_alu),
     ]
 )

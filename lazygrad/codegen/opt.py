@@ -444,6 +444,8 @@ def loops_used(sink: UOp) -> dict[UOp, frozenset[UOp]]:
         elif op is Ops.LOAD and sources[0].op is Ops.DEFINE_LOCAL:
             waited = (loop for loop in used[sources[2]] if loop.arg[1] not in (LoopKind.LOCAL, LoopKind.PACK))
             used[node] = used[sources[1]].union(waited)
+        elif op is Ops.SHUFFLE:  # (another thread's value: its thread loops are the ones the lane's index gives)
+            used[node] = used[sources[1]].union(loop for loop in used[sources[0]] if loop.arg[1] is not LoopKind.LOCAL)
         else:
             used[node] = union_of([used[source] for source in sources])
     return used
@@ -527,9 +529,10 @@ def renumbered(sink: UOp, loop: UOp, number: int) -> tuple[UOp, dict[UOp, UOp]]:
     return replace_ranges(sink, moved, {}), moved
 
 
-def group(sink: UOp, loop: UOp, amount: int) -> UOp:
+def group(sink: UOp, loop: UOp, amount: int, lanes: int = 0) -> UOp:
     """Share each reduce over `loop` among `amount` threads (an existing thread loop of that size they do not depend
-    on, else a new one): partial results, then a combine through shared memory. More threads than `loop` has
+    on, else a new one): partial results, then a combine through shared memory, or first within each warp of
+    `lanes` threads by shuffles where the device has them (`Target.shuffle_lanes`). More threads than `loop` has
     iterations (a multiple of them) also share the reduce loop just outside it (see `threads_across`). New threads
     take the number of the block's first thread loop, which makes them the slowest in the thread index."""
     for node in loops_under(sink, loop):
@@ -554,12 +557,34 @@ def group(sink: UOp, loop: UOp, amount: int) -> UOp:
         sink = replace_ranges(sink, {loop: outer * amount + thread}, reduce_ranges)
     threads = loops_of_kind(sink, LoopKind.LOCAL)
     here, size = local_index(threads), prod(t.src[0].arg for t in threads)
-    combine = UOp(Ops.RANGE, thread.dtype, thread.src, (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
+    # the lane distance between neighbouring threads of the group: the threads of the faster loops lie between them
+    apart = prod(t.src[0].arg for t in threads[threads.index(thread) + 1 :])
     reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE and outer in node.src[1:]]
+    zero = UOp.const(thread.dtype, 0)
+    partials = {r: r.replace(src=(r.src[0], *(x for x in r.src[1:] if x is not thread))) for r in reduces}
     taken = sum(node.op is Ops.DEFINE_LOCAL for node in kernel_nodes(sink))
     replacements: dict[UOp, UOp] = {}
+    warp = warp_threads(amount, apart, lanes)
+    if warp > 1:  # the threads of a warp combine by shuffles, then the warps' results through shared memory
+        count = UOp.const(thread.dtype, amount // warp)
+        combine = UOp(Ops.RANGE, thread.dtype, (count,), (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
+        for number, reduce in enumerate(reduces, start=taken):
+            value, step = partials[reduce], 1
+            while step < warp:  # a butterfly: after it, every thread holds its warp's combined value
+                partner = here.alu(Ops.XOR, UOp.const(here.dtype, step * apart))
+                value = value.alu(reduce.arg, UOp(Ops.SHUFFLE, value.dtype, (value, partner)))
+                step *= 2
+            if warp == amount:  # the first thread's: the same in every thread, which the loop analysis can tell
+                replacements[reduce] = UOp(Ops.SHUFFLE, value.dtype, (value, replace_ranges(here, {thread: zero}, {})))
+                continue
+            shared = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
+            stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, value)),))
+            read = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: combine * warp}, {}), stored))
+            replacements[reduce] = UOp(Ops.RANGE_REDUCE, reduce.dtype, (read, combine), reduce.arg)
+        return gated_to_first(replace_ranges(sink, replacements, {}, simplified=False), thread)
+    combine = UOp(Ops.RANGE, thread.dtype, thread.src, (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
     for number, reduce in enumerate(reduces, start=taken):
-        partial = reduce.replace(src=(reduce.src[0], *(r for r in reduce.src[1:] if r is not thread)))
+        partial = partials[reduce]
         shared = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
         stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, partial)),))
         if amount & (amount - 1):  # every thread combines the partials in a loop
@@ -580,11 +605,24 @@ def group(sink: UOp, loop: UOp, amount: int) -> UOp:
             below = thread.alu(Ops.CMPLT, UOp.const(thread.dtype, step))
             stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, mine.alu(reduce.arg, other), below)),))
             step //= 2
-        replacements[reduce] = UOp(
-            Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: UOp.const(thread.dtype, 0)}, {}), stored)
-        )
-    sink = replace_ranges(sink, replacements, {}, simplified=False)
-    # every thread holds the results: the first stores those that do not depend on the thread
+        replacements[reduce] = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: zero}, {}), stored))
+    return gated_to_first(replace_ranges(sink, replacements, {}, simplified=False), thread)
+
+
+def warp_threads(amount: int, apart: int, lanes: int) -> int:
+    """How many threads of a GROUP of `amount`, `apart` lanes from one to the next, combine within one warp of
+    `lanes` by shuffles (XOR of the lane number): 1 (none) unless both are powers of two."""
+    if not lanes or amount & (amount - 1) or apart & (apart - 1):
+        return 1
+    warp = 1
+    while warp < amount and warp * 2 * apart <= lanes:
+        warp *= 2
+    return warp
+
+
+def gated_to_first(sink: UOp, thread: UOp) -> UOp:
+    """`sink`, whose reduces `thread`'s threads combined, with each store that does not depend on the thread made by
+    its first thread alone (every thread holds the combined results)."""
     first, used = thread.alu(Ops.CMPLT, UOp.const(thread.dtype, 1)), loops_used(sink)
     stores = [store if thread in used[store] else gated(store, first) for store in sink.src]
     return simplify(sink.replace(src=tuple(stores)))
@@ -931,6 +969,12 @@ def staged(sink: UOp) -> bool:
     return any(loop.arg[1] is LoopKind.REDUCE for barrier in barriers for loop in used[barrier])
 
 
+def threads_exchange(sink: UOp) -> bool:
+    """Whether the kernel's threads exchange values (through shared memory, or by shuffles), which ties its thread
+    loops to the lanes and memory they were planned with."""
+    return any(node.op is Ops.BARRIER or node.op is Ops.SHUFFLE for node in kernel_nodes(sink))
+
+
 def gated(store: UOp, gate: UOp) -> UOp:
     """`store` made only where `gate` holds (and its own gate, if it has one)."""
     if len(store.src) > 3:
@@ -954,13 +998,13 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
     if opt.op is OptOp.TC:
         from lazygrad.codegen.tensor_cores import tensor_core  # (it builds on this module's rewrites)
 
-        if any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
+        if threads_exchange(sink):
             raise KernelOptError(f"{opt}: the kernel's threads share memory already (TC comes last)")
         return tensor_core(sink, loop, target, allow_tf32, opt.amount or 1)
     size, kind = loop.src[0].arg, loop.arg[1]
     if kind is LoopKind.VECTOR:
         raise KernelOptError(f"{opt}: loop {opt.axis} is computed in vector lanes (VECTORIZE comes last for a loop)")
-    if opt.op is not OptOp.GROUP and any(node.op is Ops.BARRIER for node in kernel_nodes(sink)):
+    if opt.op is not OptOp.GROUP and threads_exchange(sink):
         raise KernelOptError(
             f"{opt}: the kernel's threads share memory already, or it copies inputs onto the stack (GROUP, TILE and "
             "PACK come after every other action)"
@@ -1087,7 +1131,7 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
     shared = taken + sum(shared_bytes(r.dtype) for r in reduces_over(sink, loop)) * threads
     if shared > target.shared_memory:
         raise KernelOptError(f"{opt}: its partial results need {shared} bytes of the device's {target.shared_memory}")
-    return group(sink, loop, opt.amount)
+    return group(sink, loop, opt.amount, target.shuffle_lanes)
 
 
 def merge_summed_reduces(sink: UOp) -> UOp:

@@ -205,7 +205,7 @@ class MockCUDACompiler(NVRTCCompiler):
     def compile(self, source: str) -> bytes:
         super().compile(source)
         name = re.search(r"__global__ void (\w+)\(", source).group(1)
-        cooperative = "__syncthreads" in source or "__shared__" in source
+        cooperative = any(word in source for word in ("__syncthreads", "__shared__", "__shfl_sync"))
         # the shim replaces the CUDA headers; the kernel itself is compiled unchanged
         body = source
         for header in SHIM_HEADERS:

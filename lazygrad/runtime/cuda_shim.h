@@ -11,7 +11,9 @@
 // - tensor cores (nvcuda::wmma from mma.h): every thread of a warp holds a whole fragment and computes the whole
 //   multiply-accumulate (the exact products summed into the accumulator in float, in order along k), so loads and
 //   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
-// Warp shuffles and inline PTX are not emulated.
+// - __shfl_sync: every thread of the block puts its value out, waits for the others (an OpenMP barrier), reads
+//   its partner's. Kernels shuffle where every thread of the block does, as at a barrier.
+// Inline PTX is not emulated.
 //
 // It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
 // are GCC builtins, and the parameter-position list is built here.
@@ -72,6 +74,17 @@ static inline double fmod(double a, double b) { return __builtin_fmod(a, b); }
 static inline float fmodf(float a, float b) { return __builtin_fmodf(a, b); }
 static inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
 static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+
+// The value `value` has in the thread of the same warp at lane `lane` (modulo the warp's 32, as on a GPU). The
+// barrier before the exchange keeps a thread from overwriting a value another has yet to read in the one before.
+template <typename T>
+static inline T __shfl_sync(unsigned int, T value, int lane) {
+  static T exchange[1024];
+  _Pragma("omp barrier");
+  exchange[threadIdx.x] = value;
+  _Pragma("omp barrier");
+  return exchange[(threadIdx.x & ~31u) | ((unsigned int)lane & 31u)];
+}
 
 // bfloat16 is its bits (memory only: kernels compute in float)
 struct __nv_bfloat16 {

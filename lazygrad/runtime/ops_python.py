@@ -35,6 +35,7 @@ class PythonRenderer(Renderer):
         max_threads=64,
         block_threads=8,
         shared_memory=1 << 16,
+        shuffle_lanes=WARP,  # (CUDA's warp: the same shuffles as CUDA's kernels)
         cores=4,  # (few, as its blocks are small: a reduce into one value is split, as on a GPU)
         tensor_cores=(  # CUDA's, emulated
             TensorCore((16, 16, 16), dtypes.float16),
@@ -143,6 +144,11 @@ class PythonProgram:
                 elif op is Ops.BARRIER:
                     for block_memory in shared.values():
                         block_memory.synchronize()
+                elif op is Ops.SHUFFLE:  # (a value the same in every thread is the one it reads)
+                    shuffled, lane = value(src[0]), value(src[1])
+                    if isinstance(shuffled, np.ndarray):
+                        shuffled = shuffled[lanes - thread_of + (thread_of & ~(WARP - 1)) + (lane & (WARP - 1))]
+                    values[node] = shuffled
                 elif op is Ops.DEFINE_ACC:
                     accumulators[node] = node.dtype.np.type(node.arg[0])
                 elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
@@ -196,6 +202,12 @@ class PythonProgram:
             elif op is Ops.DEFINE_LOCAL:
                 shared.setdefault(node, np.zeros(node.arg[1], node.dtype.np))
             elif op is Ops.BARRIER:
+                yield True
+            elif op is Ops.SHUFFLE:  # (every thread puts its value out, then reads its partner's once all have)
+                exchange = shared.setdefault(node, {})
+                exchange[thread] = value(src[0])
+                yield True
+                values[node] = exchange[(thread & ~(WARP - 1)) + (value(src[1]) & (WARP - 1))]
                 yield True
             elif op is Ops.DEFINE_ACC:
                 accumulators[node] = node.arg[0]

@@ -77,6 +77,9 @@ class Ops(Kinds):
     SPECIAL = auto()  # this thread's block or thread index; arg: ("block" | "thread", how many there are)
     DEFINE_LOCAL = auto()  # memory shared by the threads of a block (on a CPU: on the stack); arg: (number, size)
     BARRIER = auto()  # every thread of the block waits here until all have made the stores in src
+    # the value src[0] has in the thread of the same warp whose thread index is src[1] (modulo the warp's size); every
+    # thread of the block reads at once, as at a barrier, but through no memory
+    SHUFFLE = auto()
     # a warp's matrix multiply-accumulate on tensor cores (see codegen/tensor_cores.py); src: (shared A, shared B,
     # the offsets of the warp's tiles in them, the barrier after their copies[, the accumulator added to, once
     # linearized in a reduce]); arg: (m, n, k, A's layout, B's layout, A's ldm, B's ldm), a layout "row" or "col",
@@ -508,6 +511,8 @@ def _bounds_of(node: UOp) -> tuple[Any, Any]:
         low, high = (max(a_min, b_min) if node.op is Ops.OR else 0), (1 << max(a_max, b_max).bit_length()) - 1
     elif node.op is Ops.NEG and node.dtype != dtypes.bool:
         low, high = -a_max, -a_min
+    elif node.op is Ops.SHUFFLE:
+        low, high = a_min, a_max
     elif node.op is Ops.WHERE:
         (c_min, c_max) = node.src[2].bounds
         if a_min == a_max:

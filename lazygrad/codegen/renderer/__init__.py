@@ -91,6 +91,9 @@ class Target:
     block_threads: int = 0
     shared_memory: int = 0
     tensor_cores: tuple[TensorCore, ...] = ()  # the warp-level matrix operations the device has (codegen's TC)
+    # the threads of a warp, which read each other's values by shuffles (SHUFFLE: a GROUP combines within a warp
+    # without shared memory or barriers); 0: the device has no shuffles
+    shuffle_lanes: int = 0
     # a CPU: the bytes of the stack buffers a kernel may copy an input into (codegen's PACK; 0: none), about half
     # of a core's L2 cache, where the copy stays while the loops inside read it again and again
     pack_bytes: int = 0

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from lazygrad.codegen.renderer import TEAM, Renderer, Target, TensorCore
+from lazygrad.codegen.renderer import TEAM, WARP, Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import exp_rules, transcendental_rules
 from lazygrad.codegen.vectorize import (
     Lanes,
@@ -767,6 +767,16 @@ LAZYGRAD_DYNAMIC_SHARED({bytes});
 """
 
 
+def shuffle_mask(threads: int) -> str:
+    """The lanes of a thread's warp that take part in a shuffle (all its block's threads there): every lane of a
+    whole warp; the first `threads % 32` of a block's last warp where the block ends inside it."""
+    if threads % WARP == 0:
+        return "0xffffffffu"
+    if threads < WARP:
+        return f"{(1 << threads) - 1:#x}u"
+    return f"(threadIdx.x < {threads - threads % WARP} ? 0xffffffffu : {(1 << threads % WARP) - 1:#x}u)"
+
+
 class CUDARenderer(CStyleRenderer):
     """CUDA C. Half is `half` from cuda_fp16.h in memory; values are computed in float and rounded to half.
     Tensor cores (WMMA) through `nvcuda::wmma` from mma.h: a fragment accumulator is a DEFINE_ACC whose update is a
@@ -786,7 +796,9 @@ class CUDARenderer(CStyleRenderer):
     # its reduced argument
     rewrites = exp_rules
     special_indices = {"block": "blockIdx.x", "thread": "threadIdx.x"}
-    target = Target(vector_width=1, max_threads=1024, block_threads=256, shared_memory=STATIC_SHARED_BYTES)
+    target = Target(
+        vector_width=1, max_threads=1024, block_threads=256, shared_memory=STATIC_SHARED_BYTES, shuffle_lanes=WARP
+    )
     shared_prefix = "__shared__ "
     barrier = "__syncthreads();"
     preamble = ""
@@ -866,6 +878,8 @@ class CUDARenderer(CStyleRenderer):
         return total if total > STATIC_SHARED_BYTES else 0
 
     def render(self, name: str, program: list[UOp]) -> str:
+        threads = next((node.arg[1] for node in program if node.op is Ops.SPECIAL and node.arg[0] == "thread"), 1)
+        self.lanes = shuffle_mask(threads)
         self.fragments, self.fragment_values, self.matrix_memory = self.fragments_of(program)
         self.loaded_fragments: dict[tuple, str] = {}  # the tiles loaded since the last barrier or loop boundary
         offsets, total = self.shared_offsets(program, self.matrix_memory)
@@ -893,6 +907,9 @@ class CUDARenderer(CStyleRenderer):
             pass
         elif op is Ops.WMMA:
             self.render_wmma(position, node)
+        elif op is Ops.SHUFFLE:  # (CUDA shuffles 32- and 64-bit values: a bool goes as an int)
+            value = self.value(src[0]) if node.dtype != dtypes.bool else f"(int){self.value(src[0])}"
+            self.declare(node, f"v{position}", f"__shfl_sync({self.lanes}, {value}, {self.value(src[1])})")
         elif op is Ops.WIDE_COPY:
             shared, buffer = self.names[src[0]], self.names[src[2]]
             piece = {16: "uint4", 8: "uint2", 4: "unsigned int"}[node.arg * src[0].dtype.itemsize]
