@@ -90,3 +90,30 @@ def test_a_loop_opened_twice_runs_twice():
     program.append(UOp(Ops.STORE, src=(out, block * THREADS + thread, program[-1])))
     program[-1:-1] = [block * THREADS, block * THREADS + thread]
     np.testing.assert_array_equal(run(program), np.full(BLOCKS * THREADS, 9.0))
+
+
+def shuffle_program(lane) -> list[UOp]:
+    """Each thread reads the value (block * 10 + thread) of its block's thread `lane(thread)` by a shuffle, as
+    `__shfl_sync` reads a lane of its warp."""
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
+    block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
+    thread = UOp(Ops.SPECIAL, dtypes.index, (), ("thread", THREADS))
+    value = UOp(Ops.CAST, dtypes.float32, (thread,)) + UOp(Ops.CAST, dtypes.float32, (block,)) * 10.0
+    read = UOp(Ops.SHUFFLE, dtypes.float32, (value, lane(thread)))
+    program = toposort([UOp(Ops.STORE, src=(out, block * THREADS + thread, read))])
+    return [node for node in program if node.op is not Ops.CONST]
+
+
+def test_threads_read_each_others_values_by_shuffles():
+    partner = shuffle_program(lambda thread: thread.alu(Ops.XOR, UOp.const(dtypes.index, 1)))
+    expected = [10.0 * block + (thread ^ 1) for block in range(BLOCKS) for thread in range(THREADS)]
+    np.testing.assert_array_equal(run(partner), expected)
+
+
+def test_a_shuffle_of_a_lane_past_the_block_is_an_error():
+    past = shuffle_program(lambda thread: thread + 1)
+    for lockstep in (True, False):
+        kernel = PythonProgram("shuffled", base64.b64encode(pickle.dumps(past)), (BLOCKS, THREADS))
+        kernel.lockstep = lockstep
+        with pytest.raises(RuntimeError, match="shuffled: a shuffle reads a lane past the block's 4 threads"):
+            kernel(np.zeros(BLOCKS * THREADS, np.float32))

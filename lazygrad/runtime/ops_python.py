@@ -145,10 +145,11 @@ class PythonProgram:
                     for block_memory in shared.values():
                         block_memory.synchronize()
                 elif op is Ops.SHUFFLE:  # (a value the same in every thread is the one it reads)
-                    shuffled, lane = value(src[0]), value(src[1])
-                    if isinstance(shuffled, np.ndarray):
-                        shuffled = shuffled[lanes - thread_of + (thread_of & ~(WARP - 1)) + (lane & (WARP - 1))]
-                    values[node] = shuffled
+                    partner = shuffle_partner(self.name, thread_of, value(src[1]), threads)
+                    shuffled = value(src[0])
+                    values[node] = (
+                        shuffled[lanes - thread_of + partner] if isinstance(shuffled, np.ndarray) else shuffled
+                    )
                 elif op is Ops.DEFINE_ACC:
                     accumulators[node] = node.dtype.np.type(node.arg[0])
                 elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
@@ -207,7 +208,7 @@ class PythonProgram:
                 exchange = shared.setdefault(node, {})
                 exchange[thread] = value(src[0])
                 yield True
-                values[node] = exchange[(thread & ~(WARP - 1)) + (value(src[1]) & (WARP - 1))]
+                values[node] = exchange[shuffle_partner(self.name, thread, value(src[1]), len(exchange))]
                 yield True
             elif op is Ops.DEFINE_ACC:
                 accumulators[node] = node.arg[0]
@@ -244,6 +245,15 @@ class PythonProgram:
             elif op is not Ops.DEFINE_GLOBAL:
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1
+
+
+def shuffle_partner(name: str, thread, lane, threads: int):
+    """The thread (or threads: arrays) of a block a SHUFFLE at `thread` reads: `lane` within the thread's warp, as a
+    GPU reads it; an error where that is past the block's `threads`, a thread no GPU would have."""
+    partner = (thread & ~(WARP - 1)) + (lane & (WARP - 1))
+    if np.any(partner >= threads):
+        raise RuntimeError(f"{name}: a shuffle reads a lane past the block's {threads} threads")
+    return partner
 
 
 LOCKSTEP_THREADS = 1 << 15  # threads run together, at most (each value an array over them)
