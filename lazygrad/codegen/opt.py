@@ -40,11 +40,15 @@ unless an action says otherwise:
 - GROUP(axis, amount): the iterations of a reduce loop are shared by `amount` threads of a block (thread t takes
   iterations t, t + amount, ..., so neighbouring threads read neighbouring memory); each thread's partial result
   goes to memory the block shares, then the partials are combined there: by a tree of rounds with a barrier after
-  each where `amount` is a power of two, else by every thread reading all of them after one barrier. The threads
+  each where `amount` is a power of two, else by every thread reading all of them after one barrier. On a device
+  with shuffles (`Target.shuffle_lanes`: CUDA's warps) the threads of one warp combine first by reading each other's
+  values (SHUFFLE, a butterfly of XORed lanes: a power of two of threads a power of two of lanes apart), with no
+  memory or barrier; the warps' results then go through shared memory as above, after one barrier. The threads
   are a thread loop of `amount` that the reduces do not depend on where there is one (the threads that store a
   softmax row also compute its max and sum), else a new one numbered axis + 1. Only the first thread stores the
   outputs that do not depend on the threads. GROUP comes after every other action; several may follow each other
-  where the later ones share the threads of the first (a softmax row's max and sum).
+  where the later ones share the threads of the first (a softmax row's max and sum), or where the first combined
+  by shuffles alone (no memory that the new threads' copies of its combine would race on).
 - TILE(axis, amount): split a reduce loop like SPLIT and read the inputs that move along its inner `amount`
   iterations from shared memory: once per outer iteration the threads of the block copy together every element of
   each such input that one of them reads in it (its values over the thread loops and the inner loops; each upcast

@@ -25,8 +25,9 @@ Semantics follow the LLVM renderer and the PYTHON device:
 C kernels take the range [start, end) of their outermost global loop, so the CPU runtime can split it across cores,
 and the buffers' addresses as one array.
 GPU-style languages (OpenCL and CUDA) only spell what the program holds (codegen/threads.py decides it): the block
-and thread indices (SPECIAL), memory the threads of a block share (DEFINE_LOCAL), barriers, and stores under a
-gate. OpenCL on CPU drivers also computes a loop in vector types (see opencl.py).
+and thread indices (SPECIAL), memory the threads of a block share (DEFINE_LOCAL), barriers, reads of another
+thread's value in the warp (SHUFFLE, CUDA's `__shfl_sync`), and stores under a gate. OpenCL on CPU drivers also
+computes a loop in vector types (see opencl.py).
 """
 
 from __future__ import annotations
