@@ -533,7 +533,7 @@ def renumbered(sink: UOp, loop: UOp, number: int) -> tuple[UOp, dict[UOp, UOp]]:
     return replace_ranges(sink, moved, {}), moved
 
 
-def group(sink: UOp, loop: UOp, amount: int, lanes: int = 0) -> UOp:
+def group(sink: UOp, loop: UOp, amount: int, lanes: int) -> UOp:
     """Share each reduce over `loop` among `amount` threads (an existing thread loop of that size they do not depend
     on, else a new one): partial results, then a combine through shared memory, or first within each warp of
     `lanes` threads by shuffles where the device has them (`Target.shuffle_lanes`). More threads than `loop` has
