@@ -64,6 +64,10 @@ Per row the table shows:
   row has no version for that library).
 - the ratio lazygrad / torch (below 1 means lazygrad is faster).
 
+Below the table, each lazygrad row's ``lazygrad_kernel_ms``: what one more call's kernels took by themselves (per
+operation for dispatch), each timed as at ``DEBUG=2`` (with device events on a GPU). The warm time less that is
+the host's: a row whose kernels take a small part of its time is bound by building, scheduling and launching.
+
 Each lazygrad result is checked against NumPy once; a mismatch is printed loudly and makes the script
 exit with status 1. Below the table, every row's target and whether this run met it: elementwise <= 0.5x
 torch's time, 10,000 chained ops' first realize <= 1 s, sums <= 1.2x, matmul >= 0.8x torch's GFLOP/s, softmax <= 1.5x,
@@ -90,6 +94,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import io
 import json
 import os
 import statistics
@@ -850,6 +855,16 @@ def synchronize_lazygrad() -> None:
         device.synchronize()
 
 
+def kernel_milliseconds(call: Callable[[], Any]) -> float:
+    """The milliseconds the kernels of one ``call()`` take by themselves, each timed as at DEBUG=2 (device events on
+    a GPU: the kernel alone, not the host's work around it); the DEBUG output is dropped."""
+    with Context(DEBUG=2), contextlib.redirect_stdout(io.StringIO()):
+        GlobalCounters.reset()
+        call()
+        synchronize_lazygrad()
+    return GlobalCounters.time_sum_s * 1e3
+
+
 def time_calls(call: Callable[[Any], Any], repeats: int, prepare: Callable[[], Any] = lambda: None) -> Timing:
     """Time the first (cold) call, warm up, then report the median of ``repeats`` timed calls.
 
@@ -902,6 +917,7 @@ def run_lazygrad(case: Case, arrays: list[np.ndarray], repeats: int, result: Cas
     with Context(CACHELEVEL=1 if case.disk_cache else 0):
         result.lazygrad = time_calls(call, repeats, prepare)
     result.compile_count = getattr(GlobalCounters, "compile_count", None)
+    result.details["lazygrad_kernel_ms"] = kernel_milliseconds(lambda: call(inputs))
 
     GlobalCounters.reset()
     output = call(inputs)
@@ -975,6 +991,8 @@ def run_lazygrad_workload(case: StepCase, arrays: list[np.ndarray], repeats: int
             "slowest_generation_wall_ms": GlobalCounters.generate_wall_max_s * 1e3,
         }
 
+    kernel_ms = kernel_milliseconds(lambda: workload.call(workload.prepare()))
+    result.details["lazygrad_kernel_ms"] = kernel_ms / case.ops_per_call
     # before the call: a training step changes the weights it starts from
     expected = workload.expected() if workload.expected is not None else None
     inputs = workload.prepare()
