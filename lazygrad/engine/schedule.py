@@ -140,13 +140,16 @@ def _structure(
     # its own sources lie above it on the stack; `merged`, once a DETACH is seen: each computed node's entry -> its
     # position)
     realized_key = realized.key  # (`realized.get` inlined: this walk runs on every realize)
+    # (the ops as locals: an enum member read from its class is an attribute lookup, several per node)
+    DETACH, SLOPE, BUFFER, ASSIGN, unique = Ops.DETACH, Ops.SLOPE, Ops.BUFFER, Ops.ASSIGN, _UNIQUE_ARGS
+    position_of = position.__getitem__  # (one bound method for the walk)
     stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
     pop, push = stack.pop, stack.append
     while stack:
         node, sources_done = pop()
         if sources_done:
             op, arg = node.op, node.arg
-            if op is Ops.DETACH or op is Ops.SLOPE:  # (the value of its source)
+            if op is DETACH or op is SLOPE:  # (the value of its source)
                 at = position[node] = position[node.src[0]]
                 aliases[node] = order[at]
                 if merged is None:
@@ -154,14 +157,14 @@ def _structure(
                 continue
             if as_is and node.__dict__.get(realized_key) is not None:
                 as_is = False
-            if op in _UNIQUE_ARGS:
+            if op in unique:
                 arg = None
-                assigns = assigns or op is Ops.ASSIGN
+                assigns = assigns or op is ASSIGN
             elif isinstance(arg, (float, int)):  # a constant: 0.0 and -0.0, 1 and True and 1.0 differ
                 arg = _const_key(arg)
             # (map over the dict's own method: a comprehension costs a frame of its own)
-            entry = (op, node.dtype, arg, tuple(map(position.__getitem__, node.src)))
-            if merged is not None and op not in _UNIQUE_ARGS:
+            entry = (op, node.dtype, arg, tuple(map(position_of, node.src)))
+            if merged is not None and op not in unique:
                 at = merged.setdefault(entry, len(order))
                 if at != len(order):  # an earlier node, once the DETACH nodes below are read as their sources
                     position[node] = at
@@ -177,7 +180,7 @@ def _structure(
                     continue
                 leaf = source
                 # (a DETACH or SLOPE of a leaf is the leaf, numbered where it alone would be)
-                while leaf.op is Ops.DETACH or leaf.op is Ops.SLOPE:
+                while leaf.op is DETACH or leaf.op is SLOPE:
                     leaf = leaf.src[0]
                 if leaf.src:
                     push((source, False))
@@ -188,7 +191,7 @@ def _structure(
                     entry = leaf.__dict__.get("structure_entry")
                     if entry is None:
                         entry = leaf.__dict__["structure_entry"] = _leaf_entry(leaf)
-                    if leaf.op is Ops.BUFFER:
+                    if leaf.op is BUFFER:
                         buffers.append(leaf)
                     entries.append(entry)
                     position[leaf] = len(order)
@@ -200,12 +203,12 @@ def _structure(
                     source = source.src[0]
             continue
         else:  # a leaf as an output
-            if node.op is Ops.BUFFER:
+            if node.op is BUFFER:
                 buffers.append(node)
             entries.append(_leaf_entry(node))
         position[node] = len(order)
         order.append(node)
-    key = (*entries, tuple(map(position.__getitem__, outputs)))
+    key = (*entries, tuple(map(position_of, outputs)))
     walk = (outputs, order, position, buffers, aliases, entries, as_is, merged) if assigns else None
     return order, key, buffers, aliases, as_is, walk
 
