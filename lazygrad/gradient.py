@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import MOVEMENT, Ops, UOp, toposort
-from lazygrad.uop.pattern import PatternMatcher, UPat
 
 
 def full(shape: tuple[int, ...], dtype, value) -> UOp:
@@ -149,67 +149,47 @@ def cast_gradient(out: UOp, grad: UOp) -> tuple[UOp | None]:
 
 LN_2 = math.log(2)
 
-# one entry per primitive: the rule returns one gradient (or None) per source
-derivative_rules = PatternMatcher(
-    [
-        (UPat(Ops.ADD), lambda grad: (grad, grad)),
-        (UPat(Ops.MUL, name="out"), lambda grad, out: (grad * out.src[1], grad * out.src[0])),
-        (UPat(Ops.NEG), lambda grad: (grad.alu(Ops.NEG),)),
-        (UPat(Ops.RECIP, name="out"), lambda grad, out: ((grad * out * out).alu(Ops.NEG),)),
-        # d(a/b) = da / b - out · db / b, divided as the forward pass is (torch's rule)
-        (
-            UPat(Ops.FDIV, name="out"),
-            lambda grad, out: (grad / out.src[1], ((grad * out) / out.src[1]).alu(Ops.NEG)),
-        ),
-        (UPat(Ops.SQRT, name="out"), lambda grad, out: (divide(grad, out * full_like(out, 2.0)),)),
-        (UPat(Ops.EXP2, name="out"), lambda grad, out: (grad * out * full_like(out, LN_2),)),
-        (UPat(Ops.LOG2, name="out"), lambda grad, out: (divide(grad, out.src[0] * full_like(out, LN_2)),)),
-        (UPat(Ops.SIN, name="out"), lambda grad, out: (grad * out.src[0].alu(Ops.COS),)),
-        (UPat(Ops.COS, name="out"), lambda grad, out: ((grad * out.src[0].alu(Ops.SIN)).alu(Ops.NEG),)),
-        (UPat(Ops.MAX, name="out"), lambda grad, out: binary_max_gradient(out, grad)),
-        # a float remainder a - q*b, its truncated quotient q = (a - out) / b held constant
-        (UPat(Ops.MOD, name="out"), lambda grad, out: remainder_gradient(out, grad)),
-        (
-            UPat(Ops.WHERE, name="out"),
-            lambda grad, out: (
-                None,
-                out.src[0].where(grad, full_like(grad, 0.0)),
-                out.src[0].where(full_like(grad, 0.0), grad),
-            ),
-        ),
-        (UPat(Ops.CAST, name="out"), lambda grad, out: cast_gradient(out, grad)),
-        (UPat(Ops.REDUCE, name="out"), lambda grad, out: reduce_gradient(out, grad)),
-        (UPat(Ops.RESHAPE, name="out"), lambda grad, out: (UOp(Ops.RESHAPE, grad.dtype, (grad,), out.src[0].shape),)),
-        (
-            UPat(Ops.PERMUTE, name="out"),
-            lambda grad, out: (UOp(Ops.PERMUTE, grad.dtype, (grad,), tuple(argsort(list(out.arg)))),),
-        ),
-        (UPat(Ops.EXPAND, name="out"), lambda grad, out: expand_gradient(out, grad)),
-        (UPat(Ops.PAD, name="out"), lambda grad, out: pad_gradient(out, grad)),
-        (UPat(Ops.SHRINK, name="out"), lambda grad, out: shrink_gradient(out, grad)),
-        (UPat(Ops.FLIP, name="out"), lambda grad, out: (UOp(Ops.FLIP, grad.dtype, (grad,), out.arg),)),
-        (UPat(Ops.CONTIGUOUS, name="out"), lambda grad, out: (contiguous_gradient(out, grad),)),
-        (UPat(Ops.SLOPE, name="out"), lambda grad, out: (None, grad * out.arg)),
-        (
-            UPat(Ops.COPY, name="out"),
-            lambda grad, out: (UOp(Ops.COPY, grad.dtype, (grad,), out.src[0].device(Device.DEFAULT)),),
-        ),
-    ]
-)
+# one rule per primitive: (the gradient of the node, the node) -> one gradient (or None) per source
+DERIVATIVES: dict[Ops, Callable[[UOp, UOp], tuple[UOp | None, ...]]] = {
+    Ops.ADD: lambda grad, out: (grad, grad),
+    Ops.MUL: lambda grad, out: (grad * out.src[1], grad * out.src[0]),
+    Ops.NEG: lambda grad, out: (grad.alu(Ops.NEG),),
+    Ops.RECIP: lambda grad, out: ((grad * out * out).alu(Ops.NEG),),
+    # d(a/b) = da / b - out · db / b, divided as the forward pass is (torch's rule)
+    Ops.FDIV: lambda grad, out: (grad / out.src[1], ((grad * out) / out.src[1]).alu(Ops.NEG)),
+    Ops.SQRT: lambda grad, out: (divide(grad, out * full_like(out, 2.0)),),
+    Ops.EXP2: lambda grad, out: (grad * out * full_like(out, LN_2),),
+    Ops.LOG2: lambda grad, out: (divide(grad, out.src[0] * full_like(out, LN_2)),),
+    Ops.SIN: lambda grad, out: (grad * out.src[0].alu(Ops.COS),),
+    Ops.COS: lambda grad, out: ((grad * out.src[0].alu(Ops.SIN)).alu(Ops.NEG),),
+    Ops.MAX: lambda grad, out: binary_max_gradient(out, grad),
+    # a float remainder a - q*b, its truncated quotient q = (a - out) / b held constant
+    Ops.MOD: lambda grad, out: remainder_gradient(out, grad),
+    Ops.WHERE: lambda grad, out: (
+        None,
+        out.src[0].where(grad, full_like(grad, 0.0)),
+        out.src[0].where(full_like(grad, 0.0), grad),
+    ),
+    Ops.CAST: lambda grad, out: cast_gradient(out, grad),
+    Ops.REDUCE: lambda grad, out: reduce_gradient(out, grad),
+    Ops.RESHAPE: lambda grad, out: (UOp(Ops.RESHAPE, grad.dtype, (grad,), out.src[0].shape),),
+    Ops.PERMUTE: lambda grad, out: (UOp(Ops.PERMUTE, grad.dtype, (grad,), tuple(argsort(list(out.arg)))),),
+    Ops.EXPAND: lambda grad, out: expand_gradient(out, grad),
+    Ops.PAD: lambda grad, out: pad_gradient(out, grad),
+    Ops.SHRINK: lambda grad, out: shrink_gradient(out, grad),
+    Ops.FLIP: lambda grad, out: (UOp(Ops.FLIP, grad.dtype, (grad,), out.arg),),
+    Ops.CONTIGUOUS: lambda grad, out: (contiguous_gradient(out, grad),),
+    Ops.SLOPE: lambda grad, out: (None, grad * out.arg),
+    Ops.COPY: lambda grad, out: (UOp(Ops.COPY, grad.dtype, (grad,), out.src[0].device(Device.DEFAULT)),),
+}
 # comparisons, integer ops, DETACH and the leaves have no rule: no gradient flows through them
 NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.DETACH}
 
 
 def rule_for(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
-    if node.op in NO_GRADIENT:
-        return (None,) * len(node.src)
-    for pattern, rule, _ in derivative_rules.by_op.get(node.op, ()):
-        if pattern.is_leaf:  # (an op and a name at most, as every rule's: it matches the node, nothing to bind)
-            return rule(grad=grad, out=node) if pattern.name == "out" else rule(grad=grad)
-        for bindings in pattern.match(node, {}):
-            arguments = {name: value for name, value in bindings.items() if name == "out"}
-            return rule(grad=grad, **arguments)
-    return (None,) * len(node.src)
+    """The gradient of each of `node`'s sources, given the node's `grad` (None where none flows)."""
+    rule = DERIVATIVES.get(node.op)  # (the ops in NO_GRADIENT, and the leaves, have none)
+    return (None,) * len(node.src) if rule is None else rule(grad, node)
 
 
 def compute_gradients(
