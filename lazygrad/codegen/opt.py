@@ -568,31 +568,24 @@ def group(sink: UOp, loop: UOp, amount: int, lanes: int) -> UOp:
     partials = {r: r.replace(src=(r.src[0], *(x for x in r.src[1:] if x is not thread))) for r in reduces}
     taken = sum(node.op is Ops.DEFINE_LOCAL for node in kernel_nodes(sink))
     replacements: dict[UOp, UOp] = {}
+    # the threads of a warp combine first by shuffles (where the device has them), then the warps' results (each
+    # thread's partial, without shuffles) go through shared memory
     warp = warp_threads(amount, apart, lanes)
-    if warp > 1:  # the threads of a warp combine by shuffles, then the warps' results through shared memory
-        count = UOp.const(thread.dtype, amount // warp)
-        combine = UOp(Ops.RANGE, thread.dtype, (count,), (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
-        for number, reduce in enumerate(reduces, start=taken):
-            value, step = partials[reduce], 1
-            while step < warp:  # a butterfly: after it, every thread holds its warp's combined value
-                partner = here.alu(Ops.XOR, UOp.const(here.dtype, step * apart))
-                value = value.alu(reduce.arg, UOp(Ops.SHUFFLE, value.dtype, (value, partner)))
-                step *= 2
-            if warp == amount:  # the first thread's: the same in every thread, which the loop analysis can tell
-                replacements[reduce] = UOp(Ops.SHUFFLE, value.dtype, (value, replace_ranges(here, {thread: zero}, {})))
-                continue
-            shared = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
-            stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, value)),))
-            read = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: combine * warp}, {}), stored))
-            replacements[reduce] = UOp(Ops.RANGE_REDUCE, reduce.dtype, (read, combine), reduce.arg)
-        return gated_to_first(replace_ranges(sink, replacements, {}, simplified=False), thread)
-    combine = UOp(Ops.RANGE, thread.dtype, thread.src, (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
+    count = UOp.const(thread.dtype, amount // warp)
+    combine = UOp(Ops.RANGE, thread.dtype, (count,), (max(loops_by_axis(sink)) + 1, LoopKind.REDUCE))
     for number, reduce in enumerate(reduces, start=taken):
-        partial = partials[reduce]
+        value, step = partials[reduce], 1
+        while step < warp:  # a butterfly: after it, every thread holds its warp's combined value
+            partner = here.alu(Ops.XOR, UOp.const(here.dtype, step * apart))
+            value = value.alu(reduce.arg, UOp(Ops.SHUFFLE, value.dtype, (value, partner)))
+            step *= 2
+        if warp == amount:  # the first thread's: the same in every thread, which the loop analysis can tell
+            replacements[reduce] = UOp(Ops.SHUFFLE, value.dtype, (value, replace_ranges(here, {thread: zero}, {})))
+            continue
         shared = UOp(Ops.DEFINE_LOCAL, reduce.dtype, (), (number, size))
-        stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, partial)),))
-        if amount & (amount - 1):  # every thread combines the partials in a loop
-            read = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: combine}, {}), stored))
+        stored = UOp(Ops.BARRIER, src=(UOp(Ops.STORE, src=(shared, here, value)),))
+        if warp > 1 or amount & (amount - 1):  # every thread combines the warps' results (or partials) in a loop
+            read = UOp(Ops.LOAD, reduce.dtype, (shared, replace_ranges(here, {thread: combine * warp}, {}), stored))
             replacements[reduce] = UOp(Ops.RANGE_REDUCE, reduce.dtype, (read, combine), reduce.arg)
             continue
         # a power of two: a tree, halving the threads that combine each round, a barrier after each
