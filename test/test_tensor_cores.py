@@ -2,6 +2,8 @@
 matrix operations of CUDA, emulated by the mock CUDA shim and by the PYTHON device, checked against NumPy; the
 refusals; what the heuristic picks. Real tensor cores are checked only where a GPU is (CUDA=1 without MOCKCUDA)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from support import available
@@ -334,3 +336,33 @@ def test_a_warp_loads_each_tile_of_a_step_once():
     opts = (Opt(TC, reduce_axis(kernel), 4),)
     source = render_kernel(cuda, item.ast, apply_opts(kernel, opts, cuda.renderer.target), opts).source
     assert source.count("mma_sync(") == 4 and source.count("load_matrix_sync(") == 4
+
+
+def test_input_tiles_copy_asynchronously_and_the_accumulators_reuse_their_memory():
+    """From compute capability 8.0 a thread's 16-byte copies into shared memory go on without it (cp.async), and it
+    waits for them before the barrier; below it they are loads and stores. Either way the accumulators are read back
+    through the memory the input tiles were copied to, past the last barrier of the loop over the copies: a 128 × 128
+    block asks for 64 KiB (the accumulators' floats), not 64 KiB and the tiles' 35 KiB, so three such blocks fit an
+    H100's multiprocessor."""
+    runtime = Device[available("CUDA")]
+    x, y, a, b = operands(runtime.name, ((256, 128), (128, 128)), dtypes.float16)
+    result = (x @ y).cast(dtypes.float32)
+    opts = (Opt(TC, reduce_axis(kernel_of(result)), 8),)
+    (item,) = result.schedule()
+    for architecture, copies in ((80, "LAZYGRAD_COPY_ASYNC(cg, "), (75, "*(uint4*)(shared")):
+        renderer = CUDARenderer.for_architecture(architecture, 132, 227 * 1024)
+        device = SimpleNamespace(name=runtime.name, renderer=renderer)
+        kernel = render_kernel(device, item.ast, apply_opts(kernel_of(result), opts, renderer.target), opts)
+        assert kernel.launch[2] == 128 * 128 * 4, architecture
+        assert copies in kernel.source and kernel.source.count(copies) == 16, architecture
+        assert ("LAZYGRAD_WAIT_COPIES(); __syncthreads();" in kernel.source) == (architecture >= 80)
+    values = run_with(result, opts)
+    np.testing.assert_allclose(values.astype(np.float64), a @ b, rtol=2e-3, atol=8e-3)
+    # a reduce of one copy has no loop, so no barrier between the tiles' last reads and the accumulators' stores:
+    # its block keeps the tiles' memory apart
+    short = (x[:, :64] @ y[:64]).cast(dtypes.float32)
+    (item,) = short.schedule()
+    kernel = render_kernel(runtime, item.ast, apply_opts(kernel_of(short), opts, runtime.renderer.target), opts)
+    assert kernel.launch[2] == 128 * 128 * 4 + 128 * 72 * 2 + 64 * 136 * 2
+    values = run_with(short, opts)
+    np.testing.assert_allclose(values.astype(np.float64), a[:, :64] @ b[:64], rtol=2e-3, atol=8e-3)

@@ -13,6 +13,7 @@
 //   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
 // - __shfl_sync: every thread of the block puts its value out, waits for the others (an OpenMP barrier), reads
 //   its partner's. Kernels shuffle where every thread of the block does, as at a barrier.
+// - cp.async (LAZYGRAD_COPY_ASYNC) copies at once: LAZYGRAD_WAIT_COPIES waits for nothing.
 // Inline PTX is not emulated.
 //
 // It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
@@ -30,6 +31,8 @@
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")
 #define LAZYGRAD_DYNAMIC_SHARED(bytes) static __align__(32) unsigned char lazygrad_shared[bytes]
+#define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) __builtin_memcpy(to, start, bytes)
+#define LAZYGRAD_WAIT_COPIES() ((void)0)
 
 struct uint3 {
   unsigned int x, y, z;

@@ -94,6 +94,9 @@ class Target:
     # the threads of a warp, which read each other's values by shuffles (SHUFFLE: a GROUP combines within a warp
     # without shared memory or barriers); 0: the device has no shuffles
     shuffle_lanes: int = 0
+    # a thread's copy from device to shared memory (WIDE_COPY) goes on without it (CUDA's cp.async, compute
+    # capability 8.0 and newer): it lands by the block's next barrier, and holds no registers meanwhile
+    async_copies: bool = False
     # a CPU: the bytes of the stack buffers a kernel may copy an input into (codegen's PACK; 0: none), about half
     # of a core's L2 cache, where the copy stays while the loops inside read it again and again
     pack_bytes: int = 0

@@ -768,6 +768,16 @@ LAZYGRAD_DYNAMIC_SHARED({bytes});
 """
 
 
+# cp.async: a thread's copy of 4, 8 or 16 bytes from device to shared memory that goes on while the thread does;
+# the thread waits for all of its copies before a barrier (the CUDA shim copies at once, and waits for nothing)
+ASYNC_COPY_ARCHITECTURE = 80
+ASYNC_COPIES = """#ifndef LAZYGRAD_COPY_ASYNC
+#define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) asm volatile("cp.async." #cache ".shared.global [%0], [%1], " #bytes ";\\n" :: "r"((unsigned int)__cvta_generic_to_shared(to)), "l"(start))
+#define LAZYGRAD_WAIT_COPIES() asm volatile("cp.async.wait_all;\\n" ::: "memory")
+#endif
+"""
+
+
 def shuffle_mask(threads: int) -> str:
     """The lanes of a thread's warp that take part in a shuffle (all its block's threads there): every lane of a
     whole warp; the first `threads % 32` of a block's last warp where the block ends inside it."""
@@ -776,6 +786,32 @@ def shuffle_mask(threads: int) -> str:
     if threads < WARP:
         return f"{(1 << threads) - 1:#x}u"
     return f"(threadIdx.x < {threads - threads % WARP} ? 0xffffffffu : {(1 << threads % WARP) - 1:#x}u)"
+
+
+def shared_lifetimes(program: list[UOp]) -> dict[UOp, tuple[int, int, int, int]]:
+    """Each DEFINE_LOCAL's lifetime in `program` as positions: (first, last) of the whole loops it is used in (an
+    iteration uses it again after the next starts) or of its uses outside loops, then its first and last use."""
+    loops, open_loops = {}, []  # RANGE position -> its ENDRANGE's; the loops open at a position
+    outermost: dict[int, int] = {}  # a position inside loops -> the RANGE of the outermost
+    for position, node in enumerate(program):
+        if node.op is Ops.RANGE:
+            open_loops.append(position)
+        elif node.op is Ops.ENDRANGE:
+            loops[open_loops.pop()] = position
+        if open_loops:
+            outermost[position] = open_loops[0]
+    lifetimes: dict[UOp, tuple[int, int, int, int]] = {}
+    for position, node in enumerate(program):
+        for source in node.src:
+            if source.op is Ops.DEFINE_LOCAL:
+                loop = outermost.get(position)
+                start, end = (position, position) if loop is None else (loop, loops[loop])
+                first, last, first_use, _ = lifetimes.get(source, (start, end, position, position))
+                lifetimes[source] = (min(first, start), max(last, end), min(first_use, position), position)
+    for position, node in enumerate(program):  # (memory nothing uses lives where it is declared)
+        if node.op is Ops.DEFINE_LOCAL:
+            lifetimes.setdefault(node, (position, position, position, position))
+    return lifetimes
 
 
 class CUDARenderer(CStyleRenderer):
@@ -839,7 +875,14 @@ class CUDARenderer(CStyleRenderer):
         mma.h, so without tensor cores) on a GPU with `multiprocessors` and `shared_memory` bytes of it a block may
         have: its target has the tensor cores that architecture has."""
         tensor_cores = tuple(c for c in cls.tensor_cores if architecture >= cls.tensor_core_architectures[c.input])
-        return cls(replace(cls.target, tensor_cores=tensor_cores, cores=multiprocessors, shared_memory=shared_memory))
+        target = replace(
+            cls.target,
+            tensor_cores=tensor_cores,
+            cores=multiprocessors,
+            shared_memory=shared_memory,
+            async_copies=architecture >= ASYNC_COPY_ARCHITECTURE,
+        )
+        return cls(target)
 
     @staticmethod
     def fragments_of(program: list[UOp]) -> tuple[dict[UOp, UOp], set[UOp], set[UOp]]:
@@ -864,30 +907,62 @@ class CUDARenderer(CStyleRenderer):
         held = {dtypes.bool: dtypes.int32, dtypes.float16: dtypes.float32}.get(node.dtype, node.dtype)
         return self.register_types[held], held.itemsize
 
-    def shared_offsets(self, program: list[UOp], matrix_memory: set[UOp]) -> tuple[dict[UOp, int], int]:
-        """Where each DEFINE_LOCAL lies in a block's shared memory (byte offsets, aligned), and the bytes in all."""
-        offsets, total = {}, 0
-        for node in program:
-            if node.op is Ops.DEFINE_LOCAL:
-                offsets[node] = total
-                size = node.arg[1] * self.shared_element(node, matrix_memory)[1]
-                total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
-        return offsets, total
+    def shared_layout(self, program: list[UOp], matrix_memory: set[UOp]) -> tuple[dict[UOp, int], int] | None:
+        """For a block whose shared memory passes STATIC_SHARED_BYTES (None for one under it: each DEFINE_LOCAL an
+        array of its own), where each DEFINE_LOCAL lies in one dynamic array (byte offsets, aligned), and the bytes of
+        that array: memory whose last use the block has passed a barrier since is reused (`shared_lifetimes`), as a
+        tensor-core product's accumulators read back through the memory its input tiles were copied to."""
+        sizes = {
+            node: -(-node.arg[1] * self.shared_element(node, matrix_memory)[1] // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+            for node in program
+            if node.op is Ops.DEFINE_LOCAL
+        }
+        if sum(sizes.values()) <= STATIC_SHARED_BYTES:
+            return None
+        lifetimes = shared_lifetimes(program)
+        barriers = [position for position, node in enumerate(program) if node.op is Ops.BARRIER]
+
+        def apart(one: UOp, other: UOp) -> bool:
+            """Whether every thread is done with one before any uses the other: their loops apart, and a barrier
+            between the last use of the earlier and the first of the later."""
+            (first, last, first_use, last_use), (first_b, last_b, first_use_b, last_use_b) = (
+                lifetimes[one],
+                lifetimes[other],
+            )
+            if last < first_b:
+                return any(last_use < at < first_use_b for at in barriers)
+            return last_b < first and any(last_use_b < at < first_use for at in barriers)
+
+        offsets: dict[UOp, int] = {}
+        for node, size in sizes.items():
+            taken = sorted(
+                (offsets[other], offsets[other] + sizes[other]) for other in offsets if not apart(node, other)
+            )
+            offset = 0  # (the lowest place clear of the memory in use beside it)
+            for start, end in taken:
+                if offset + size <= start:
+                    break
+                offset = max(offset, end)
+            offsets[node] = offset
+        return offsets, max(offsets[node] + size for node, size in sizes.items())
 
     def dynamic_shared_bytes(self, program: list[UOp]) -> int:
-        total = self.shared_offsets(program, self.fragments_of(program)[2])[1]
-        return total if total > STATIC_SHARED_BYTES else 0
+        layout = self.shared_layout(program, self.fragments_of(program)[2])
+        return 0 if layout is None else layout[1]
 
     def render(self, name: str, program: list[UOp]) -> str:
         threads = next((node.arg[1] for node in program if node.op is Ops.SPECIAL and node.arg[0] == "thread"), 1)
         self.lanes = shuffle_mask(threads)
         self.fragments, self.fragment_values, self.matrix_memory = self.fragments_of(program)
         self.loaded_fragments: dict[tuple, str] = {}  # the tiles loaded since the last barrier or loop boundary
-        offsets, total = self.shared_offsets(program, self.matrix_memory)
-        self.dynamic_offsets = offsets if total > STATIC_SHARED_BYTES else None
+        layout = self.shared_layout(program, self.matrix_memory)
+        self.dynamic_offsets = None if layout is None else layout[0]
+        self.copies_async = self.target.async_copies and any(node.op is Ops.WIDE_COPY for node in program)
         source = super().render(name, program)
-        if self.dynamic_offsets is not None:
-            source = DYNAMIC_SHARED.format(bytes=total) + source
+        if layout is not None:
+            source = DYNAMIC_SHARED.format(bytes=layout[1]) + source
+        if self.copies_async:
+            source = ASYNC_COPIES + source
         if not self.fragments:
             return source
         bfloat16 = any(node.dtype == dtypes.bfloat16 for node in self.matrix_memory)
@@ -913,10 +988,18 @@ class CUDARenderer(CStyleRenderer):
             self.declare(node, f"v{position}", f"__shfl_sync({self.lanes}, {value}, {self.value(src[1])})")
         elif op is Ops.WIDE_COPY:
             shared, buffer = self.names[src[0]], self.names[src[2]]
-            piece = {16: "uint4", 8: "uint2", 4: "unsigned int"}[node.arg * src[0].dtype.itemsize]
-            self.emit(
-                f"*({piece}*)({shared} + {self.value(src[1])}) = *(const {piece}*)({buffer} + {self.value(src[3])});"
+            to, start, size = (
+                f"{shared} + {self.value(src[1])}",
+                f"{buffer} + {self.value(src[3])}",
+                node.arg * src[0].dtype.itemsize,
             )
+            if self.target.async_copies:  # (16 bytes go past the L1 cache: each block reads its tiles once)
+                self.emit(f"LAZYGRAD_COPY_ASYNC({'cg' if size == 16 else 'ca'}, {to}, {start}, {size});")
+            else:
+                piece = {16: "uint4", 8: "uint2", 4: "unsigned int"}[size]
+                self.emit(f"*({piece}*)({to}) = *(const {piece}*)({start});")
+        elif op is Ops.BARRIER and self.copies_async:  # (the thread's copies land first)
+            self.emit(f"LAZYGRAD_WAIT_COPIES(); {self.barrier}")
         elif op is Ops.STORE and len(src) > 2 and src[2] in self.fragment_values:
             n = self.fragments[src[2].src[0]].arg[1]
             target = f"{self.names[src[0]]} + {self.value(src[1])}"
