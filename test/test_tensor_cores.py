@@ -2,6 +2,8 @@
 matrix operations of CUDA, emulated by the mock CUDA shim and by the PYTHON device, checked against NumPy; the
 refusals; what the heuristic picks. Real tensor cores are checked only where a GPU is (CUDA=1 without MOCKCUDA)."""
 
+import ctypes
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +19,7 @@ from lazygrad.codegen.renderer.cstyle import CUDARenderer
 from lazygrad.device import DeviceUnavailable
 from lazygrad.engine.realize import render_kernel
 from lazygrad.helpers import MOCKCUDA
+from lazygrad.runtime.cuda_compiler import has_matrix_headers, load_nvrtc
 from lazygrad.runtime.ops_python import tf32
 from lazygrad.uop.ops import LoopKind, Ops
 
@@ -338,24 +341,31 @@ def test_a_warp_loads_each_tile_of_a_step_once():
     assert source.count("mma_sync(") == 4 and source.count("load_matrix_sync(") == 4
 
 
-def test_input_tiles_copy_asynchronously_and_the_accumulators_reuse_their_memory():
-    """From compute capability 8.0 a thread's 16-byte copies into shared memory go on without it (cp.async), and it
-    waits for them before the barrier; below it they are loads and stores. Either way the accumulators are read back
-    through the memory the input tiles were copied to, past the last barrier of the loop over the copies: a 128 × 128
-    block asks for 64 KiB (the accumulators' floats), not 64 KiB and the tiles' 35 KiB, so three such blocks fit an
-    H100's multiprocessor."""
+def test_input_tiles_copy_asynchronously_into_two_tiles_and_the_accumulators_reuse_their_memory():
+    """From compute capability 8.0 a thread's 16-byte copies into shared memory go on without it (cp.async): each
+    input gets two tiles, the next copy going into one (gated off after the last) while the warps compute on the
+    other, one barrier an iteration, where each thread first waits for its copies. Below 8.0 they are loads and
+    stores into one tile each. Either way the accumulators are read back through the memory of the tiles, past the
+    last barrier of the loop over the copies: a 128 × 128 block asks for 70 KiB (two tiles of each input) or 64 KiB
+    (the accumulators' floats), not both, so three such blocks fit an H100's multiprocessor."""
     runtime = Device[available("CUDA")]
     x, y, a, b = operands(runtime.name, ((256, 128), (128, 128)), dtypes.float16)
     result = (x @ y).cast(dtypes.float32)
     opts = (Opt(TC, reduce_axis(kernel_of(result)), 8),)
     (item,) = result.schedule()
-    for architecture, copies in ((80, "LAZYGRAD_COPY_ASYNC(cg, "), (75, "*(uint4*)(shared")):
+    tiles = 128 * 72 * 2 + 64 * 136 * 2  # (one tile of each input, their lines padded)
+    for architecture, copy, shared, barriers in (
+        (80, "LAZYGRAD_COPY_ASYNC(cg, ", 2 * tiles, ["LAZYGRAD_WAIT_COPIES(); __syncthreads();"] * 3),
+        (75, "*(uint4*)(shared", 128 * 128 * 4, ["__syncthreads();"] * 3),
+    ):
         renderer = CUDARenderer.for_architecture(architecture, 132, 227 * 1024)
         device = SimpleNamespace(name=runtime.name, renderer=renderer)
         kernel = render_kernel(device, item.ast, apply_opts(kernel_of(result), opts, renderer.target), opts)
-        assert kernel.launch[2] == 128 * 128 * 4, architecture
-        assert copies in kernel.source and kernel.source.count(copies) == 16, architecture
-        assert ("LAZYGRAD_WAIT_COPIES(); __syncthreads();" in kernel.source) == (architecture >= 80)
+        assert kernel.launch[2] == shared, architecture
+        pipelined = architecture >= 80
+        assert kernel.source.count(copy) == (32 if pipelined else 16), architecture
+        assert kernel.source.count("if (") == (16 if pipelined else 0), architecture  # (the copies ahead)
+        assert [line.strip() for line in kernel.source.splitlines() if "__syncthreads" in line] == barriers
     values = run_with(result, opts)
     np.testing.assert_allclose(values.astype(np.float64), a @ b, rtol=2e-3, atol=8e-3)
     # a reduce of one copy has no loop, so no barrier between the tiles' last reads and the accumulators' stores:
@@ -363,6 +373,79 @@ def test_input_tiles_copy_asynchronously_and_the_accumulators_reuse_their_memory
     short = (x[:, :64] @ y[:64]).cast(dtypes.float32)
     (item,) = short.schedule()
     kernel = render_kernel(runtime, item.ast, apply_opts(kernel_of(short), opts, runtime.renderer.target), opts)
-    assert kernel.launch[2] == 128 * 128 * 4 + 128 * 72 * 2 + 64 * 136 * 2
+    assert kernel.launch[2] == 128 * 128 * 4 + tiles
     values = run_with(short, opts)
     np.testing.assert_allclose(values.astype(np.float64), a[:, :64] @ b[:64], rtol=2e-3, atol=8e-3)
+
+
+@pytest.mark.parametrize("tiles", [1, 2])
+@pytest.mark.parametrize("product", ["x @ w", "x.T @ w"])
+def test_double_buffered_tiles_compute_the_product(device, product, tiles):
+    """Over an odd number of copies along the reduce (five: each tile takes the next copy in turn, the last copy
+    ahead gated off), with 16-byte copies and element copies (an input with a prologue), the product is right."""
+    shapes = ((32, 160), (160, 32)) if product == "x @ w" else ((160, 32), (160, 32))
+    x, y, a, b = operands(device, shapes, dtypes.float16)
+    for name, compute, expected in (
+        ("plain", lambda x, y: x @ y, lambda a, b: a @ b),
+        ("prologue", lambda x, y: (x * 2) @ y, lambda a, b: (2 * a) @ b),
+    ):
+        if product == "x.T @ w":
+            compute, expected = (
+                (lambda f: lambda x, y: f(x.T, y))(compute),
+                (lambda f: lambda a, b: f(a.T, b))(expected),
+            )
+        result = compute(x, y).cast(dtypes.float32)
+        opts = (Opt(TC, reduce_axis(kernel_of(result)), tiles),)
+        graph = apply_opts(kernel_of(result), opts, Device[device].renderer.target)
+        assert any(node.op is Ops.PREFETCH for node in graph.toposort), name
+        values = run_with(result, opts)
+        np.testing.assert_allclose(values.astype(np.float64), expected(a, b), rtol=2e-3, atol=8e-3, err_msg=name)
+
+
+def ptxas_usage(source: str, target: str) -> tuple[int, int]:
+    """(registers a thread, bytes spilled) that ptxas reports for the kernel in `source` compiled for `target`."""
+    nvrtc = load_nvrtc()
+    program = ctypes.c_void_p()
+    nvrtc.check(nvrtc.library.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"k.cu", 0, None, None))
+    # (the options the CUDA device compiles with, and ptxas' report)
+    options = [
+        f"--gpu-architecture={target}",
+        f"--include-path={nvrtc.include_directory}",
+        "--fmad=false",
+        "-Xptxas=-v",
+    ]
+    try:
+        array = (ctypes.c_char_p * len(options))(*map(str.encode, options))
+        status = nvrtc.library.nvrtcCompileProgram(program, len(options), array)
+        log = nvrtc.read(program, "ProgramLog").decode()
+        assert status == 0, log
+    finally:
+        nvrtc.library.nvrtcDestroyProgram(ctypes.byref(program))
+    spilled = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return int(re.search(r"Used (\d+) registers", log).group(1)), int(spilled.group(1)) + int(spilled.group(2))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_a_large_product_fits_three_blocks_on_an_h100_multiprocessor(dtype):
+    """The 4096³ product's kernel for an H100 (sm_90, its shared memory opted into), as ptxas compiles it: no spills,
+    and registers and shared memory for three of its 128-thread blocks on a multiprocessor (65,536 registers, in
+    steps of 8 a thread; 228 KiB of shared memory, 1 KiB of it the system's per block), so that while one block
+    waits on its copies others keep the tensor cores busy."""
+    try:
+        load_nvrtc()
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+    if not has_matrix_headers(load_nvrtc().include_directory):
+        pytest.skip("NVRTC has no mma.h headers here")
+    x, y = (Tensor.empty(4096, 4096, dtype=dtype, device="PYTHON").realize() for _ in range(2))
+    (item,) = (x @ y).schedule()
+    renderer = CUDARenderer.for_architecture(90, 132, 227 * 1024)
+    kernel = kernel_of(x @ y)
+    opts = heuristic_opts(kernel, renderer.target)
+    assert opts == (Opt(TC, reduce_axis(kernel), 8),)
+    device = SimpleNamespace(name="CUDA", renderer=renderer)
+    generated = render_kernel(device, item.ast, apply_opts(kernel, opts, renderer.target), opts)
+    blocks, threads, shared = generated.launch
+    registers, spilled = ptxas_usage(generated.source, "sm_90")
+    assert (blocks, threads, spilled) == (1024, 128, 0)
+    assert 3 * threads * -(-registers // 8) * 8 <= 65536 and 3 * (shared + 1024) <= 228 * 1024, (registers, shared)

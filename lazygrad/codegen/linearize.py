@@ -6,9 +6,9 @@ runs before the inner ones open. A RANGE_REDUCE becomes an accumulator (DEFINE_A
 inside them (LOAD/STORE on the accumulator) and read after them. Before a reduce's loops open, every part of its
 body that does not depend on them is emitted, so each value is computed once, in the outermost loop where it can be,
 and every use of a value comes after it in a scope that contains it. A copy of the reduce's inputs into shared
-memory (a tile, up to its barrier) is emitted in the outermost of the reduce's loops where it can be, and an
-iteration of a loop that waited at a barrier ends at another, so that the next iteration's copy does not overwrite
-values still to be read. A copy of inputs onto the stack (a PACK: its stores inside loops of their own, up to its
+memory (a tile, up to its barrier, or a PREFETCH of the next iteration's) is emitted in the outermost of the reduce's
+loops where it can be, and an iteration of a loop that waited at a barrier or copied ahead ends at another, so that
+the next iteration's copy does not overwrite values still to be read, and reads only copies that have landed. A copy of inputs onto the stack (a PACK: its stores inside loops of their own, up to its
 barrier) runs where the output loops it needs are open, before the next one opens. A reduce of tensor-core products
 (WMMA) is one accumulator (the warp's fragment) that each WMMA adds into.
 """
@@ -122,7 +122,7 @@ class Linearizer:
             self.accumulators += 1
         self.program.extend(accumulators)
         # a tile's copy into shared memory: in the outermost loop where it can be, before the inner loops open
-        copies = [node for node in body if node.op is Ops.BARRIER]
+        copies = [node for node in body if node.op is Ops.BARRIER or node.op is Ops.PREFETCH]
         opened: dict[UOp, int] = {}
         for position, loop in enumerate(loops):
             self.open_loop(loop)
@@ -146,9 +146,9 @@ class Linearizer:
                 updated = current.alu(member.arg, self.linear[value])
             self.program.extend([current, updated, UOp(Ops.STORE, src=(accumulator, updated))])
         for loop in reversed(loops):
-            if any(node.op is Ops.BARRIER for node in self.program[opened[loop] :]):
+            if any(node.op is Ops.BARRIER or node.op is Ops.PREFETCH for node in self.program[opened[loop] :]):
                 # the threads copied into shared memory in this iteration: none copies the next iteration's values
-                # over them before every thread has read them
+                # over them before every thread has read them (nor reads a copy made ahead before it has landed)
                 self.program.append(UOp(Ops.BARRIER))
             self.close_loop(loop)
         # what was computed from these loops' indices lives inside them: a reduce over the same loops that opens

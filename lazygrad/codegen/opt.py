@@ -962,7 +962,7 @@ def constant_term(index: UOp) -> int:
 def staged(sink: UOp) -> bool:
     """Whether the kernel copies inputs into shared memory inside a reduce loop (a tile)."""
     used = loops_used(sink)
-    barriers = (node for node in kernel_nodes(sink) if node.op is Ops.BARRIER)
+    barriers = (node for node in kernel_nodes(sink) if node.op is Ops.BARRIER or node.op is Ops.PREFETCH)
     return any(loop.arg[1] is LoopKind.REDUCE for barrier in barriers for loop in used[barrier])
 
 

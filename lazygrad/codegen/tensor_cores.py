@@ -11,7 +11,10 @@ input laid out as it lies in memory, so that neighbouring threads copy neighbour
 where they can; each line of a tile padded by 16 bytes, so that a warp's loads of a tile's rows do not wait on
 each other in the same memory banks), wait at a barrier, and every warp multiply-accumulates its tiles step by
 step (WMMAs): an input tile read from shared memory serves a warp's whole row or column of tiles, and the block's
-copy serves all its warps. After the loop each accumulator goes to shared memory, and each thread reads its share
+copy serves all its warps. Where the target's copies go on without the thread (`Target.async_copies`: CUDA's
+cp.async) and the reduce takes several copies, each input has two tiles: the first copy is made before the loop,
+and each iteration starts the next copy into the other tile (a PREFETCH) before computing on this one, so that the
+copy's wait on device memory overlaps the tensor cores' work; the iteration ends at the barrier where it has landed. After the loop each accumulator goes to shared memory, and each thread reads its share
 of the values back for the rest of the kernel (the cast, an epilogue, the store), neighbouring threads
 neighbouring columns.
 
@@ -89,14 +92,22 @@ def row_major(value: UOp, rows: UOp, columns: UOp) -> bool:
 
 
 def stage(
-    value: UOp, tile: tuple[UOp, UOp], shape: tuple[int, int], layout: str, thread: UOp, threads: int, shared: UOp
-):
-    """The copy of input `value` into `shared` by the block's threads: the tile of `shape` (rows, columns) that
-    `tile` gives as (the input's loop, the loop over tiles that replaces it) for its rows and its columns, laid out
-    along its rows (`layout` "row") or its columns, each line of it `padded_line` elements apart. Each thread
-    copies 16 bytes at once where the input is read straight from memory, in order along the layout and 16-byte
-    aligned (`wide_copy_width`; 8 or 4 where the tile is too small for every thread to copy 16), else one element
-    at a time; every `threads`-th piece from its own on."""
+    value: UOp,
+    tile: tuple[tuple[UOp, UOp], tuple[UOp, UOp]],
+    shape: tuple[int, int],
+    layout: str,
+    thread: UOp,
+    threads: int,
+    shared: UOp,
+    start: UOp | int = 0,
+    gate: UOp | None = None,
+) -> list[UOp]:
+    """The copy of input `value` into `shared` (from element `start` on) by the block's threads: the tile of `shape`
+    (rows, columns) that `tile` gives as (the input's loop, which tile of it) for its rows and its columns, laid out
+    along its rows (`layout` "row") or its columns, each line of it `padded_line` elements apart; made where `gate`
+    holds (always where None). Each thread copies 16 bytes at once where the input is read straight from memory, in
+    order along the layout and 16-byte aligned (`wide_copy_width`; 8 or 4 where the tile is too small for every
+    thread to copy 16), else one element at a time; every `threads`-th piece from its own on."""
     (row_loop, row_start), (column_loop, column_start) = tile
     rows, columns = shape
     line = columns if layout == "row" else rows
@@ -109,13 +120,26 @@ def stage(
         along, across = element % line, element // line
         row, column = (across, along) if layout == "row" else (along, across)
         position = {row_loop: row_start * rows + row, column_loop: column_start * columns + column}
-        place = simplify(across * padded_line(line, value.dtype) + along)
+        place = simplify(across * padded_line(line, value.dtype) + along + start)
+        gates = () if gate is None else (gate,)
         if width == 1:
-            stores.append(UOp(Ops.STORE, src=(shared, place, replace_ranges(value, position, {}))))
+            copied = replace_ranges(value, position, {})
+            if gate is not None:  # (a copy gated off reads nothing: past the last copy is past the input's end)
+                loads = [
+                    node for node in copied.toposort if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL
+                ]
+                copied = replace_ranges(copied, {load: masked(load, gate) for load in loads}, {})
+            stores.append(UOp(Ops.STORE, src=(shared, place, copied, *gates)))
         else:
             index = simplify(replace_ranges(value.src[1], position, {}))
-            stores.append(UOp(Ops.WIDE_COPY, src=(shared, place, value.src[0], index), arg=width))
+            stores.append(UOp(Ops.WIDE_COPY, src=(shared, place, value.src[0], index, *gates), arg=width))
     return stores
+
+
+def masked(load: UOp, gate: UOp) -> UOp:
+    """A load of device memory that reads only where `gate` holds (and its own mask, if it has one), zero elsewhere."""
+    valid = gate if len(load.src) < 3 else load.src[2].alu(Ops.AND, gate)
+    return load.replace(src=(*load.src[:2], valid))
 
 
 def padded_line(line: int, dtype: DType) -> int:
@@ -189,16 +213,26 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     # (more steps per copy: fewer barriers, and more multiply-accumulates for each wait on memory)
     layout_a = "row" if row_major(first, row, loop) else "col"
     layout_b = "row" if row_major(second, loop, column) else "col"
+    # Where the target copies without waiting (`Target.async_copies`) and the reduce takes several copies, each
+    # input has two tiles in shared memory where they fit: the block computes on one while the next copy goes into
+    # the other (more steps per copy first, then two tiles)
     taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
-    for steps in range(K_STEPS, 0, -1):
+    layouts = [
+        (steps, stages)
+        for steps in range(K_STEPS, 0, -1)
+        if loop.src[0].arg % (k * steps) == 0
+        for stages in (2, 1)
+        if stages == 1 or (target.async_copies and loop.src[0].arg // (k * steps) >= 2)
+    ]
+    for steps, stages in layouts:
         depth = k * steps
         ldm_a = padded_line(depth if layout_a == "row" else block_rows, dtype)
         ldm_b = padded_line(block_columns if layout_b == "row" else depth, dtype)
         size_a = ldm_a * (block_rows if layout_a == "row" else depth)
         size_b = ldm_b * (depth if layout_b == "row" else block_columns)
         memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
-        memory += (size_a + size_b) * dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
-        if loop.src[0].arg % depth == 0 and memory <= target.shared_memory:
+        memory += stages * (size_a + size_b) * dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
+        if memory <= target.shared_memory:
             break
     if memory > target.shared_memory:
         raise KernelOptError(
@@ -218,17 +252,32 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     thread = ((warp_row * warps + warp_column) * down + lane_row) * n + lane_column
     row_tile = new_loop(row, row.src[0].arg // block_rows)
     column_tile = new_loop(column, column.src[0].arg // block_columns)
-    step = new_loop(loop, loop.src[0].arg // depth)
+    copies = loop.src[0].arg // depth
+    step = new_loop(loop, copies)
     inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, depth // k),), (next(numbers), LoopKind.REDUCE))
     number = len(taken)
-    shared_a = UOp(Ops.DEFINE_LOCAL, dtype, (), (number, size_a))
-    shared_b = UOp(Ops.DEFINE_LOCAL, dtype, (), (number + 1, size_b))
+    shared_a = UOp(Ops.DEFINE_LOCAL, dtype, (), (number, stages * size_a))
+    shared_b = UOp(Ops.DEFINE_LOCAL, dtype, (), (number + 1, stages * size_b))
     shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, block_rows * block_columns))
-    stores_a = stage(first, ((row, row_tile), (loop, step)), (block_rows, depth), layout_a, thread, threads, shared_a)
-    stores_b = stage(
-        second, ((loop, step), (column, column_tile)), (depth, block_columns), layout_b, thread, threads, shared_b
-    )
-    copied = UOp(Ops.BARRIER, src=(*stores_a, *stores_b))
+
+    tile_a = ((block_rows, depth), layout_a, thread, threads, shared_a)  # (the shape and place of each copy)
+    tile_b = ((depth, block_columns), layout_b, thread, threads, shared_b)
+
+    def copy(at: UOp, tile: UOp | int = 0, gate: UOp | None = None) -> list[UOp]:
+        """The block's copies of both inputs' tiles for the copy `at` along the reduce, into tile `tile` of each."""
+        return [
+            *stage(first, ((row, row_tile), (loop, at)), *tile_a, tile * size_a, gate),
+            *stage(second, ((loop, at), (column, column_tile)), *tile_b, tile * size_b, gate),
+        ]
+
+    if stages == 1:  # each iteration copies, waits at a barrier, computes (and the linearizer ends it at another)
+        copied, tile = UOp(Ops.BARRIER, src=tuple(copy(step))), zero
+    else:
+        # the first copy before the loop; each iteration starts the next copy into the other tile (the last none),
+        # then computes on this one: the linearizer ends it at a barrier, where the next copy has landed
+        ready = UOp(Ops.BARRIER, src=tuple(copy(zero)))
+        ahead = copy(step + 1, (step + 1) % 2, step.alu(Ops.CMPLT, UOp.const(step.dtype, copies - 1)))
+        copied, tile = UOp(Ops.PREFETCH, src=(ready, *ahead)), step % 2
     # each warp's tiles: at tensor-core step `inner` of a copy, the WMMA of tile (i, j) reads that tile's rows of the
     # A copy and its columns of the B copy (elements along a copy's lines are 1 apart, across them a padded line),
     # and its accumulator goes to the m·n values of shared memory numbered by the tile's place in the block
@@ -238,8 +287,8 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     stores_c = []
     for i, j in itertools.product(range(per_warp), repeat=2):
         tile_row, tile_column = warp_row * per_warp + i, warp_column * per_warp + j
-        offset_a = tile_row * m * row_step_a + inner * k * depth_step_a
-        offset_b = inner * k * depth_step_b + tile_column * n * column_step_b
+        offset_a = tile * size_a + tile_row * m * row_step_a + inner * k * depth_step_a
+        offset_b = tile * size_b + inner * k * depth_step_b + tile_column * n * column_step_b
         wmma = UOp(
             Ops.WMMA, core.accumulator, (shared_a, shared_b, simplify(offset_a), simplify(offset_b), copied), arg
         )

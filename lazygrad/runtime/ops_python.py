@@ -36,6 +36,7 @@ class PythonRenderer(Renderer):
         block_threads=8,
         shared_memory=1 << 16,
         shuffle_lanes=WARP,  # (CUDA's warp: the same shuffles as CUDA's kernels)
+        async_copies=True,  # (CUDA's double-buffered tiles: its copies are made at once)
         cores=4,  # (few, as its blocks are small: a reduce into one value is split, as on a GPU)
         tensor_cores=(  # CUDA's, emulated
             TensorCore((16, 16, 16), dtypes.float16),
@@ -173,7 +174,7 @@ class PythonProgram:
                     values[node] = cast_array(value(src[0]), node.dtype)
                 elif op is Ops.BITCAST:
                     values[node] = np.asarray(value(src[0]), src[0].dtype.np).view(node.dtype.np)
-                elif op is not Ops.DEFINE_GLOBAL:
+                elif op is not Ops.DEFINE_GLOBAL and op is not Ops.PREFETCH:  # (a PREFETCH: its copies run)
                     values[node] = exec_alu_array(op, node.dtype, [value(s) for s in src])
                 counter += 1
 
@@ -223,8 +224,9 @@ class PythonProgram:
                 values[node] = buffer[value(src[1])].item() if valid else node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
             elif op is Ops.WIDE_COPY:
-                start, source = value(src[3]), memory[src[2].arg[0]]
-                shared[src[0]][value(src[1]) : value(src[1]) + node.arg] = source[start : start + node.arg]
+                if len(src) < 5 or value(src[4]):
+                    start, source = value(src[3]), memory[src[2].arg[0]]
+                    shared[src[0]][value(src[1]) : value(src[1]) + node.arg] = source[start : start + node.arg]
             elif op is Ops.WMMA:
                 # (no accumulator: the product is the whole reduce)
                 added = value(src[WMMA_SOURCES]) if len(src) > WMMA_SOURCES else 0.0
@@ -242,7 +244,7 @@ class PythonProgram:
                 values[node] = cast_value(value(src[0]), node.dtype)
             elif op is Ops.BITCAST:
                 values[node] = np.array(value(src[0]), dtype=src[0].dtype.np).view(node.dtype.np).item()
-            elif op is not Ops.DEFINE_GLOBAL:
+            elif op is not Ops.DEFINE_GLOBAL and op is not Ops.PREFETCH:  # (a PREFETCH: its copies run)
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1
 

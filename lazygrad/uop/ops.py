@@ -81,13 +81,18 @@ class Ops(Kinds):
     # thread of the block reads at once, as at a barrier, but through no memory
     SHUFFLE = auto()
     # a warp's matrix multiply-accumulate on tensor cores (see codegen/tensor_cores.py); src: (shared A, shared B,
-    # the offsets of the warp's tiles in them, the barrier after their copies[, the accumulator added to, once
-    # linearized in a reduce]); arg: (m, n, k, A's layout, B's layout, A's ldm, B's ldm), a layout "row" or "col",
-    # an ldm the elements from one row (row layout) or column (col layout) of the tile to the next
+    # the offsets of the warp's tiles in them, the barrier after their copies or the PREFETCH made after that
+    # barrier[, the accumulator added to, once linearized in a reduce]); arg: (m, n, k, A's layout, B's layout, A's
+    # ldm, B's ldm), a layout "row" or "col", an ldm the elements from one row (row layout) or column (col layout) of
+    # the tile to the next
     WMMA = auto()
     # a thread's copy of `arg` consecutive elements (16, 8 or 4 bytes, aligned) from device memory into shared
-    # memory, as one load and one store; src: (shared buffer, index, buffer, index)
+    # memory, as one load and one store; src: (shared buffer, index, buffer, index[, gate])
     WIDE_COPY = auto()
+    # copies into shared memory for the next iteration of the loop they are made in, while the block computes on
+    # what an earlier barrier made ready (double buffering); src: (that barrier, *the copies). They land by the
+    # block's next barrier, and nothing reads them before it
+    PREFETCH = auto()
 
 
 WMMA_SOURCES = 5  # a WMMA's sources before the accumulator a linearized one adds into

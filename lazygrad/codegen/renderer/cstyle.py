@@ -344,6 +344,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             self.render_shared(node)
         elif op is Ops.BARRIER:
             self.emit(self.barrier)
+        elif op is Ops.PREFETCH:  # (its copies are rendered: what it adds is where the linearizer put them)
+            pass
         elif node in self.varying:
             self.render_vector_node(position, node)
         elif op is Ops.RANGE:
@@ -994,10 +996,11 @@ class CUDARenderer(CStyleRenderer):
                 node.arg * src[0].dtype.itemsize,
             )
             if self.target.async_copies:  # (16 bytes go past the L1 cache: each block reads its tiles once)
-                self.emit(f"LAZYGRAD_COPY_ASYNC({'cg' if size == 16 else 'ca'}, {to}, {start}, {size});")
+                copy = f"LAZYGRAD_COPY_ASYNC({'cg' if size == 16 else 'ca'}, {to}, {start}, {size});"
             else:
                 piece = {16: "uint4", 8: "uint2", 4: "unsigned int"}[size]
-                self.emit(f"*({piece}*)({to}) = *(const {piece}*)({start});")
+                copy = f"*({piece}*)({to}) = *(const {piece}*)({start});"
+            self.emit(copy if len(src) < 5 else f"if ({self.value(src[4])}) {copy}")
         elif op is Ops.BARRIER and self.copies_async:  # (the thread's copies land first)
             self.emit(f"LAZYGRAD_WAIT_COPIES(); {self.barrier}")
         elif op is Ops.STORE and len(src) > 2 and src[2] in self.fragment_values:
