@@ -378,28 +378,33 @@ def test_input_tiles_copy_asynchronously_into_two_tiles_and_the_accumulators_reu
     np.testing.assert_allclose(values.astype(np.float64), a[:, :64] @ b[:64], rtol=2e-3, atol=8e-3)
 
 
+DOUBLE_BUFFERED_PRODUCTS = {  # (shapes for a reduce of `length`, the product, its float64 reference)
+    "x @ w": (lambda length: ((32, length), (length, 32)), lambda x, y: x @ y, lambda a, b: a @ b),
+    "x @ w.T": (lambda length: ((32, length), (32, length)), lambda x, y: x @ y.T, lambda a, b: a @ b.T),
+    "x.T @ w": (lambda length: ((length, 32), (length, 32)), lambda x, y: x.T @ y, lambda a, b: a.T @ b),
+    "batched": (lambda length: ((2, 32, length), (2, length, 32)), lambda x, y: x @ y, lambda a, b: a @ b),
+}
+
+
 @pytest.mark.parametrize("tiles", [1, 2])
-@pytest.mark.parametrize("product", ["x @ w", "x.T @ w"])
-def test_double_buffered_tiles_compute_the_product(device, product, tiles):
-    """Over an odd number of copies along the reduce (five: each tile takes the next copy in turn, the last copy
-    ahead gated off), with 16-byte copies and element copies (an input with a prologue), the product is right."""
-    shapes = ((32, 160), (160, 32)) if product == "x @ w" else ((160, 32), (160, 32))
-    x, y, a, b = operands(device, shapes, dtypes.float16)
-    for name, compute, expected in (
-        ("plain", lambda x, y: x @ y, lambda a, b: a @ b),
-        ("prologue", lambda x, y: (x * 2) @ y, lambda a, b: (2 * a) @ b),
+@pytest.mark.parametrize("length", [80, 192])
+@pytest.mark.parametrize("product", DOUBLE_BUFFERED_PRODUCTS)
+def test_double_buffered_tiles_compute_the_product(device, product, length, tiles):
+    """Over several copies along the reduce (five of one tensor-core step, or three of four steps: each tile takes
+    the next copy in turn, the last copy ahead gated off), with 16-byte copies and element copies (an input with a
+    prologue), whatever the operands' layout, the product is right."""
+    shapes, compute, expect = DOUBLE_BUFFERED_PRODUCTS[product]
+    x, y, a, b = operands(device, shapes(length), dtypes.float16)
+    for name, result, expected in (
+        ("plain", compute(x, y), expect(a, b)),
+        ("prologue", compute(x * 2, y), expect(2 * a, b)),
     ):
-        if product == "x.T @ w":
-            compute, expected = (
-                (lambda f: lambda x, y: f(x.T, y))(compute),
-                (lambda f: lambda a, b: f(a.T, b))(expected),
-            )
-        result = compute(x, y).cast(dtypes.float32)
+        result = result.cast(dtypes.float32)
         opts = (Opt(TC, reduce_axis(kernel_of(result)), tiles),)
         graph = apply_opts(kernel_of(result), opts, Device[device].renderer.target)
         assert any(node.op is Ops.PREFETCH for node in graph.toposort), name
         values = run_with(result, opts)
-        np.testing.assert_allclose(values.astype(np.float64), expected(a, b), rtol=2e-3, atol=8e-3, err_msg=name)
+        np.testing.assert_allclose(values.astype(np.float64), expected, rtol=2e-3, atol=8e-3, err_msg=name)
 
 
 def ptxas_usage(source: str, target: str) -> tuple[int, int]:
