@@ -15,13 +15,13 @@ from lazygrad import Device, Tensor, dtypes
 from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts
 from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opts, loops_by_axis
 from lazygrad.codegen.renderer import Target
-from lazygrad.codegen.renderer.cstyle import CUDARenderer
+from lazygrad.codegen.renderer.cstyle import CUDARenderer, reusable_shared
 from lazygrad.device import DeviceUnavailable
 from lazygrad.engine.realize import render_kernel
 from lazygrad.helpers import MOCKCUDA
 from lazygrad.runtime.cuda_compiler import has_matrix_headers, load_nvrtc
 from lazygrad.runtime.ops_python import tf32
-from lazygrad.uop.ops import LoopKind, Ops
+from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 TC, L = OptOp.TC, OptOp.LOCAL
 rng = np.random.default_rng(0)
@@ -454,3 +454,30 @@ def test_a_large_product_fits_three_blocks_on_an_h100_multiprocessor(dtype):
     registers, spilled = ptxas_usage(generated.source, "sm_90")
     assert (blocks, threads, spilled) == (1024, 128, 0)
     assert 3 * threads * -(-registers // 8) * 8 <= 65536 and 3 * (shared + 1024) <= 228 * 1024, (registers, shared)
+
+
+def test_shared_memory_is_reused_only_past_a_barrier_that_runs_after_its_last_use():
+    """Two buffers of shared memory may share bytes only where all of one's uses come before all of the other's
+    (a use in a loop spans the loop) and a barrier between them runs wherever the first's last use does."""
+    first, second = (UOp(Ops.DEFINE_LOCAL, dtypes.float32, (), (number, 16)) for number in range(2))
+    thread = UOp(Ops.SPECIAL, dtypes.int32, (), ("thread", 16))
+    loop = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 2),), (0, LoopKind.REDUCE))
+    one = UOp.const(dtypes.float32, 1.0)
+
+    def store(memory):
+        return UOp(Ops.STORE, src=(memory, thread, one))
+
+    barrier, end = UOp(Ops.BARRIER), UOp(Ops.ENDRANGE, src=(loop,))
+    cases = {
+        "a barrier between them": ([store(first), barrier, store(second)], True),
+        "no barrier": ([store(first), store(second)], False),
+        "a barrier in a loop the first's use is not in (it may run no iteration)": (
+            [store(first), loop, barrier, end, store(second)],
+            False,
+        ),
+        "a barrier ending the loop of the first's uses": ([loop, store(first), barrier, end, store(second)], True),
+        "the second used in the same loop": ([loop, store(first), barrier, store(second), end], False),
+    }
+    for name, (body, reused) in cases.items():
+        program = [first, second, thread, *body]
+        assert (frozenset((first, second)) in reusable_shared(program)) == reused, name

@@ -790,30 +790,36 @@ def shuffle_mask(threads: int) -> str:
     return f"(threadIdx.x < {threads - threads % WARP} ? 0xffffffffu : {(1 << threads % WARP) - 1:#x}u)"
 
 
-def shared_lifetimes(program: list[UOp]) -> dict[UOp, tuple[int, int, int, int]]:
-    """Each DEFINE_LOCAL's lifetime in `program` as positions: (first, last) of the whole loops it is used in (an
-    iteration uses it again after the next starts) or of its uses outside loops, then its first and last use."""
-    loops, open_loops = {}, []  # RANGE position -> its ENDRANGE's; the loops open at a position
-    outermost: dict[int, int] = {}  # a position inside loops -> the RANGE of the outermost
+def reusable_shared(program: list[UOp]) -> set[frozenset[UOp]]:
+    """The pairs of DEFINE_LOCALs of `program` that may lie in the same memory: every use of one comes before every
+    use of the other (a use inside a loop spans the whole loop: the next iteration uses it again), with a barrier
+    between them that runs wherever the earlier's last use does (in no loop that use is not in)."""
+    loops: dict[int, int] = {}  # RANGE position -> its ENDRANGE's
+    enclosing: list[frozenset[int]] = []  # per position, the RANGE positions of the loops open there
+    open_loops: list[int] = []
     for position, node in enumerate(program):
         if node.op is Ops.RANGE:
             open_loops.append(position)
         elif node.op is Ops.ENDRANGE:
             loops[open_loops.pop()] = position
-        if open_loops:
-            outermost[position] = open_loops[0]
-    lifetimes: dict[UOp, tuple[int, int, int, int]] = {}
+        enclosing.append(frozenset(open_loops))
+    spans: dict[UOp, tuple[int, int, int, int]] = {}  # (first and last position spanned, first and last use)
     for position, node in enumerate(program):
         for source in node.src:
             if source.op is Ops.DEFINE_LOCAL:
-                loop = outermost.get(position)
-                start, end = (position, position) if loop is None else (loop, loops[loop])
-                first, last, first_use, _ = lifetimes.get(source, (start, end, position, position))
-                lifetimes[source] = (min(first, start), max(last, end), min(first_use, position), position)
-    for position, node in enumerate(program):  # (memory nothing uses lives where it is declared)
-        if node.op is Ops.DEFINE_LOCAL:
-            lifetimes.setdefault(node, (position, position, position, position))
-    return lifetimes
+                outer = min(enclosing[position], default=None)
+                start, end = (position, position) if outer is None else (outer, loops[outer])
+                first, last, first_use, _ = spans.get(source, (start, end, position, position))
+                spans[source] = (min(first, start), max(last, end), min(first_use, position), position)
+    barriers = [position for position, node in enumerate(program) if node.op is Ops.BARRIER]
+
+    def before(earlier: tuple[int, int, int, int], later: tuple[int, int, int, int]) -> bool:
+        last_use = earlier[3]
+        return earlier[1] < later[0] and any(
+            last_use < at < later[2] and enclosing[at] <= enclosing[last_use] for at in barriers
+        )
+
+    return {frozenset((one, other)) for one in spans for other in spans if before(spans[one], spans[other])}
 
 
 class CUDARenderer(CStyleRenderer):
@@ -912,7 +918,7 @@ class CUDARenderer(CStyleRenderer):
     def shared_layout(self, program: list[UOp], matrix_memory: set[UOp]) -> tuple[dict[UOp, int], int] | None:
         """For a block whose shared memory passes STATIC_SHARED_BYTES (None for one under it: each DEFINE_LOCAL an
         array of its own), where each DEFINE_LOCAL lies in one dynamic array (byte offsets, aligned), and the bytes of
-        that array: memory whose last use the block has passed a barrier since is reused (`shared_lifetimes`), as a
+        that array: memory whose last use the block has passed a barrier since is reused (`reusable_shared`), as a
         tensor-core product's accumulators read back through the memory its input tiles were copied to."""
         sizes = {
             node: -(-node.arg[1] * self.shared_element(node, matrix_memory)[1] // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
@@ -921,24 +927,13 @@ class CUDARenderer(CStyleRenderer):
         }
         if sum(sizes.values()) <= STATIC_SHARED_BYTES:
             return None
-        lifetimes = shared_lifetimes(program)
-        barriers = [position for position, node in enumerate(program) if node.op is Ops.BARRIER]
-
-        def apart(one: UOp, other: UOp) -> bool:
-            """Whether every thread is done with one before any uses the other: their loops apart, and a barrier
-            between the last use of the earlier and the first of the later."""
-            (first, last, first_use, last_use), (first_b, last_b, first_use_b, last_use_b) = (
-                lifetimes[one],
-                lifetimes[other],
-            )
-            if last < first_b:
-                return any(last_use < at < first_use_b for at in barriers)
-            return last_b < first and any(last_use_b < at < first_use for at in barriers)
-
+        reusable = reusable_shared(program)
         offsets: dict[UOp, int] = {}
         for node, size in sizes.items():
             taken = sorted(
-                (offsets[other], offsets[other] + sizes[other]) for other in offsets if not apart(node, other)
+                (offsets[other], offsets[other] + sizes[other])
+                for other in offsets
+                if frozenset((node, other)) not in reusable
             )
             offset = 0  # (the lowest place clear of the memory in use beside it)
             for start, end in taken:
