@@ -8,8 +8,9 @@ body that does not depend on them is emitted, so each value is computed once, in
 and every use of a value comes after it in a scope that contains it. A copy of the reduce's inputs into shared
 memory (a tile, up to its barrier, or a PREFETCH of the next iteration's) is emitted in the outermost of the reduce's
 loops where it can be, and an iteration of a loop that waited at a barrier or copied ahead ends at another, so that
-the next iteration's copy does not overwrite values still to be read, and reads only copies that have landed. A copy of inputs onto the stack (a PACK: its stores inside loops of their own, up to its
-barrier) runs where the output loops it needs are open, before the next one opens. A reduce of tensor-core products
+the next iteration's copy does not overwrite values still to be read, and reads only copies that have landed. A
+copy of inputs onto the stack (a PACK: its stores inside loops of their own, up to its barrier) runs where the output
+loops it needs are open, before the next one opens. A reduce of tensor-core products
 (WMMA) is one accumulator (the warp's fragment) that each WMMA adds into.
 """
 

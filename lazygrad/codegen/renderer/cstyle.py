@@ -774,7 +774,8 @@ LAZYGRAD_DYNAMIC_SHARED({bytes});
 # the thread waits for all of its copies before a barrier (the CUDA shim copies at once, and waits for nothing)
 ASYNC_COPY_ARCHITECTURE = 80
 ASYNC_COPIES = """#ifndef LAZYGRAD_COPY_ASYNC
-#define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) asm volatile("cp.async." #cache ".shared.global [%0], [%1], " #bytes ";\\n" :: "r"((unsigned int)__cvta_generic_to_shared(to)), "l"(start))
+#define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) asm volatile("cp.async." #cache ".shared.global [%0], [%1], " \\
+  #bytes ";\\n" :: "r"((unsigned int)__cvta_generic_to_shared(to)), "l"(start))
 #define LAZYGRAD_WAIT_COPIES() asm volatile("cp.async.wait_all;\\n" ::: "memory")
 #endif
 """
@@ -985,11 +986,8 @@ class CUDARenderer(CStyleRenderer):
             self.declare(node, f"v{position}", f"__shfl_sync({self.lanes}, {value}, {self.value(src[1])})")
         elif op is Ops.WIDE_COPY:
             shared, buffer = self.names[src[0]], self.names[src[2]]
-            to, start, size = (
-                f"{shared} + {self.value(src[1])}",
-                f"{buffer} + {self.value(src[3])}",
-                node.arg * src[0].dtype.itemsize,
-            )
+            to, start = f"{shared} + {self.value(src[1])}", f"{buffer} + {self.value(src[3])}"
+            size = node.arg * src[0].dtype.itemsize
             if self.target.async_copies:  # (16 bytes go past the L1 cache: each block reads its tiles once)
                 copy = f"LAZYGRAD_COPY_ASYNC({'cg' if size == 16 else 'ca'}, {to}, {start}, {size});"
             else:
