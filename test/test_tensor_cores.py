@@ -111,7 +111,8 @@ def test_the_rounding_to_tf32():
 
 def test_the_cuda_source_holds_the_warp_matrix_operations():
     """On CUDA the product's source includes mma.h and spells fragments, their loads, the multiply-accumulate and
-    the store (of bfloat16 tiles through __nv_bfloat16, of TF32 ones converted by __float_to_tf32)."""
+    the store (of bfloat16 tiles through __nv_bfloat16, of TF32 ones converted by __float_to_tf32; these two load
+    their tiles by PTX's load from shared memory), and asks NVRTC to unroll the loop over tensor-core steps."""
     try:
         cuda = Device["CUDA"]
     except DeviceUnavailable as error:
@@ -124,9 +125,12 @@ def test_the_cuda_source_holds_the_warp_matrix_operations():
         with Tensor.allow_tf32():
             source = render_kernel(cuda, item.ast, apply_opts(kernel, opts, cuda.renderer.target), opts).source
         assert source.startswith("#include <mma.h>")
-        for call in ("fill_fragment", "load_matrix_sync", "mma_sync", "store_matrix_sync", "__align__(32)", element):
+        for call in ("fill_fragment", "mma_sync", "store_matrix_sync", "__align__(32)", element):
             assert call in source, (dtype, call)
         assert ("__float_to_tf32" in source) == (dtype == dtypes.float32)
+        load = {dtypes.float16: "load_matrix_sync(", dtypes.bfloat16: "LAZYGRAD_LOAD_MATRIX(a, row, m16n16k16, bf16, "}
+        assert load.get(dtype, "LAZYGRAD_LOAD_MATRIX(a, row, m16n16k8, tf32, ") in source, dtype
+        assert "#pragma unroll\n    for (int ridx" in source, dtype
 
 
 def test_python_and_mock_cuda_agree_exactly():
@@ -432,8 +436,9 @@ def ptxas_usage(source: str, target: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
 def test_a_large_product_fits_three_blocks_on_an_h100_multiprocessor(dtype):
-    """The 4096³ product's kernel for an H100 (sm_90, its shared memory opted into), as ptxas compiles it: no spills,
-    and registers and shared memory for three of its 128-thread blocks on a multiprocessor (65,536 registers, in
+    """The 4096³ product's kernel for an H100 (sm_90, its shared memory opted into), as NVRTC compiles it: the
+    tensor-core steps unrolled, the tiles loaded from shared memory's own addresses; no spills, and registers and
+    shared memory for three of its 128-thread blocks on a multiprocessor (65,536 registers, in
     steps of 8 a thread; 228 KiB of shared memory, 1 KiB of it the system's per block), so that while one block
     waits on its copies others keep the tensor cores busy."""
     try:
@@ -453,6 +458,10 @@ def test_a_large_product_fits_three_blocks_on_an_h100_multiprocessor(dtype):
     blocks, threads, shared = generated.launch
     registers, spilled = ptxas_usage(generated.source, "sm_90")
     assert (blocks, threads, spilled) == (1024, 128, 0)
+    # each warp's 16 fragments over a copy's four tensor-core steps, unrolled, its tiles loaded from shared memory
+    ptx = load_nvrtc().compile(generated.source, "compute_90").decode()
+    loads = re.findall(r"wmma\.load\.[ab]\.\S+", ptx)
+    assert ptx.count("wmma.mma.sync") == 64 and len(loads) == 32 and all(".shared." in load for load in loads)
     assert 3 * threads * -(-registers // 8) * 8 <= 65536 and 3 * (shared + 1024) <= 228 * 1024, (registers, shared)
 
 

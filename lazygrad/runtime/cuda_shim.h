@@ -13,7 +13,8 @@
 //   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
 // - __shfl_sync: every thread of the block puts its value out, waits for the others (an OpenMP barrier), reads
 //   its partner's. Kernels shuffle where every thread of the block does, as at a barrier.
-// - cp.async (LAZYGRAD_COPY_ASYNC) copies at once: LAZYGRAD_WAIT_COPIES waits for nothing.
+// - cp.async (LAZYGRAD_COPY_ASYNC) copies at once: LAZYGRAD_WAIT_COPIES waits for nothing; a tile's load from
+//   shared memory in PTX (LAZYGRAD_LOAD_MATRIX) is load_matrix_sync.
 // Inline PTX is not emulated.
 //
 // It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
@@ -33,6 +34,8 @@
 #define LAZYGRAD_DYNAMIC_SHARED(bytes) static __align__(32) unsigned char lazygrad_shared[bytes]
 #define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) __builtin_memcpy(to, start, bytes)
 #define LAZYGRAD_WAIT_COPIES() ((void)0)
+#define LAZYGRAD_LOAD_MATRIX(use, layout, shape, type, fragment, tile, ldm) \
+  nvcuda::wmma::load_matrix_sync(fragment, tile, ldm)
 
 struct uint3 {
   unsigned int x, y, z;

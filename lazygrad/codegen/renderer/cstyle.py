@@ -759,6 +759,22 @@ MATRIX_TYPES = {
 }
 
 
+# the PTX type of a tensor core's input whose tiles a warp loads by the load from shared memory (`wmma.load` with
+# `.shared`, in LOAD_MATRIX: four registers a fragment): mma.h loads bfloat16 and TF32 tiles through generic
+# addresses, and NVVM then keeps a 64-bit address per tile live and leaves the tensor-core steps a loop (a bfloat16
+# 4096³ product: 64 mma in the PTX of fp16's, 16 in bfloat16's)
+SHARED_LOADS = {dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}
+LOAD_MATRIX = """#ifndef LAZYGRAD_LOAD_MATRIX
+#define LAZYGRAD_LOAD_MATRIX(use, layout, shape, type, fragment, tile, ldm) do { \\
+  unsigned int* registers = reinterpret_cast<unsigned int*>(&(fragment).x[0]); \\
+  asm volatile("wmma.load." #use ".sync.aligned." #layout "." #shape ".shared." #type " {%0, %1, %2, %3}, [%4], %5;" \\
+    : "=r"(registers[0]), "=r"(registers[1]), "=r"(registers[2]), "=r"(registers[3]) \\
+    : "r"((unsigned int)__cvta_generic_to_shared(tile)), "r"(ldm)); \\
+} while (0)
+#endif
+"""
+
+
 # the most shared memory a CUDA kernel may declare; a block that needs more asks for it at launch (dynamic shared
 # memory, up to the device's opt-in limit: `Target.shared_memory`)
 STATIC_SHARED_BYTES = 48 * 1024
@@ -789,6 +805,26 @@ def shuffle_mask(threads: int) -> str:
     if threads < WARP:
         return f"{(1 << threads) - 1:#x}u"
     return f"(threadIdx.x < {threads - threads % WARP} ? 0xffffffffu : {(1 << threads % WARP) - 1:#x}u)"
+
+
+def tensor_core_steps(program: list[UOp]) -> set[int]:
+    """The positions of the loops of `program` over the tensor-core steps of one copy of the tiles (WMMAs inside, and
+    no loop or barrier), which the CUDA renderer asks NVRTC to unroll, so that a warp's next tiles load while its
+    tensor cores work on the last (NVRTC does so by itself for half tiles, not for bfloat16 or TF32 ones)."""
+    steps, open_loops = set(), []  # (each open loop's position, whether it holds a WMMA, whether a loop or barrier)
+    for position, node in enumerate(program):
+        if node.op is Ops.RANGE or node.op is Ops.BARRIER:
+            if open_loops:
+                open_loops[-1][2] = True
+            if node.op is Ops.RANGE:
+                open_loops.append([position, False, False])
+        elif node.op is Ops.ENDRANGE:
+            start, holds_wmma, holds_more = open_loops.pop()
+            if holds_wmma and not holds_more:
+                steps.add(start)
+        elif node.op is Ops.WMMA and open_loops:
+            open_loops[-1][1] = True
+    return steps
 
 
 def reusable_shared(program: list[UOp]) -> set[frozenset[UOp]]:
@@ -956,6 +992,7 @@ class CUDARenderer(CStyleRenderer):
         layout = self.shared_layout(program, self.matrix_memory)
         self.dynamic_offsets = None if layout is None else layout[0]
         self.copies_async = self.target.async_copies and any(node.op is Ops.WIDE_COPY for node in program)
+        self.unrolled = tensor_core_steps(program)
         source = super().render(name, program)
         if layout is not None:
             source = DYNAMIC_SHARED.format(bytes=layout[1]) + source
@@ -964,12 +1001,16 @@ class CUDARenderer(CStyleRenderer):
         if not self.fragments:
             return source
         bfloat16 = any(node.dtype == dtypes.bfloat16 for node in self.matrix_memory)
+        if any(tile.dtype in SHARED_LOADS for node in program if node.op is Ops.WMMA for tile in node.src[:2]):
+            source = LOAD_MATRIX + source
         return "#include <mma.h>\n" + ("#include <cuda_bf16.h>\n" if bfloat16 else "") + source
 
     def render_node(self, position: int, node: UOp) -> None:
         op, src = node.op, node.src
         if op in (Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE):
             self.loaded_fragments = {}
+        if position in self.unrolled:
+            self.emit("#pragma unroll")
         if op is Ops.DEFINE_ACC and node in self.fragments:
             m, n, k = self.fragments[node].arg[:3]
             name = self.names[node] = self.accumulator_name(node)
@@ -1032,7 +1073,11 @@ class CUDARenderer(CStyleRenderer):
                 "" if offset.op is Ops.CONST and offset.arg == 0 else f" + {self.value(offset)}"
             )
             self.emit(f"{WMMA}fragment<{WMMA}{kind}, {m}, {n}, {k}, {element}, {WMMA}{layout}_major> {fragment};")
-            self.emit(f"{WMMA}load_matrix_sync({fragment}, {tile}, {ldm});")
+            if source.dtype in SHARED_LOADS:  # (the form of load mma.h gives these tiles reads generic addresses)
+                shape, kind = f"m{m}n{n}k{k}", SHARED_LOADS[source.dtype]
+                self.emit(f"LAZYGRAD_LOAD_MATRIX({use}, {layout}, {shape}, {kind}, {fragment}, {tile}, {ldm});")
+            else:
+                self.emit(f"{WMMA}load_matrix_sync({fragment}, {tile}, {ldm});")
             if source.dtype == dtypes.float32:
                 self.emit(f"for (int i = 0; i < {fragment}.num_elements; i++) {{")
                 self.emit(f"  {fragment}.x[i] = {WMMA}__float_to_tf32({fragment}.x[i]);")
