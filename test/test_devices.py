@@ -539,11 +539,11 @@ def test_a_gpu_group_combines_each_warp_by_shuffles_where_the_device_has_them():
 
 
 def test_gpu_sources_stage_a_matrix_product_in_shared_memory():
-    """A 64×64×64 product on a GPU: a block computes a block of outputs, each thread a register tile; per 16 reduce
-    iterations its threads copy what they read of both inputs into shared memory, between two barriers."""
-    a, b = Tensor(numbers(64, 64, seed=60)), Tensor(numbers(64, 64, seed=61))
+    """A 1024×64×512 product on a GPU: a block computes a block of outputs, each thread a register tile; per 16
+    reduce iterations its threads copy what they read of both inputs into shared memory, between two barriers."""
+    a, b = Tensor(numbers(1024, 64, seed=60)), Tensor(numbers(64, 512, seed=61))
     cuda, launch = render_optimized(CUDARenderer(), a @ b)
-    assert launch == (1, 256)  # 16 × 16 threads of 4 × 4 outputs each
+    assert launch == (128, 256)  # 16 × 16 threads of 4 × 4 outputs each
     assert cuda.count("__shared__ float") == 8 and cuda.count("__syncthreads();") == 2  # (4 rows and 4 columns)
     assert cuda.count("for (") == 2  # the reduce: 4 tiles of 16 iterations
     assert cuda.count("float acc") == 16  # one accumulator per output of the thread
@@ -552,7 +552,7 @@ def test_gpu_sources_stage_a_matrix_product_in_shared_memory():
     copied, inner = tile.index("__syncthreads();"), tile.index("for (", 1)
     assert tile.index("shared0[") < copied < inner < tile.index("__syncthreads();", inner) < tile.index("data0[")
     opencl, launch = render_optimized(OpenCLRenderer(GPU_TARGET), a @ b)
-    assert launch == (4, 64)  # 8 × 8 work-items of 4 × 4 outputs each: 32 × 32 outputs per work-group
+    assert launch == (512, 64)  # 8 × 8 work-items of 4 × 4 outputs each: 32 × 32 outputs per work-group
     assert opencl.count("__local float") == 8 and opencl.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2
     assert "__local" not in render_optimized(OpenCLRenderer(), a @ b)[0]  # a CPU driver computes in vectors
 
