@@ -858,24 +858,11 @@ def test_the_thread_heuristic_tiles_matrix_products_on_gpus():
     # 16 by 16 threads, 4 by 4 outputs each, the inputs staged 16 reduce iterations at a time, where that leaves
     # BUSY_BLOCKS blocks (1024 × 1024 outputs: 256 of them); fewer outputs to a thread where it would not (256 × 512:
     # 2 by 2 each, 128 blocks; 64 × 64: one each, 16 blocks, rather than one block of 4 by 4)
-    large, _ = realized(1024, 64)
-    wide, _ = realized(64, 1024)
-    assert heuristic_opts(kernel_of(large @ wide), cuda) == (
-        Opt(L, 0, 16),
-        Opt(L, 2, 16),
-        Opt(U, 0, 4),
-        Opt(U, 2, 4),
-        Opt(T, 4, 16),
-    )
-    rows, _ = realized(256, 64)
-    columns, _ = realized(64, 512)
-    assert heuristic_opts(kernel_of(rows @ columns), cuda) == (
-        Opt(L, 0, 16),
-        Opt(L, 2, 16),
-        Opt(U, 0, 2),
-        Opt(U, 2, 2),
-        Opt(T, 4, 16),
-    )
+    for rows, columns, registers in ((1024, 1024, 4), (256, 512, 2)):
+        x, _ = realized(rows, 64)
+        y, _ = realized(64, columns)
+        expected = (Opt(L, 0, 16), Opt(L, 2, 16), Opt(U, 0, registers), Opt(U, 2, registers), Opt(T, 4, 16))
+        assert heuristic_opts(kernel_of(x @ y), cuda) == expected, (rows, columns)
     tiled = (Opt(L, 0, 16), Opt(L, 2, 16), Opt(T, 4, 16))
     assert heuristic_opts(kernel_of(a @ b), cuda) == tiled
     assert not any(opt.op is T for opt in heuristic_opts(kernel_of(a @ b), opencl_cpu))  # vectors there instead
