@@ -372,11 +372,7 @@ def pad(sink: UOp, loop: UOp, amount: int) -> UOp:
         new_src = tuple([done[source] for source in node.src])
         new = node if new_src == node.src else node.replace(src=new_src)
         if node.op in (Ops.LOAD, Ops.STORE) and node.src[0].op is Ops.DEFINE_GLOBAL and longer in used[node.src[1]]:
-            if node.op is Ops.STORE:
-                new = gated(new, inside)
-            else:
-                gate = inside if len(new.src) < 3 else new.src[2].alu(Ops.AND, inside)
-                new = new.replace(src=(*new.src[:2], gate))
+            new = gated(new, inside) if node.op is Ops.STORE else gated_load(new, inside)
         elif node.op is Ops.RANGE_REDUCE and longer in new.src[1:]:
             value = new.src[0]
             identity = UOp.const(value.dtype, reduce_identity(node.arg, value.dtype))
@@ -977,6 +973,12 @@ def gated(store: UOp, gate: UOp) -> UOp:
     if len(store.src) > 3:
         return store if store.src[3] is gate else store.replace(src=(*store.src[:3], store.src[3].alu(Ops.AND, gate)))
     return store.replace(src=(*store.src, gate))
+
+
+def gated_load(load: UOp, gate: UOp) -> UOp:
+    """A load of device memory that reads only where `gate` holds (and its own mask, if it has one), zero elsewhere."""
+    valid = gate if len(load.src) < 3 else load.src[2].alu(Ops.AND, gate)
+    return load.replace(src=(*load.src[:2], valid))
 
 
 def apply_opt(sink: UOp, opt: Opt, target: Target | None = None) -> UOp:

@@ -14,9 +14,9 @@ step (WMMAs): an input tile read from shared memory serves a warp's whole row or
 copy serves all its warps. Where the target's copies go on without the thread (`Target.async_copies`: CUDA's
 cp.async) and the reduce takes several copies, each input has two tiles: the first copy is made before the loop,
 and each iteration starts the next copy into the other tile (a PREFETCH) before computing on this one, so that the
-copy's wait on device memory overlaps the tensor cores' work; the iteration ends at the barrier where it has landed. After the loop each accumulator goes to shared memory, and each thread reads its share
-of the values back for the rest of the kernel (the cast, an epilogue, the store), neighbouring threads
-neighbouring columns.
+copy's wait on device memory overlaps the tensor cores' work; the iteration ends at the barrier where it has landed.
+After the loop each accumulator goes to shared memory, and each thread reads its share of the values back for the
+rest of the kernel (the cast, an epilogue, the store), neighbouring threads neighbouring columns.
 
 A fragment (the tiles and the accumulator the warp holds together) is a value of the kernel graph like any other:
 the reduce over the loop is the sum of the WMMAs (the linearizer makes it one accumulator the WMMA adds into), and
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from lazygrad.codegen.opt import (
     KernelOptError,
     constant_term,
+    gated_load,
     kernel_nodes,
     loops_by_axis,
     loops_used,
@@ -128,18 +129,12 @@ def stage(
                 loads = [
                     node for node in copied.toposort if node.op is Ops.LOAD and node.src[0].op is Ops.DEFINE_GLOBAL
                 ]
-                copied = replace_ranges(copied, {load: masked(load, gate) for load in loads}, {})
+                copied = replace_ranges(copied, {load: gated_load(load, gate) for load in loads}, {})
             stores.append(UOp(Ops.STORE, src=(shared, place, copied, *gates)))
         else:
             index = simplify(replace_ranges(value.src[1], position, {}))
             stores.append(UOp(Ops.WIDE_COPY, src=(shared, place, value.src[0], index, *gates), arg=width))
     return stores
-
-
-def masked(load: UOp, gate: UOp) -> UOp:
-    """A load of device memory that reads only where `gate` holds (and its own mask, if it has one), zero elsewhere."""
-    valid = gate if len(load.src) < 3 else load.src[2].alu(Ops.AND, gate)
-    return load.replace(src=(*load.src[:2], valid))
 
 
 def padded_line(line: int, dtype: DType) -> int:
