@@ -16,6 +16,7 @@ from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts
 from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opts, loops_by_axis
 from lazygrad.codegen.renderer import Target
 from lazygrad.codegen.renderer.cstyle import CUDARenderer, reusable_shared
+from lazygrad.codegen.tensor_cores import pipelines
 from lazygrad.device import DeviceUnavailable
 from lazygrad.engine.realize import render_kernel
 from lazygrad.helpers import MOCKCUDA
@@ -409,6 +410,59 @@ def test_double_buffered_tiles_compute_the_product(device, product, length, tile
         assert any(node.op is Ops.PREFETCH for node in graph.toposort), name
         values = run_with(result, opts)
         np.testing.assert_allclose(values.astype(np.float64), expected, rtol=2e-3, atol=8e-3, err_msg=name)
+
+
+@pytest.mark.parametrize("product", ["x @ w", "x.T @ w"])
+def test_every_way_of_copying_the_inputs_computes_the_product(device, product):
+    """TC(axis, tiles, steps, stages), for every (steps per copy, tiles per input) `pipelines` offers (a reduce of
+    twelve tensor-core steps: copies of 4, 3, 2 and 1 steps, one or two tiles each), computes the product; BEAM
+    offers each after the default list."""
+    shapes, compute, expect = DOUBLE_BUFFERED_PRODUCTS[product]
+    x, y, a, b = operands(device, shapes(192), dtypes.float16)
+    result = (compute(x, y) * 2).cast(dtypes.float32)  # (an epilogue after the accumulators' read back)
+    kernel, target = kernel_of(result), Device[device].renderer.target
+    axis = reduce_axis(kernel)
+    ways = pipelines(kernel, loops_by_axis(kernel)[axis], target, False, 2)
+    assert ways == [(4, 2), (4, 1), (3, 2), (3, 1), (2, 2), (2, 1), (1, 2), (1, 1)]
+    graphs = set()
+    for way in ways:
+        opts = (Opt(TC, axis, 2, way),)
+        graph = apply_opts(kernel, opts, target)
+        assert any(node.op is Ops.PREFETCH for node in graph.toposort) == (way[1] == 2), way
+        graphs.add(graph)
+        values = run_with(result, opts)
+        np.testing.assert_allclose(values.astype(np.float64), 2 * expect(a, b), rtol=2e-3, atol=2e-2, err_msg=way)
+    assert len(graphs) == len(ways)
+    # the action without them takes the first; BEAM offers the others, each once
+    assert apply_opts(kernel, (Opt(TC, axis, 2),), target) is apply_opts(kernel, (Opt(TC, axis, 2, ways[0]),), target)
+    default = heuristic_opts(kernel, target)
+    assert default[-1].op is TC and not default[-1].more
+    offered = candidate_opts(kernel, target)
+    tiles = default[-1].amount or 1
+    variants = [
+        (*default[:-1], Opt(TC, axis, tiles, way))
+        for way in pipelines(kernel, loops_by_axis(kernel)[axis], target, False, tiles)[1:]
+    ]
+    assert offered[: 1 + len(variants)] == [default, *variants]
+
+
+def test_a_way_of_copying_that_does_not_fit_is_refused_with_those_that_do():
+    x, y, _, _ = operands("PYTHON", ((32, 48), (48, 32)), dtypes.float16)
+    kernel = kernel_of(x @ y)
+    axis = reduce_axis(kernel)
+    turing = CUDARenderer.for_architecture(75, 40, 64 * 1024).target  # (no asynchronous copies: one tile each)
+    assert pipelines(kernel, loops_by_axis(kernel)[axis], turing, False, 2) == [(3, 1), (1, 1)]
+    with pytest.raises(KernelOptError, match=r"copies \(3, 2\) .* those that do: \(3, 1\), \(1, 1\)"):
+        apply_opts(kernel, (Opt(TC, axis, 2, (3, 2)),), turing)
+    with pytest.raises(KernelOptError, match=r"copies \(2, 1\)"):  # (two steps do not divide the three)
+        apply_opts(kernel, (Opt(TC, axis, 2, (2, 1)),), turing)
+    with pytest.raises(KernelOptError, match="LOCAL takes an axis and at most an amount"):
+        apply_opts(kernel, (Opt(L, 0, 2, (1,)),), turing)
+    opt = Opt(TC, axis, 2, (3, 1))
+    assert str(opt) == f"TC({axis}, 2, 3, 1)" and Opt.from_json(opt.to_json()) == opt
+    for bad in (["TC", axis, 2, []], ["TC", axis, 2, [3, -1]], ["TC", axis, 2, 3], ["TC", axis, 2, [3], 1]):
+        with pytest.raises(ValueError, match="not an optimization action"):
+            Opt.from_json(bad)
 
 
 def ptxas_usage(source: str, target: str) -> tuple[int, int]:

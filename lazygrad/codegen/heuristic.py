@@ -38,12 +38,14 @@ OpenCL on a CPU, the list without vector types).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from lazygrad.codegen.opt import (
     KernelOptError,
     Opt,
     OptOp,
     apply_opt,
+    apply_opts,
     borders,
     count_divmod,
     kernel_nodes,
@@ -56,9 +58,9 @@ from lazygrad.codegen.opt import (
     stride,
 )
 from lazygrad.codegen.renderer import WARP, Target
-from lazygrad.codegen.tensor_cores import TILES
+from lazygrad.codegen.tensor_cores import TILES, pipelines
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import prod
+from lazygrad.helpers import ALLOW_TF32, prod
 from lazygrad.uop.ops import ALU, LoopKind, Ops, UOp
 from lazygrad.uop.symbolic import gate_clauses, split_term, sum_terms
 
@@ -1090,13 +1092,15 @@ def register_blocks(sink: UOp, target: Target) -> list[Blocking]:
 
 def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
     """The action lists BEAM times for this prepared kernel: the default and one per register block on a CPU (where
-    it offers blocks), one per block size
-    (32 threads up to the device's most: a matrix product's tiles follow it) on a device with threads, one per
-    number of tensor-core tiles per block, one without tiles, one without vector types, and one with a thread per
-    short row or column; duplicates removed, the default list first."""
+    it offers blocks); on a device with threads, the default, a product on tensor cores with each other way of
+    copying its inputs, one per block size (32 threads up to the device's most: a matrix product's tiles follow it),
+    one per number of tensor-core tiles per block, one without tiles, one without vector types, and one with a
+    thread per short row or column; duplicates removed, the default list first."""
     if target.max_threads:
         sizes = [1 << bits for bits in range(5, target.max_threads.bit_length())]
-        offered = [thread_opts(sink, target)] + [thread_opts(sink, target, size) for size in sizes]
+        default = thread_opts(sink, target)
+        offered = [default, *copy_variants(sink, default, target)]
+        offered += [thread_opts(sink, target, size) for size in sizes]
         # (a matrix product with each number of tensor-core tiles per block, without tensor cores, and without tiles)
         offered += [thread_opts(sink, target, tensor_cores=tiles) for tiles in TILES if target.tensor_cores]
         offered.append(thread_opts(sink, target, tensor_cores=False))
@@ -1110,3 +1114,14 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
         offered = [heuristic_opts(sink, target)] if blocks else []
         offered += [heuristic_opts(sink, target, blocking, pack) for pack in (True, False) for blocking in blocks]
     return list(dict.fromkeys(offered))
+
+
+def copy_variants(sink: UOp, opts: tuple[Opt, ...], target: Target) -> list[tuple[Opt, ...]]:
+    """`opts`, where they end in a TC that leaves its copies to the action, once with each other way the block may
+    copy its inputs (`tensor_cores.pipelines`, the action's own choice left out: it is `opts`)."""
+    if not opts or opts[-1].op is not OptOp.TC or opts[-1].more:
+        return []
+    product = opts[-1]
+    before = apply_opts(sink, opts[:-1], target)
+    ways = pipelines(before, loops_by_axis(before)[product.axis], target, bool(ALLOW_TF32), product.amount or 1)
+    return [(*opts[:-1], replace(product, amount=product.amount or 1, more=way)) for way in ways[1:]]

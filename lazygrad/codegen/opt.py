@@ -87,8 +87,11 @@ On devices with tensor cores (the target's `tensor_cores`):
 
 - TC(axis, tiles): run the sum of products over reduce loop `axis` on tensor cores, a block computing tiles × tiles
   tensor-core tiles of the outputs (1, the default, 2, 4 or 8: one warp for one tile, else four warps sharing the
-  block's copies of the inputs; codegen/tensor_cores.py). It is the only action on threads in the list, and the
-  last; float32 products run so (in TF32) only where the user allows it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
+  block's copies of the inputs; codegen/tensor_cores.py). TC(axis, tiles, steps, stages) also says how the block
+  copies its inputs into shared memory: `steps` tensor-core steps along the reduce a copy, `stages` tiles of each
+  input (2: the next copy lands in one while the block computes on the other); without them, the first way of
+  `tensor_cores.pipelines` (the most steps that fit, two tiles where the device copies asynchronously). It is the
+  only action on threads in the list, and the last; float32 products run so (in TF32) only where the user allows it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
 """
 
 from __future__ import annotations
@@ -136,26 +139,33 @@ TILE_COPIES = 16  # the most elements of one staged input a thread copies per it
 
 @dataclass(frozen=True)
 class Opt:
-    """One optimization action: `op` on the loop numbered `axis`, with `amount` where the action takes one."""
+    """One optimization action: `op` on the loop numbered `axis`, with `amount` where the action takes one, and
+    `more` numbers where it takes several (TC: how it copies its inputs)."""
 
     op: OptOp
     axis: int
     amount: int = 0
+    more: tuple[int, ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.op.name}({self.axis}{f', {self.amount}' if self.amount else ''})"
+        numbers = (self.amount, *self.more) if self.amount or self.more else ()
+        return f"{self.op.name}({', '.join(map(str, (self.axis, *numbers)))})"
 
     def to_json(self) -> list:
-        return [self.op.name, self.axis, self.amount]
+        return [self.op.name, self.axis, self.amount, *([list(self.more)] if self.more else [])]
 
     @staticmethod
     def from_json(value: object) -> Opt:
-        """The action a JSON value `[op name, axis, amount]` describes; ValueError for anything else."""
-        if not (isinstance(value, list) and len(value) == 3 and value[0] in OptOp.__members__):
+        """The action a JSON value `[op name, axis, amount]` (or `[op name, axis, amount, [more, ...]]`) describes;
+        ValueError for anything else."""
+        if not (isinstance(value, list) and len(value) in (3, 4) and value[0] in OptOp.__members__):
             raise ValueError(f"not an optimization action: {value!r}")
-        if not all(type(number) is int and number >= 0 for number in value[1:]):
+        more = value[3] if len(value) == 4 else [0]  # (a list of at least one number where given)
+        if not (isinstance(more, list) and more) or not all(
+            type(number) is int and number >= 0 for number in (*value[1:3], *more)
+        ):
             raise ValueError(f"not an optimization action: {value!r}")
-        return Opt(OptOp[value[0]], value[1], value[2])
+        return Opt(OptOp[value[0]], value[1], value[2], tuple(value[3]) if len(value) == 4 else ())
 
 
 class KernelOptError(ValueError):
@@ -999,7 +1009,9 @@ def _apply_opt(sink: UOp, opt: Opt, target: Target | None, allow_tf32: bool) -> 
 
         if threads_exchange(sink):
             raise KernelOptError(f"{opt}: the kernel's threads share memory already (TC comes last)")
-        return tensor_core(sink, loop, target, allow_tf32, opt.amount or 1)
+        return tensor_core(sink, loop, target, allow_tf32, opt.amount or 1, opt.more)
+    if opt.more:
+        raise KernelOptError(f"{opt}: {opt.op.name} takes an axis and at most an amount")
     size, kind = loop.src[0].arg, loop.arg[1]
     if kind is LoopKind.VECTOR:
         raise KernelOptError(f"{opt}: loop {opt.axis} is computed in vector lanes (VECTORIZE comes last for a loop)")

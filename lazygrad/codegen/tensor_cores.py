@@ -1,5 +1,5 @@
-"""The tensor-core action, TC(axis, tiles): a matrix product's reduce loop `axis` runs on the warp-level matrix
-multiply-accumulate of a tensor core (the target's `tensor_cores`).
+"""The tensor-core action, TC(axis, tiles) or TC(axis, tiles, steps, stages): a matrix product's reduce loop `axis`
+runs on the warp-level matrix multiply-accumulate of a tensor core (the target's `tensor_cores`).
 
 A block computes a tile of tiles × tiles tensor-core tiles of the outputs (m × n each; the innermost output loop
 along which the first input of the product moves and the second is fixed gives the rows, the innermost one the
@@ -15,6 +15,8 @@ copy serves all its warps. Where the target's copies go on without the thread (`
 cp.async) and the reduce takes several copies, each input has two tiles: the first copy is made before the loop,
 and each iteration starts the next copy into the other tile (a PREFETCH) before computing on this one, so that the
 copy's wait on device memory overlaps the tensor cores' work; the iteration ends at the barrier where it has landed.
+The action takes the steps per copy and the tiles per input it is given, else the first way that fits
+(`pipelines`, which BEAM times one by one).
 After the loop each accumulator goes to shared memory, and each thread reads its share of the values back for the
 rest of the kernel (the cast, an epilogue, the store), neighbouring threads neighbouring columns.
 
@@ -29,6 +31,7 @@ rounded to the inputs' type first, which the same kernel computes without TC.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lazygrad.codegen.opt import (
@@ -160,9 +163,54 @@ def wide_copy_width(value: UOp, inner: UOp, inner_size: int) -> int:
     return width
 
 
-def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, tiles: int = 1) -> UOp:
-    """`sink` with the sum of products over reduce loop `loop` made on the target's tensor cores, a block computing
-    tiles × tiles tensor-core tiles (see above)."""
+@dataclass(frozen=True)
+class _Product:
+    """What a TC action finds in a kernel before choosing its copies: the product, its tensor core, the output loops
+    its block tiles, and how the block's warps share them."""
+
+    name: str
+    core: TensorCore
+    dtype: DType  # the inputs'
+    reduce: UOp
+    first: UOp
+    second: UOp
+    row: UOp  # the output loops along which the first input moves and the second not, and the other way round
+    column: UOp
+    tiles: int
+    warps: int  # along each side of the block
+    layout_a: str  # how each input's tile lies in shared memory ("row": along its rows)
+    layout_b: str
+    memory_taken: int  # the bytes of shared memory the kernel uses already
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """The block's rows and columns of outputs."""
+        (m, n, _), tiles = self.core.dims, self.tiles
+        return tiles * m, tiles * n
+
+
+@dataclass(frozen=True)
+class _Copies:
+    """How a TC block copies its inputs: tensor-core `steps` along the reduce a copy, `stages` tiles of each input
+    (two: the next copy goes into one while the block computes on the other), each tile's lines `ldm_*` elements
+    apart and `size_*` elements in all."""
+
+    steps: int
+    stages: int
+    ldm_a: int
+    ldm_b: int
+    size_a: int
+    size_b: int
+
+    def memory(self, product: _Product) -> int:
+        """The bytes of shared memory the kernel takes with these copies: the tiles and the block's accumulators."""
+        rows, columns = product.block
+        tiles = self.stages * (self.size_a + self.size_b) * product.dtype.itemsize
+        return product.memory_taken + tiles + rows * columns * product.core.accumulator.itemsize
+
+
+def _product(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, tiles: int) -> _Product:
+    """The product a TC(loop, tiles) action would run on tensor cores; KernelOptError where it cannot."""
     name = f"TC({loop.arg[0]}{f', {tiles}' if tiles > 1 else ''})"
     if target is None or not target.tensor_cores:
         raise KernelOptError(f"{name}: the device has no tensor cores")
@@ -190,8 +238,7 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     if not rows or not columns:
         raise KernelOptError(f"{name}: not a matrix product: no output loop along which one input moves, the other not")
     row, column = rows[-1], columns[-1]
-    block_rows, block_columns = tiles * m, tiles * n
-    for what, node, size in (("rows", row, block_rows), ("columns", column, block_columns), ("reduce", loop, k)):
+    for what, node, size in (("rows", row, tiles * m), ("columns", column, tiles * n), ("reduce", loop, k)):
         if node.src[0].arg % size:
             raise KernelOptError(
                 f"{name}: a block takes {size} {what} at a time; loop {node.arg[0]} has {node.src[0].arg}"
@@ -199,40 +246,87 @@ def tensor_core(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, t
     # warps along each side of the block (one where the target's blocks hold fewer than four), and the tensor-core
     # tiles along each side of a warp's part
     warps = 2 if tiles > 1 and 4 * warp <= target.max_threads else 1
-    per_warp, threads = tiles // warps, warp * warps * warps
-    if threads > target.max_threads or warp % n or m % (warp // n):
+    if warp * warps * warps > target.max_threads or warp % n or m % (warp // n):
         raise KernelOptError(f"{name}: a warp of {warp} threads does not fit this target's blocks")
-    # each input's tile laid out as the input lies in memory (neighbouring threads copy neighbouring elements), its
-    # lines padded (the row length a tensor-core load takes, ldm, is that of the padded lines). A copy takes `depth`
-    # reduce iterations: the most tensor-core steps, up to K_STEPS, that divide the reduce and fit in shared memory
-    # (more steps per copy: fewer barriers, and more multiply-accumulates for each wait on memory)
+    # each input's tile laid out as the input lies in memory (neighbouring threads copy neighbouring elements)
     layout_a = "row" if row_major(first, row, loop) else "col"
     layout_b = "row" if row_major(second, loop, column) else "col"
-    # Where the target copies without waiting (`Target.async_copies`) and the reduce takes several copies, each
-    # input has two tiles in shared memory where they fit: the block computes on one while the next copy goes into
-    # the other (more steps per copy first, then two tiles)
-    taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
+    taken = sum(shared_bytes(node.dtype) * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
+    return _Product(name, core, dtype, reduce, first, second, row, column, tiles, warps, layout_a, layout_b, taken)
+
+
+def _layout(product: _Product, steps: int, stages: int) -> _Copies:
+    """The tiles of a copy of `steps` tensor-core steps along the reduce, `stages` of them per input: each
+    line padded (the row length a tensor-core load takes, ldm, is that of the padded lines)."""
+    depth, dtype = product.core.dims[2] * steps, product.dtype
+    block_rows, block_columns = product.block
+    ldm_a = padded_line(depth if product.layout_a == "row" else block_rows, dtype)
+    ldm_b = padded_line(block_columns if product.layout_b == "row" else depth, dtype)
+    size_a = ldm_a * (block_rows if product.layout_a == "row" else depth)
+    size_b = ldm_b * (depth if product.layout_b == "row" else block_columns)
+    return _Copies(steps, stages, ldm_a, ldm_b, size_a, size_b)
+
+
+def _copies(product: _Product, loop: UOp, target: Target) -> list[_Copies]:
+    """The ways a block of `product` can copy its inputs into shared memory that fit the target, best first: up to
+    K_STEPS tensor-core steps along the reduce a copy, more first (fewer barriers, and more multiply-accumulates for
+    each wait on memory); then two tiles of each input before one, where the target copies without waiting
+    (`Target.async_copies`) and the reduce takes several copies (the block computes on one while the next copy goes
+    into the other)."""
+    length, k = loop.src[0].arg, product.core.dims[2]
     layouts = [
-        (steps, stages)
+        _layout(product, steps, stages)
         for steps in range(K_STEPS, 0, -1)
-        if loop.src[0].arg % (k * steps) == 0
+        if length % (k * steps) == 0
         for stages in (2, 1)
-        if stages == 1 or (target.async_copies and loop.src[0].arg // (k * steps) >= 2)
+        if stages == 1 or (target.async_copies and length // (k * steps) >= 2)
     ]
-    for steps, stages in layouts:
-        depth = k * steps
-        ldm_a = padded_line(depth if layout_a == "row" else block_rows, dtype)
-        ldm_b = padded_line(block_columns if layout_b == "row" else depth, dtype)
-        size_a = ldm_a * (block_rows if layout_a == "row" else depth)
-        size_b = ldm_b * (depth if layout_b == "row" else block_columns)
-        memory = sum(shared_bytes(node.dtype) * node.arg[1] for node in taken)
-        memory += stages * (size_a + size_b) * dtype.itemsize + block_rows * block_columns * core.accumulator.itemsize
-        if memory <= target.shared_memory:
-            break
-    if memory > target.shared_memory:
+    return [copies for copies in layouts if copies.memory(product) <= target.shared_memory]
+
+
+def pipelines(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, tiles: int = 1) -> list[tuple[int, int]]:
+    """The (steps per copy, tiles per input) a TC(loop, tiles) action may take for this kernel (its fourth and fifth
+    numbers), best first: the first is what it takes where the action names none. KernelOptError where TC does not
+    apply."""
+    fitting = _copies(_product(sink, loop, target, allow_tf32, tiles), loop, target)
+    return [(copies.steps, copies.stages) for copies in fitting]
+
+
+def tensor_core(
+    sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, tiles: int = 1, pipeline: tuple[int, ...] = ()
+) -> UOp:
+    """`sink` with the sum of products over reduce loop `loop` made on the target's tensor cores, a block computing
+    tiles × tiles tensor-core tiles (see above), copying its inputs `pipeline` = (steps per copy, tiles per input)
+    at a time where given, else the best way that fits (`pipelines`)."""
+    product = _product(sink, loop, target, allow_tf32, tiles)
+    name, core, dtype, reduce = product.name, product.core, product.dtype, product.reduce
+    first, second, row, column = product.first, product.second, product.row, product.column
+    fitting = _copies(product, loop, target)
+    if pipeline:
+        chosen = next((copies for copies in fitting if (copies.steps, copies.stages) == pipeline), None)
+        if chosen is None:
+            offered = ", ".join(f"({copies.steps}, {copies.stages})" for copies in fitting) or "none"
+            raise KernelOptError(
+                f"{name}: copies {pipeline} (tensor-core steps per copy, tiles per input) do not fit this product "
+                f"on this device; those that do: {offered}"
+            )
+    elif fitting:
+        chosen = fitting[0]
+    else:
+        smallest = _layout(product, 1, 1)
         raise KernelOptError(
-            f"{name}: the tiles need {memory} bytes of shared memory, the device has {target.shared_memory}"
+            f"{name}: the tiles need {smallest.memory(product)} bytes of shared memory, the device has "
+            f"{target.shared_memory}"
         )
+    (m, n, k), warp = core.dims, core.threads
+    block_rows, block_columns = product.block
+    warps, per_warp = product.warps, tiles // product.warps
+    threads = warp * warps * warps
+    steps, stages = chosen.steps, chosen.stages
+    ldm_a, ldm_b, size_a, size_b = chosen.ldm_a, chosen.ldm_b, chosen.size_a, chosen.size_b
+    layout_a, layout_b = product.layout_a, product.layout_b
+    depth = k * steps
+    taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
     # the block's threads: warps × warps warps, each `down` rows of `n` lanes (the lanes' order in a warp)
     top = max(loops_by_axis(sink))
     numbers = itertools.count(top + 1)
