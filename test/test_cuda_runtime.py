@@ -657,6 +657,76 @@ def test_mock_release_unloads_the_library(mock):
     assert not mapped()
 
 
+BLOCK_EXCHANGE = """extern "C" __global__ void exchange(float* out, const float* x) {
+  __shared__ float row[96];
+  int t = threadIdx.x, first = blockIdx.x * 96;
+  float value = x[first + t];
+  for (int round = 0; round < 3; round++) {  // each round: every thread's value goes to the mirrored thread
+    row[t] = value;
+    __syncthreads();
+    value = row[95 - t] + (float)round;
+    __syncthreads();
+  }
+  out[first + t] = value + __shfl_sync(0xffffffffu, value, t ^ 1);
+}
+"""
+
+
+def run_on_the_mock(source: str, name: str, arrays: list[np.ndarray], grid: int, block: int) -> list[np.ndarray]:
+    """Compile `source` for the mock, launch kernel `name` on copies of `arrays` (one pointer each) in `grid`
+    blocks of `block` threads, and return the arrays as the kernel left them."""
+    driver = cuda_mock.MockDriver()
+    driver.set_current_context(driver.primary_context(0))
+    module = driver.module_load(cuda_compiler.MockCUDACompiler().compile(source))
+    pointers = [driver.mem_alloc(array.nbytes) for array in arrays]
+    for pointer, array in zip(pointers, arrays):
+        ctypes.memmove(pointer, array.ctypes.data, array.nbytes)
+    values, params = ops_cuda.argument_array(len(arrays))
+    values[:] = pointers
+    driver.launch(driver.module_function(module, name), grid, block, driver.stream_create(), params)
+    results = [np.empty_like(array) for array in arrays]
+    for pointer, result in zip(pointers, results):
+        ctypes.memmove(result.ctypes.data, pointer, result.nbytes)
+    return results
+
+
+def test_mock_threads_wait_for_each_other_at_barriers(nvrtc):
+    """A block's threads run as fibers that switch at each barrier: every value a thread reads from shared memory
+    or a shuffle is what the others wrote before the barrier, over several rounds and blocks."""
+    x = numbers(4 * 96, seed=23)
+    out, _ = run_on_the_mock(BLOCK_EXCHANGE, "exchange", [np.zeros_like(x), x], grid=4, block=96)
+    value = x.reshape(4, 96)
+    for round in range(3):
+        value = value[:, ::-1] + round
+    expected = value + value.reshape(4, 48, 2)[:, :, ::-1].reshape(4, 96)
+    np.testing.assert_array_equal(out, expected.reshape(-1))
+
+
+@pytest.mark.parametrize(
+    "body, failure",
+    [
+        ("if (threadIdx.x == 3) return; __syncthreads();", "some threads of a block ended while others wait"),
+        ("volatile float deep[100000]; deep[0] = 1.0f; __syncthreads();", "SIGSEGV"),  # (past its 256 KiB stack)
+    ],
+    ids=["a thread leaves before a barrier", "a stack overflows"],
+)
+def test_mock_kernels_that_would_break_on_a_gpu_fail_loudly(nvrtc, body, failure):
+    """A block whose threads part at a barrier (undefined on a GPU) stops with the shim's message; a thread that
+    overflows its stack faults on the page below it instead of writing over another thread's."""
+    source = f'extern "C" __global__ void broken(float* out) {{ {body} out[threadIdx.x] = 1.0f; }}'
+    script = (
+        "import numpy as np, test_cuda_runtime as t\n"
+        f"t.run_on_the_mock({source!r}, 'broken', [np.zeros(8, np.float32)], grid=1, block=8)\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(REPOSITORY, "test"), REPOSITORY])}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment)
+    assert result.returncode != 0
+    if failure == "SIGSEGV":
+        assert result.returncode == -11, result.stderr
+    else:
+        assert f"cuda_shim: {failure}" in result.stderr, result.stderr
+
+
 # ---- compiling -----------------------------------------------------------------------------------------------------
 
 SAXPY = 'extern "C" __global__ void saxpy(float* out, const float* x) { out[threadIdx.x] += 2.0f * x[threadIdx.x]; }'

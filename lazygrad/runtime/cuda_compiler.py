@@ -26,7 +26,7 @@ from lazygrad.device import Compiler, DeviceUnavailable
 INSTALL_HINT = "pip install 'lazygrad[cuda]'"
 TOOLKIT = "/usr/local/cuda"
 SHIM_PATH = os.path.join(os.path.dirname(__file__), "cuda_shim.h")
-# (and -fopenmp: see compile; no contraction, as NVRTC's --fmad=false: the renderer writes the fused multiply-adds)
+# (no contraction, as NVRTC's --fmad=false: the renderer writes the fused multiply-adds)
 SHIM_FLAGS = ("-std=c++17", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-shared", "-fPIC")
 SHIM_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h")  # what cuda_shim.h stands in for
 MOCK_TARGET = "compute_80"  # MOCKCUDA has no GPU: PTX for a fixed architecture checks the source
@@ -217,9 +217,7 @@ class MockCUDACompiler(NVRTCCompiler):
         )
         with tempfile.TemporaryDirectory() as directory:
             output = os.path.join(directory, "kernel.so")
-            # only a block whose threads wait for each other needs them to run at once, as OpenMP threads
-            openmp = ["-fopenmp"] if cooperative else []
-            command = [self.compiler, *SHIM_FLAGS, *openmp, "-include", SHIM_PATH, "-x", "c++", "-", "-o", output]
+            command = [self.compiler, *SHIM_FLAGS, "-include", SHIM_PATH, "-x", "c++", "-", "-o", output]
             result = subprocess.run(command, input=body + launcher, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"CUDA: g++ failed to compile the mock kernel\n{body}{launcher}\n{result.stderr}")

@@ -42,7 +42,6 @@ class MockDriver:
         self.handles = itertools.count(1)
         self.memory: dict[int, np.ndarray] = {}  # device and pinned host allocations, by address
         self.modules: dict[int, ctypes.CDLL] = {}
-        self.openmp: ctypes.CDLL | None = None
         self.times: dict[int, float] = {}  # when each event was recorded
         self.graphs: dict[int, list[tuple]] = {}  # graphs and instantiated graphs: their kernel nodes
 
@@ -95,17 +94,7 @@ class MockDriver:
         self.require_context("cuModuleLoadData")
         handle = self.new_handle()
         self.modules[handle] = load_shared_library(image)
-        self._keep_openmp()
         return handle
-
-    def _keep_openmp(self) -> None:
-        """Hold the OpenMP runtime the kernels link, for as long as this process lives: unloading the last kernel
-        would otherwise unload it under its idle worker threads, which then crash."""
-        if self.openmp is None:
-            try:
-                self.openmp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-            except OSError:  # not loaded: no kernel uses it yet
-                pass
 
     def module_unload(self, module: int) -> None:
         self.require_context("cuModuleUnload")

@@ -1,28 +1,36 @@
 // cuda_shim.h: just enough of CUDA to run lazygrad's CUDA C kernels on the CPU (CUDA=1 MOCKCUDA=1).
 //
-// The kernel source is compiled unchanged as C++ (g++ -std=c++17, and -fopenmp where its threads synchronize) after
-// this header:
+// The kernel source is compiled unchanged as C++ (g++ -std=c++17) after this header:
 // - __global__/__device__ mean nothing; a kernel is an ordinary function;
-// - blockIdx/threadIdx/blockDim/gridDim are per-thread (thread_local) variables set before each call;
+// - blockIdx/threadIdx/blockDim/gridDim are variables set before each thread runs;
 // - __shared__ is static storage, shared by every thread; blocks run one after another when a kernel uses it;
 //   dynamic shared memory (LAZYGRAD_DYNAMIC_SHARED, whose size the renderer writes) is a static array of that size;
-// - __syncthreads() is an OpenMP barrier between the threads of a block;
+// - the threads of a block that synchronize run as fibers on the launching thread, one after another, each on a
+//   stack of its own: __syncthreads() switches to the next thread, and the block goes on past a barrier once all
+//   of its threads have reached it (a block where some threads end while others wait at a barrier is an error);
 // - half is _Float16, with CUDA's conversion functions.
 // - tensor cores (nvcuda::wmma from mma.h): every thread of a warp holds a whole fragment and computes the whole
 //   multiply-accumulate (the exact products summed into the accumulator in float, in order along k), so loads and
 //   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
-// - __shfl_sync: every thread of the block puts its value out, waits for the others (an OpenMP barrier), reads
-//   its partner's. Kernels shuffle where every thread of the block does, as at a barrier.
+// - __shfl_sync: every thread of the block puts its value out, waits for the others (a barrier), reads its
+//   partner's. Kernels shuffle where every thread of the block does, as at a barrier.
 // - cp.async (LAZYGRAD_COPY_ASYNC) copies at once: LAZYGRAD_WAIT_COPIES waits for nothing; a tile's load from
 //   shared memory in PTX (LAZYGRAD_LOAD_MATRIX) is load_matrix_sync.
 // Inline PTX is not emulated.
 //
-// It includes no C++ library header (<cmath> alone would double the compile time): the math functions kernels call
-// are GCC builtins, and the parameter-position list is built here.
+// It includes no C++ library header (<cmath> alone would double the compile time), only a few of C's: the math
+// functions kernels call are GCC builtins, and the parameter-position list is built here.
 #pragma once
-#ifdef _OPENMP
-#include <omp.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
 #endif
+
+namespace lazygrad_shim {
+static inline void barrier();
+}
 
 #define __global__
 #define __device__
@@ -30,7 +38,7 @@
 #define __forceinline__ inline
 #define __align__(bytes) __attribute__((aligned(bytes)))
 #define __shared__ static
-#define __syncthreads() _Pragma("omp barrier")
+#define __syncthreads() lazygrad_shim::barrier()
 #define LAZYGRAD_DYNAMIC_SHARED(bytes) static __align__(32) unsigned char lazygrad_shared[bytes]
 #define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) __builtin_memcpy(to, start, bytes)
 #define LAZYGRAD_WAIT_COPIES() ((void)0)
@@ -47,8 +55,8 @@ struct __attribute__((aligned(8))) uint2 {
 struct __attribute__((aligned(16))) uint4 {
   unsigned int x, y, z, w;
 };
-static thread_local uint3 threadIdx, blockIdx;
-static thread_local dim3 blockDim, gridDim;
+static uint3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
 
 typedef _Float16 half;
 typedef _Float16 __half;
@@ -86,9 +94,9 @@ static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b
 template <typename T>
 static inline T __shfl_sync(unsigned int, T value, int lane) {
   static T exchange[1024];
-  _Pragma("omp barrier");
+  lazygrad_shim::barrier();
   exchange[threadIdx.x] = value;
-  _Pragma("omp barrier");
+  lazygrad_shim::barrier();
   return exchange[(threadIdx.x & ~31u) | ((unsigned int)lane & 31u)];
 }
 
@@ -189,39 +197,177 @@ void call(void (*kernel)(Parameters...), void **params, positions<Positions...>)
   kernel(*static_cast<Parameters *>(params[Positions])...);
 }
 
+// ---- fibers: the threads of a block that synchronize ----
+
+// each thread's stack (a tensor-core kernel's fragments take ~30 KiB), below it a page no thread may touch: a
+// thread that overflows its stack faults there, where it would otherwise write over its neighbour's
+constexpr unsigned long STACK_BYTES = 256 * 1024;
+
+#if defined(__x86_64__)
+// A fiber's context is its saved stack pointer. switch_context(&save, load) pushes the callee-saved registers and
+// the SSE and x87 control words, stores the stack pointer in save, and pops the same from the stack at load;
+// fiber_start is where a new fiber's first switch returns to: it calls the function in r12.
+typedef void *Context;
+extern "C" __attribute__((visibility("hidden"))) void lazygrad_switch_context(Context *save, Context load);
+extern "C" __attribute__((visibility("hidden"))) void lazygrad_fiber_start();
+asm(R"(
+  .text
+  .p2align 4
+  .globl lazygrad_switch_context
+  .hidden lazygrad_switch_context
+  .type lazygrad_switch_context, @function
+lazygrad_switch_context:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size lazygrad_switch_context, .-lazygrad_switch_context
+  .globl lazygrad_fiber_start
+  .hidden lazygrad_fiber_start
+  .type lazygrad_fiber_start, @function
+lazygrad_fiber_start:
+  callq *%r12
+  ud2
+  .size lazygrad_fiber_start, .-lazygrad_fiber_start
+)");
+
+static inline void switch_context(Context *save, Context *load) { lazygrad_switch_context(save, *load); }
+
+// A new fiber's context: its stack holding what switch_context pops (this thread's control words; entry in r12),
+// then fiber_start as the return address, 16-byte aligned below it as a call needs
+static inline void make_context(Context *context, unsigned char *stack, void (*entry)()) {
+  unsigned int control[2];
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(control[0]), "=m"(control[1]));
+  void **top = (void **)(stack + STACK_BYTES);
+  *--top = (void *)lazygrad_fiber_start;
+  *--top = nullptr;  // rbp
+  *--top = nullptr;  // rbx
+  *--top = (void *)entry;  // r12
+  for (int i = 0; i < 3; i++) *--top = nullptr;  // r13, r14, r15
+  --top;
+  __builtin_memcpy(top, control, sizeof control);
+  *context = top;
+}
+#else
+typedef ucontext_t Context;
+static inline void switch_context(Context *save, Context *load) { swapcontext(save, load); }
+static inline void make_context(Context *context, unsigned char *stack, void (*entry)()) {
+  getcontext(context);
+  context->uc_stack.ss_sp = stack;
+  context->uc_stack.ss_size = STACK_BYTES;
+  context->uc_link = nullptr;
+  makecontext(context, entry, 0);
+}
+#endif
+
+// The block whose threads run now: `run(launch, t)` runs thread t; each thread's context while it waits at a
+// barrier, the scheduler's while a thread runs
+struct Block {
+  void (*run)(void *launch, unsigned int thread);
+  void *launch;
+  unsigned int threads, current;
+  bool current_ended;
+  Context scheduler;
+  Context *contexts;
+};
+static Block *running;
+
+static void fiber_main() {
+  Block *block = running;
+  block->run(block->launch, block->current);
+  block->current_ended = true;
+  switch_context(&block->contexts[block->current], &block->scheduler);  // (never resumed)
+  __builtin_unreachable();
+}
+
+static inline void barrier() { switch_context(&running->contexts[running->current], &running->scheduler); }
+
+static void fail(const char *message, unsigned int block_index) {
+  fprintf(stderr, "cuda_shim: %s (block %u)\n", message, block_index);
+  __builtin_abort();
+}
+
+// Runs the threads of a block that synchronize, as fibers on this thread, round by round: each thread runs until it
+// reaches a barrier or its end; past the barrier once all have reached it.
+static void run_block(void (*run)(void *, unsigned int), void *launch, unsigned int threads, unsigned int block_index,
+                      unsigned char **stacks, Context *contexts) {
+  Block block = {run, launch, threads, 0, false, {}, contexts};
+  for (unsigned int thread = 0; thread < threads; thread++) make_context(&contexts[thread], stacks[thread], fiber_main);
+  running = &block;
+  for (bool waiting = true; waiting;) {
+    unsigned int ended = 0;
+    for (unsigned int thread = 0; thread < threads; thread++) {
+      block.current = thread;
+      block.current_ended = false;
+      threadIdx = {thread, 0, 0};
+      switch_context(&block.scheduler, &contexts[thread]);
+      ended += block.current_ended;
+    }
+    if (ended != 0 && ended != threads) fail("some threads of a block ended while others wait at a barrier", block_index);
+    waiting = ended == 0;
+  }
+  running = nullptr;
+}
+
+// Calls kernel(*params[0], *params[1], ...) for one thread, the kernel and params behind `launch`
+template <typename... Parameters>
+struct Launch {
+  void (*kernel)(Parameters...);
+  void **params;
+  static void run(void *self, unsigned int) {
+    Launch *launch = static_cast<Launch *>(self);
+    call(launch->kernel, launch->params, positions_for<sizeof...(Parameters)>{});
+  }
+};
+
 // Runs grid x block threads of a kernel. A kernel that synchronizes (`cooperative`) runs block after block, each
-// block's threads as one OpenMP team so that __syncthreads() can wait for all of them; any other kernel runs its
-// threads as a plain loop (compiled without OpenMP, which costs half of a small kernel's compile time: one core).
+// block's threads as fibers (see run_block); any other kernel runs its threads as a plain loop.
 template <typename... Parameters>
 void launch(void (*kernel)(Parameters...), void **params, unsigned int grid, unsigned int block, bool cooperative) {
-  auto run_thread = [&](unsigned int block_index, unsigned int thread_index) {
-    blockIdx = {block_index, 0, 0};
-    threadIdx = {thread_index, 0, 0};
-    blockDim = {block, 1, 1};
-    gridDim = {grid, 1, 1};
-    call(kernel, params, positions_for<sizeof...(Parameters)>{});
-  };
+  gridDim = {grid, 1, 1};
+  blockDim = {block, 1, 1};
+  Launch<Parameters...> state = {kernel, params};
   if (cooperative) {
-#ifndef _OPENMP
-    __builtin_printf("cuda_shim: a kernel whose threads synchronize must be compiled with -fopenmp\n");
-    __builtin_abort();
-#else
-    omp_set_dynamic(0);
-    for (unsigned int block_index = 0; block_index < grid; block_index++) {
-#pragma omp parallel num_threads(block)
-      {
-        if ((unsigned int)omp_get_num_threads() != block) {
-          __builtin_printf("cuda_shim: OpenMP gave %d threads for a block of %u\n", omp_get_num_threads(), block);
-          __builtin_abort();
-        }
-        run_thread(block_index, (unsigned int)omp_get_thread_num());
-      }
+    // each thread's guard page and stack (whose pages only its use makes real), then their contexts
+    unsigned long page = sysconf(_SC_PAGESIZE), span = page + STACK_BYTES;
+    unsigned long bytes = block * (span + sizeof(Context) + sizeof(unsigned char *));
+    void *memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) fail("no memory for the threads' stacks", 0);
+    unsigned char *start = static_cast<unsigned char *>(memory);
+    Context *contexts = reinterpret_cast<Context *>(start + block * span);
+    unsigned char **stacks = reinterpret_cast<unsigned char **>(contexts + block);
+    for (unsigned int thread = 0; thread < block; thread++) {
+      mprotect(start + thread * span, page, PROT_NONE);
+      stacks[thread] = start + thread * span + page;
     }
-#endif
+    for (unsigned int block_index = 0; block_index < grid; block_index++) {
+      blockIdx = {block_index, 0, 0};
+      run_block(Launch<Parameters...>::run, &state, block, block_index, stacks, contexts);
+    }
+    munmap(memory, bytes);
   } else {
     long long threads = (long long)grid * block;
     for (long long thread = 0; thread < threads; thread++) {
-      run_thread((unsigned int)(thread / block), (unsigned int)(thread % block));
+      blockIdx = {(unsigned int)(thread / block), 0, 0};
+      threadIdx = {(unsigned int)(thread % block), 0, 0};
+      call(kernel, params, positions_for<sizeof...(Parameters)>{});
     }
   }
 }
