@@ -91,7 +91,8 @@ On devices with tensor cores (the target's `tensor_cores`):
   copies its inputs into shared memory: `steps` tensor-core steps along the reduce a copy, `stages` tiles of each
   input (2: the next copy lands in one while the block computes on the other); without them, the first way of
   `tensor_cores.pipelines` (the most steps that fit, two tiles where the device copies asynchronously). It is the
-  only action on threads in the list, and the last; float32 products run so (in TF32) only where the user allows it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
+  only action on threads in the list, and the last; float32 products run so (in TF32) only where the user allows
+  it (`Tensor.allow_tf32()`, ALLOW_TF32=1).
 """
 
 from __future__ import annotations

@@ -320,7 +320,8 @@ static void run_block(void (*run)(void *, unsigned int), void *launch, unsigned 
       switch_context(&block.scheduler, &contexts[thread]);
       ended += block.current_ended;
     }
-    if (ended != 0 && ended != threads) fail("some threads of a block ended while others wait at a barrier", block_index);
+    if (ended != 0 && ended != threads)
+      fail("some threads of a block ended while others wait at a barrier", block_index);
     waiting = ended == 0;
   }
   running = nullptr;
