@@ -706,7 +706,8 @@ def test_mock_threads_wait_for_each_other_at_barriers(nvrtc):
     "body, failure",
     [
         ("if (threadIdx.x == 3) return; __syncthreads();", "some threads of a block ended while others wait"),
-        ("volatile float deep[100000]; deep[0] = 1.0f; __syncthreads();", "SIGSEGV"),  # (past its 256 KiB stack)
+        # (thread 3's 400 KB below its 256 KiB stack would be thread 2's, which is mapped)
+        ("if (threadIdx.x == 3) { volatile float deep[100000]; deep[0] = 1.0f; } __syncthreads();", "SIGSEGV"),
     ],
     ids=["a thread leaves before a barrier", "a stack overflows"],
 )

@@ -26,8 +26,18 @@ from lazygrad.device import Compiler, DeviceUnavailable
 INSTALL_HINT = "pip install 'lazygrad[cuda]'"
 TOOLKIT = "/usr/local/cuda"
 SHIM_PATH = os.path.join(os.path.dirname(__file__), "cuda_shim.h")
-# (no contraction, as NVRTC's --fmad=false: the renderer writes the fused multiply-adds)
-SHIM_FLAGS = ("-std=c++17", "-O2", "-march=native", "-fwrapv", "-ffp-contract=off", "-shared", "-fPIC")
+# (no contraction, as NVRTC's --fmad=false: the renderer writes the fused multiply-adds; a frame larger than a page
+# touches each of its pages in turn, so a thread that overflows its stack faults on the shim's guard page below it)
+SHIM_FLAGS = (
+    "-std=c++17",
+    "-O2",
+    "-march=native",
+    "-fwrapv",
+    "-ffp-contract=off",
+    "-fstack-clash-protection",
+    "-shared",
+    "-fPIC",
+)
 SHIM_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h")  # what cuda_shim.h stands in for
 MOCK_TARGET = "compute_80"  # MOCKCUDA has no GPU: PTX for a fixed architecture checks the source
 
