@@ -161,12 +161,12 @@ class Opt:
         ValueError for anything else."""
         if not (isinstance(value, list) and len(value) in (3, 4) and value[0] in OptOp.__members__):
             raise ValueError(f"not an optimization action: {value!r}")
-        more = value[3] if len(value) == 4 else [0]  # (a list of at least one number where given)
-        if not (isinstance(more, list) and more) or not all(
-            type(number) is int and number >= 0 for number in (*value[1:3], *more)
-        ):
+        more = value[3] if len(value) == 4 else []
+        if len(value) == 4 and not (isinstance(more, list) and more):  # (where given, a list of at least one)
             raise ValueError(f"not an optimization action: {value!r}")
-        return Opt(OptOp[value[0]], value[1], value[2], tuple(value[3]) if len(value) == 4 else ())
+        if not all(type(number) is int and number >= 0 for number in (*value[1:3], *more)):
+            raise ValueError(f"not an optimization action: {value!r}")
+        return Opt(OptOp[value[0]], value[1], value[2], tuple(more))
 
 
 class KernelOptError(ValueError):

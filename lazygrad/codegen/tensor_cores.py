@@ -180,7 +180,7 @@ class _Product:
     warps: int  # along each side of the block
     layout_a: str  # how each input's tile lies in shared memory ("row": along its rows)
     layout_b: str
-    memory_taken: int  # the bytes of shared memory the kernel uses already
+    shared: tuple[UOp, ...]  # the shared memory the kernel defines already (DEFINE_LOCAL)
 
     @property
     def block(self) -> tuple[int, int]:
@@ -206,7 +206,8 @@ class _Copies:
         """The bytes of shared memory the kernel takes with these copies: the tiles and the block's accumulators."""
         rows, columns = product.block
         tiles = self.stages * (self.size_a + self.size_b) * product.dtype.itemsize
-        return product.memory_taken + tiles + rows * columns * product.core.accumulator.itemsize
+        taken = sum(shared_bytes(node.dtype) * node.arg[1] for node in product.shared)
+        return taken + tiles + rows * columns * product.core.accumulator.itemsize
 
 
 def _product(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, tiles: int) -> _Product:
@@ -251,8 +252,8 @@ def _product(sink: UOp, loop: UOp, target: Target | None, allow_tf32: bool, tile
     # each input's tile laid out as the input lies in memory (neighbouring threads copy neighbouring elements)
     layout_a = "row" if row_major(first, row, loop) else "col"
     layout_b = "row" if row_major(second, loop, column) else "col"
-    taken = sum(shared_bytes(node.dtype) * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
-    return _Product(name, core, dtype, reduce, first, second, row, column, tiles, warps, layout_a, layout_b, taken)
+    shared = tuple(node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
+    return _Product(name, core, dtype, reduce, first, second, row, column, tiles, warps, layout_a, layout_b, shared)
 
 
 def _layout(product: _Product, steps: int, stages: int) -> _Copies:
@@ -326,7 +327,6 @@ def tensor_core(
     ldm_a, ldm_b, size_a, size_b = chosen.ldm_a, chosen.ldm_b, chosen.size_a, chosen.size_b
     layout_a, layout_b = product.layout_a, product.layout_b
     depth = k * steps
-    taken = [node for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL]
     # the block's threads: warps × warps warps, each `down` rows of `n` lanes (the lanes' order in a warp)
     top = max(loops_by_axis(sink))
     numbers = itertools.count(top + 1)
@@ -344,7 +344,7 @@ def tensor_core(
     copies = loop.src[0].arg // depth
     step = new_loop(loop, copies)
     inner = UOp(Ops.RANGE, loop.dtype, (UOp.const(loop.dtype, depth // k),), (next(numbers), LoopKind.REDUCE))
-    number = len(taken)
+    number = len(product.shared)
     shared_a = UOp(Ops.DEFINE_LOCAL, dtype, (), (number, stages * size_a))
     shared_b = UOp(Ops.DEFINE_LOCAL, dtype, (), (number + 1, stages * size_b))
     shared_c = UOp(Ops.DEFINE_LOCAL, core.accumulator, (), (number + 2, block_rows * block_columns))

@@ -277,12 +277,12 @@ static inline void make_context(Context *context, unsigned char *stack, void (*e
 }
 #endif
 
-// The block whose threads run now: `run(launch, t)` runs thread t; each thread's context while it waits at a
-// barrier, the scheduler's while a thread runs
+// The block whose threads run now: `run(launch)` runs the thread `current` (threadIdx says which); each thread's
+// context while it waits at a barrier, the scheduler's while a thread runs
 struct Block {
-  void (*run)(void *launch, unsigned int thread);
+  void (*run)(void *launch);
   void *launch;
-  unsigned int threads, current;
+  unsigned int current;
   bool current_ended;
   Context scheduler;
   Context *contexts;
@@ -291,7 +291,7 @@ static Block *running;
 
 static void fiber_main() {
   Block *block = running;
-  block->run(block->launch, block->current);
+  block->run(block->launch);
   block->current_ended = true;
   switch_context(&block->contexts[block->current], &block->scheduler);  // (never resumed)
   __builtin_unreachable();
@@ -306,9 +306,9 @@ static void fail(const char *message, unsigned int block_index) {
 
 // Runs the threads of a block that synchronize, as fibers on this thread, round by round: each thread runs until it
 // reaches a barrier or its end; past the barrier once all have reached it.
-static void run_block(void (*run)(void *, unsigned int), void *launch, unsigned int threads, unsigned int block_index,
+static void run_block(void (*run)(void *), void *launch, unsigned int threads, unsigned int block_index,
                       unsigned char **stacks, Context *contexts) {
-  Block block = {run, launch, threads, 0, false, {}, contexts};
+  Block block = {run, launch, 0, false, {}, contexts};
   for (unsigned int thread = 0; thread < threads; thread++) make_context(&contexts[thread], stacks[thread], fiber_main);
   running = &block;
   for (bool waiting = true; waiting;) {
@@ -332,7 +332,7 @@ template <typename... Parameters>
 struct Launch {
   void (*kernel)(Parameters...);
   void **params;
-  static void run(void *self, unsigned int) {
+  static void run(void *self) {
     Launch *launch = static_cast<Launch *>(self);
     call(launch->kernel, launch->params, positions_for<sizeof...(Parameters)>{});
   }
@@ -344,8 +344,8 @@ template <typename... Parameters>
 void launch(void (*kernel)(Parameters...), void **params, unsigned int grid, unsigned int block, bool cooperative) {
   gridDim = {grid, 1, 1};
   blockDim = {block, 1, 1};
-  Launch<Parameters...> state = {kernel, params};
   if (cooperative) {
+    Launch<Parameters...> state = {kernel, params};
     // each thread's guard page and stack (whose pages only its use makes real), then their contexts
     unsigned long page = sysconf(_SC_PAGESIZE), span = page + STACK_BYTES;
     unsigned long bytes = block * (span + sizeof(Context) + sizeof(unsigned char *));
