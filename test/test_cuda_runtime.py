@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor, TinyJit, dtypes
+from lazygrad.codegen.renderer.cstyle import ASYNC_COPIES
 from lazygrad.device import CORES, Compiler, DeviceUnavailable
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of
@@ -702,19 +703,41 @@ def test_mock_threads_wait_for_each_other_at_barriers(nvrtc):
     np.testing.assert_array_equal(out, expected.reshape(-1))
 
 
+TILE = "__shared__ __align__(32) half tile[512]; nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, "
+TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {offset}, {ldm});"
+
+
 @pytest.mark.parametrize(
     "body, failure",
     [
         ("if (threadIdx.x == 3) return; __syncthreads();", "some threads of a block ended while others wait"),
         # (thread 3's 400 KB below its 256 KiB stack would be thread 2's, which is mapped)
         ("if (threadIdx.x == 3) { volatile float deep[100000]; deep[0] = 1.0f; } __syncthreads();", "SIGSEGV"),
+        (
+            "__shared__ __align__(16) float tile[16]; LAZYGRAD_COPY_ASYNC(cg, tile + 2, out, 16); LAZYGRAD_WAIT_COPIES();",
+            "cp.async to an address that is not a multiple of its size",
+        ),
+        (TILE.format(offset=8, ldm=16), "load_matrix_sync: a tile whose first element is not 32-byte aligned"),
+        (TILE.format(offset=0, ldm=20), "load_matrix_sync: a tile whose rows are not a multiple of 16 bytes apart"),
     ],
-    ids=["a thread leaves before a barrier", "a stack overflows"],
+    ids=[
+        "a thread leaves before a barrier",
+        "a stack overflows",
+        "a misaligned asynchronous copy",
+        "a misaligned tile",
+        "a tile's rows 40 bytes apart",
+    ],
 )
 def test_mock_kernels_that_would_break_on_a_gpu_fail_loudly(nvrtc, body, failure):
     """A block whose threads part at a barrier (undefined on a GPU) stops with the shim's message; a thread that
-    overflows its stack faults on the page below it instead of writing over another thread's."""
-    source = f'extern "C" __global__ void broken(float* out) {{ {body} out[threadIdx.x] = 1.0f; }}'
+    overflows its stack faults on the page below it instead of writing over another thread's; an address a GPU
+    would fault on (a copy to shared memory, a tensor-core tile) stops with the shim's message too."""
+    prelude = ASYNC_COPIES
+    if "nvcuda::wmma" in body:
+        if not cuda_compiler.has_matrix_headers(nvrtc.include_directory):
+            pytest.skip("NVRTC has no mma.h headers here")
+        prelude += "#include <mma.h>\n#include <cuda_fp16.h>\n"
+    source = f'{prelude}extern "C" __global__ void broken(float* out) {{ {body} out[threadIdx.x] = 1.0f; }}'
     script = (
         "import numpy as np, test_cuda_runtime as t\n"
         f"t.run_on_the_mock({source!r}, 'broken', [np.zeros(8, np.float32)], grid=1, block=8)\n"

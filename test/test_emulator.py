@@ -117,3 +117,45 @@ def test_a_shuffle_of_a_lane_past_the_block_is_an_error():
         kernel.lockstep = lockstep
         with pytest.raises(RuntimeError, match="shuffled: a shuffle reads a lane past the block's 4 threads"):
             kernel(np.zeros(BLOCKS * THREADS, np.float32))
+
+
+def copy_to_shared_memory(offset: int, barrier: bool) -> list[UOp]:
+    """Each thread copies 4 floats (16 bytes, CUDA's cp.async) from `x` at `offset` past its own 4 into shared memory,
+    then reads its neighbour's first, after a barrier or not."""
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, 4 * THREADS + 4))
+    block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
+    thread = UOp(Ops.SPECIAL, dtypes.index, (), ("thread", THREADS))
+    shared = UOp(Ops.DEFINE_LOCAL, dtypes.float32, (), (0, 4 * THREADS))
+    copy = UOp(Ops.WIDE_COPY, src=(shared, thread * 4, x, thread * 4 + offset), arg=4)
+    waited = UOp(Ops.BARRIER, src=(copy,))
+    neighbour = (thread + 1).alu(Ops.MOD, UOp.const(dtypes.index, THREADS)) * 4
+    read = UOp(Ops.LOAD, dtypes.float32, (shared, neighbour, waited) if barrier else (shared, neighbour))
+    result = UOp(Ops.STORE, src=(out, block * THREADS + thread, read))
+    program = toposort([copy, *([waited] if barrier else []), read, result])
+    return [node for node in program if node.op is not Ops.CONST]
+
+
+def run_one_thread_at_a_time(program: list[UOp], x: np.ndarray) -> np.ndarray:
+    kernel = PythonProgram("copied", base64.b64encode(pickle.dumps(program)), (BLOCKS, THREADS))
+    kernel.lockstep = False  # (as the device runs the tensor-core programs, the only ones with copies)
+    out = np.zeros(BLOCKS * THREADS, np.float32)
+    kernel(out, x)
+    return out
+
+
+def test_a_copy_to_shared_memory_lands_at_the_next_barrier():
+    """A thread's copy (WIDE_COPY, CUDA's cp.async) lands at its next barrier, where a CUDA kernel waits for it: read
+    after the barrier it holds the values; read before, a copy another thread made is NaN (a GPU may not have landed
+    it yet)."""
+    x = np.arange(4 * THREADS + 4, dtype=np.float32)
+    expected = [4.0 * ((thread + 1) % THREADS) for _ in range(BLOCKS) for thread in range(THREADS)]
+    np.testing.assert_array_equal(run_one_thread_at_a_time(copy_to_shared_memory(0, True), x), expected)
+    assert np.isnan(run_one_thread_at_a_time(copy_to_shared_memory(0, False), x)).any()
+
+
+def test_a_copy_at_an_address_a_gpu_cannot_copy_from_is_an_error():
+    with pytest.raises(
+        RuntimeError, match="copied: a copy of 16 bytes at an address that is not a multiple of its size"
+    ):
+        run_one_thread_at_a_time(copy_to_shared_memory(2, True), np.zeros(4 * THREADS + 4, np.float32))

@@ -2,13 +2,16 @@
 matrix operations of CUDA, emulated by the mock CUDA shim and by the PYTHON device, checked against NumPy; the
 refusals; what the heuristic picks. Real tensor cores are checked only where a GPU is (CUDA=1 without MOCKCUDA)."""
 
+import base64
 import ctypes
+import pickle
 import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from support import available
+from test_cuda_runtime import run_on_the_mock
 from test_opt import kernel_of, run_with
 
 from lazygrad import Device, Tensor, dtypes
@@ -21,7 +24,7 @@ from lazygrad.device import DeviceUnavailable
 from lazygrad.engine.realize import render_kernel
 from lazygrad.helpers import MOCKCUDA
 from lazygrad.runtime.cuda_compiler import has_matrix_headers, load_nvrtc
-from lazygrad.runtime.ops_python import tf32
+from lazygrad.runtime.ops_python import PythonProgram, tf32
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 
 TC, L = OptOp.TC, OptOp.LOCAL
@@ -444,6 +447,54 @@ def test_every_way_of_copying_the_inputs_computes_the_product(device, product):
         for way in pipelines(kernel, loops_by_axis(kernel)[axis], target, False, tiles)[1:]
     ]
     assert offered[: 1 + len(variants)] == [default, *variants]
+
+
+def double_buffered_kernel(device: str):
+    """The double-buffered product `x @ w` of a reduce of 192 (two tiles per input) as generated for `device`, with
+    its arguments (an output of zeros and its inputs, flat) and the product in float64."""
+    shapes, compute, expect = DOUBLE_BUFFERED_PRODUCTS["x @ w"]
+    x, y, a, b = operands(device, shapes(192), dtypes.float16)
+    result = compute(x, y).cast(dtypes.float32)
+    kernel = kernel_of(result)
+    opts = (Opt(TC, reduce_axis(kernel), 2),)
+    (item,) = result.schedule()
+    generated = render_kernel(Device[device], item.ast, apply_opts(kernel, opts, Device[device].renderer.target), opts)
+    arguments = [np.zeros(result.numel(), np.float32), x.numpy().ravel(), y.numpy().ravel()]
+    return generated, arguments, expect(a, b)
+
+
+def test_the_mock_lands_a_copy_only_at_its_wait():
+    """On the mock a thread's copy into shared memory (cp.async) lands at its next wait, as late as a GPU may land
+    it, and its destination holds NaNs until then. So the double-buffered product computes its values, and the same
+    source without its waits (which would race on a GPU, and passed on the mock while copies landed at once)
+    computes NaNs."""
+    if not MOCKCUDA:
+        pytest.skip("the mock's copies, not a GPU's")
+    generated, arguments, expected = double_buffered_kernel(available("CUDA"))
+    wait = "LAZYGRAD_WAIT_COPIES(); "
+    assert "LAZYGRAD_COPY_ASYNC(" in generated.source and wait in generated.source
+    blocks, threads, _ = generated.launch
+    waited = run_on_the_mock(generated.source, generated.name, arguments, blocks, threads)[0]
+    np.testing.assert_allclose(waited.reshape(expected.shape), expected, rtol=2e-3, atol=8e-3)
+    unwaited = run_on_the_mock(generated.source.replace(wait, ""), generated.name, arguments, blocks, threads)[0]
+    assert np.isnan(unwaited).any()
+
+
+def test_the_python_device_lands_a_copy_only_at_the_next_barrier():
+    """The PYTHON device's copies into shared memory land at the thread's next barrier, where a CUDA kernel waits
+    for them, their destination NaN until then: the double-buffered program computes the product, and the same
+    program without its barriers computes NaNs."""
+    generated, arguments, expected = double_buffered_kernel("PYTHON")
+    program = pickle.loads(base64.b64decode(generated.source))
+    assert any(node.op is Ops.WIDE_COPY for node in program)
+    for nodes in (program, [node for node in program if node.op is not Ops.BARRIER]):
+        output = np.zeros_like(arguments[0])
+        binary = base64.b64encode(pickle.dumps(nodes))
+        PythonProgram(generated.name, binary, generated.launch)(output, *arguments[1:])
+        if nodes is program:
+            np.testing.assert_allclose(output.reshape(expected.shape), expected, rtol=2e-3, atol=8e-3)
+        else:
+            assert np.isnan(output).any()
 
 
 def test_a_way_of_copying_that_does_not_fit_is_refused_with_those_that_do():

@@ -14,8 +14,12 @@
 //   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
 // - __shfl_sync: every thread of the block puts its value out, waits for the others (a barrier), reads its
 //   partner's. Kernels shuffle where every thread of the block does, as at a barrier.
-// - cp.async (LAZYGRAD_COPY_ASYNC) copies at once: LAZYGRAD_WAIT_COPIES waits for nothing; a tile's load from
-//   shared memory in PTX (LAZYGRAD_LOAD_MATRIX) is load_matrix_sync.
+// - cp.async (LAZYGRAD_COPY_ASYNC) lands at the thread's next LAZYGRAD_WAIT_COPIES, the latest a GPU may land
+//   it, and its destination reads as all bits set (a NaN) until then: a kernel that reads a tile before waiting for
+//   it, or copies into a tile other threads still read, computes NaNs here as it would race on a GPU. A tile's
+//   load from shared memory in PTX (LAZYGRAD_LOAD_MATRIX) is load_matrix_sync.
+// - an address a GPU faults on is an error: a cp.async's not a multiple of its size, a tensor-core tile's first
+//   element not 32-byte aligned or its rows not a multiple of 16 bytes apart.
 // Inline PTX is not emulated.
 //
 // It includes no C++ library header (<cmath> alone would double the compile time), only a few of C's: the math
@@ -40,8 +44,8 @@ static inline void barrier();
 #define __shared__ static
 #define __syncthreads() lazygrad_shim::barrier()
 #define LAZYGRAD_DYNAMIC_SHARED(bytes) static __align__(32) unsigned char lazygrad_shared[bytes]
-#define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) __builtin_memcpy(to, start, bytes)
-#define LAZYGRAD_WAIT_COPIES() ((void)0)
+#define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) lazygrad_shim::copy_async(to, start, bytes)
+#define LAZYGRAD_WAIT_COPIES() lazygrad_shim::wait_copies()
 #define LAZYGRAD_LOAD_MATRIX(use, layout, shape, type, fragment, tile, ldm) \
   nvcuda::wmma::load_matrix_sync(fragment, tile, ldm)
 
@@ -57,6 +61,48 @@ struct __attribute__((aligned(16))) uint4 {
 };
 static uint3 threadIdx, blockIdx;
 static dim3 blockDim, gridDim;
+
+namespace lazygrad_shim {
+static void fail(const char *message, unsigned int block_index) {
+  fprintf(stderr, "cuda_shim: %s (block %u)\n", message, block_index);
+  __builtin_abort();
+}
+
+// What a GPU faults on or leaves undefined for an address: `what` is an error unless `address` is a multiple of
+// `alignment` bytes
+static inline void check_aligned(const void *address, unsigned long alignment, const char *what) {
+  if ((unsigned long)address % alignment != 0) fail(what, blockIdx.x);
+}
+
+// Each thread's copies in flight (cp.async), landed by its next wait: a thread with more than PENDING_COPIES lands
+// them all first (a GPU may land a copy at any time before the wait)
+struct Copy {
+  void *to;
+  const void *from;
+  unsigned int bytes;
+};
+constexpr unsigned int PENDING_COPIES = 64;
+static Copy pending[1024][PENDING_COPIES];
+static unsigned int pending_count[1024];
+
+static inline void wait_copies() {
+  unsigned int thread = threadIdx.x;
+  for (unsigned int i = 0; i < pending_count[thread]; i++) {
+    const Copy &copy = pending[thread][i];
+    __builtin_memcpy(copy.to, copy.from, copy.bytes);
+  }
+  pending_count[thread] = 0;
+}
+
+static inline void copy_async(void *to, const void *from, unsigned int bytes) {
+  check_aligned(to, bytes, "cp.async to an address that is not a multiple of its size");
+  check_aligned(from, bytes, "cp.async from an address that is not a multiple of its size");
+  unsigned int thread = threadIdx.x;
+  if (pending_count[thread] == PENDING_COPIES) wait_copies();
+  __builtin_memset(to, 0xff, bytes);  // (what the destination may hold until the copy lands: a NaN)
+  pending[thread][pending_count[thread]++] = {to, from, bytes};
+}
+}  // namespace lazygrad_shim
 
 typedef _Float16 half;
 typedef _Float16 __half;
@@ -139,6 +185,16 @@ static inline float __float_to_tf32(float value) {
   return bit_cast<float>(bits);
 }
 
+// A tile's first element must be 32-byte aligned, and its rows (or columns) a multiple of 16 bytes apart
+static inline void check_tile(const char *call, const void *memory, unsigned long stride_bytes) {
+  const char *problem = (unsigned long)memory % 32 != 0 ? "a tile whose first element is not 32-byte aligned"
+                        : stride_bytes % 16 != 0        ? "a tile whose rows are not a multiple of 16 bytes apart"
+                                                        : nullptr;
+  if (problem == nullptr) return;
+  fprintf(stderr, "cuda_shim: %s: %s (block %u)\n", call, problem, blockIdx.x);
+  __builtin_abort();
+}
+
 template <typename Use, int M, int N, int K, typename Element, typename Layout, typename Value>
 void fill_fragment(fragment<Use, M, N, K, Element, Layout> &target, Value value) {
   for (int i = 0; i < target.num_elements; i++) target.x[i] = (float)value;
@@ -146,6 +202,7 @@ void fill_fragment(fragment<Use, M, N, K, Element, Layout> &target, Value value)
 
 template <typename Use, int M, int N, int K, typename Element, typename Layout, typename Memory>
 void load_matrix_sync(fragment<Use, M, N, K, Element, Layout> &target, const Memory *memory, unsigned int ldm) {
+  check_tile("load_matrix_sync", memory, ldm * sizeof(Memory));
   using fragment_type = fragment<Use, M, N, K, Element, Layout>;
   for (int row = 0; row < fragment_type::rows; row++) {
     for (int column = 0; column < fragment_type::columns; column++) {
@@ -173,6 +230,7 @@ void mma_sync(fragment<accumulator, M, N, K, float> &result, const fragment<matr
 template <int M, int N, int K>
 void store_matrix_sync(float *memory, const fragment<accumulator, M, N, K, float> &source, unsigned int ldm,
                        layout_t layout) {
+  check_tile("store_matrix_sync", memory, ldm * sizeof(float));
   for (int i = threadIdx.x % warp_size; i < M * N; i += warp_size) {
     int row = i / N, column = i % N;
     memory[layout == mem_row_major ? row * ldm + column : column * ldm + row] = source.x[i];
@@ -299,17 +357,15 @@ static void fiber_main() {
 
 static inline void barrier() { switch_context(&running->contexts[running->current], &running->scheduler); }
 
-static void fail(const char *message, unsigned int block_index) {
-  fprintf(stderr, "cuda_shim: %s (block %u)\n", message, block_index);
-  __builtin_abort();
-}
-
 // Runs the threads of a block that synchronize, as fibers on this thread, round by round: each thread runs until it
 // reaches a barrier or its end; past the barrier once all have reached it.
 static void run_block(void (*run)(void *), void *launch, unsigned int threads, unsigned int block_index,
                       unsigned char **stacks, Context *contexts) {
   Block block = {run, launch, 0, false, {}, contexts};
-  for (unsigned int thread = 0; thread < threads; thread++) make_context(&contexts[thread], stacks[thread], fiber_main);
+  for (unsigned int thread = 0; thread < threads; thread++) {
+    make_context(&contexts[thread], stacks[thread], fiber_main);
+    pending_count[thread] = 0;  // (copies a thread of the last block never waited for never land)
+  }
   running = &block;
   for (bool waiting = true; waiting;) {
     unsigned int ended = 0;

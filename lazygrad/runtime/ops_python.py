@@ -36,7 +36,7 @@ class PythonRenderer(Renderer):
         block_threads=8,
         shared_memory=1 << 16,
         shuffle_lanes=WARP,  # (CUDA's warp: the same shuffles as CUDA's kernels)
-        async_copies=True,  # (CUDA's double-buffered tiles: its copies are made at once)
+        async_copies=True,  # (CUDA's double-buffered tiles: its copies land at the next barrier)
         cores=4,  # (few, as its blocks are small: a reduce into one value is split, as on a GPU)
         tensor_cores=(  # CUDA's, emulated
             TensorCore((16, 16, 16), dtypes.float16),
@@ -179,9 +179,13 @@ class PythonProgram:
                 counter += 1
 
     def run(self, memory: dict[int, np.ndarray], shared: dict[UOp, np.ndarray], block: int, thread: int):
-        """One thread's run of the program, yielding True at each barrier."""
+        """One thread's run of the program, yielding True at each barrier. Its copies to shared memory (WIDE_COPY,
+        CUDA's cp.async) land at its next barrier, as late as a GPU may land them, their destination all bits set
+        (a NaN) until then: a program that reads a tile before the barrier after its copies, or copies into a tile
+        other threads still read, computes NaNs, as it would race on a GPU."""
         values: dict[UOp, object] = {}
         accumulators: dict[UOp, object] = {}
+        copies: list[tuple[np.ndarray, int, np.ndarray, int]] = []  # (destination, start, source, count)
 
         def value(node: UOp):
             return node.arg if node.op is Ops.CONST else values[node]
@@ -203,7 +207,10 @@ class PythonProgram:
                 values[node] = block if node.arg[0] == "block" else thread
             elif op is Ops.DEFINE_LOCAL:
                 shared.setdefault(node, np.zeros(node.arg[1], node.dtype.np))
-            elif op is Ops.BARRIER:
+            elif op is Ops.BARRIER:  # (the thread's copies land first: a CUDA kernel waits for them there)
+                for to, start, source, count in copies:
+                    to[:] = source[start : start + count]
+                copies.clear()
                 yield True
             elif op is Ops.SHUFFLE:  # (every thread puts its value out, then reads its partner's once all have)
                 exchange = shared.setdefault(node, {})
@@ -223,17 +230,26 @@ class PythonProgram:
                 valid = local or len(src) < 3 or value(src[2])
                 values[node] = buffer[value(src[1])].item() if valid else node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
-            elif op is Ops.WIDE_COPY:
+            elif op is Ops.WIDE_COPY:  # (it lands at the next barrier, all bits set until then: see `run`)
                 if len(src) < 5 or value(src[4]):
-                    start, source = value(src[3]), memory[src[2].arg[0]]
-                    shared[src[0]][value(src[1]) : value(src[1]) + node.arg] = source[start : start + node.arg]
+                    if value(src[1]) % node.arg or value(src[3]) % node.arg:  # (its elements' bytes, as a GPU needs)
+                        raise RuntimeError(
+                            f"{self.name}: a copy of {node.arg * src[0].dtype.itemsize} bytes at an address that is "
+                            "not a multiple of its size"
+                        )
+                    to = shared[src[0]][value(src[1]) : value(src[1]) + node.arg]
+                    to.view(np.uint8)[:] = 0xFF
+                    copies.append((to, value(src[3]), memory[src[2].arg[0]], node.arg))
             elif op is Ops.WMMA:
                 # (no accumulator: the product is the whole reduce)
                 added = value(src[WMMA_SOURCES]) if len(src) > WMMA_SOURCES else 0.0
+                check_tile(self.name, value(src[2]), node.arg[5], src[0].dtype.itemsize)
+                check_tile(self.name, value(src[3]), node.arg[6], src[1].dtype.itemsize)
                 tiles = shared[src[0]][value(src[2]) :], shared[src[1]][value(src[3]) :]
                 values[node] = multiply_accumulate(node.arg, *tiles, added)
             elif op is Ops.STORE and isinstance(value(src[2]), np.ndarray):
                 # a warp's store of its accumulator (row-major): each of its threads stores every 32nd value
+                check_tile(self.name, value(src[1]), value(src[2]).shape[1], src[0].dtype.itemsize)
                 start, fragment = value(src[1]) + thread % WARP, value(src[2]).reshape(-1)
                 shared[src[0]][start : start + fragment.size : WARP] = fragment[thread % WARP :: WARP]
             elif op is Ops.STORE:
@@ -247,6 +263,16 @@ class PythonProgram:
             elif op is not Ops.DEFINE_GLOBAL and op is not Ops.PREFETCH:  # (a PREFETCH: its copies run)
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1
+
+
+def check_tile(name: str, start: int, stride: int, itemsize: int) -> None:
+    """A tensor-core tile's first element must be 32-byte aligned and its rows a multiple of 16 bytes apart, as
+    CUDA's load_matrix_sync and store_matrix_sync require (cuda_shim.h checks the same)."""
+    if start * itemsize % 32 or stride * itemsize % 16:
+        raise RuntimeError(
+            f"{name}: a tensor-core tile at byte {start * itemsize} of its memory, its rows {stride * itemsize} bytes "
+            "apart: a GPU needs a multiple of 32 bytes and of 16"
+        )
 
 
 def shuffle_partner(name: str, thread, lane, threads: int):
