@@ -751,6 +751,53 @@ def test_mock_kernels_that_would_break_on_a_gpu_fail_loudly(nvrtc, body, failure
         assert f"cuda_shim: {failure}" in result.stderr, result.stderr
 
 
+HEAVY = """extern "C" __global__ void heavy(float* out, const float* x) {
+  float a[96];  // (live all at once: ptxas gives the kernel over 64 registers a thread)
+  #pragma unroll
+  for (int i = 0; i < 96; i++) a[i] = x[threadIdx.x + 1024 * i];
+  #pragma unroll
+  for (int r = 0; r < 4; r++) {
+    #pragma unroll
+    for (int i = 0; i < 96; i++) a[i] = a[i] * a[(i + 7) % 96] + 1.0f;
+  }
+  float total = 0.0f;
+  #pragma unroll
+  for (int i = 0; i < 96; i++) total += a[i];
+  out[threadIdx.x] = total;
+}
+"""
+
+
+def test_mock_launches_fail_where_the_gpu_lacks_registers_or_shared_memory(nvrtc):
+    """A launch is checked as an A100 checks it: ptxas' count of a kernel's registers (over 64 a thread) keeps a
+    block of 1,024 threads from launching, while one of 256 computes; dynamic shared memory past 48 KiB must be
+    allowed first, up to the GPU's limit; a block has at most 1,024 threads."""
+    x = np.random.default_rng(3).random(1024 * 96, dtype=np.float32)
+    out, _ = run_on_the_mock(HEAVY, "heavy", [np.zeros(1024, np.float32), x], grid=1, block=256)
+    a = x.reshape(96, 1024)[:, :256].copy()
+    for _ in range(4):
+        for i in range(96):
+            a[i] = a[i] * a[(i + 7) % 96] + np.float32(1)
+    np.testing.assert_allclose(out[:256], a.sum(axis=0), rtol=1e-5)
+    driver = cuda_mock.MockDriver()
+    driver.set_current_context(driver.primary_context(0))
+    function = driver.module_function(driver.module_load(cuda_compiler.MockCUDACompiler().compile(HEAVY)), "heavy")
+    assert function.registers > 64 and function.static_shared == 0
+    values, params = ops_cuda.argument_array(2)
+    values[:] = [driver.mem_alloc(1024 * 4), driver.mem_alloc(x.nbytes)]
+    stream = driver.stream_create()
+    with pytest.raises(CUDAError, match=r"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES .*1024 threads of \d+ registers"):
+        driver.launch(function, 1, 1024, stream, params)
+    with pytest.raises(CUDAError, match=r"CUDA_ERROR_INVALID_VALUE \(a block of 2048 threads"):
+        driver.launch(function, 1, 2048, stream, params)
+    with pytest.raises(CUDAError, match=r"CUDA_ERROR_INVALID_VALUE \(65536 bytes of dynamic shared memory, 49152"):
+        driver.launch(function, 1, 32, stream, params, shared=64 * 1024)
+    driver.allow_shared_memory(function, 64 * 1024)
+    driver.launch(function, 1, 32, stream, params, shared=64 * 1024)
+    with pytest.raises(CUDAError, match="cuFuncSetAttribute failed: CUDA_ERROR_INVALID_VALUE"):
+        driver.allow_shared_memory(function, 200 * 1024)
+
+
 # ---- compiling -----------------------------------------------------------------------------------------------------
 
 SAXPY = 'extern "C" __global__ void saxpy(float* out, const float* x) { out[threadIdx.x] += 2.0f * x[threadIdx.x]; }'
@@ -875,7 +922,7 @@ def test_a_gpu_that_cannot_be_opened_says_why(monkeypatch, nvrtc):
 def test_the_device_report_describes_the_mock_device(tmp_path, nvrtc):
     report = device_report(MOCKCUDA="1", LAZYGRAD_CACHE=str(tmp_path))
     assert report["CUDA"] == (
-        f"available: the CPU (MOCKCUDA=1), compute capability 8.0, compute_80 (PTX), driver none (MOCKCUDA), "
+        f"available: the CPU (MOCKCUDA=1), compute capability 8.0, sm_80 (CUBIN), driver none (MOCKCUDA), "
         f"NVRTC {nvrtc.version}"
     )
 

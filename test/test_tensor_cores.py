@@ -3,7 +3,6 @@ matrix operations of CUDA, emulated by the mock CUDA shim and by the PYTHON devi
 refusals; what the heuristic picks. Real tensor cores are checked only where a GPU is (CUDA=1 without MOCKCUDA)."""
 
 import base64
-import ctypes
 import pickle
 import re
 from types import SimpleNamespace
@@ -23,7 +22,7 @@ from lazygrad.codegen.tensor_cores import pipelines
 from lazygrad.device import DeviceUnavailable
 from lazygrad.engine.realize import render_kernel
 from lazygrad.helpers import MOCKCUDA
-from lazygrad.runtime.cuda_compiler import has_matrix_headers, load_nvrtc
+from lazygrad.runtime.cuda_compiler import has_matrix_headers, kernel_resources, load_nvrtc
 from lazygrad.runtime.ops_python import PythonProgram, tf32
 from lazygrad.uop.ops import LoopKind, Ops, UOp
 
@@ -518,25 +517,9 @@ def test_a_way_of_copying_that_does_not_fit_is_refused_with_those_that_do():
 
 def ptxas_usage(source: str, target: str) -> tuple[int, int]:
     """(registers a thread, bytes spilled) that ptxas reports for the kernel in `source` compiled for `target`."""
-    nvrtc = load_nvrtc()
-    program = ctypes.c_void_p()
-    nvrtc.check(nvrtc.library.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"k.cu", 0, None, None))
-    # (the options the CUDA device compiles with, and ptxas' report)
-    options = [
-        f"--gpu-architecture={target}",
-        f"--include-path={nvrtc.include_directory}",
-        "--fmad=false",
-        "-Xptxas=-v",
-    ]
-    try:
-        array = (ctypes.c_char_p * len(options))(*map(str.encode, options))
-        status = nvrtc.library.nvrtcCompileProgram(program, len(options), array)
-        log = nvrtc.read(program, "ProgramLog").decode()
-        assert status == 0, log
-    finally:
-        nvrtc.library.nvrtcDestroyProgram(ctypes.byref(program))
+    _, log = load_nvrtc().build(source, target, ("-Xptxas=-v",))
     spilled = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    return int(re.search(r"Used (\d+) registers", log).group(1)), int(spilled.group(1)) + int(spilled.group(2))
+    return kernel_resources(log)[0], int(spilled.group(1)) + int(spilled.group(2))
 
 
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])

@@ -39,7 +39,9 @@ SHIM_FLAGS = (
     "-fPIC",
 )
 SHIM_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h")  # what cuda_shim.h stands in for
-MOCK_TARGET = "compute_80"  # MOCKCUDA has no GPU: PTX for a fixed architecture checks the source
+# MOCKCUDA has no GPU: a CUBIN for a fixed architecture (an A100's, as the mock driver says it is) checks the source,
+# and ptxas reports each kernel's registers and shared memory, which the mock's launches check as the driver would
+MOCK_TARGET = "sm_80"
 
 
 def site_directories() -> list[str]:
@@ -120,6 +122,10 @@ class NVRTC:
     def compile(self, source: str, target: str) -> bytes:
         """A CUBIN (`target` "sm_90") or PTX (`target` "compute_90") for `source`; a compile error raises with the
         source and NVRTC's log."""
+        return self.build(source, target)[0]
+
+    def build(self, source: str, target: str, options: tuple[str, ...] = ()) -> tuple[bytes, str]:
+        """`compile` with more NVRTC `options` ("-Xptxas=-v": ptxas reports each kernel's registers), and the log."""
         program = ctypes.c_void_p()
         self.check(
             self.library.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"kernel.cu", 0, None, None),
@@ -127,13 +133,18 @@ class NVRTC:
         )
         try:
             # --fmad=false: the renderer writes the multiply-adds it fuses (CStyleRenderer.fused_multiply_add)
-            options = [f"--gpu-architecture={target}", f"--include-path={self.include_directory}", "--fmad=false"]
+            options = [
+                f"--gpu-architecture={target}",
+                f"--include-path={self.include_directory}",
+                "--fmad=false",
+                *options,
+            ]
             option_array = (ctypes.c_char_p * len(options))(*(option.encode() for option in options))
             status = self.library.nvrtcCompileProgram(program, len(options), option_array)
+            log = self.read(program, "ProgramLog").decode(errors="replace")
             if status != 0:
-                log = self.read(program, "ProgramLog").decode(errors="replace")
                 raise RuntimeError(f"CUDA: NVRTC failed to compile\n{source}\n{log}")
-            return self.read(program, "CUBIN" if target.startswith("sm_") else "PTX")
+            return self.read(program, "CUBIN" if target.startswith("sm_") else "PTX"), log
         finally:
             self.library.nvrtcDestroyProgram(ctypes.byref(program))
 
@@ -200,8 +211,9 @@ def _is_version(text: str) -> bool:
 
 
 class MockCUDACompiler(NVRTCCompiler):
-    """CUDA C → PTX (checked, then dropped) → the same source as C++ with cuda_shim.h → a shared library whose
-    `lazygrad_launch_<kernel>(params, grid, block)` runs the kernel on the CPU."""
+    """CUDA C → CUBIN (checked, then dropped, but for the registers and shared memory ptxas reports) → the same
+    source as C++ with cuda_shim.h → a shared library whose `lazygrad_launch_<kernel>(params, grid, block)` runs the
+    kernel on the CPU, and whose `lazygrad_resources_<kernel>` holds those two numbers."""
 
     def __init__(self):
         super().__init__(MOCK_TARGET)
@@ -210,11 +222,12 @@ class MockCUDACompiler(NVRTCCompiler):
             raise DeviceUnavailable("CUDA: MOCKCUDA=1 needs g++ to run kernels on the CPU — apt-get install g++")
         with open(SHIM_PATH, "rb") as file:
             shim_hash = hashlib.sha256(file.read() + str(SHIM_FLAGS).encode()).hexdigest()[:12]
-        self.cache_name = f"cuda-mock-nvrtc{self.nvrtc.version}-{shim_hash}"
+        self.cache_name = f"cuda-mock-{MOCK_TARGET}-nvrtc{self.nvrtc.version}-{shim_hash}"
 
     def compile(self, source: str) -> bytes:
-        super().compile(source)
-        name = re.search(r"__global__ void (\w+)\(", source).group(1)
+        _, log = self.nvrtc.build(source, self.target, ("-Xptxas=-v",))
+        name = re.search(r"__global__ (?:__launch_bounds__\(\d+\) )?void (\w+)\(", source).group(1)
+        registers, shared = kernel_resources(log)
         cooperative = any(word in source for word in ("__syncthreads", "__shared__", "__shfl_sync"))
         # the shim replaces the CUDA headers; the kernel itself is compiled unchanged
         body = source
@@ -224,6 +237,7 @@ class MockCUDACompiler(NVRTCCompiler):
             f'extern "C" void lazygrad_launch_{name}(void **params, unsigned int grid, unsigned int block) {{\n'
             f"  lazygrad_shim::launch({name}, params, grid, block, {str(cooperative).lower()});\n"
             "}\n"
+            f'extern "C" const unsigned int lazygrad_resources_{name}[2] = {{{registers}, {shared}}};\n'
         )
         with tempfile.TemporaryDirectory() as directory:
             output = os.path.join(directory, "kernel.so")
@@ -233,3 +247,12 @@ class MockCUDACompiler(NVRTCCompiler):
                 raise RuntimeError(f"CUDA: g++ failed to compile the mock kernel\n{body}{launcher}\n{result.stderr}")
             with open(output, "rb") as file:
                 return file.read()
+
+
+def kernel_resources(log: str) -> tuple[int, int]:
+    """(registers a thread, bytes of static shared memory) of the one kernel ptxas compiled, from its -v report."""
+    used = re.search(r"Used (\d+) registers([^\n]*)", log)  # ("Used 32 registers, used 1 barriers, 2048 bytes smem")
+    if used is None:
+        raise RuntimeError(f"CUDA: ptxas reported no register count for the mock kernel\n{log}")
+    shared = re.search(r"(\d+) bytes smem", used.group(2))
+    return int(used.group(1)), int(shared.group(1)) if shared else 0

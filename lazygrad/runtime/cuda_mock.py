@@ -1,11 +1,14 @@
 """`MockDriver`: the driver calls the CUDA runtime makes (see cuda_driver.py), carried out on the CPU for `CUDA=1
 MOCKCUDA=1`, so that every test run without a GPU goes through the same runtime code as a GPU would.
 
-Modules are the shared libraries MockCUDACompiler builds (a kernel and its `lazygrad_launch_<name>` entry), device
-and pinned memory are host memory, and work runs when it is issued, so streams and events have nothing to wait for
-(an event holds the host clock's time). A graph keeps copies of its kernels' argument values, as the driver does.
-Contexts follow the driver's rules: each thread has its own current context, none at first, and every call but the
-context ones fails with "invalid device context" unless the primary context is current on the calling thread.
+Modules are the shared libraries MockCUDACompiler builds (a kernel, its `lazygrad_launch_<name>` entry and the
+registers and shared memory ptxas gave it). A launch that an A100 would refuse fails as it would there: a block of
+more than 1,024 threads, or of more registers than a multiprocessor has, or asking for more shared memory than
+allowed. Device and pinned memory are host memory, and work runs when it is issued, so streams and events have
+nothing to wait for (an event holds the host clock's time). A graph keeps copies of its kernels' argument values,
+as the driver does. Contexts follow the driver's rules: each thread has its own current context, none at first, and
+every call but the context ones fails with "invalid device context" unless the primary context is current on the
+calling thread.
 """
 
 from __future__ import annotations
@@ -25,6 +28,43 @@ from lazygrad.runtime.ops_cpu import load_shared_library
 PRIMARY_CONTEXT = 0x1000
 ALIGNMENT = 64  # every allocation starts on a 64-byte boundary, as the kernels' vector loads expect
 LAUNCH_TYPES = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+# an A100's limits, which a launch is checked against: its threads, a multiprocessor's registers (given out to each
+# warp in steps of 256), shared memory without asking (48 KiB) and with (`allow_shared_memory`)
+MAX_THREADS, REGISTERS, REGISTER_STEP, WARP = 1024, 65536, 256, 32
+SHARED_BYTES, MAX_SHARED_BYTES = 48 * 1024, 163 * 1024
+INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES = 1, 701
+
+
+class MockFunction:
+    """A kernel of a loaded module: its entry `run(params, grid, block)`, what ptxas gave it (registers a thread,
+    bytes of static shared memory) and the dynamic shared memory its launches may ask for."""
+
+    __slots__ = ("run", "registers", "static_shared", "dynamic_shared")
+
+    def __init__(self, run, registers: int, static_shared: int):
+        self.run, self.registers, self.static_shared = run, registers, static_shared
+        self.dynamic_shared = SHARED_BYTES - static_shared
+
+    def check(self, call: str, block: int, shared: int) -> None:
+        """Fail as the driver would a launch of `block` threads asking for `shared` bytes of dynamic shared memory
+        that the GPU cannot run: too many threads, registers, or shared memory."""
+        if not 0 < block <= MAX_THREADS:
+            raise CUDAError(call, INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", f"a block of {block} threads")
+        per_warp = -(-self.registers * WARP // REGISTER_STEP) * REGISTER_STEP
+        if -(-block // WARP) * per_warp > REGISTERS:
+            raise CUDAError(
+                call,
+                LAUNCH_OUT_OF_RESOURCES,
+                "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+                f"too many resources requested for launch: {block} threads of {self.registers} registers",
+            )
+        if shared > self.dynamic_shared:
+            raise CUDAError(
+                call,
+                INVALID_VALUE,
+                "CUDA_ERROR_INVALID_VALUE",
+                f"{shared} bytes of dynamic shared memory, {self.dynamic_shared} allowed",
+            )
 
 
 def copy_params(params: ctypes.Array) -> tuple[ctypes.Array, ctypes.Array]:
@@ -74,10 +114,13 @@ class MockDriver:
         return 108  # an A100's, as the compute capability is
 
     def max_shared_memory(self, device: int) -> int:
-        return 163 * 1024  # an A100's opt-in limit
+        return MAX_SHARED_BYTES
 
-    def allow_shared_memory(self, function, nbytes: int) -> None:
+    def allow_shared_memory(self, function: MockFunction, nbytes: int) -> None:
         self.require_context("cuFuncSetAttribute")
+        if nbytes + function.static_shared > MAX_SHARED_BYTES:
+            raise CUDAError("cuFuncSetAttribute", INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument")
+        function.dynamic_shared = max(function.dynamic_shared, nbytes)
 
     def primary_context(self, device: int) -> int:
         return PRIMARY_CONTEXT
@@ -100,14 +143,16 @@ class MockDriver:
         self.require_context("cuModuleUnload")
         _ctypes.dlclose(self.modules.pop(module)._handle)
 
-    def module_function(self, module: int, name: str):
+    def module_function(self, module: int, name: str) -> MockFunction:
         self.require_context("cuModuleGetFunction")
+        library = self.modules[module]
         try:
-            function = getattr(self.modules[module], f"lazygrad_launch_{name}")
+            run = getattr(library, f"lazygrad_launch_{name}")
         except AttributeError:
             raise CUDAError("cuModuleGetFunction", 500, "CUDA_ERROR_NOT_FOUND", "named symbol not found") from None
-        function.argtypes, function.restype = LAUNCH_TYPES, None
-        return function
+        run.argtypes, run.restype = LAUNCH_TYPES, None
+        registers, static_shared = (ctypes.c_uint * 2).in_dll(library, f"lazygrad_resources_{name}")
+        return MockFunction(run, registers, static_shared)
 
     # ---- memory ----
 
@@ -145,9 +190,12 @@ class MockDriver:
     def stream_synchronize(self, stream: int) -> None:
         self.require_context("cuStreamSynchronize")
 
-    def launch(self, function, grid: int, block: int, stream: int, params: ctypes.Array, shared: int = 0) -> None:
+    def launch(
+        self, function: MockFunction, grid: int, block: int, stream: int, params: ctypes.Array, shared: int = 0
+    ) -> None:
         self.require_context("cuLaunchKernel")
-        function(params, grid, block)
+        function.check("cuLaunchKernel", block, shared)
+        function.run(params, grid, block)
 
     def prepared_launch(self, function, grid: int, block: int, stream: int, params: ctypes.Array, shared: int = 0):
         return lambda: self.launch(function, grid, block, stream, params, shared)  # (`launch` looked up each time)
@@ -179,9 +227,12 @@ class MockDriver:
         self, graph: int, dependency, function, grid: int, block: int, params: ctypes.Array, shared: int = 0
     ) -> int:
         self.require_context("cuGraphAddKernelNode")
+        function.check("cuGraphAddKernelNode", block, shared)
         nodes = self.graphs[graph]
         if dependency is not None and dependency != len(nodes) - 1:
-            raise CUDAError("cuGraphAddKernelNode", 1, "CUDA_ERROR_INVALID_VALUE", "the mock builds chains only")
+            raise CUDAError(
+                "cuGraphAddKernelNode", INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "the mock builds chains only"
+            )
         nodes.append((function, grid, block, copy_params(params)))
         return len(nodes) - 1
 
@@ -195,12 +246,13 @@ class MockDriver:
         self, executable: int, node: int, function, grid: int, block: int, params, shared: int = 0
     ) -> None:
         self.require_context("cuGraphExecKernelNodeSetParams")
+        function.check("cuGraphExecKernelNodeSetParams", block, shared)
         self.graphs[executable][node] = (function, grid, block, copy_params(params))
 
     def graph_launch(self, executable: int, stream: int) -> None:
         self.require_context("cuGraphLaunch")
         for function, grid, block, (_, params) in self.graphs[executable]:
-            function(params, grid, block)
+            function.run(params, grid, block)
 
     def graph_destroy(self, graph: int, executable: int) -> None:
         self.require_context("cuGraphDestroy")

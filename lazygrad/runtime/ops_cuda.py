@@ -15,8 +15,9 @@ Memory. Freed blocks stay with the allocator and serve later requests of their s
 allocator (`Device["CUDA"].allocator.stats()` and `.empty_cache()`). Copies go through pinned staging buffers, so a
 copy to the GPU returns without waiting for the kernels queued before it.
 
-`MOCKCUDA=1` runs all of this without a GPU over MockDriver (cuda_mock.py): NVRTC still compiles every kernel to PTX
-to check it, and the CPU runs the same source through cuda_shim.h.
+`MOCKCUDA=1` runs all of this without a GPU over MockDriver (cuda_mock.py): NVRTC still compiles every kernel for an
+A100 to check it (and each launch is checked against that GPU's registers and shared memory), and the CPU runs the
+same source through cuda_shim.h.
 """
 
 from __future__ import annotations
