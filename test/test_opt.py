@@ -439,6 +439,17 @@ def test_thread_actions_keep_the_product(threaded, opts):
     np.testing.assert_allclose(run_with(a @ b, opts), a_data @ b_data, rtol=1e-4, atol=1e-5)
 
 
+def test_a_block_of_1024_threads_launches_however_many_registers_its_threads_would_hold():
+    """A CUDA block of more than 256 threads is told to ptxas (`__launch_bounds__`), which then gives a thread at most
+    the 64 registers a block of 1,024 can have: a thread's 64 accumulators (96 registers unbounded: the block would
+    not launch) spill instead, and the product runs on the mock, which checks an A100's registers at each launch."""
+    device = available("CUDA")
+    a_data, b_data = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    a, b = (Tensor(data, device=device).realize() for data in (a_data, b_data))
+    opts = (Opt(L, 0, 32), Opt(L, 2, 32), Opt(U, 0, 8), Opt(U, 2, 8))
+    np.testing.assert_allclose(run_with(a @ b, opts), a_data @ b_data, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "max", "any"])
 def test_a_group_reduction_of_every_kind(threaded, reduce):
     # (data of its own: drawn from the shared generator, it depended on the tests run before it in the same process,

@@ -1,7 +1,7 @@
 // cuda_shim.h: just enough of CUDA to run lazygrad's CUDA C kernels on the CPU (CUDA=1 MOCKCUDA=1).
 //
 // The kernel source is compiled unchanged as C++ (g++ -std=c++17) after this header:
-// - __global__/__device__ mean nothing; a kernel is an ordinary function;
+// - __global__/__device__/__launch_bounds__ mean nothing; a kernel is an ordinary function;
 // - blockIdx/threadIdx/blockDim/gridDim are variables set before each thread runs;
 // - __shared__ is static storage, shared by every thread; blocks run one after another when a kernel uses it;
 //   dynamic shared memory (LAZYGRAD_DYNAMIC_SHARED, whose size the renderer writes) is a static array of that size;
@@ -37,6 +37,7 @@ static inline void barrier();
 }
 
 #define __global__
+#define __launch_bounds__(threads)
 #define __device__
 #define __host__
 #define __forceinline__ inline

@@ -778,6 +778,7 @@ LOAD_MATRIX = """#ifndef LAZYGRAD_LOAD_MATRIX
 # the most shared memory a CUDA kernel may declare; a block that needs more asks for it at launch (dynamic shared
 # memory, up to the device's opt-in limit: `Target.shared_memory`)
 STATIC_SHARED_BYTES = 48 * 1024
+MOST_THREADS_UNBOUNDED = 256  # a block of more gets __launch_bounds__ (see CUDARenderer.render)
 SHARED_ALIGNMENT = 32  # (load/store_matrix_sync want 32-byte aligned tiles)
 DYNAMIC_SHARED = """#ifndef LAZYGRAD_DYNAMIC_SHARED
 #define LAZYGRAD_DYNAMIC_SHARED(bytes) extern __shared__ __align__(32) unsigned char lazygrad_shared[]
@@ -867,7 +868,6 @@ class CUDARenderer(CStyleRenderer):
     whose shared memory passes STATIC_SHARED_BYTES gets it as one dynamic array (`dynamic_shared_bytes`), each
     DEFINE_LOCAL a pointer into it."""
 
-    kernel_prefix = 'extern "C" __global__ '
     can_join = False  # (its runtime builds a program per kernel)
     vector_accumulators = False
     simd_reductions = False
@@ -987,6 +987,12 @@ class CUDARenderer(CStyleRenderer):
     def render(self, name: str, program: list[UOp]) -> str:
         threads = next((node.arg[1] for node in program if node.op is Ops.SPECIAL and node.arg[0] == "thread"), 1)
         self.lanes = shuffle_mask(threads)
+        # A block of more than 256 threads (BEAM's larger ones) is told to ptxas, so that it gives a thread no more
+        # registers than a block of them can have: a kernel of over 64 a thread does not launch in a block of 1,024
+        # (ptxas spills instead). Smaller blocks always fit (255 registers a thread at most): ptxas allocates as it
+        # sees fit, bounds would change that (it gave a 32-thread block's reduce twice the registers).
+        bounds = f"__launch_bounds__({threads}) " if threads > MOST_THREADS_UNBOUNDED else ""
+        self.kernel_prefix = f'extern "C" __global__ {bounds}'
         self.fragments, self.fragment_values, self.matrix_memory = self.fragments_of(program)
         self.loaded_fragments: dict[tuple, str] = {}  # the tiles loaded since the last barrier or loop boundary
         layout = self.shared_layout(program, self.matrix_memory)
