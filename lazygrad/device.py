@@ -26,6 +26,11 @@ class DeviceUnavailable(RuntimeError):
     """A device that cannot run here; the message says why and how to fix it."""
 
 
+class LaunchRefused(RuntimeError):
+    """A kernel the device cannot run in blocks (work-groups) of the size it was shaped for: its threads would need
+    more registers than a block of them can have. BEAM passes over such a candidate."""
+
+
 class _DeviceRegistry:
     """`Device.DEFAULT` names the default device; `Device["LLVM"]` is the (lazily created) device object."""
 

@@ -26,7 +26,7 @@ import pytest
 
 from lazygrad import Device, Tensor, TinyJit, dtypes
 from lazygrad.codegen.renderer.cstyle import ASYNC_COPIES
-from lazygrad.device import CORES, Compiler, DeviceUnavailable
+from lazygrad.device import CORES, Buffer, Compiler, DeviceUnavailable
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of
 from lazygrad.helpers import DEVICE_ENV_VARS, MOCKCUDA, Context
@@ -796,6 +796,21 @@ def test_mock_launches_fail_where_the_gpu_lacks_registers_or_shared_memory(nvrtc
     driver.launch(function, 1, 32, stream, params, shared=64 * 1024)
     with pytest.raises(CUDAError, match="cuFuncSetAttribute failed: CUDA_ERROR_INVALID_VALUE"):
         driver.allow_shared_memory(function, 200 * 1024)
+
+
+def test_a_cuda_kernel_in_blocks_larger_than_its_registers_allow_is_refused():
+    """A launch the GPU refuses for its registers is a LaunchRefused naming the kernel and its block, which BEAM
+    passes over; a block the registers allow runs."""
+    if not MOCKCUDA:
+        pytest.skip("a kernel of known registers on the mock")
+    from lazygrad.device import LaunchRefused
+
+    device = Device["CUDA"]
+    binary = device.compiler.compile(HEAVY)
+    out, x = Buffer("CUDA", 1024, dtypes.float32), Buffer("CUDA", 1024 * 96, dtypes.float32)
+    device.runtime("heavy", binary, (1, 256, 0))(out.handle, x.handle)
+    with pytest.raises(LaunchRefused, match="CUDA: kernel heavy cannot run in blocks of 1024 threads: .*RESOURCES"):
+        device.runtime("heavy", binary, (1, 1024, 0))(out.handle, x.handle)
 
 
 # ---- compiling -----------------------------------------------------------------------------------------------------

@@ -226,6 +226,21 @@ def test_opencl_group_reductions_run_on_pocl(dtype, values):
     np.testing.assert_allclose(output.numpy().astype(np.float64), np.float64(expected), rtol=1e-3)
 
 
+def test_an_opencl_kernel_in_work_groups_larger_than_the_driver_runs_is_refused():
+    """A kernel's work-groups may not pass what the driver runs of that kernel (NVIDIA's lowers it for a kernel of
+    many registers): the program says so when made, and BEAM passes over such a candidate."""
+    device = Device[available("GPU")]
+    from lazygrad.device import LaunchRefused
+    from lazygrad.runtime.ops_gpu import CLProgram
+
+    built = device.cl.Program(device.context, "__kernel void probe(__global float* x) {}").build()
+    kernel = device.cl.Kernel(built, "probe")
+    most = kernel.get_work_group_info(device.cl.kernel_work_group_info.WORK_GROUP_SIZE, device.device)
+    assert CLProgram(device, kernel, (1, most)).local_size == most
+    with pytest.raises(LaunchRefused, match=f"GPU: kernel probe cannot run in work-groups of {2 * most}: this device "):
+        CLProgram(device, kernel, (1, 2 * most))
+
+
 def test_beam_times_opencl_kernels_by_their_profiling_events(monkeypatch):
     """A candidate's timed runs are the device's own times of the kernel (its launch's profiling event), not the
     host's clock around the launch and the wait."""

@@ -486,6 +486,41 @@ def test_beam_search_times_action_lists_and_keeps_the_choice(tmp_path, monkeypat
     assert loaded_code(item.device) == loaded
 
 
+def test_beam_search_passes_over_a_candidate_the_device_cannot_run(tmp_path, monkeypatch, capfd):
+    """A candidate whose blocks the device refuses (LaunchRefused: registers) takes forever; the search chooses
+    among the others, and fails only where it can run none."""
+    from lazygrad import diskcache
+    from lazygrad.codegen.heuristic import candidate_opts
+    from lazygrad.codegen.lower import lower_kernel
+    from lazygrad.codegen.opt import prepare
+    from lazygrad.device import LaunchRefused
+    from lazygrad.engine import realize, search
+    from lazygrad.helpers import BEAM, Context
+
+    monkeypatch.setattr(search, "disk_cache", diskcache.DiskCache(str(tmp_path)))
+    monkeypatch.setattr(BEAM, "value", 3)
+    a, b = np.ones((48, 96), np.float32), np.ones((96, 80), np.float32)
+    (item,) = (Tensor(a) @ Tensor(b)).schedule()
+    device = Device[item.device]
+    kernel = prepare(lower_kernel(item.ast))
+    candidates = candidate_opts(kernel, device.renderer.target)[:3]
+
+    def refusing(refused):
+        def build(opts):
+            if opts in refused:
+                raise LaunchRefused(f"refused {len(refused)}")
+            return realize.build_candidate(device, item.ast, kernel, opts)
+
+        return build
+
+    with Context(DEBUG=1):
+        assert search.beam_opts(device, item.ast, kernel, refusing(candidates[:1])) in candidates[1:]
+    assert "cannot run: refused 1" in capfd.readouterr().out
+    monkeypatch.setattr(search, "disk_cache", diskcache.DiskCache(str(tmp_path / "again")))  # (not the kept choice)
+    with pytest.raises(LaunchRefused, match="BEAM: the device runs none of the 3 candidates of kernel"):
+        search.beam_opts(device, item.ast, kernel, refusing(candidates))
+
+
 def test_beam_search_times_block_sizes_on_a_device_with_threads(tmp_path, monkeypatch):
 
     from lazygrad import diskcache

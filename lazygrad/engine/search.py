@@ -19,7 +19,7 @@ from typing import Any
 
 from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts
 from lazygrad.codegen.opt import Opt
-from lazygrad.device import Buffer, Device
+from lazygrad.device import Buffer, Device, LaunchRefused
 from lazygrad.diskcache import disk_cache
 from lazygrad.helpers import BEAM, DEBUG
 from lazygrad.uop.ops import UOp
@@ -56,6 +56,8 @@ def beam_opts(device: Any, ast: UOp, prepared: UOp, build: Build) -> Opts:
             print(f"BEAM: ignoring the kept choice {kept.decode(errors='replace')}: {why}")
     timings = {opts: _time_candidate(build, opts) for opts in candidates}
     best = min(timings, key=timings.get)
+    if timings[best] == float("inf"):
+        raise LaunchRefused(f"BEAM: the device runs none of the {len(candidates)} candidates of kernel {key}")
     if DEBUG >= 1:
         listed = ", ".join(f"[{' '.join(map(str, opts))}]: {seconds * 1e3:.3f} ms" for opts, seconds in timings.items())
         print(f"BEAM: {listed} -> [{' '.join(map(str, best))}]")
@@ -83,12 +85,17 @@ def decode_choice(kept: bytes) -> tuple[Opts | None, int]:
 
 def _time_candidate(build: Build, opts: Opts) -> float:
     """Build a candidate, time it, and give its code back (the chosen list is built again through the program
-    cache, as any kernel is)."""
-    program, parameters = build(opts)
+    cache, as any kernel is). A candidate the device cannot run in blocks of its size (registers) takes forever."""
     try:
-        return _time(program, parameters)
-    finally:
-        getattr(program, "release", lambda: None)()
+        program, parameters = build(opts)
+        try:
+            return _time(program, parameters)
+        finally:
+            getattr(program, "release", lambda: None)()
+    except LaunchRefused as error:
+        if DEBUG >= 1:
+            print(f"BEAM: [{' '.join(map(str, opts))}] cannot run: {error}")
+        return float("inf")
 
 
 def _time(program: Any, parameters: list[tuple[str, int, Any]]) -> float:

@@ -21,7 +21,7 @@ from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c
 from lazygrad.device import DeviceUnavailable
 
 LIBRARY = "libcuda.so.1"
-SUCCESS, OUT_OF_MEMORY, INVALID_CONTEXT = 0, 2, 201
+SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, INVALID_CONTEXT, LAUNCH_OUT_OF_RESOURCES = 0, 1, 2, 201, 701
 COMPUTE_CAPABILITY_MAJOR, COMPUTE_CAPABILITY_MINOR = 75, 76
 MULTIPROCESSOR_COUNT = 16
 MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97  # (CUdevice_attribute)

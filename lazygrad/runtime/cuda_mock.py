@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from lazygrad.runtime.cuda_driver import INVALID_CONTEXT, CUDAError
+from lazygrad.runtime.cuda_driver import INVALID_CONTEXT, INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES, CUDAError
 from lazygrad.runtime.ops_cpu import load_shared_library
 
 PRIMARY_CONTEXT = 0x1000
@@ -32,7 +32,6 @@ LAUNCH_TYPES = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
 # warp in steps of 256), shared memory without asking (48 KiB) and with (`allow_shared_memory`)
 MAX_THREADS, REGISTERS, REGISTER_STEP, WARP = 1024, 65536, 256, 32
 SHARED_BYTES, MAX_SHARED_BYTES = 48 * 1024, 163 * 1024
-INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES = 1, 701
 
 
 class MockFunction:

@@ -29,10 +29,10 @@ from typing import Any, BinaryIO, Callable
 import numpy as np
 
 from lazygrad.codegen.renderer.cstyle import STATIC_SHARED_BYTES, CUDARenderer
-from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, read_exactly
+from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, LaunchRefused, read_exactly
 from lazygrad.helpers import DEBUG, MOCKCUDA
 from lazygrad.runtime.cuda_compiler import MockCUDACompiler, NVRTCCompiler, choose_target, load_nvrtc
-from lazygrad.runtime.cuda_driver import OUT_OF_MEMORY, CUDADriver, CUDAError
+from lazygrad.runtime.cuda_driver import LAUNCH_OUT_OF_RESOURCES, OUT_OF_MEMORY, CUDADriver, CUDAError
 
 
 class CurrentContext:
@@ -96,6 +96,12 @@ class CUDAProgram:
                 if wait or DEBUG.value >= 2:
                     return device.timed(self.launch)
                 self.launch()
+            except CUDAError as error:
+                if error.code == LAUNCH_OUT_OF_RESOURCES:
+                    raise LaunchRefused(
+                        f"CUDA: kernel {self.name} cannot run in blocks of {self.block} threads: {error}"
+                    ) from error
+                raise
             finally:
                 if previous is not None and previous != context:
                     driver.set_current_context(previous)

@@ -20,7 +20,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import Target
 from lazygrad.codegen.renderer.opencl import OpenCLRenderer
-from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, LoadedBinaries
+from lazygrad.device import Allocator, Compiled, Compiler, DeviceUnavailable, LaunchRefused, LoadedBinaries
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import CL_DEVICE, CL_PLATFORM, DEBUG
 
@@ -232,6 +232,14 @@ class CLProgram:
         self.name = kernel.function_name
         self.local_size = launch[1]
         self.global_size = launch[0] * launch[1]
+        # (the driver's most for this kernel, which its registers may hold below the device's)
+        most = kernel.get_work_group_info(device.cl.kernel_work_group_info.WORK_GROUP_SIZE, device.device)
+        if self.local_size > most:
+            self.release()
+            raise LaunchRefused(
+                f"GPU: kernel {self.name} cannot run in work-groups of {self.local_size}: this device runs at most "
+                f"{most} of its work-items a group"
+            )
 
     @property
     def released(self) -> bool:
