@@ -159,3 +159,19 @@ def test_a_copy_at_an_address_a_gpu_cannot_copy_from_is_an_error():
         RuntimeError, match="copied: a copy of 16 bytes at an address that is not a multiple of its size"
     ):
         run_one_thread_at_a_time(copy_to_shared_memory(2, True), np.zeros(4 * THREADS + 4, np.float32))
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_an_access_past_either_end_of_a_buffer_is_an_error(lockstep):
+    """A GPU reads or writes other memory past a buffer's ends (or faults); NumPy would take element -1 from the end."""
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
+    block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
+    thread = UOp(Ops.SPECIAL, dtypes.index, (), ("thread", THREADS))
+    for shift, element in ((-1, -1), (1, BLOCKS * THREADS)):
+        index = block * THREADS + thread + shift
+        program = toposort([UOp(Ops.STORE, src=(out, index, UOp.const(dtypes.float32, 1.0)))])
+        program = [node for node in program if node.op is not Ops.CONST]
+        kernel = PythonProgram("shifted", base64.b64encode(pickle.dumps(program)), (BLOCKS, THREADS))
+        kernel.lockstep = lockstep
+        with pytest.raises(RuntimeError, match=f"shifted: an access at element {element} of a buffer of 12 elements"):
+            kernel(np.zeros(BLOCKS * THREADS, np.float32))

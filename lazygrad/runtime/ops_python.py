@@ -163,13 +163,15 @@ class PythonProgram:
                     gate = value(src[3]) if len(src) > 3 else True
                     shared[src[0]].store(self.name, block_row, value(src[1]), value(src[2]), gate, bit)
                 elif op is Ops.LOAD:
-                    values[node] = gather(memory[src[0].arg[0]], value(src[1]), value(src[2]) if len(src) > 2 else None)
+                    buffer = memory[src[0].arg[0]]
+                    values[node] = gather(self.name, buffer, value(src[1]), value(src[2]) if len(src) > 2 else None)
                     if values[node].dtype != node.dtype.np:
                         values[node] = cast_array(values[node], node.dtype)
                 elif op is Ops.STORE:
                     gate = value(src[3]) if len(src) > 3 else True
                     index, stored, gate = np.broadcast_arrays(value(src[1]), value(src[2]), gate, lanes)[:3]
-                    memory[src[0].arg[0]][index[gate]] = stored[gate]
+                    buffer = memory[src[0].arg[0]]
+                    buffer[inside(self.name, index[gate], buffer.size)] = stored[gate]
                 elif op is Ops.CAST:
                     values[node] = cast_array(value(src[0]), node.dtype)
                 elif op is Ops.BITCAST:
@@ -228,7 +230,8 @@ class PythonProgram:
                 local = src[0].op is Ops.DEFINE_LOCAL  # (its third source is the barrier it waits for)
                 buffer = shared[src[0]] if local else memory[src[0].arg[0]]
                 valid = local or len(src) < 3 or value(src[2])
-                values[node] = buffer[value(src[1])].item() if valid else node.dtype.np.type(0).item()
+                index = inside(self.name, value(src[1]), buffer.size) if valid else 0
+                values[node] = buffer[index].item() if valid else node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
             elif op is Ops.WIDE_COPY:  # (it lands at the next barrier, all bits set until then: see `run`)
                 if len(src) < 5 or value(src[4]):
@@ -255,7 +258,7 @@ class PythonProgram:
             elif op is Ops.STORE:
                 buffer = shared[src[0]] if src[0].op is Ops.DEFINE_LOCAL else memory[src[0].arg[0]]
                 if len(src) < 4 or value(src[3]):
-                    buffer[value(src[1])] = value(src[2])
+                    buffer[inside(self.name, value(src[1]), buffer.size)] = value(src[2])
             elif op is Ops.CAST:
                 values[node] = cast_value(value(src[0]), node.dtype)
             elif op is Ops.BITCAST:
@@ -287,14 +290,23 @@ def shuffle_partner(name: str, thread, lane, threads: int):
 LOCKSTEP_THREADS = 1 << 15  # threads run together, at most (each value an array over them)
 
 
-def gather(buffer: np.ndarray, index, valid) -> np.ndarray:
+def gather(name: str, buffer: np.ndarray, index, valid) -> np.ndarray:
     """Each thread's element of `buffer` at its `index`, or 0 where its `valid` is false (its index unread)."""
     if valid is None:
-        return np.asarray(buffer[index])
+        return np.asarray(buffer[inside(name, index, buffer.size)])
     index, valid = np.broadcast_arrays(index, valid)
     if not valid.any():  # (a buffer of no elements is only ever read masked)
         return np.zeros(index.shape, buffer.dtype)
-    return np.where(valid, buffer[np.where(valid, index, 0)], buffer.dtype.type(0))
+    return np.where(valid, buffer[inside(name, np.where(valid, index, 0), buffer.size)], buffer.dtype.type(0))
+
+
+def inside(name: str, index, size: int):
+    """`index` (one, or each thread's), where every one lies within a buffer of `size` elements: past either end a
+    GPU reads or writes other memory, or faults (and NumPy would take a negative index from the end)."""
+    low, high = (index.min(), index.max()) if isinstance(index, np.ndarray) and index.size else (index, index)
+    if low < 0 or high >= size:
+        raise RuntimeError(f"{name}: an access at element {low if low < 0 else high} of a buffer of {size} elements")
+    return index
 
 
 class SharedMemory:
@@ -311,7 +323,7 @@ class SharedMemory:
         self.readers[:] = 0
 
     def load(self, name: str, rows: np.ndarray, index, bit: np.ndarray) -> np.ndarray:
-        rows, index, bit = np.broadcast_arrays(rows, index, bit)
+        rows, index, bit = np.broadcast_arrays(rows, inside(name, index, self.values.shape[1]), bit)
         if np.any(self.writers[rows, index] & ~bit):
             raise RuntimeError(
                 f"{name}: a thread reads shared memory that another thread of its block wrote since the last "
@@ -322,7 +334,7 @@ class SharedMemory:
 
     def store(self, name: str, rows: np.ndarray, index, stored, gate, bit: np.ndarray) -> None:
         rows, index, stored, gate, bit = np.broadcast_arrays(rows, index, stored, gate, bit)
-        rows, index, stored, bit = rows[gate], index[gate], stored[gate], bit[gate]
+        rows, index, stored, bit = rows[gate], inside(name, index[gate], self.values.shape[1]), stored[gate], bit[gate]
         if np.any(self.readers[rows, index] & ~bit):
             raise RuntimeError(
                 f"{name}: a thread writes shared memory that another thread of its block read since the last "
