@@ -86,6 +86,7 @@ Usage::
     python extra/bench.py --quick    # small sizes, few repeats
     python extra/bench.py --json results.json
     python extra/bench.py --only resnet  # the rows whose name contains "resnet"
+    python extra/bench.py --only sum --only softmax  # the rows whose name contains either
     CUDA=1 python extra/bench.py --tf32  # on an NVIDIA GPU, beside torch on the same GPU, with a TF32 row
 """
 
@@ -1271,7 +1272,9 @@ def main() -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--repeats", type=int, help="warm calls per case (default 20, or 10 with --quick)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
-    parser.add_argument("--only", metavar="TEXT", help="run only the rows whose name contains TEXT")
+    parser.add_argument(
+        "--only", metavar="TEXT", action="append", help="run only the rows whose name contains TEXT (repeatable: any)"
+    )
     parser.add_argument(
         "--tf32", action="store_true", help="add a row of float32 products in TF32 (lazygrad's and torch's switch)"
     )
@@ -1286,7 +1289,11 @@ def main() -> int:
     TORCH_DEVICE, torch_reason = choose_torch_device(device)
     print(describe_setup(torch_reason))
     print(f"times in ms: median of {repeats} calls after warm-up; 'lg cold' = first call, including compile\n")
-    cases = [case for case in make_cases(args.quick, device, args.tf32) if not args.only or args.only in case.name]
+    cases = [
+        case
+        for case in make_cases(args.quick, device, args.tf32)
+        if not args.only or any(text in case.name for text in args.only)
+    ]
     skipped = []
     if device not in GPU_DEVICES and not args.cpu_matmul:
         skipped = [case.name for case in cases if getattr(case, "slow_on_cpu", False)]
