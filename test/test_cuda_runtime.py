@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor, TinyJit, dtypes
-from lazygrad.codegen.renderer.cstyle import ASYNC_COPIES
+from lazygrad.codegen.renderer.cstyle import ASYNC_COPIES, DYNAMIC_SHARED
 from lazygrad.device import CORES, Buffer, Compiler, DeviceUnavailable
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of
@@ -796,6 +796,30 @@ def test_mock_launches_fail_where_the_gpu_lacks_registers_or_shared_memory(nvrtc
     driver.launch(function, 1, 32, stream, params, shared=64 * 1024)
     with pytest.raises(CUDAError, match="cuFuncSetAttribute failed: CUDA_ERROR_INVALID_VALUE"):
         driver.allow_shared_memory(function, 200 * 1024)
+
+
+def test_a_mock_launch_must_give_a_kernel_the_dynamic_shared_memory_it_uses(nvrtc):
+    """The shim gives a kernel the dynamic shared memory its source declares whatever the launch asks for; the mock
+    driver refuses a launch that gives less, where a GPU's kernel would read and write past it."""
+    source = DYNAMIC_SHARED.format(bytes=64 * 1024) + (
+        'extern "C" __global__ void staged(float* out) { float* row = (float*)lazygrad_shared;\n'
+        "  row[threadIdx.x * 512] = (float)threadIdx.x; __syncthreads(); out[threadIdx.x] = row[(31 - threadIdx.x) * 512]; }"
+    )
+    driver = cuda_mock.MockDriver()
+    driver.set_current_context(driver.primary_context(0))
+    function = driver.module_function(driver.module_load(cuda_compiler.MockCUDACompiler().compile(source)), "staged")
+    out = np.zeros(32, np.float32)
+    values, params = ops_cuda.argument_array(1)
+    values[:] = [out.ctypes.data]
+    stream = driver.stream_create()
+    driver.allow_shared_memory(function, 64 * 1024)
+    with pytest.raises(
+        CUDAError,
+        match=r"ILLEGAL_ADDRESS \(the kernel uses 65536 bytes of dynamic shared memory, the launch gives 1024",
+    ):
+        driver.launch(function, 1, 32, stream, params, shared=1024)
+    driver.launch(function, 1, 32, stream, params, shared=64 * 1024)
+    np.testing.assert_array_equal(out, np.arange(32)[::-1])
 
 
 def test_a_cuda_kernel_in_blocks_larger_than_its_registers_allow_is_refused():

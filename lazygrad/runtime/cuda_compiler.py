@@ -42,6 +42,13 @@ SHIM_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h")  # what cuda_shim.h stand
 # MOCKCUDA has no GPU: a CUBIN for a fixed architecture (an A100's, as the mock driver says it is) checks the source,
 # and ptxas reports each kernel's registers and shared memory, which the mock's launches check as the driver would
 MOCK_TARGET = "sm_80"
+# what a mock kernel's library exports beside the kernel: its entry, and (registers, bytes of static shared memory,
+# bytes of dynamic shared memory) for the mock driver's launch checks
+MOCK_ENTRY = """extern "C" void lazygrad_launch_{name}(void **params, unsigned int grid, unsigned int block) {{
+  lazygrad_shim::launch({name}, params, grid, block, {cooperative});
+}}
+extern "C" const unsigned int lazygrad_resources_{name}[3] = {{{resources}}};
+"""
 
 
 def site_directories() -> list[str]:
@@ -213,32 +220,30 @@ def _is_version(text: str) -> bool:
 class MockCUDACompiler(NVRTCCompiler):
     """CUDA C → CUBIN (checked, then dropped, but for the registers and shared memory ptxas reports) → the same
     source as C++ with cuda_shim.h → a shared library whose `lazygrad_launch_<kernel>(params, grid, block)` runs the
-    kernel on the CPU, and whose `lazygrad_resources_<kernel>` holds those two numbers."""
+    kernel on the CPU, and whose `lazygrad_resources_<kernel>` holds those two numbers and the bytes of dynamic
+    shared memory the kernel uses (which the shim gives it whatever the launch asks for)."""
 
     def __init__(self):
         super().__init__(MOCK_TARGET)
         self.compiler = shutil.which("g++")
         if self.compiler is None:
             raise DeviceUnavailable("CUDA: MOCKCUDA=1 needs g++ to run kernels on the CPU — apt-get install g++")
-        with open(SHIM_PATH, "rb") as file:
-            shim_hash = hashlib.sha256(file.read() + str(SHIM_FLAGS).encode()).hexdigest()[:12]
+        with open(SHIM_PATH, "rb") as file:  # (a library built with another shim or entry is not this one)
+            shim_hash = hashlib.sha256(file.read() + str(SHIM_FLAGS).encode() + MOCK_ENTRY.encode()).hexdigest()[:12]
         self.cache_name = f"cuda-mock-{MOCK_TARGET}-nvrtc{self.nvrtc.version}-{shim_hash}"
 
     def compile(self, source: str) -> bytes:
         _, log = self.nvrtc.build(source, self.target, ("-Xptxas=-v",))
         name = re.search(r"__global__ (?:__launch_bounds__\(\d+\) )?void (\w+)\(", source).group(1)
         registers, shared = kernel_resources(log)
+        dynamic = re.search(r"LAZYGRAD_DYNAMIC_SHARED\((\d+)\);", source)  # (the renderer's, see cstyle.py)
         cooperative = any(word in source for word in ("__syncthreads", "__shared__", "__shfl_sync"))
         # the shim replaces the CUDA headers; the kernel itself is compiled unchanged
         body = source
         for header in SHIM_HEADERS:
             body = body.replace(f"#include <{header}>\n", "")
-        launcher = (
-            f'extern "C" void lazygrad_launch_{name}(void **params, unsigned int grid, unsigned int block) {{\n'
-            f"  lazygrad_shim::launch({name}, params, grid, block, {str(cooperative).lower()});\n"
-            "}\n"
-            f'extern "C" const unsigned int lazygrad_resources_{name}[2] = {{{registers}, {shared}}};\n'
-        )
+        resources = f"{registers}, {shared}, {dynamic.group(1) if dynamic else 0}"
+        launcher = MOCK_ENTRY.format(name=name, cooperative=str(cooperative).lower(), resources=resources)
         with tempfile.TemporaryDirectory() as directory:
             output = os.path.join(directory, "kernel.so")
             command = [self.compiler, *SHIM_FLAGS, "-include", SHIM_PATH, "-x", "c++", "-", "-o", output]

@@ -4,11 +4,11 @@ MOCKCUDA=1`, so that every test run without a GPU goes through the same runtime 
 Modules are the shared libraries MockCUDACompiler builds (a kernel, its `lazygrad_launch_<name>` entry and the
 registers and shared memory ptxas gave it). A launch that an A100 would refuse fails as it would there: a block of
 more than 1,024 threads, or of more registers than a multiprocessor has, or asking for more shared memory than
-allowed. Device and pinned memory are host memory, and work runs when it is issued, so streams and events have
-nothing to wait for (an event holds the host clock's time). A graph keeps copies of its kernels' argument values,
-as the driver does. Contexts follow the driver's rules: each thread has its own current context, none at first, and
-every call but the context ones fails with "invalid device context" unless the primary context is current on the
-calling thread.
+allowed; so does one giving a kernel less dynamic shared memory than it uses (a GPU's would fault). Device and
+pinned memory are host memory, and work runs when it is issued, so streams and events have nothing to wait for (an
+event holds the host clock's time). A graph keeps copies of its kernels' argument values, as the driver does.
+Contexts follow the driver's rules: each thread has its own current context, none at first, and every call but the
+context ones fails with "invalid device context" unless the primary context is current on the calling thread.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import time
 
 import numpy as np
 
-from lazygrad.runtime.cuda_driver import INVALID_CONTEXT, INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES, CUDAError
+from lazygrad.runtime.cuda_driver import (
+    ILLEGAL_ADDRESS,
+    INVALID_CONTEXT,
+    INVALID_VALUE,
+    LAUNCH_OUT_OF_RESOURCES,
+    CUDAError,
+)
 from lazygrad.runtime.ops_cpu import load_shared_library
 
 PRIMARY_CONTEXT = 0x1000
@@ -36,12 +42,12 @@ SHARED_BYTES, MAX_SHARED_BYTES = 48 * 1024, 163 * 1024
 
 class MockFunction:
     """A kernel of a loaded module: its entry `run(params, grid, block)`, what ptxas gave it (registers a thread,
-    bytes of static shared memory) and the dynamic shared memory its launches may ask for."""
+    bytes of static shared memory), the dynamic shared memory it uses and the most its launches may ask for."""
 
-    __slots__ = ("run", "registers", "static_shared", "dynamic_shared")
+    __slots__ = ("run", "registers", "static_shared", "uses_shared", "dynamic_shared")
 
-    def __init__(self, run, registers: int, static_shared: int):
-        self.run, self.registers, self.static_shared = run, registers, static_shared
+    def __init__(self, run, registers: int, static_shared: int, uses_shared: int):
+        self.run, self.registers, self.static_shared, self.uses_shared = run, registers, static_shared, uses_shared
         self.dynamic_shared = SHARED_BYTES - static_shared
 
     def check(self, call: str, block: int, shared: int) -> None:
@@ -63,6 +69,13 @@ class MockFunction:
                 INVALID_VALUE,
                 "CUDA_ERROR_INVALID_VALUE",
                 f"{shared} bytes of dynamic shared memory, {self.dynamic_shared} allowed",
+            )
+        if shared < self.uses_shared:  # (the GPU would fault on its reads past the end, once the kernel runs)
+            raise CUDAError(
+                call,
+                ILLEGAL_ADDRESS,
+                "CUDA_ERROR_ILLEGAL_ADDRESS",
+                f"the kernel uses {self.uses_shared} bytes of dynamic shared memory, the launch gives {shared}",
             )
 
 
@@ -150,8 +163,7 @@ class MockDriver:
         except AttributeError:
             raise CUDAError("cuModuleGetFunction", 500, "CUDA_ERROR_NOT_FOUND", "named symbol not found") from None
         run.argtypes, run.restype = LAUNCH_TYPES, None
-        registers, static_shared = (ctypes.c_uint * 2).in_dll(library, f"lazygrad_resources_{name}")
-        return MockFunction(run, registers, static_shared)
+        return MockFunction(run, *(ctypes.c_uint * 3).in_dll(library, f"lazygrad_resources_{name}"))
 
     # ---- memory ----
 
