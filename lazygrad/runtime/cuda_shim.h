@@ -13,7 +13,8 @@
 //   multiply-accumulate (the exact products summed into the accumulator in float, in order along k), so loads and
 //   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
 // - __shfl_sync: every thread of the block puts its value out, waits for the others (a barrier), reads its
-//   partner's. Kernels shuffle where every thread of the block does, as at a barrier.
+//   partner's. Kernels shuffle where every thread of the block does, as at a barrier; the mask must name the
+//   warp's lanes the block has, and the lane read must be one of them.
 // - cp.async (LAZYGRAD_COPY_ASYNC) lands at the thread's next LAZYGRAD_WAIT_COPIES, the latest a GPU may land
 //   it, and its destination reads as all bits set (a NaN) until then: a kernel that reads a tile before waiting for
 //   it, or copies into a tile other threads still read, computes NaNs here as it would race on a GPU. A tile's
@@ -138,8 +139,15 @@ static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b
 
 // The value `value` has in the thread of the same warp at lane `lane` (modulo the warp's 32, as on a GPU). The
 // barrier before the exchange keeps a thread from overwriting a value another has yet to read in the one before.
+// `mask` must name the lanes the block has in the thread's warp (a GPU waits for lanes named that never come, and
+// leaves a read of a lane not named undefined).
 template <typename T>
-static inline T __shfl_sync(unsigned int, T value, int lane) {
+static inline T __shfl_sync(unsigned int mask, T value, int lane) {
+  unsigned int first = threadIdx.x & ~31u, lanes = blockDim.x - first < 32u ? blockDim.x - first : 32u;
+  if (mask != (lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u))
+    lazygrad_shim::fail("__shfl_sync: a mask other than the lanes the block has in the warp", blockIdx.x);
+  if (((mask >> ((unsigned int)lane & 31u)) & 1u) == 0)
+    lazygrad_shim::fail("__shfl_sync: a read of a lane the mask leaves out", blockIdx.x);
   static T exchange[1024];
   lazygrad_shim::barrier();
   exchange[threadIdx.x] = value;
