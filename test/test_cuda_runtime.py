@@ -719,6 +719,10 @@ TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {o
         ),
         (TILE.format(offset=8, ldm=16), "load_matrix_sync: a tile whose first element is not 32-byte aligned"),
         (TILE.format(offset=0, ldm=20), "load_matrix_sync: a tile whose rows are not a multiple of 16 bytes apart"),
+        (
+            TILE.format(offset=0, ldm=16).replace("nvcuda::wmma::load", "if (threadIdx.x == 3) nvcuda::wmma::load"),
+            "the threads of a warp made different tensor-core calls",
+        ),
         ("out[0] = __shfl_sync(0xffffffffu, 1.0f, 0);", "__shfl_sync: a mask other than the lanes the block has"),
         ("out[0] = __shfl_sync(0xffu, 1.0f, 9);", "__shfl_sync: a read of a lane the mask leaves out"),
     ],
@@ -728,6 +732,7 @@ TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {o
         "a misaligned asynchronous copy",
         "a misaligned tile",
         "a tile's rows 40 bytes apart",
+        "a tile one thread of a warp loads",
         "a shuffle naming lanes the block lacks",
         "a shuffle of a lane left out",
     ],
@@ -735,8 +740,8 @@ TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {o
 def test_mock_kernels_that_would_break_on_a_gpu_fail_loudly(nvrtc, body, failure):
     """A block whose threads part at a barrier (undefined on a GPU) stops with the shim's message; a thread that
     overflows its stack faults on the page below it instead of writing over another thread's; an address a GPU
-    would fault on (a copy to shared memory, a tensor-core tile) and a shuffle whose mask a GPU would wait on
-    forever or leave undefined stop with the shim's message too."""
+    would fault on (a copy to shared memory, a tensor-core tile), a tensor-core call some threads of a warp skip,
+    and a shuffle whose mask a GPU would wait on forever or leave undefined stop with the shim's message too."""
     prelude = ASYNC_COPIES
     if "nvcuda::wmma" in body:
         if not cuda_compiler.has_matrix_headers(nvrtc.include_directory):

@@ -11,7 +11,9 @@
 // - half is _Float16, with CUDA's conversion functions.
 // - tensor cores (nvcuda::wmma from mma.h): every thread of a warp holds a whole fragment and computes the whole
 //   multiply-accumulate (the exact products summed into the accumulator in float, in order along k), so loads and
-//   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value.
+//   products agree between the threads; a warp's store is shared out, each thread storing every 32nd value. The
+//   threads of a warp must make the same calls (as a GPU's warp makes each as one): a block that ends otherwise
+//   is an error.
 // - __shfl_sync: every thread of the block puts its value out, waits for the others (a barrier), reads its
 //   partner's. Kernels shuffle where every thread of the block does, as at a barrier; the mask must name the
 //   warp's lanes the block has, and the lane read must be one of them.
@@ -94,6 +96,15 @@ static inline void wait_copies() {
     __builtin_memcpy(copy.to, copy.from, copy.bytes);
   }
   pending_count[thread] = 0;
+}
+
+// Each thread's tensor-core calls (the kind, tile and stride of each, in order), folded into one number: the
+// threads of a warp must make the same calls together, as a GPU's warp makes each as one (checked as a block ends)
+static unsigned long long warp_calls[1024];
+
+static inline void note_warp_call(unsigned long long kind, const void *tile, unsigned long long stride) {
+  unsigned long long &calls = warp_calls[threadIdx.x];
+  calls = calls * 1099511628211ull ^ (kind + 31 * (unsigned long long)tile + 1000003 * stride);
 }
 
 static inline void copy_async(void *to, const void *from, unsigned int bytes) {
@@ -212,6 +223,7 @@ void fill_fragment(fragment<Use, M, N, K, Element, Layout> &target, Value value)
 template <typename Use, int M, int N, int K, typename Element, typename Layout, typename Memory>
 void load_matrix_sync(fragment<Use, M, N, K, Element, Layout> &target, const Memory *memory, unsigned int ldm) {
   check_tile("load_matrix_sync", memory, ldm * sizeof(Memory));
+  lazygrad_shim::note_warp_call(1, memory, ldm);
   using fragment_type = fragment<Use, M, N, K, Element, Layout>;
   for (int row = 0; row < fragment_type::rows; row++) {
     for (int column = 0; column < fragment_type::columns; column++) {
@@ -225,6 +237,7 @@ template <int M, int N, int K, typename ElementA, typename LayoutA, typename Ele
 void mma_sync(fragment<accumulator, M, N, K, float> &result, const fragment<matrix_a, M, N, K, ElementA, LayoutA> &a,
               const fragment<matrix_b, M, N, K, ElementB, LayoutB> &b,
               const fragment<accumulator, M, N, K, float> &added) {
+  lazygrad_shim::note_warp_call(3, nullptr, M * N * K);
   float sums[M * N];
   for (int row = 0; row < M; row++) {
     for (int column = 0; column < N; column++) {
@@ -240,6 +253,7 @@ template <int M, int N, int K>
 void store_matrix_sync(float *memory, const fragment<accumulator, M, N, K, float> &source, unsigned int ldm,
                        layout_t layout) {
   check_tile("store_matrix_sync", memory, ldm * sizeof(float));
+  lazygrad_shim::note_warp_call(2, memory, ldm);
   for (int i = threadIdx.x % warp_size; i < M * N; i += warp_size) {
     int row = i / N, column = i % N;
     memory[layout == mem_row_major ? row * ldm + column : column * ldm + row] = source.x[i];
@@ -374,6 +388,7 @@ static void run_block(void (*run)(void *), void *launch, unsigned int threads, u
   for (unsigned int thread = 0; thread < threads; thread++) {
     make_context(&contexts[thread], stacks[thread], fiber_main);
     pending_count[thread] = 0;  // (copies a thread of the last block never waited for never land)
+    warp_calls[thread] = 0;
   }
   running = &block;
   for (bool waiting = true; waiting;) {
@@ -389,6 +404,9 @@ static void run_block(void (*run)(void *), void *launch, unsigned int threads, u
       fail("some threads of a block ended while others wait at a barrier", block_index);
     waiting = ended == 0;
   }
+  for (unsigned int thread = 1; thread < threads; thread++)
+    if (thread % 32 != 0 && warp_calls[thread] != warp_calls[thread - 1])
+      fail("the threads of a warp made different tensor-core calls (a GPU's warp makes each as one)", block_index);
   running = nullptr;
 }
 
