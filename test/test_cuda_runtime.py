@@ -711,6 +711,10 @@ TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {o
     "body, failure",
     [
         ("if (threadIdx.x == 3) return; __syncthreads();", "some threads of a block ended while others wait"),
+        (
+            "if (threadIdx.x == 3) { __syncthreads(); } else { __syncthreads(); }",
+            "the threads of a block wait at different barriers",
+        ),
         # (thread 3's 400 KB below its 256 KiB stack would be thread 2's, which is mapped)
         ("if (threadIdx.x == 3) { volatile float deep[100000]; deep[0] = 1.0f; } __syncthreads();", "SIGSEGV"),
         (
@@ -728,6 +732,7 @@ TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {o
     ],
     ids=[
         "a thread leaves before a barrier",
+        "threads wait at different barriers",
         "a stack overflows",
         "a misaligned asynchronous copy",
         "a misaligned tile",

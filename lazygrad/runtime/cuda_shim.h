@@ -7,7 +7,8 @@
 //   dynamic shared memory (LAZYGRAD_DYNAMIC_SHARED, whose size the renderer writes) is a static array of that size;
 // - the threads of a block that synchronize run as fibers on the launching thread, one after another, each on a
 //   stack of its own: __syncthreads() switches to the next thread, and the block goes on past a barrier once all
-//   of its threads have reached it (a block where some threads end while others wait at a barrier is an error);
+//   of its threads have reached it (a block where some threads end while others wait at a barrier, or where
+//   they wait at different barriers of the source, is an error);
 // - half is _Float16, with CUDA's conversion functions.
 // - tensor cores (nvcuda::wmma from mma.h): every thread of a warp holds a whole fragment and computes the whole
 //   multiply-accumulate (the exact products summed into the accumulator in float, in order along k), so loads and
@@ -36,7 +37,7 @@
 #endif
 
 namespace lazygrad_shim {
-static inline void barrier();
+static inline void barrier(unsigned int site);
 }
 
 #define __global__
@@ -46,7 +47,7 @@ static inline void barrier();
 #define __forceinline__ inline
 #define __align__(bytes) __attribute__((aligned(bytes)))
 #define __shared__ static
-#define __syncthreads() lazygrad_shim::barrier()
+#define __syncthreads() lazygrad_shim::barrier(__COUNTER__ + 1)  // (each in the source a site of its own)
 #define LAZYGRAD_DYNAMIC_SHARED(bytes) static __align__(32) unsigned char lazygrad_shared[bytes]
 #define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) lazygrad_shim::copy_async(to, start, bytes)
 #define LAZYGRAD_WAIT_COPIES() lazygrad_shim::wait_copies()
@@ -160,9 +161,9 @@ static inline T __shfl_sync(unsigned int mask, T value, int lane) {
   if (((mask >> ((unsigned int)lane & 31u)) & 1u) == 0)
     lazygrad_shim::fail("__shfl_sync: a read of a lane the mask leaves out", blockIdx.x);
   static T exchange[1024];
-  lazygrad_shim::barrier();
+  lazygrad_shim::barrier(0);
   exchange[threadIdx.x] = value;
-  lazygrad_shim::barrier();
+  lazygrad_shim::barrier(0);
   return exchange[(threadIdx.x & ~31u) | ((unsigned int)lane & 31u)];
 }
 
@@ -378,7 +379,13 @@ static void fiber_main() {
   __builtin_unreachable();
 }
 
-static inline void barrier() { switch_context(&running->contexts[running->current], &running->scheduler); }
+// where each thread of the running block waits: a __syncthreads() of the source (numbered from 1), or a shuffle's (0)
+static unsigned int barrier_sites[1024];
+
+static inline void barrier(unsigned int site) {
+  barrier_sites[threadIdx.x] = site;
+  switch_context(&running->contexts[running->current], &running->scheduler);
+}
 
 // Runs the threads of a block that synchronize, as fibers on this thread, round by round: each thread runs until it
 // reaches a barrier or its end; past the barrier once all have reached it.
@@ -403,6 +410,9 @@ static void run_block(void (*run)(void *), void *launch, unsigned int threads, u
     if (ended != 0 && ended != threads)
       fail("some threads of a block ended while others wait at a barrier", block_index);
     waiting = ended == 0;
+    for (unsigned int thread = 1; waiting && thread < threads; thread++)
+      if (barrier_sites[thread] != barrier_sites[0])
+        fail("the threads of a block wait at different barriers (a GPU's would not meet)", block_index);
   }
   for (unsigned int thread = 1; thread < threads; thread++)
     if (thread % 32 != 0 && warp_calls[thread] != warp_calls[thread - 1])
