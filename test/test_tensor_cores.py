@@ -69,6 +69,49 @@ def test_products_on_tensor_cores(device, product, dtype, tolerance):
     np.testing.assert_allclose(values.astype(np.float64), expected, rtol=tolerance, atol=tolerance * 4)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_products_of_slices_run_on_tensor_cores_and_match_numpy(device, seed):
+    """Half and bfloat16 products of random sizes (multiples of 16), batched or not, each operand a slice at a random
+    offset along the reduce and perhaps transposed, some with a prologue or an epilogue: the heuristic puts each on
+    tensor cores, within the inputs' rounding of float64 NumPy (copies landing at their waits, tiles aligned)."""
+    r = np.random.default_rng(seed)
+    dtype, tolerance = ((dtypes.float16, 4e-3), (dtypes.bfloat16, 2e-2))[seed % 2]
+    batch, m, n, k = (
+        int(r.integers(1, 3)),
+        16 * int(r.integers(1, 5)),
+        16 * int(r.integers(1, 5)),
+        16 * int(r.integers(1, 9)),
+    )
+    shift_a, shift_b = (int(r.choice([0, 1, 2, 4, 8, 16])) for _ in range(2))
+    flip_a, flip_b = (bool(r.random() < 0.4) for _ in range(2))
+    x, y, a, b = operands(
+        device,
+        (
+            (batch, k + shift_a, m) if flip_a else (batch, m, k + shift_a),
+            (batch, n, k + shift_b) if flip_b else (batch, k + shift_b, n),
+        ),
+        dtype,
+    )
+    x, a = (
+        (x[:, shift_a:].transpose(1, 2), a[:, shift_a:].transpose(0, 2, 1))
+        if flip_a
+        else (x[..., shift_a:], a[..., shift_a:])
+    )
+    y, b = (
+        (y[..., shift_b:].transpose(1, 2), b[..., shift_b:].transpose(0, 2, 1))
+        if flip_b
+        else (y[:, shift_b:], b[:, shift_b:])
+    )
+    if seed % 3 == 0:  # (a prologue: the copies are of computed values)
+        x, a = x * 2, a * 2
+    result, expected = (x @ y).cast(dtypes.float32), a @ b
+    if seed % 3 == 1:  # (an epilogue after the accumulators)
+        result, expected = result.relu(), np.maximum(expected, 0)
+    assert len(result.schedule()) == 1
+    assert heuristic_opts(kernel_of(result), Device[device].renderer.target)[-1].op is TC
+    np.testing.assert_allclose(result.numpy(), expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+
+
 def test_the_heuristic_runs_half_products_on_tensor_cores_with_their_epilogue(device):
     """A product with a bias and a relu fused after it is still one kernel; its epilogue reads the accumulator."""
     x, y, a, b = operands(device, ((32, 64), (64, 32)), dtypes.float16)
