@@ -68,8 +68,9 @@ static uint3 threadIdx, blockIdx;
 static dim3 blockDim, gridDim;
 
 namespace lazygrad_shim {
-static void fail(const char *message, unsigned int block_index) {
-  fprintf(stderr, "cuda_shim: %s (block %u)\n", message, block_index);
+// (`call`: the CUDA call that fails, where it is not the kernel's code)
+static void fail(const char *message, unsigned int block_index, const char *call = nullptr) {
+  fprintf(stderr, "cuda_shim: %s%s%s (block %u)\n", call ? call : "", call ? ": " : "", message, block_index);
   __builtin_abort();
 }
 
@@ -211,9 +212,7 @@ static inline void check_tile(const char *call, const void *memory, unsigned lon
   const char *problem = (unsigned long)memory % 32 != 0 ? "a tile whose first element is not 32-byte aligned"
                         : stride_bytes % 16 != 0        ? "a tile whose rows are not a multiple of 16 bytes apart"
                                                         : nullptr;
-  if (problem == nullptr) return;
-  fprintf(stderr, "cuda_shim: %s: %s (block %u)\n", call, problem, blockIdx.x);
-  __builtin_abort();
+  if (problem != nullptr) lazygrad_shim::fail(problem, blockIdx.x, call);
 }
 
 template <typename Use, int M, int N, int K, typename Element, typename Layout, typename Value>

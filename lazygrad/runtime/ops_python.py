@@ -230,8 +230,10 @@ class PythonProgram:
                 local = src[0].op is Ops.DEFINE_LOCAL  # (its third source is the barrier it waits for)
                 buffer = shared[src[0]] if local else memory[src[0].arg[0]]
                 valid = local or len(src) < 3 or value(src[2])
-                index = inside(self.name, value(src[1]), buffer.size) if valid else 0
-                values[node] = buffer[index].item() if valid else node.dtype.np.type(0).item()
+                if valid:
+                    values[node] = buffer[inside(self.name, value(src[1]), buffer.size)].item()
+                else:
+                    values[node] = node.dtype.np.type(0).item()
                 values[node] = cast_value(values[node], node.dtype)
             elif op is Ops.WIDE_COPY:  # (it lands at the next barrier, all bits set until then: see `run`)
                 if len(src) < 5 or value(src[4]):
