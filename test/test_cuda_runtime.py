@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Device, Tensor, TinyJit, dtypes
-from lazygrad.codegen.renderer.cstyle import ASYNC_COPIES, DYNAMIC_SHARED
+from lazygrad.codegen.renderer.cstyle import ASYNC_COPIES, DYNAMIC_SHARED, WIDE_ACCESSES
 from lazygrad.device import CORES, Buffer, Compiler, DeviceUnavailable
 from lazygrad.engine import realize
 from lazygrad.engine.buffers import buffer_of
@@ -729,6 +729,10 @@ TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {o
         ),
         ("out[0] = __shfl_sync(0xffffffffu, 1.0f, 0);", "__shfl_sync: a mask other than the lanes the block has"),
         ("out[0] = __shfl_sync(0xffu, 1.0f, 9);", "__shfl_sync: a read of a lane the mask leaves out"),
+        (
+            "float4 v = LAZYGRAD_WIDE(const float4, out + 2); out[0] = v.x;",
+            "a wide load or store (float4) at an address that is not a multiple of its size",
+        ),
     ],
     ids=[
         "a thread leaves before a barrier",
@@ -740,6 +744,7 @@ TILE += "nvcuda::wmma::row_major> a; nvcuda::wmma::load_matrix_sync(a, tile + {o
         "a tile one thread of a warp loads",
         "a shuffle naming lanes the block lacks",
         "a shuffle of a lane left out",
+        "a misaligned float4",
     ],
 )
 def test_mock_kernels_that_would_break_on_a_gpu_fail_loudly(nvrtc, body, failure):
@@ -747,7 +752,7 @@ def test_mock_kernels_that_would_break_on_a_gpu_fail_loudly(nvrtc, body, failure
     overflows its stack faults on the page below it instead of writing over another thread's; an address a GPU
     would fault on (a copy to shared memory, a tensor-core tile), a tensor-core call some threads of a warp skip,
     and a shuffle whose mask a GPU would wait on forever or leave undefined stop with the shim's message too."""
-    prelude = ASYNC_COPIES
+    prelude = ASYNC_COPIES + WIDE_ACCESSES
     if "nvcuda::wmma" in body:
         if not cuda_compiler.has_matrix_headers(nvrtc.include_directory):
             pytest.skip("NVRTC has no mma.h headers here")

@@ -175,3 +175,47 @@ def test_an_access_past_either_end_of_a_buffer_is_an_error(lockstep):
         kernel.lockstep = lockstep
         with pytest.raises(RuntimeError, match=f"shifted: an access at element {element} of a buffer of 12 elements"):
             kernel(np.zeros(BLOCKS * THREADS, np.float32))
+
+
+def four_loads_a_thread(offset: int, store_between: bool = False) -> list[UOp]:
+    """Each thread sums the four floats of `x` from 4 * its number + `offset` on (a float4, where that is aligned)
+    into its output; optionally storing into `x` between its first two loads."""
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, 4 * BLOCKS * THREADS + 4))
+    block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
+    thread = UOp(Ops.SPECIAL, dtypes.index, (), ("thread", THREADS))
+    mine = block * THREADS + thread
+    base = mine * 4
+    loads = [UOp(Ops.LOAD, dtypes.float32, (x, base + (offset + lane) if offset + lane else base)) for lane in range(4)]
+    total = loads[0] + loads[1] + loads[2] + loads[3]
+    nodes = [loads[0], UOp(Ops.STORE, src=(x, base, loads[0]))] if store_between else [loads[0]]
+    program = toposort([*nodes, *loads[1:], UOp(Ops.STORE, src=(out, mine, total))])
+    return [node for node in program if node.op is not Ops.CONST]
+
+
+def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
+    """`wide_accesses` makes a float4 of four loads whose first element is a multiple of four wherever a thread
+    reads it; not of four at an offset of 2 (a vector there would straddle two), nor of loads with a store into
+    their buffer between them. The PYTHON device checks each wide access's index as it runs: a misaligned one (here
+    marked wide by hand) is an error, as on a GPU."""
+    from lazygrad.codegen.vectorize import wide_accesses
+
+    aligned = four_loads_a_thread(0)
+    (access,) = wide_accesses(aligned, 16)
+    assert [node.op for node in access.nodes] == [Ops.LOAD] * 4 and access.at is access.nodes[0]
+    assert wide_accesses(four_loads_a_thread(2), 16) == []
+    assert wide_accesses(four_loads_a_thread(0, store_between=True), 16) == []
+    assert [len(access.nodes) for access in wide_accesses(aligned, 8)] == [2, 2]  # (8 bytes: two float2)
+    x = np.arange(4 * BLOCKS * THREADS + 4, dtype=np.float32)
+    for offset in (0, 2):
+        for lockstep in (True, False):
+            binary = base64.b64encode(pickle.dumps(four_loads_a_thread(offset)))
+            kernel = PythonProgram("summed", binary, (BLOCKS, THREADS))
+            kernel.lockstep = lockstep
+            out = np.zeros(BLOCKS * THREADS, np.float32)
+            kernel(out, x.copy())
+            np.testing.assert_array_equal(out, x[offset : offset + 4 * BLOCKS * THREADS].reshape(-1, 4).sum(axis=1))
+            if offset:
+                kernel.wide = {node: 4 for node in kernel.program if node.op is Ops.LOAD}
+                with pytest.raises(RuntimeError, match="summed: a wide access of 4 elements at element 2, not a"):
+                    kernel(out, x.copy())

@@ -618,7 +618,8 @@ def test_the_thread_heuristic_gives_few_long_rows_a_block_each():
         Opt(G, 3, 256),
         Opt(G, 4, 256),
     )
-    assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(G, 1, 256),)
+    # (each thread reads whole vectors of four: float4 loads)
+    assert heuristic_opts(kernel_of(rows.sum(axis=1)), target) == (Opt(R, 1, 4), Opt(G, 1, 256))
 
 
 def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(threaded):
@@ -630,7 +631,7 @@ def test_short_rows_read_in_order_get_a_warp_each_and_matrix_products_do_not(thr
     target = CUDARenderer.target
     data = rng.standard_normal((48, 128)).astype(np.float32)
     x = Tensor(data, device=threaded).realize()
-    assert heuristic_opts(kernel_of(x.sum(axis=1)), target) == (Opt(G, 1, 32),)
+    assert heuristic_opts(kernel_of(x.sum(axis=1)), target) == (Opt(R, 1, 4), Opt(G, 1, 32))
     # BEAM also times a thread per row
     assert (Opt(L, 0, 48),) in candidate_opts(kernel_of(x.sum(axis=1)), target)
     assert heuristic_opts(kernel_of(x.softmax(axis=1)), target) == (
@@ -661,7 +662,7 @@ def test_a_product_of_few_outputs_read_in_order_gets_a_warp_per_output(threaded)
         rng.standard_normal((10, 512)).astype(np.float32),
     )
     x, w = Tensor(x_data, device=threaded).realize(), Tensor(w_data, device=threaded).realize()
-    assert [opt.op for opt in heuristic_opts(kernel_of(x @ w.T), target)] == [G]
+    assert [opt.op for opt in heuristic_opts(kernel_of(x @ w.T), target)] == [R, G]
     np.testing.assert_allclose((x @ w.T).numpy(), x_data @ w_data.T, rtol=1e-4, atol=1e-4)
     # 96 features, 3 a thread, do not pay for a warp's combine: a thread per output
     assert G not in [opt.op for opt in heuristic_opts(kernel_of(x[:, :96] @ w[:, :96].T), target)]
@@ -708,13 +709,65 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
     # (256 x 6 x 6 from 128 features): no GROUP
     positions = Tensor(data[:6], device=threaded).realize()
     rows = x.reshape(64, 6, 128) + positions
-    assert heuristic_opts(kernel_of(rows.sum(axis=2)), target) == (Opt(G, 2, 32),)
+    assert heuristic_opts(kernel_of(rows.sum(axis=2)), target) == (Opt(R, 2, 4), Opt(G, 2, 32))
     np.testing.assert_allclose(
         rows.sum(axis=2).numpy(), (data.reshape(64, 6, 128) + data[:6]).sum(2), rtol=1e-4, atol=1e-4
     )
     batch = Tensor(rng.standard_normal((256, 6, 128)).astype(np.float32), device=threaded).realize()
     products = batch @ batch.transpose(1, 2)
     assert not any(opt.op is G for opt in heuristic_opts(kernel_of(products), target))
+
+
+def test_streaming_kernels_read_and_write_memory_sixteen_bytes_at_a_time(threaded):
+    """On a GPU a thread reads and writes four consecutive floats at once (a float4: one instruction, not four): an
+    elementwise kernel of many outputs computes four neighbouring outputs a thread, and a long sum reads four values
+    a thread each step (its int64 partials, two). A kernel of few outputs keeps a thread each; one that reads across
+    its rows (a transpose) or reads halves keeps its scalar accesses."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+
+    target = CUDARenderer.target
+    data = rng.standard_normal(1 << 17).astype(np.float32)
+    x = Tensor(data, device=threaded).realize()
+    assert heuristic_opts(kernel_of(x * 2 + 1), target) == (Opt(U, 0, 4), Opt(L, 0, 256))
+    np.testing.assert_allclose((x * 2 + 1).numpy(), data * 2 + 1, rtol=1e-6)
+    first = prepare(lower_kernel(x.sum().schedule()[0].ast))  # (the parts' kernel, where the device splits it)
+    assert [(opt.op, opt.amount) for opt in heuristic_opts(first, target)] == [(R, 4), (G, 256)]
+    np.testing.assert_allclose(x.sum().numpy(), data.sum(dtype=np.float64), rtol=1e-5)
+    integers = Tensor(np.arange(1 << 17, dtype=np.int32), device=threaded).realize()
+    assert integers.sum().item() == (1 << 16) * ((1 << 17) - 1)
+    small = Tensor(data[:1000], device=threaded).realize()
+    assert not any(opt.op is U for opt in heuristic_opts(kernel_of(small * 2), target))
+    square = Tensor(data.reshape(512, 256), device=threaded).realize()
+    assert not any(opt.op is U for opt in heuristic_opts(kernel_of(square.T + 1), target))
+    np.testing.assert_allclose((square.T + 1).numpy(), data.reshape(512, 256).T + 1, rtol=1e-6)
+    assert not any(opt.op is U for opt in heuristic_opts(kernel_of(x.half() * 2), target))
+
+
+def test_the_cuda_source_reads_and_writes_aligned_vectors_and_scalars_elsewhere():
+    """The CUDA source makes the four loads of a float4 one (`LAZYGRAD_WIDE`, which the mock checks is aligned, as a
+    GPU requires), and the four stores one; a slice one element in reads its four floats one at a time (a vector
+    there would straddle two), and stores its aligned outputs as one."""
+    from lazygrad.engine.realize import render_kernel
+
+    device = available("CUDA")
+    data = rng.standard_normal((1 << 17) + 1).astype(np.float32)
+    x = Tensor(data, device=device).realize()
+    cuda = Device[device]
+
+    def source(tensor: Tensor) -> str:
+        (item,) = tensor.schedule()
+        kernel = prepare(lower_kernel(item.ast))
+        opts = heuristic_opts(kernel, cuda.renderer.target)
+        return render_kernel(cuda, item.ast, apply_opts(kernel, opts, cuda.renderer.target), opts).source
+
+    aligned = source(x[: 1 << 17] * 2 + 1)
+    assert "LAZYGRAD_WIDE(const float4, data1 + " in aligned and "LAZYGRAD_WIDE(float4, data0 + " in aligned
+    shifted = source(x[1:] * 2 + 1)
+    assert "LAZYGRAD_WIDE(const float4" not in shifted and "LAZYGRAD_WIDE(float4, data0 + " in shifted
+    np.testing.assert_allclose((x[1:] * 2 + 1).numpy(), data[1:] * 2 + 1, rtol=1e-6)
+    rows = x[: 1 << 17].reshape(64, -1).sum(axis=1)
+    assert "LAZYGRAD_WIDE(const float4, data1 + " in source(rows)
+    np.testing.assert_allclose(rows.numpy(), data[: 1 << 17].reshape(64, -1).sum(axis=1), rtol=1e-4)
 
 
 def test_a_threaded_device_unrolls_a_windows_taps_and_keeps_its_weight_gradient_spread():

@@ -615,8 +615,9 @@ def thread_opts(
 ) -> tuple[Opt, ...]:
     """The default actions on a device with threads (aiming for blocks of `block` threads, else the target's; a
     matrix product on tensor cores unless `tensor_cores` is False (a number: with that many tensor-core tiles along
-    each side of a block), else in tiles unless `tiles` is False; a loop in vector types where the device has them
-    unless `vectors` is False; short rows and columns shared by the threads of a warp unless `warps` is False)."""
+    each side of a block), else in tiles unless `tiles` is False; a loop in vector types where the device has them,
+    or memory read and written in wide accesses where it makes them, unless `vectors` is False; short rows and
+    columns shared by the threads of a warp unless `warps` is False)."""
     plan = Plan(sink, target)
     split_divided_loops(plan)
     merge_loops(plan)
@@ -640,11 +641,15 @@ def thread_opts(
     if target.vector_width > 1 and vectors:
         vector_loop(plan)
     if target.vector_width == 1 and (
-        share_rows(plan, block, warps) or group_reduce(plan, block, warps) or (warps and share_columns(plan, block))
+        share_rows(plan, block, warps)
+        or group_reduce(plan, block, warps, wide=vectors)
+        or (warps and share_columns(plan, block))
     ):
         return tuple(plan.opts)
     if target.vector_width == 1 and tiles and tile_product(plan, block):
         return tuple(plan.opts)
+    if vectors:
+        wide_outputs(plan)
     # the threads of a block: the innermost output loops, as far as the block size allows
     room = block or target.block_threads
     for loop in reversed(loops_of_kind(plan.sink, LoopKind.GLOBAL)):
@@ -656,6 +661,38 @@ def thread_opts(
         if amount < loop.src[0].arg:
             break
     return tuple(plan.opts)
+
+
+def wide_lanes(plan: Plan, loop: UOp) -> int:
+    """How many elements a thread reads or writes at once (`Target.wide_bytes`) along `loop`: where every access of
+    device memory that moves along it moves by one element, all of one 4- or 8-byte type, and the lanes divide the
+    loop; else 1."""
+    wide = plan.target.wide_bytes
+    sizes = set()
+    for node in kernel_nodes(plan.sink) if wide else ():
+        if node.op not in (Ops.LOAD, Ops.STORE) or node.src[0].op is not Ops.DEFINE_GLOBAL:
+            continue
+        step = stride(node.src[1], loop)
+        if step != 0:
+            if step != 1:
+                return 1
+            sizes.add((node.dtype if node.op is Ops.LOAD else node.src[2].dtype).itemsize)
+    if len(sizes) != 1 or (size := sizes.pop()) not in (4, 8) or loop.src[0].arg % (wide // size):
+        return 1
+    return wide // size
+
+
+def wide_outputs(plan: Plan) -> None:
+    """A kernel without a reduce whose memory accesses move by one element along its innermost output loop (an
+    elementwise op's): each thread computes neighbouring outputs (UPCAST), read and written in wide accesses
+    (float4), where that leaves threads enough for BUSY_BLOCKS blocks. A thread's vector load moves four times the
+    bytes of a scalar one: a streaming kernel then needs fewer threads in flight to keep the memory busy."""
+    outputs = loops_of_kind(plan.sink, LoopKind.GLOBAL)
+    if not outputs or reduce_nodes(plan.sink):
+        return
+    lanes = wide_lanes(plan, outputs[-1])
+    if lanes > 1 and blocks(plan.sink) >= lanes * BUSY_BLOCKS * plan.target.block_threads:
+        plan.apply(Opt(OptOp.UPCAST, outputs[-1].arg[0], lanes))
 
 
 def vector_lanes(loop: UOp, target: Target) -> int:
@@ -872,13 +909,15 @@ def share_columns(plan: Plan, block: int | None) -> bool:
     return True
 
 
-def group_reduce(plan: Plan, block: int | None, warps: bool = True) -> bool:
+def group_reduce(plan: Plan, block: int | None, warps: bool = True, wide: bool = True) -> bool:
     """Share the longest reduce loop among the threads of a block, where the kernel reduces into one value (a full
     sum) or into few outputs over many iterations (a block per output: a row's sum, a convolution's weight
     gradient, whose output loops not in the reduce stay loops in the thread); True if it did. Of loops as long, one
     along which the loads move by one: neighbouring threads then read neighbouring memory (a weight gradient's image
     columns, not its batch, whose threads read an image apart). A short loop shares the loop outside it too; columns
-    read along their outputs are left to `share_columns`."""
+    read along their outputs are left to `share_columns`. Unless `wide` is False, a loop whose accesses move by one
+    element gives each thread whole vectors of it (`wide_lanes`: float4 loads), where every thread of the block
+    still has one."""
     reduces = reduce_nodes(plan.sink)
     if not reduces:
         return False
@@ -893,6 +932,13 @@ def group_reduce(plan: Plan, block: int | None, warps: bool = True) -> bool:
         room = row_threads(plan, [max(map(iterations, reduces))], [loop], block, warps)
         if not room:
             return False
+    lanes = wide_lanes(plan, loop) if wide else 1
+    if lanes > 1 and size // lanes % room == 0:
+        trial = Plan(plan.sink, plan.target)
+        unrolled = trial.try_apply(Opt(OptOp.UNROLL, loop.arg[0], lanes))  # (inside: the loop outside keeps its axis)
+        if unrolled and trial.try_apply(Opt(OptOp.GROUP, loop.arg[0], room)):
+            plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
+            return True
     amount = thread_count(size, room)
     # a length few threads divide (a prime one) is padded to a multiple of the block, where that adds at most
     # 1/PAD_WASTE of its iterations: a max of 1000003 values ran on one thread
@@ -1106,7 +1152,9 @@ def candidate_opts(sink: UOp, target: Target) -> list[tuple[Opt, ...]]:
         offered.append(thread_opts(sink, target, tensor_cores=False))
         offered.append(thread_opts(sink, target, tiles=False, tensor_cores=False))
         offered.append(thread_opts(sink, target, warps=False))  # (a thread per short row or column)
-        if target.vector_width > 1:  # (gathers in vector types can cost more than the loop in scalars)
+        # (without vector types or wide accesses: a gather in vectors can cost more than scalar loads, and four
+        # outputs a thread leave a quarter of the threads)
+        if target.vector_width > 1 or target.wide_bytes:
             offered.append(thread_opts(sink, target, vectors=False))
     else:
         blocks = register_blocks(sink, target)

@@ -13,6 +13,9 @@ The same holds after the reduce: a block's outputs are stored one scalar at a ti
 accumulator by the same ops (a bias, a relu), as are a copy's elements (a PACK). Where `width` stores write
 consecutive elements of one buffer the same computation lane by lane (`StoreVector`), they are one vector
 computation and one vector store.
+
+A renderer that computes in scalars (CUDA C) still reads and writes memory in vectors: `wide_accesses` finds the
+loads and stores of consecutive, aligned elements that it makes as one access (a float4), each lane then a scalar.
 """
 
 from __future__ import annotations
@@ -387,3 +390,84 @@ def replaced_by_vectors(
         if all(user in replaced for user in users.get(node, ())):
             replaced.add(node)
     return replaced
+
+
+# ---- wide accesses: vectors of memory, lanes computed as scalars -----------------------------------------------
+
+WIDE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.float64, dtypes.int64, dtypes.uint64)
+
+
+@dataclass(frozen=True)
+class WideAccess:
+    """Loads (or stores) of consecutive elements of one buffer of device memory, in lane order, that a renderer
+    computing in scalars makes as one access of all their bytes (CUDA's float4): the first lane's element is a
+    multiple of the lanes wherever the kernel reads it, so the access is aligned to its size. The lanes come in
+    program order with no loop opened or closed between them: the wide load stands at the first lane's load (every
+    lane's index is the first's plus its lane), the wide store at the last lane's store (every lane's value is
+    computed by then)."""
+
+    nodes: tuple[UOp, ...]
+
+    @property
+    def at(self) -> UOp:
+        return self.nodes[0] if self.nodes[0].op is Ops.LOAD else self.nodes[-1]
+
+
+def multiple_of(index: UOp, lanes: int) -> bool:
+    """Whether integer `index` is a multiple of `lanes` for every value of the loops and thread indices in it: a
+    constant that is, a sum of such terms, a product with one (`x * 4`, `(t * 4) * y`) or a shift past it."""
+    if index.op is Ops.CONST:
+        return index.arg % lanes == 0
+    if index.op is Ops.ADD:
+        return all(multiple_of(source, lanes) for source in index.src)
+    if index.op is Ops.MUL:
+        return any(multiple_of(source, lanes) for source in index.src)
+    if index.op is Ops.SHL and index.src[1].op is Ops.CONST:
+        return (1 << index.src[1].arg) % lanes == 0 or multiple_of(index.src[0], lanes)
+    return False
+
+
+def wide_accesses(program: list[UOp], wide_bytes: int) -> list[WideAccess]:
+    """The loads and stores of `program` (a linear program) made as accesses of `wide_bytes` each: runs of plain
+    loads (unmasked stores) of a 4- or 8-byte type at consecutive elements of one buffer of device memory, whose
+    first element is a multiple of the run's length (see `WideAccess`). A load run has no store to its buffer
+    between its lanes, a store run no other access to its buffer: moving the lanes to one place changes nothing."""
+    position = {node: at for at, node in enumerate(program)}
+    # (op, buffer, the index but its constant, dtype) -> {constant: access}
+    candidates: dict[tuple, dict[int, UOp]] = {}
+    for node in program:
+        if node.op is Ops.LOAD and _plain_load(node) and node.src[0].op is Ops.DEFINE_GLOBAL:
+            dtype = node.dtype
+        elif node.op is Ops.STORE and len(node.src) == 3 and node.src[0].op is Ops.DEFINE_GLOBAL:
+            dtype = node.src[2].dtype
+        else:
+            continue
+        if dtype in WIDE_DTYPES and wide_bytes > dtype.itemsize:
+            rest, offset = split_offset(node.src[1])
+            candidates.setdefault((node.op, node.src[0], rest, dtype), {}).setdefault(offset, node)
+    found = []
+    for (op, buffer, rest, dtype), by_offset in candidates.items():
+        lanes = wide_bytes // dtype.itemsize
+        if rest is not None and not multiple_of(rest, lanes):
+            continue
+        for first in sorted(offset for offset in by_offset if offset % lanes == 0):
+            run = tuple(by_offset.get(first + lane) for lane in range(lanes))
+            if any(node is None for node in run):
+                continue
+            places = [position[node] for node in run]
+            if places != sorted(places):
+                continue
+            between = program[places[0] + 1 : places[-1]]
+            if all(_apart(node, run, buffer, op) for node in between):
+                found.append(WideAccess(run))
+    return found
+
+
+def _apart(node: UOp, run: tuple[UOp, ...], buffer: UOp, op: Ops) -> bool:
+    """Whether `node`, between the lanes of a run of `op`s of `buffer`, lets them be made at one place: it opens or
+    closes no loop, and stores nothing to the buffer (and, between stores, reads nothing from it)."""
+    if node.op in (Ops.RANGE, Ops.ENDRANGE):
+        return False
+    if node in run or node.op not in (Ops.LOAD, Ops.STORE) or not node.src or node.src[0] is not buffer:
+        return True
+    return op is Ops.LOAD and node.op is Ops.LOAD

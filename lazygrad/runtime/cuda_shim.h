@@ -22,8 +22,8 @@
 //   it, and its destination reads as all bits set (a NaN) until then: a kernel that reads a tile before waiting for
 //   it, or copies into a tile other threads still read, computes NaNs here as it would race on a GPU. A tile's
 //   load from shared memory in PTX (LAZYGRAD_LOAD_MATRIX) is load_matrix_sync.
-// - an address a GPU faults on is an error: a cp.async's not a multiple of its size, a tensor-core tile's first
-//   element not 32-byte aligned or its rows not a multiple of 16 bytes apart.
+// - an address a GPU faults on is an error: a cp.async's or a wide access's (a float4's) not a multiple of its
+//   size, a tensor-core tile's first element not 32-byte aligned or its rows not a multiple of 16 bytes apart.
 // Inline PTX is not emulated.
 //
 // It includes no C++ library header (<cmath> alone would double the compile time), only a few of C's: the math
@@ -51,6 +51,7 @@ static inline void barrier(unsigned int site);
 #define LAZYGRAD_DYNAMIC_SHARED(bytes) static __align__(32) unsigned char lazygrad_shared[bytes]
 #define LAZYGRAD_COPY_ASYNC(cache, to, start, bytes) lazygrad_shim::copy_async(to, start, bytes)
 #define LAZYGRAD_WAIT_COPIES() lazygrad_shim::wait_copies()
+#define LAZYGRAD_WIDE(type, address) (*lazygrad_shim::wide<type>(address))
 #define LAZYGRAD_LOAD_MATRIX(use, layout, shape, type, fragment, tile, ldm) \
   nvcuda::wmma::load_matrix_sync(fragment, tile, ldm)
 
@@ -63,6 +64,21 @@ struct __attribute__((aligned(8))) uint2 {
 };
 struct __attribute__((aligned(16))) uint4 {
   unsigned int x, y, z, w;
+};
+struct __attribute__((aligned(16))) int4 {
+  int x, y, z, w;
+};
+struct __attribute__((aligned(16))) float4 {
+  float x, y, z, w;
+};
+struct __attribute__((aligned(16))) double2 {
+  double x, y;
+};
+struct __attribute__((aligned(16))) longlong2 {
+  long long x, y;
+};
+struct __attribute__((aligned(16))) ulonglong2 {
+  unsigned long long x, y;
 };
 static uint3 threadIdx, blockIdx;
 static dim3 blockDim, gridDim;
@@ -78,6 +94,13 @@ static void fail(const char *message, unsigned int block_index, const char *call
 // `alignment` bytes
 static inline void check_aligned(const void *address, unsigned long alignment, const char *what) {
   if ((unsigned long)address % alignment != 0) fail(what, blockIdx.x);
+}
+
+// A wide access (LAZYGRAD_WIDE: a float4's 16 bytes read or written at once) at `address`
+template <typename Vector, typename Element>
+static inline Vector *wide(Element *address) {
+  check_aligned(address, sizeof(Vector), "a wide load or store (float4) at an address that is not a multiple of its size");
+  return (Vector *)address;
 }
 
 // Each thread's copies in flight (cp.async), landed by its next wait: a thread with more than PENDING_COPIES lands

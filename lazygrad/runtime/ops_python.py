@@ -20,6 +20,7 @@ import numpy as np
 
 from lazygrad.codegen.renderer import WARP, Renderer, Target, TensorCore
 from lazygrad.codegen.transcendental import exp_rules
+from lazygrad.codegen.vectorize import wide_accesses
 from lazygrad.device import Compiled, Compiler, HostAllocator
 from lazygrad.dtype import dtypes
 from lazygrad.uop.alu import cast_array, cast_value, exec_alu, exec_alu_array
@@ -37,6 +38,7 @@ class PythonRenderer(Renderer):
         shared_memory=1 << 16,
         shuffle_lanes=WARP,  # (CUDA's warp: the same shuffles as CUDA's kernels)
         async_copies=True,  # (CUDA's double-buffered tiles: its copies land at the next barrier)
+        wide_bytes=16,  # (CUDA's float4 loads and stores: each checked to be aligned, see `check_wide`)
         cores=4,  # (few, as its blocks are small: a reduce into one value is split, as on a GPU)
         tensor_cores=(  # CUDA's, emulated
             TensorCore((16, 16, 16), dtypes.float16),
@@ -80,6 +82,9 @@ class PythonProgram:
             elif node.op is Ops.ENDRANGE:
                 start = opened.pop()
                 self.loop_end[start], self.loop_start[position] = position, start
+        # the first lane of each access a GPU makes wide (`wide_accesses`) -> its lanes: its index must be aligned
+        accesses = wide_accesses(self.program, PythonRenderer.target.wide_bytes)
+        self.wide = {access.nodes[0]: len(access.nodes) for access in accesses}
         # (a block's threads are told apart by a bit each in the shared-memory checks)
         self.lockstep = launch[1] <= 64 and not any(node.op is Ops.WMMA for node in self.program)
 
@@ -163,11 +168,15 @@ class PythonProgram:
                     gate = value(src[3]) if len(src) > 3 else True
                     shared[src[0]].store(self.name, block_row, value(src[1]), value(src[2]), gate, bit)
                 elif op is Ops.LOAD:
+                    if node in self.wide:
+                        check_wide(self.name, value(src[1]), self.wide[node])
                     buffer = memory[src[0].arg[0]]
                     values[node] = gather(self.name, buffer, value(src[1]), value(src[2]) if len(src) > 2 else None)
                     if values[node].dtype != node.dtype.np:
                         values[node] = cast_array(values[node], node.dtype)
                 elif op is Ops.STORE:
+                    if node in self.wide:
+                        check_wide(self.name, value(src[1]), self.wide[node])
                     gate = value(src[3]) if len(src) > 3 else True
                     index, stored, gate = np.broadcast_arrays(value(src[1]), value(src[2]), gate, lanes)[:3]
                     buffer = memory[src[0].arg[0]]
@@ -227,6 +236,8 @@ class PythonProgram:
             elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
                 accumulators[src[0]] = value(src[1])
             elif op is Ops.LOAD:
+                if node in self.wide:
+                    check_wide(self.name, value(src[1]), self.wide[node])
                 local = src[0].op is Ops.DEFINE_LOCAL  # (its third source is the barrier it waits for)
                 buffer = shared[src[0]] if local else memory[src[0].arg[0]]
                 valid = local or len(src) < 3 or value(src[2])
@@ -258,6 +269,8 @@ class PythonProgram:
                 start, fragment = value(src[1]) + thread % WARP, value(src[2]).reshape(-1)
                 shared[src[0]][start : start + fragment.size : WARP] = fragment[thread % WARP :: WARP]
             elif op is Ops.STORE:
+                if node in self.wide:
+                    check_wide(self.name, value(src[1]), self.wide[node])
                 buffer = shared[src[0]] if src[0].op is Ops.DEFINE_LOCAL else memory[src[0].arg[0]]
                 if len(src) < 4 or value(src[3]):
                     buffer[inside(self.name, value(src[1]), buffer.size)] = value(src[2])
@@ -268,6 +281,15 @@ class PythonProgram:
             elif op is not Ops.DEFINE_GLOBAL and op is not Ops.PREFETCH:  # (a PREFETCH: its copies run)
                 values[node] = exec_alu(op, node.dtype, [value(s) for s in src])
             counter += 1
+
+
+def check_wide(name: str, index, lanes: int) -> None:
+    """A wide access (a float4's) must start at a multiple of its lanes, so that its bytes are aligned to their size
+    as a GPU requires (cuda_shim.h checks the same)."""
+    index = np.asarray(index)
+    misaligned = index[index % lanes != 0]
+    if misaligned.size:
+        raise RuntimeError(f"{name}: a wide access of {lanes} elements at element {misaligned[0]}, not a multiple")
 
 
 def check_tile(name: str, start: int, stride: int, itemsize: int) -> None:

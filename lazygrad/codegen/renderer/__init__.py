@@ -97,6 +97,10 @@ class Target:
     # a thread's copy from device to shared memory (WIDE_COPY) goes on without it (CUDA's cp.async, compute
     # capability 8.0 and newer): it lands by the block's next barrier, and holds no registers meanwhile
     async_copies: bool = False
+    # the bytes a thread reads or writes device memory in at once where the elements are consecutive and aligned to
+    # that size (CUDA's float4: 16); a renderer computing in scalars splits the vector into its lanes (0: every
+    # access one element)
+    wide_bytes: int = 0
     # a CPU: the bytes of the stack buffers a kernel may copy an input into (codegen's PACK; 0: none), about half
     # of a core's L2 cache, where the copy stays while the loops inside read it again and again
     pack_bytes: int = 0

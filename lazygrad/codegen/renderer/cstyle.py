@@ -43,10 +43,12 @@ from lazygrad.codegen.transcendental import exp_rules, transcendental_rules
 from lazygrad.codegen.vectorize import (
     Lanes,
     StoreVector,
+    WideAccess,
     accumulator_vectors,
     lanes_of,
     replaced_by_vectors,
     store_vectors,
+    wide_accesses,
 )
 from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.alu import division_hazards, may_wrap, shift_in_range
@@ -787,6 +789,22 @@ LAZYGRAD_DYNAMIC_SHARED({bytes});
 """
 
 
+# a thread's access of 16 consecutive bytes of device memory as one vector (float4: one instruction, where four
+# loads of a float make four); the CUDA shim checks its address is aligned, as a GPU requires
+WIDE_ACCESSES = """#ifndef LAZYGRAD_WIDE
+#define LAZYGRAD_WIDE(type, address) (*(type*)(address))
+#endif
+"""
+WIDE_TYPES = {
+    dtypes.float32: "float",
+    dtypes.int32: "int",
+    dtypes.uint32: "uint",
+    dtypes.float64: "double",
+    dtypes.int64: "longlong",
+    dtypes.uint64: "ulonglong",
+}
+
+
 # cp.async: a thread's copy of 4, 8 or 16 bytes from device to shared memory that goes on while the thread does;
 # the thread waits for all of its copies before a barrier (the CUDA shim copies at once, and waits for nothing)
 ASYNC_COPY_ARCHITECTURE = 80
@@ -879,7 +897,12 @@ class CUDARenderer(CStyleRenderer):
     rewrites = exp_rules
     special_indices = {"block": "blockIdx.x", "thread": "threadIdx.x"}
     target = Target(
-        vector_width=1, max_threads=1024, block_threads=256, shared_memory=STATIC_SHARED_BYTES, shuffle_lanes=WARP
+        vector_width=1,
+        max_threads=1024,
+        block_threads=256,
+        shared_memory=STATIC_SHARED_BYTES,
+        shuffle_lanes=WARP,
+        wide_bytes=16,
     )
     shared_prefix = "__shared__ "
     barrier = "__syncthreads();"
@@ -999,7 +1022,12 @@ class CUDARenderer(CStyleRenderer):
         self.dynamic_offsets = None if layout is None else layout[0]
         self.copies_async = self.target.async_copies and any(node.op is Ops.WIDE_COPY for node in program)
         self.unrolled = tensor_core_steps(program)
+        accesses = wide_accesses(program, self.target.wide_bytes) if self.target.wide_bytes else []
+        self.wide_lanes = {node: (access, lane) for access in accesses for lane, node in enumerate(access.nodes)}
+        self.wide_names: dict[WideAccess, str] = {}  # a wide load -> the vector it read into
         source = super().render(name, program)
+        if accesses:
+            source = WIDE_ACCESSES + source
         if layout is not None:
             source = DYNAMIC_SHARED.format(bytes=layout[1]) + source
         if self.copies_async:
@@ -1017,7 +1045,9 @@ class CUDARenderer(CStyleRenderer):
             self.loaded_fragments = {}
         if position in self.unrolled:
             self.emit("#pragma unroll")
-        if op is Ops.DEFINE_ACC and node in self.fragments:
+        if node in self.wide_lanes:
+            self.render_wide_lane(position, node, *self.wide_lanes[node])
+        elif op is Ops.DEFINE_ACC and node in self.fragments:
             m, n, k = self.fragments[node].arg[:3]
             name = self.names[node] = self.accumulator_name(node)
             self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> {name};")
@@ -1049,6 +1079,22 @@ class CUDARenderer(CStyleRenderer):
             self.emit(f"{WMMA}store_matrix_sync({target}, {self.names[src[2]]}, {n}, {WMMA}mem_row_major);")
         else:
             super().render_node(position, node)
+
+    def render_wide_lane(self, position: int, node: UOp, access: WideAccess, lane: int) -> None:
+        """A lane of a wide access (`wide_accesses`): a load's first lane reads every lane's element as one vector,
+        whose fields the lanes' values are; a store's last lane writes all of their values."""
+        first, lanes = access.nodes[0], len(access.nodes)
+        dtype = node.dtype if node.op is Ops.LOAD else node.src[2].dtype
+        vector = f"{WIDE_TYPES[dtype]}{lanes}"
+        address = f"{self.names[first.src[0]]} + {self.value(first.src[1])}"
+        if node.op is Ops.LOAD:
+            if lane == 0:
+                self.wide_names[access] = f"w{position}"
+                self.emit(f"{vector} w{position} = LAZYGRAD_WIDE(const {vector}, {address});")
+            self.declare(node, f"v{position}", f"{self.wide_names[access]}.{'xyzw'[lane]}")
+        elif lane == lanes - 1:
+            values = ", ".join(self.value(store.src[2]) for store in access.nodes)
+            self.emit(f"LAZYGRAD_WIDE({vector}, {address}) = {vector}{{{values}}};")
 
     def render_wmma(self, position: int, node: UOp) -> None:
         """d = a·b + c on the warp's tensor cores: the tiles loaded from shared memory into fragments (TF32 ones
