@@ -770,6 +770,31 @@ def test_the_cuda_source_reads_and_writes_aligned_vectors_and_scalars_elsewhere(
     np.testing.assert_allclose(rows.numpy(), data[: 1 << 17].reshape(64, -1).sum(axis=1), rtol=1e-4)
 
 
+def test_opencl_on_a_gpu_reads_and_writes_aligned_vectors(monkeypatch):
+    """An OpenCL GPU (preferred vector width 1) gets CUDA's 16-byte accesses, spelled as a dereference of a pointer to
+    a vector type (one access; vload4 may make four): here PoCL runs kernels rendered for such a GPU's target."""
+    from lazygrad.codegen.renderer import Target
+    from lazygrad.codegen.renderer.opencl import OpenCLRenderer
+    from lazygrad.engine.realize import render_kernel
+
+    device = available("GPU")
+    gpu = Device[device]
+    target = Target(vector_width=1, max_threads=256, block_threads=256, shared_memory=1 << 15, wide_bytes=16)
+    monkeypatch.setattr(gpu, "renderer", OpenCLRenderer(target))
+    data = rng.standard_normal(1 << 17).astype(np.float32)
+    x = Tensor(data, device=device).realize()
+    rows = x.reshape(64, -1)
+    sources = []
+    for tensor, expected in ((x * 2 + 1, data * 2 + 1), (rows.sum(axis=1), data.reshape(64, -1).sum(axis=1))):
+        (item,) = tensor.schedule()
+        kernel = prepare(lower_kernel(item.ast))
+        opts = heuristic_opts(kernel, target)
+        sources.append(render_kernel(gpu, item.ast, apply_opts(kernel, opts, target), opts).source)
+        assert "*(__global const float4*)(data1 + " in sources[-1], sources[-1]
+        np.testing.assert_allclose(run_with(tensor, opts).reshape(-1), expected, rtol=1e-4, atol=1e-4)
+    assert "*(__global float4*)(data0 + " in sources[0]  # (the elementwise kernel's four outputs: one store)
+
+
 def test_a_threaded_device_unrolls_a_windows_taps_and_keeps_its_weight_gradient_spread():
     """On a device with threads, a convolution's product unrolls its stacked taps in each thread (rolled, every tap
     would read all its taps' slices under gates), and a weight gradient takes its taps into registers only while

@@ -31,7 +31,7 @@ BUILT_KEPT = 64  # programs a compiler keeps built for the device to load (see C
 def device_target(device: Any) -> Target:
     """What codegen needs to know of an OpenCL device. CPU drivers want vectors as wide as their SIMD registers and
     small work-groups (PoCL runs a work-group as loops over its work-items); GPUs (preferred vector width 1) want
-    no vectors and work-groups of a few warps."""
+    no vectors, work-groups of a few warps, and memory read and written 16 bytes at a time where it can be."""
     # at most 8 floats (256 bits): pip's PoCL 3.0 reports 16 on an AVX-512 CPU its LLVM 14 does not know (Zen 4, 5)
     # but builds for AVX2, and its built-ins on 512-bit vectors (convert_long8, fmod of double8) gave garbage or
     # crashed; a run of a probe kernel to tell could corrupt that driver's state in the process
@@ -45,6 +45,7 @@ def device_target(device: Any) -> Target:
         block_threads=block_threads,
         shared_memory=device.local_mem_size,
         cores=device.max_compute_units,
+        wide_bytes=16 if vector_width == 1 else 0,  # (a GPU reads a float4 at once; a CPU driver computes in vectors)
     )
 
 

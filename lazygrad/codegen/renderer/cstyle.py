@@ -215,6 +215,9 @@ class CStyleRenderer(Renderer):
         self.vector_loop, self.varying, self.strides = None, set(), {}
         self.find_vector_loop(program)
         self.choose_accumulator_vectors(program)
+        accesses = wide_accesses(program, self.target.wide_bytes) if self.target.wide_bytes else []
+        self.wide_lanes = {node: (access, lane) for access in accesses for lane, node in enumerate(access.nodes)}
+        self.wide_names: dict[WideAccess, str] = {}  # a wide load -> the vector it read into
         self.reductions = self.simd_reduction_clauses(program) if self.simd_reductions else {}
         # the op that combines two partial results of each accumulator: the update stored into it
         self.combine_ops = {node.src[0]: node.src[1].op for node in program if node.op is Ops.STORE}
@@ -365,6 +368,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
             self.render_accumulator_read(f"v{position}", node)
         elif op is Ops.STORE and src[0].op is Ops.DEFINE_ACC:
             self.emit(f"{self.names[src[0]]} = {self.value(src[1])};")
+        elif node in self.wide_lanes:
+            self.render_wide_lane(position, node, *self.wide_lanes[node])
         elif op is Ops.LOAD:
             self.render_load(position, node)
         elif op is Ops.STORE:
@@ -655,6 +660,39 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         self.declare(node, f"{name}_raw", self.read_memory(buffer, safe_index, node.dtype))
         self.declare(node, name, f"{valid} ? {name}_raw : {self.render_const(0, node.dtype)}")
 
+    def render_wide_lane(self, position: int, node: UOp, access: WideAccess, lane: int) -> None:
+        """A lane of a wide access (`wide_accesses`): a load's first lane reads every lane's element as one vector,
+        whose fields the lanes' values are; a store's last lane writes all of their values."""
+        first, lanes = access.nodes[0], len(access.nodes)
+        dtype = node.dtype if node.op is Ops.LOAD else node.src[2].dtype
+        vector = f"{self.wide_types[dtype]}{lanes}"
+        address = f"{self.names[first.src[0]]} + {self.value(first.src[1])}"
+        if node.op is Ops.LOAD:
+            if lane == 0:
+                self.wide_names[access] = f"w{position}"
+                self.emit(f"{vector} w{position} = {self.wide_read(vector, address)};")
+            self.declare(node, f"v{position}", f"{self.wide_names[access]}.{'xyzw'[lane]}")
+        elif lane == lanes - 1:
+            self.emit(self.wide_write(vector, address, [self.value(store.src[2]) for store in access.nodes]))
+
+    # the vector types of a wide access, by its lanes' type (their lane count after the name)
+    wide_types = {
+        dtypes.float32: "float",
+        dtypes.int32: "int",
+        dtypes.uint32: "uint",
+        dtypes.float64: "double",
+        dtypes.int64: "long",
+        dtypes.uint64: "ulong",
+    }
+
+    def wide_read(self, vector: str, address: str) -> str:
+        """The expression that reads the `vector` at `address` (aligned to its size) at once."""
+        raise NotImplementedError(f"{type(self).__name__} makes no wide accesses: its target's wide_bytes must be 0")
+
+    def wide_write(self, vector: str, address: str, values: list[str]) -> str:
+        """The statement that writes `values` as the `vector` at `address` (aligned to its size) at once."""
+        raise NotImplementedError(f"{type(self).__name__} makes no wide accesses: its target's wide_bytes must be 0")
+
     def render_store(self, node: UOp) -> None:
         buffer, index, value = self.names[node.src[0]], self.value(node.src[1]), node.src[2]
         if value.dtype == dtypes.float16 and node.src[0].op is Ops.DEFINE_GLOBAL:
@@ -795,14 +833,6 @@ WIDE_ACCESSES = """#ifndef LAZYGRAD_WIDE
 #define LAZYGRAD_WIDE(type, address) (*(type*)(address))
 #endif
 """
-WIDE_TYPES = {
-    dtypes.float32: "float",
-    dtypes.int32: "int",
-    dtypes.uint32: "uint",
-    dtypes.float64: "double",
-    dtypes.int64: "longlong",
-    dtypes.uint64: "ulonglong",
-}
 
 
 # cp.async: a thread's copy of 4, 8 or 16 bytes from device to shared memory that goes on while the thread does;
@@ -1022,11 +1052,8 @@ class CUDARenderer(CStyleRenderer):
         self.dynamic_offsets = None if layout is None else layout[0]
         self.copies_async = self.target.async_copies and any(node.op is Ops.WIDE_COPY for node in program)
         self.unrolled = tensor_core_steps(program)
-        accesses = wide_accesses(program, self.target.wide_bytes) if self.target.wide_bytes else []
-        self.wide_lanes = {node: (access, lane) for access in accesses for lane, node in enumerate(access.nodes)}
-        self.wide_names: dict[WideAccess, str] = {}  # a wide load -> the vector it read into
         source = super().render(name, program)
-        if accesses:
+        if self.wide_lanes:
             source = WIDE_ACCESSES + source
         if layout is not None:
             source = DYNAMIC_SHARED.format(bytes=layout[1]) + source
@@ -1045,9 +1072,7 @@ class CUDARenderer(CStyleRenderer):
             self.loaded_fragments = {}
         if position in self.unrolled:
             self.emit("#pragma unroll")
-        if node in self.wide_lanes:
-            self.render_wide_lane(position, node, *self.wide_lanes[node])
-        elif op is Ops.DEFINE_ACC and node in self.fragments:
+        if op is Ops.DEFINE_ACC and node in self.fragments:
             m, n, k = self.fragments[node].arg[:3]
             name = self.names[node] = self.accumulator_name(node)
             self.emit(f"{WMMA}fragment<{WMMA}accumulator, {m}, {n}, {k}, float> {name};")
@@ -1080,21 +1105,13 @@ class CUDARenderer(CStyleRenderer):
         else:
             super().render_node(position, node)
 
-    def render_wide_lane(self, position: int, node: UOp, access: WideAccess, lane: int) -> None:
-        """A lane of a wide access (`wide_accesses`): a load's first lane reads every lane's element as one vector,
-        whose fields the lanes' values are; a store's last lane writes all of their values."""
-        first, lanes = access.nodes[0], len(access.nodes)
-        dtype = node.dtype if node.op is Ops.LOAD else node.src[2].dtype
-        vector = f"{WIDE_TYPES[dtype]}{lanes}"
-        address = f"{self.names[first.src[0]]} + {self.value(first.src[1])}"
-        if node.op is Ops.LOAD:
-            if lane == 0:
-                self.wide_names[access] = f"w{position}"
-                self.emit(f"{vector} w{position} = LAZYGRAD_WIDE(const {vector}, {address});")
-            self.declare(node, f"v{position}", f"{self.wide_names[access]}.{'xyzw'[lane]}")
-        elif lane == lanes - 1:
-            values = ", ".join(self.value(store.src[2]) for store in access.nodes)
-            self.emit(f"LAZYGRAD_WIDE({vector}, {address}) = {vector}{{{values}}};")
+    wide_types = CStyleRenderer.wide_types | {dtypes.int64: "longlong", dtypes.uint64: "ulonglong"}
+
+    def wide_read(self, vector: str, address: str) -> str:
+        return f"LAZYGRAD_WIDE(const {vector}, {address})"
+
+    def wide_write(self, vector: str, address: str, values: list[str]) -> str:
+        return f"LAZYGRAD_WIDE({vector}, {address}) = {vector}{{{', '.join(values)}}};"
 
     def render_wmma(self, position: int, node: UOp) -> None:
         """d = a·b + c on the warp's tensor cores: the tiles loaded from shared memory into fragments (TF32 ones
