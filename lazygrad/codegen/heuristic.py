@@ -641,7 +641,7 @@ def thread_opts(
     if target.vector_width > 1 and vectors:
         vector_loop(plan)
     if target.vector_width == 1 and (
-        share_rows(plan, block, warps)
+        share_rows(plan, block, warps, wide=vectors)
         or group_reduce(plan, block, warps, wide=vectors)
         or (warps and share_columns(plan, block))
     ):
@@ -856,10 +856,12 @@ def shares_inputs(sink: UOp, loop: UOp) -> bool:
     return any(not (one <= other or other <= one) for one in stays for other in stays)
 
 
-def share_rows(plan: Plan, block: int | None, warps: bool = True) -> bool:
+def share_rows(plan: Plan, block: int | None, warps: bool = True, wide: bool = True) -> bool:
     """A block per row for a kernel that reduces few long rows and writes them back (a softmax, a layer norm; a warp
     for shorter rows, see `row_threads`): the threads of the block share the row's outputs, and each reduce over the
-    row shares them too; True if it did."""
+    row shares them too; True if it did. Unless `wide` is False, where the row's accesses all move by one element
+    and every thread has whole vectors of each loop, a thread's outputs and reads are neighbours (`wide_lanes`:
+    float4 accesses)."""
     rows, loops = loops_of_kind(plan.sink, LoopKind.LOOP), reduce_loops(plan.sink)
     if not rows or not loops:
         return False
@@ -867,10 +869,28 @@ def share_rows(plan: Plan, block: int | None, warps: bool = True) -> bool:
     amount = thread_count(math.gcd(rows[-1].src[0].arg, *(loop.src[0].arg for loop in loops)), room) if room else 1
     if amount < 2:
         return False
-    plan.apply(Opt(OptOp.LOCAL, rows[-1].arg[0], amount))
-    for loop in reduce_loops(plan.sink):  # (found again: the split renumbered them)
-        plan.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount))
+    lanes = wide_lanes(plan, rows[-1]) if wide else 1
+    if lanes > 1 and all(
+        wide_lanes(plan, loop) == lanes and loop.src[0].arg // lanes % amount == 0 for loop in [rows[-1], *loops]
+    ):
+        trial = Plan(plan.sink, plan.target)
+        if trial.try_apply(Opt(OptOp.UPCAST, rows[-1].arg[0], lanes)) and _share_row(trial, rows[-1], amount, lanes):
+            plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
+            return True
+    _share_row(plan, rows[-1], amount)
     return True
+
+
+def _share_row(plan: Plan, row: UOp, amount: int, lanes: int = 1) -> bool:
+    """The row's outputs (`row`) and each reduce loop the threads of a block share, `amount` of them, the reduces
+    `lanes` iterations at a time inside each thread (unrolled first: a GROUP comes after every other action);
+    whether every action applied."""
+    done = plan.try_apply(Opt(OptOp.LOCAL, row.arg[0], amount))
+    for op, by in ((OptOp.UNROLL, lanes), (OptOp.GROUP, amount)) if lanes > 1 else ((OptOp.GROUP, amount),):
+        for number in range(len(reduce_loops(plan.sink))):
+            loop = reduce_loops(plan.sink)[number]  # (found again: a split renumbers them)
+            done = plan.try_apply(Opt(op, loop.arg[0], by)) and done
+    return done
 
 
 def summed_columns(plan: Plan, block: int | None) -> UOp | None:

@@ -408,10 +408,6 @@ class WideAccess:
 
     nodes: tuple[UOp, ...]
 
-    @property
-    def at(self) -> UOp:
-        return self.nodes[0] if self.nodes[0].op is Ops.LOAD else self.nodes[-1]
-
 
 def multiple_of(index: UOp, lanes: int) -> bool:
     """Whether integer `index` is a multiple of `lanes` for every value of the loops and thread indices in it: a
