@@ -733,13 +733,15 @@ def test_streaming_kernels_read_and_write_memory_sixteen_bytes_at_a_time(threade
     from lazygrad.codegen.renderer.cstyle import CUDARenderer
 
     target = CUDARenderer.target
-    data = rng.standard_normal(1 << 17).astype(np.float32)
+    # (data of its own: a sum of the shared generator's draws depended on the tests before it, and may nearly cancel)
+    data = np.random.default_rng(16).standard_normal(1 << 17).astype(np.float32)
     x = Tensor(data, device=threaded).realize()
     assert heuristic_opts(kernel_of(x * 2 + 1), target) == (Opt(U, 0, 4), Opt(L, 0, 256))
     np.testing.assert_allclose((x * 2 + 1).numpy(), data * 2 + 1, rtol=1e-6)
     first = prepare(lower_kernel(x.sum().schedule()[0].ast))  # (the parts' kernel, where the device splits it)
     assert [(opt.op, opt.amount) for opt in heuristic_opts(first, target)] == [(R, 4), (G, 256)]
-    np.testing.assert_allclose(x.sum().numpy(), data.sum(dtype=np.float64), rtol=1e-5)
+    # (float32 partial sums: off by a few units in the last place of the sum of the values' magnitudes)
+    np.testing.assert_allclose(x.sum().numpy(), data.sum(dtype=np.float64), atol=1e-6 * np.abs(data).sum())
     integers = Tensor(np.arange(1 << 17, dtype=np.int32), device=threaded).realize()
     assert integers.sum().item() == (1 << 16) * ((1 << 17) - 1)
     small = Tensor(data[:1000], device=threaded).realize()
@@ -757,7 +759,7 @@ def test_the_cuda_source_reads_and_writes_aligned_vectors_and_scalars_elsewhere(
     from lazygrad.engine.realize import render_kernel
 
     device = available("CUDA")
-    data = rng.standard_normal((1 << 17) + 1).astype(np.float32)
+    data = np.random.default_rng(17).standard_normal((1 << 17) + 1).astype(np.float32)
     x = Tensor(data, device=device).realize()
     cuda = Device[device]
 
@@ -774,7 +776,7 @@ def test_the_cuda_source_reads_and_writes_aligned_vectors_and_scalars_elsewhere(
     np.testing.assert_allclose((x[1:] * 2 + 1).numpy(), data[1:] * 2 + 1, rtol=1e-6)
     rows = x[: 1 << 17].reshape(64, -1).sum(axis=1)
     assert "LAZYGRAD_WIDE(const float4, data1 + " in source(rows)
-    np.testing.assert_allclose(rows.numpy(), data[: 1 << 17].reshape(64, -1).sum(axis=1), rtol=1e-4)
+    np.testing.assert_allclose(rows.numpy(), data[: 1 << 17].reshape(64, -1).sum(axis=1), rtol=1e-5, atol=1e-3)
 
 
 def test_opencl_on_a_gpu_reads_and_writes_aligned_vectors(monkeypatch):
@@ -788,7 +790,7 @@ def test_opencl_on_a_gpu_reads_and_writes_aligned_vectors(monkeypatch):
     gpu = Device[device]
     target = Target(vector_width=1, max_threads=256, block_threads=256, shared_memory=1 << 15, wide_bytes=16)
     monkeypatch.setattr(gpu, "renderer", OpenCLRenderer(target))
-    data = rng.standard_normal(1 << 17).astype(np.float32)
+    data = np.random.default_rng(18).standard_normal(1 << 17).astype(np.float32)
     x = Tensor(data, device=device).realize()
     rows = x.reshape(64, -1)
     sources = []
@@ -798,7 +800,7 @@ def test_opencl_on_a_gpu_reads_and_writes_aligned_vectors(monkeypatch):
         opts = heuristic_opts(kernel, target)
         sources.append(render_kernel(gpu, item.ast, apply_opts(kernel, opts, target), opts).source)
         assert "*(__global const float4*)(data1 + " in sources[-1], sources[-1]
-        np.testing.assert_allclose(run_with(tensor, opts).reshape(-1), expected, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(run_with(tensor, opts).reshape(-1), expected, rtol=1e-5, atol=1e-3)
     assert "*(__global float4*)(data0 + " in sources[0]  # (the elementwise kernel's four outputs: one store)
 
 

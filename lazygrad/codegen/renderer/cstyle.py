@@ -675,7 +675,8 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         elif lane == lanes - 1:
             self.emit(self.wide_write(vector, address, [self.value(store.src[2]) for store in access.nodes]))
 
-    # the vector types of a wide access, by its lanes' type (their lane count after the name)
+    # the vector type of a wide access, by its lanes' type, the lane count after the name (OpenCL's names; CUDA's
+    # 64-bit integers differ)
     wide_types = {
         dtypes.float32: "float",
         dtypes.int32: "int",
