@@ -177,9 +177,10 @@ def test_an_access_past_either_end_of_a_buffer_is_an_error(lockstep):
             kernel(np.zeros(BLOCKS * THREADS, np.float32))
 
 
-def four_loads_a_thread(offset: int, store_between: bool = False) -> list[UOp]:
+def four_loads_a_thread(offset: int, store_between: int | None = None) -> list[UOp]:
     """Each thread sums the four floats of `x` from 4 * its number + `offset` on (a float4, where that is aligned)
-    into its output; optionally storing into `x` between its first two loads."""
+    into its output; optionally storing its first value into `x` at its lane `store_between` between its first two
+    loads."""
     out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
     x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, 4 * BLOCKS * THREADS + 4))
     block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
@@ -188,15 +189,17 @@ def four_loads_a_thread(offset: int, store_between: bool = False) -> list[UOp]:
     base = mine * 4
     loads = [UOp(Ops.LOAD, dtypes.float32, (x, base + (offset + lane) if offset + lane else base)) for lane in range(4)]
     total = loads[0] + loads[1] + loads[2] + loads[3]
-    nodes = [loads[0], UOp(Ops.STORE, src=(x, base, loads[0]))] if store_between else [loads[0]]
+    stored = UOp(Ops.STORE, src=(x, base + store_between if store_between else base, loads[0]))
+    nodes = [loads[0]] if store_between is None else [loads[0], stored]
     program = toposort([*nodes, *loads[1:], UOp(Ops.STORE, src=(out, mine, total))])
     return [node for node in program if node.op is not Ops.CONST]
 
 
 def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
     """`wide_accesses` makes a float4 of four loads whose first element is a multiple of four wherever a thread
-    reads it; not of four at an offset of 2 (a vector there would straddle two), nor of loads with a store into
-    their buffer between them. The PYTHON device checks each wide access's index as it runs: a misaligned one (here
+    reads it; not of four at an offset of 2 (a vector there would straddle two), nor of loads with a store between
+    them into an element a later lane reads (read at the first lane, it would miss the store); a store into an
+    element read before it (an update in place) leaves them one. The PYTHON device checks each wide access's index as it runs: a misaligned one (here
     marked wide by hand) is an error, as on a GPU."""
     from lazygrad.codegen.vectorize import wide_accesses
 
@@ -204,7 +207,8 @@ def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
     (access,) = wide_accesses(aligned, 16)
     assert [node.op for node in access.nodes] == [Ops.LOAD] * 4
     assert wide_accesses(four_loads_a_thread(2), 16) == []
-    assert wide_accesses(four_loads_a_thread(0, store_between=True), 16) == []
+    assert wide_accesses(four_loads_a_thread(0, store_between=1), 16) == []
+    assert len(wide_accesses(four_loads_a_thread(0, store_between=0), 16)) == 1
     assert [len(access.nodes) for access in wide_accesses(aligned, 8)] == [2, 2]  # (8 bytes: two float2)
     x = np.arange(4 * BLOCKS * THREADS + 4, dtype=np.float32)
     for offset in (0, 2):

@@ -750,6 +750,10 @@ def test_streaming_kernels_read_and_write_memory_sixteen_bytes_at_a_time(threade
     assert not any(opt.op is U for opt in heuristic_opts(kernel_of(square.T + 1), target))
     np.testing.assert_allclose((square.T + 1).numpy(), data.reshape(512, 256).T + 1, rtol=1e-6)
     assert not any(opt.op is U for opt in heuristic_opts(kernel_of(x.half() * 2), target))
+    # an update in place (an optimizer's step) reads each vector of its weights, then writes it back
+    weights = Tensor(data, device=threaded).realize()
+    weights.assign(weights - x * 0.5).realize()
+    np.testing.assert_allclose(weights.numpy(), data - data * np.float32(0.5), rtol=1e-6)
 
 
 def test_the_cuda_source_reads_and_writes_aligned_vectors_and_scalars_elsewhere():
@@ -776,6 +780,10 @@ def test_the_cuda_source_reads_and_writes_aligned_vectors_and_scalars_elsewhere(
     np.testing.assert_allclose((x[1:] * 2 + 1).numpy(), data[1:] * 2 + 1, rtol=1e-6)
     rows = x[: 1 << 17].reshape(64, -1).sum(axis=1)
     assert "LAZYGRAD_WIDE(const float4, data1 + " in source(rows)
+    weights = Tensor(data[: 1 << 17], device=device).realize()
+    update = source(weights.assign(weights - x[: 1 << 17] * 0.5))  # (in place: read, then written back)
+    assert "LAZYGRAD_WIDE(const float4, data0 + " in update and "LAZYGRAD_WIDE(float4, data0 + " in update
+    np.testing.assert_allclose(weights.numpy(), data[: 1 << 17] * np.float32(0.5), rtol=1e-6)
     np.testing.assert_allclose(rows.numpy(), data[: 1 << 17].reshape(64, -1).sum(axis=1), rtol=1e-5, atol=1e-3)
 
 

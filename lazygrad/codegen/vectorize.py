@@ -426,8 +426,8 @@ def multiple_of(index: UOp, lanes: int) -> bool:
 def wide_accesses(program: list[UOp], wide_bytes: int) -> list[WideAccess]:
     """The loads and stores of `program` (a linear program) made as accesses of `wide_bytes` each: runs of plain
     loads (unmasked stores) of a 4- or 8-byte type at consecutive elements of one buffer of device memory, whose
-    first element is a multiple of the run's length (see `WideAccess`). A load run has no store to its buffer
-    between its lanes, a store run no other access to its buffer: moving the lanes to one place changes nothing."""
+    first element is a multiple of the run's length (see `WideAccess`), where moving the lanes to one place changes
+    nothing (see `_apart`): an update in place (an optimizer's) reads its vector and writes it back."""
     position = {node: at for at, node in enumerate(program)}
     # (op, buffer, the index but its constant, dtype) -> {constant: access}
     candidates: dict[tuple, dict[int, UOp]] = {}
@@ -453,17 +453,30 @@ def wide_accesses(program: list[UOp], wide_bytes: int) -> list[WideAccess]:
             places = [position[node] for node in run]
             if places != sorted(places):
                 continue
-            between = program[places[0] + 1 : places[-1]]
-            if all(_apart(node, run, buffer, op) for node in between):
+            if all(_apart(node, run, position) for node in program[places[0] + 1 : places[-1]]):
                 found.append(WideAccess(run))
     return found
 
 
-def _apart(node: UOp, run: tuple[UOp, ...], buffer: UOp, op: Ops) -> bool:
-    """Whether `node`, between the lanes of a run of `op`s of `buffer`, lets them be made at one place: it opens or
-    closes no loop, and stores nothing to the buffer (and, between stores, reads nothing from it)."""
+def _apart(node: UOp, run: tuple[UOp, ...], position: dict[UOp, int]) -> bool:
+    """Whether `node`, between the lanes of `run`, lets them be made at one place (a load run at its first lane, a
+    store run at its last): it opens or closes no loop, and any access of the run's buffer keeps its order with the
+    lane of the same element. A load run is read earlier, so a store between may write only an element whose lane
+    was read before it (an update in place: each element read, then written); a store run is written later, so an
+    access between may touch only an element whose lane is written after it. An element outside the run, or one
+    not provably the same (another index), keeps them apart; loads between loads never do."""
     if node.op in (Ops.RANGE, Ops.ENDRANGE):
         return False
-    if node in run or node.op not in (Ops.LOAD, Ops.STORE) or not node.src or node.src[0] is not buffer:
+    first = run[0]
+    if node in run or node.op not in (Ops.LOAD, Ops.STORE) or not node.src or node.src[0] is not first.src[0]:
         return True
-    return op is Ops.LOAD and node.op is Ops.LOAD
+    if first.op is Ops.LOAD and node.op is Ops.LOAD:
+        return True
+    rest, offset = split_offset(node.src[1])
+    for member in run:
+        if (element := split_offset(member.src[1]))[0] is rest and element[1] == offset:
+            moved_past = (
+                position[member] > position[node] if first.op is Ops.LOAD else position[member] < position[node]
+            )
+            return not moved_past
+    return False
