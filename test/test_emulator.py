@@ -223,3 +223,38 @@ def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
                 kernel.wide = {node: 4 for node in kernel.program if node.op is Ops.LOAD}
                 with pytest.raises(RuntimeError, match="summed: a wide access of 4 elements at element 2, not a"):
                     kernel(out, x.copy())
+
+
+def test_loads_a_program_holds_twice_are_no_wide_access():
+    """A loop opened twice may repeat the nodes of its first body (here in another order): a wide load of them would
+    be rendered where its lanes are read before it, so they stay scalar loads, and CUDA renders the program."""
+    from lazygrad.codegen.renderer.cstyle import CUDARenderer
+    from lazygrad.codegen.vectorize import wide_accesses
+
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, 12))
+    loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 3),), (0, LoopKind.REDUCE))
+    base = loop * 4
+    indices = [base, *(base + lane for lane in (1, 2, 3))]
+    loads = [UOp(Ops.LOAD, dtypes.float32, (x, index)) for index in indices]
+    program, totals = [out, x], []
+    for number, order in enumerate(((3, 2, 1, 0), (0, 1, 2, 3))):
+        accumulator = UOp(Ops.DEFINE_ACC, dtypes.float32, (), (0.0, number))
+        program += [accumulator, loop, base]
+        total = None
+        for lane in order:
+            program += [indices[lane]] if lane else []
+            program.append(loads[lane])
+            total = loads[lane] if total is None else total + loads[lane]
+            program += [total] if total is not loads[lane] else []
+        current = UOp(Ops.LOAD, dtypes.float32, (accumulator, loop))
+        program += [current, current + total, UOp(Ops.STORE, src=(accumulator, current + total))]
+        program += [UOp(Ops.ENDRANGE, src=(loop,))]
+        totals.append(UOp(Ops.LOAD, dtypes.float32, (accumulator,)))
+    program += [
+        *totals,
+        totals[0] + totals[1],
+        UOp(Ops.STORE, src=(out, UOp.const(dtypes.index, 0), totals[0] + totals[1])),
+    ]
+    assert wide_accesses(program, 16) == []
+    assert "LAZYGRAD_WIDE" not in CUDARenderer().render("twice", program)

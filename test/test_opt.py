@@ -728,7 +728,7 @@ def test_few_outputs_that_each_sum_a_column_share_it_among_a_block_whose_warps_r
 def test_streaming_kernels_read_and_write_memory_sixteen_bytes_at_a_time(threaded):
     """On a GPU a thread reads and writes four consecutive floats at once (a float4: one instruction, not four): an
     elementwise kernel of many outputs computes four neighbouring outputs a thread, and a long sum reads four values
-    a thread each step (its int64 partials, two). A kernel of few outputs keeps a thread each; one that reads across
+    a thread each step. A kernel of few outputs keeps a thread each; one that reads across
     its rows (a transpose) or reads halves keeps its scalar accesses."""
     from lazygrad.codegen.renderer.cstyle import CUDARenderer
 

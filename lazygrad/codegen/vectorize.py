@@ -429,6 +429,9 @@ def wide_accesses(program: list[UOp], wide_bytes: int) -> list[WideAccess]:
     first element is a multiple of the run's length (see `WideAccess`), where moving the lanes to one place changes
     nothing (see `_apart`): an update in place (an optimizer's) reads its vector and writes it back."""
     position = {node: at for at, node in enumerate(program)}
+    # (a loop opened twice repeats nodes of its first body: a lane there would be rendered twice, once where its
+    # vector is out of scope or not yet read)
+    repeated = {node for at, node in enumerate(program) if position[node] != at}
     # (op, buffer, the index but its constant, dtype) -> {constant: access}
     candidates: dict[tuple, dict[int, UOp]] = {}
     for node in program:
@@ -448,7 +451,7 @@ def wide_accesses(program: list[UOp], wide_bytes: int) -> list[WideAccess]:
             continue
         for first in sorted(offset for offset in by_offset if offset % lanes == 0):
             run = tuple(by_offset.get(first + lane) for lane in range(lanes))
-            if any(node is None for node in run):
+            if any(node is None or node in repeated for node in run):
                 continue
             places = [position[node] for node in run]
             if places != sorted(places):
