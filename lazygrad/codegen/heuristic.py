@@ -112,6 +112,10 @@ class Plan:
             return False
         return True
 
+    def adopt(self, trial: Plan) -> None:
+        """Take the actions a trial of this plan (a `Plan` of its kernel) applied, where all of them fit."""
+        self.sink, self.opts = trial.sink, [*self.opts, *trial.opts]
+
 
 def memory_indices(sink: UOp, op: Ops) -> list[UOp]:
     return [node.src[1] for node in kernel_nodes(sink) if node.op is op and node.src[0].op is Ops.DEFINE_GLOBAL]
@@ -278,7 +282,7 @@ def copy_transposed(plan: Plan, target: Target) -> bool:
     pack_shared_input(trial, target, "transposed copy")
     if OptOp.PACK not in {opt.op for opt in trial.opts}:
         return False
-    plan.sink, plan.opts = trial.sink, [*plan.opts, *trial.opts]
+    plan.adopt(trial)
     return True
 
 
@@ -791,7 +795,7 @@ def tile_product(plan: Plan, block: int | None) -> bool:
         trial.apply(Opt(OptOp.TILE, reduce_nodes(trial.sink)[0].src[1].arg[0], depth))
     except KernelOptError:  # (more threads or shared memory than the device has, or copies than a tile allows)
         return False
-    plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
+    plan.adopt(trial)
     return True
 
 
@@ -875,7 +879,7 @@ def share_rows(plan: Plan, block: int | None, warps: bool = True, wide: bool = T
     ):
         trial = Plan(plan.sink, plan.target)
         if trial.try_apply(Opt(OptOp.UPCAST, rows[-1].arg[0], lanes)) and _share_row(trial, rows[-1], amount, lanes):
-            plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
+            plan.adopt(trial)
             return True
     _share_row(plan, rows[-1], amount)
     return True
@@ -886,7 +890,8 @@ def _share_row(plan: Plan, row: UOp, amount: int, lanes: int = 1) -> bool:
     `lanes` iterations at a time inside each thread (unrolled first: a GROUP comes after every other action);
     whether every action applied."""
     done = plan.try_apply(Opt(OptOp.LOCAL, row.arg[0], amount))
-    for op, by in ((OptOp.UNROLL, lanes), (OptOp.GROUP, amount)) if lanes > 1 else ((OptOp.GROUP, amount),):
+    steps = [(OptOp.UNROLL, lanes)] if lanes > 1 else []
+    for op, by in [*steps, (OptOp.GROUP, amount)]:
         for number in range(len(reduce_loops(plan.sink))):
             loop = reduce_loops(plan.sink)[number]  # (found again: a split renumbers them)
             done = plan.try_apply(Opt(op, loop.arg[0], by)) and done
@@ -925,7 +930,7 @@ def share_columns(plan: Plan, block: int | None) -> bool:
     amount = thread_count(loop.src[0].arg, (block or plan.target.block_threads) // across)
     if amount < 2 or not trial.try_apply(Opt(OptOp.GROUP, loop.arg[0], amount)):
         return False
-    plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
+    plan.adopt(trial)
     return True
 
 
@@ -957,7 +962,7 @@ def group_reduce(plan: Plan, block: int | None, warps: bool = True, wide: bool =
         trial = Plan(plan.sink, plan.target)
         unrolled = trial.try_apply(Opt(OptOp.UNROLL, loop.arg[0], lanes))  # (inside: the loop outside keeps its axis)
         if unrolled and trial.try_apply(Opt(OptOp.GROUP, loop.arg[0], room)):
-            plan.sink, plan.opts = trial.sink, plan.opts + trial.opts
+            plan.adopt(trial)
             return True
     amount = thread_count(size, room)
     # a length few threads divide (a prime one) is padded to a multiple of the block, where that adds at most

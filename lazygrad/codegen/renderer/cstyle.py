@@ -215,7 +215,7 @@ class CStyleRenderer(Renderer):
         self.vector_loop, self.varying, self.strides = None, set(), {}
         self.find_vector_loop(program)
         self.choose_accumulator_vectors(program)
-        accesses = wide_accesses(program, self.target.wide_bytes) if self.target.wide_bytes else []
+        accesses = wide_accesses(program, self.target.wide_bytes) if self.target.wide_bytes and self.wide_load else []
         self.wide_lanes = {node: (access, lane) for access in accesses for lane, node in enumerate(access.nodes)}
         self.wide_names: dict[WideAccess, str] = {}  # a wide load -> the vector it read into
         self.reductions = self.simd_reduction_clauses(program) if self.simd_reductions else {}
@@ -670,13 +670,17 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         if node.op is Ops.LOAD:
             if lane == 0:
                 self.wide_names[access] = f"w{position}"
-                self.emit(f"{vector} w{position} = {self.wide_read(vector, address)};")
+                self.emit(f"{vector} w{position} = {self.wide_load.format(vector=vector, address=address)};")
             self.declare(node, f"v{position}", f"{self.wide_names[access]}.{'xyzw'[lane]}")
         elif lane == lanes - 1:
-            self.emit(self.wide_write(vector, address, [self.value(store.src[2]) for store in access.nodes]))
+            values = ", ".join(self.value(store.src[2]) for store in access.nodes)
+            self.emit(self.wide_store.format(vector=vector, address=address, values=values))
 
-    # the vector type of a wide access, by its lanes' type, the lane count after the name (OpenCL's names; CUDA's
-    # 64-bit integers differ)
+    # a wide access in the language: the read of a `vector` at an `address` aligned to its size, and the statement
+    # writing its `values` there (empty: the renderer makes none, whatever its target allows); the vector types by
+    # their lanes' type, the lane count after the name (OpenCL's names; CUDA's 64-bit integers differ)
+    wide_load = ""
+    wide_store = ""
     wide_types = {
         dtypes.float32: "float",
         dtypes.int32: "int",
@@ -685,14 +689,6 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         dtypes.int64: "long",
         dtypes.uint64: "ulong",
     }
-
-    def wide_read(self, vector: str, address: str) -> str:
-        """The expression that reads the `vector` at `address` (aligned to its size) at once."""
-        raise NotImplementedError(f"{type(self).__name__} makes no wide accesses: its target's wide_bytes must be 0")
-
-    def wide_write(self, vector: str, address: str, values: list[str]) -> str:
-        """The statement that writes `values` as the `vector` at `address` (aligned to its size) at once."""
-        raise NotImplementedError(f"{type(self).__name__} makes no wide accesses: its target's wide_bytes must be 0")
 
     def render_store(self, node: UOp) -> None:
         buffer, index, value = self.names[node.src[0]], self.value(node.src[1]), node.src[2]
@@ -947,6 +943,9 @@ class CUDARenderer(CStyleRenderer):
     infinity = "__int_as_float(0x7f800000)"
     nan = "__int_as_float(0x7fc00000)"
     half_load = "__half2float({buffer}[{index}])"
+    wide_load = "LAZYGRAD_WIDE(const {vector}, {address})"  # (see WIDE_ACCESSES)
+    wide_store = "LAZYGRAD_WIDE({vector}, {address}) = {vector}{{{values}}};"
+    wide_types = CStyleRenderer.wide_types | {dtypes.int64: "longlong", dtypes.uint64: "ulonglong"}
     half_store = "{buffer}[{index}] = __float2half({value});"
     half_round = "__half2float(__float2half({a}))"
     bitcasts = {
@@ -1105,14 +1104,6 @@ class CUDARenderer(CStyleRenderer):
             self.emit(f"{WMMA}store_matrix_sync({target}, {self.names[src[2]]}, {n}, {WMMA}mem_row_major);")
         else:
             super().render_node(position, node)
-
-    wide_types = CStyleRenderer.wide_types | {dtypes.int64: "longlong", dtypes.uint64: "ulonglong"}
-
-    def wide_read(self, vector: str, address: str) -> str:
-        return f"LAZYGRAD_WIDE(const {vector}, {address})"
-
-    def wide_write(self, vector: str, address: str, values: list[str]) -> str:
-        return f"LAZYGRAD_WIDE({vector}, {address}) = {vector}{{{', '.join(values)}}};"
 
     def render_wmma(self, position: int, node: UOp) -> None:
         """d = a·b + c on the warp's tensor cores: the tiles loaded from shared memory into fragments (TF32 ones

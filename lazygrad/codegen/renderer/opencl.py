@@ -118,6 +118,9 @@ class OpenCLRenderer(CStyleRenderer):
     math_functions = CStyleRenderer.double_math_functions  # overloaded for float, double and their vectors
     half_load = "vload_half({index}, {buffer})"
     half_store = "vstore_half({value}, {index}, {buffer});"
+    # (a pointer to a vector type is aligned to its size: the compiler makes one access, where vload4 may make four)
+    wide_load = "*(__global const {vector}*)({address})"
+    wide_store = "*(__global {vector}*)({address}) = ({vector})({values});"
     half_round = "round_to_half({a})"
     smallest_vector = 4  # narrower vectors do not pay for their gathers
 
@@ -188,13 +191,6 @@ class OpenCLRenderer(CStyleRenderer):
 
     def render_bitcast(self, value: str, from_dtype: DType, to_dtype: DType) -> str:
         return f"as_{self.register_types[to_dtype]}({value})"
-
-    # (a pointer to a vector type is aligned to its size: the compiler makes one access, where vload4 may make four)
-    def wide_read(self, vector: str, address: str) -> str:
-        return f"*(__global const {vector}*)({address})"
-
-    def wide_write(self, vector: str, address: str, values: list[str]) -> str:
-        return f"*(__global {vector}*)({address}) = ({vector})({', '.join(values)});"
 
     def render_half_preamble(self) -> str:
         widths = sorted({1, self.vector_width})
