@@ -489,7 +489,7 @@ def test_the_heuristic_pads_a_long_reduce_few_threads_divide():
     "opt, message",
     [
         (Opt(L, 2, 4), "is a reduce loop, not an output loop"),
-        (Opt(G, 0, 2), "is an output loop, not a reduce loop"),
+        (Opt(G, 0, 2), "is a global loop, not a reduce loop"),
         (Opt(S, 2, 12), "must be less than the loop"),
         (Opt(P, 2), "is a reduce loop, not an output loop"),
     ],
@@ -1558,3 +1558,49 @@ def test_reduces_over_loops_of_one_size_share_them():
             assert all(
                 other is reduce or other.src[1:] != reduce.src[1:] for other in reduces if other in reduce.toposort
             )
+
+
+# ---- action lists extra/fuzz_opts.py found wrong ----------------------------------------------------------------------
+
+
+def test_actions_on_loops_they_do_not_take_are_clear_errors():
+    """Each of these failed deep inside an action (a KeyError or a list's ValueError), or built a program that read
+    a copy it never made, instead of saying the action does not fit."""
+    a, _ = realized(8, 12)
+    b, _ = realized(12, 32)
+    python = Device["PYTHON"].renderer.target
+    with pytest.raises(KernelOptError, match="MERGE takes an output loop or a loop of a reduce"):
+        apply_opts(kernel_of(a @ b), (Opt(L, 1, 4), Opt(M, 2)), python)  # loop 2: the block's threads
+    c, _ = realized(16, 4)
+    d, _ = realized(16, 6)
+    with pytest.raises(KernelOptError, match="is a scatter loop, not a reduce loop"):
+        apply_opts(kernel_of(c.cat(d, dim=1)), (Opt(OptOp.PIECES, 1), Opt(G, 2, 2)), python)
+    from lazygrad.codegen.renderer import Target
+
+    avx512 = Target(vector_width=16, vector_registers=32, pack_bytes=1 << 18)
+    with pytest.raises(KernelOptError, match="output loop 1 would open inside loop 0, after its copies"):
+        apply_opts(kernel_of(a @ b), (Opt(P, 1), Opt(K, 0)), avx512)
+
+
+def test_the_emulator_runs_stores_no_thread_makes_and_shuffles_of_one_value():
+    """A store gated off in every thread (the padded lanes of an upcast) once failed the emulator's bounds check on
+    an empty index, and a shuffle of a value every thread holds (a NumPy 0-d array) indexed it by thread."""
+    data = rng.standard_normal((3, 6)).astype(np.float32)
+    (x,) = on(available("PYTHON"), data)
+    np.testing.assert_array_equal(run_with(x * 2, (Opt(D, 1, 8), Opt(U, 1, 8))), data * 2)
+    e, f = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((1, 3)).astype(np.float32)
+    y, z = on("PYTHON", e, f)
+    np.testing.assert_allclose(run_with((y - z).max(0), (Opt(D, 0, 8), Opt(U, 0, 4), Opt(G, 1, 2))), (e - f).max(0))
+
+
+def test_a_gated_store_in_vector_lanes_stores_only_where_its_gate_holds():
+    """OpenCL stored every lane of a vector loop padded past its end (PAD, then VECTORIZE), its gate dropped: the
+    padded lanes wrote over the next row and past the buffer's end (PoCL's heap was corrupted)."""
+    data = rng.standard_normal((6, 5)).astype(np.float32)
+    (x,) = on(available("GPU"), data)
+    opts = (Opt(D, 1, 8), Opt(V, 1), Opt(L, 0, 2))
+    program = linearize(apply_opts(kernel_of(x * 2), opts, Device["GPU"].renderer.target))
+    source = Device["GPU"].renderer.render("padded", program)
+    stores = [line.strip() for line in source.splitlines() if "data0[" in line]
+    assert stores and all(line.startswith("if (") for line in stores), source
+    np.testing.assert_array_equal(run_with(x * 2, opts), data * 2)

@@ -239,6 +239,11 @@ def merge(sink: UOp, outer: UOp) -> UOp:
     else:
         reduces = reduces_over(sink, outer)
         group = list(reduces[0].src[1:]) if reduces else []
+    if outer not in group:  # (a loop of the threads, or one no reduce runs over)
+        raise KernelOptError(
+            f"MERGE({outer.arg[0]}): loop {outer.arg[0]} is a {outer.arg[1].name.lower()} loop; MERGE takes an output "
+            "loop or a loop of a reduce"
+        )
     position = group.index(outer)
     if position + 1 >= len(group) or group[position + 1].arg[1] is not outer.arg[1]:
         raise KernelOptError(f"loop {outer.arg[0]} has no loop inside it of its kind to merge with")
@@ -742,6 +747,9 @@ def pack(sink: UOp, loop: UOp, target: Target | None) -> UOp:
         raise KernelOptError(f"{name}: the device has no stack buffers to copy inputs into (a CPU's)")
     if loop.arg[1] is not LoopKind.GLOBAL:
         raise KernelOptError(f"{name}: loop {loop.arg[0]} is a {loop.arg[1].name.lower()} loop, not an output loop")
+    if inside := [other.arg[0] for other in output_loops(sink) if other.arg[1] is not LoopKind.GLOBAL]:
+        # (the linearizer opens those inside the global loops: the copies, made outside `loop`, would need them open)
+        raise KernelOptError(f"{name}: output loop {inside[0]} would open inside loop {loop.arg[0]}, after its copies")
     reduces = [node for node in kernel_nodes(sink) if node.op is Ops.RANGE_REDUCE]
     if not reduces or any(r.src[1:] != reduces[0].src[1:] for r in reduces):
         raise KernelOptError(f"{name}: the kernel has no reduce, or reduces over different loops")
@@ -1136,8 +1144,8 @@ def apply_thread_opt(sink: UOp, opt: Opt, loop: UOp, target: Target | None) -> U
         if opt.amount == loop.src[0].arg:
             return replace_ranges(sink, {loop: new_loop(loop, opt.amount, LoopKind.LOCAL)}, {})
         return split(sink, loop, opt.amount, LoopKind.LOCAL)
-    if kind in OUTPUT_KINDS:
-        raise KernelOptError(f"{opt}: loop {opt.axis} is an output loop, not a reduce loop")
+    if kind is not LoopKind.REDUCE:
+        raise KernelOptError(f"{opt}: loop {opt.axis} is a {kind.name.lower()} loop, not a reduce loop")
     taken = sum(shared_bytes(node.dtype) * node.arg[1] for node in kernel_nodes(sink) if node.op is Ops.DEFINE_LOCAL)
     threads = block_threads(sink) * (1 if reused else opt.amount)
     shared = taken + sum(shared_bytes(r.dtype) for r in reduces_over(sink, loop)) * threads

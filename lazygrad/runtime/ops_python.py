@@ -153,9 +153,7 @@ class PythonProgram:
                 elif op is Ops.SHUFFLE:  # (a value the same in every thread is the one it reads)
                     partner = shuffle_partner(self.name, thread_of, value(src[1]), threads)
                     shuffled = value(src[0])
-                    values[node] = (
-                        shuffled[lanes - thread_of + partner] if isinstance(shuffled, np.ndarray) else shuffled
-                    )
+                    values[node] = shuffled[lanes - thread_of + partner] if np.ndim(shuffled) else shuffled
                 elif op is Ops.DEFINE_ACC:
                     accumulators[node] = node.dtype.np.type(node.arg[0])
                 elif op is Ops.LOAD and src[0].op is Ops.DEFINE_ACC:
@@ -327,7 +325,12 @@ def gather(name: str, buffer: np.ndarray, index, valid) -> np.ndarray:
 def inside(name: str, index, size: int):
     """`index` (one, or each thread's), where every one lies within a buffer of `size` elements: past either end a
     GPU reads or writes other memory, or faults (and NumPy would take a negative index from the end)."""
-    low, high = (index.min(), index.max()) if isinstance(index, np.ndarray) and index.size else (index, index)
+    if isinstance(index, np.ndarray):
+        if not index.size:  # (every thread's access gated off)
+            return index
+        low, high = index.min(), index.max()
+    else:
+        low = high = index
     if low < 0 or high >= size:
         raise RuntimeError(f"{name}: an access at element {low if low < 0 else high} of a buffer of {size} elements")
     return index

@@ -314,7 +314,15 @@ class OpenCLRenderer(CStyleRenderer):
     def render_vector_store(self, node: UOp) -> None:
         buffer, index, value = self.names[node.src[0]], node.src[1], node.src[2]
         width, dtype = self.vector_width, value.dtype
-        if index in self.varying and self.stride(index) == 1:
+        gate = node.src[3] if len(node.src) > 3 else None
+        if gate is not None and gate not in self.varying:  # (the same in every lane: one branch around the store)
+            self.emit(f"if ({self.value(gate)}) {{")
+            self.depth += 1
+            self.render_vector_store(node.replace(src=node.src[:3]))
+            self.depth -= 1
+            self.emit("}")
+            return
+        if gate is None and index in self.varying and self.stride(index) == 1:
             first, values = f"{self.names[index]}.s0", self.lanes(value)
             if dtype == dtypes.float16:
                 self.emit(f"vstore_half{width}({values}, 0, {buffer} + {first});")
@@ -324,14 +332,16 @@ class OpenCLRenderer(CStyleRenderer):
                 self.emit(f"vstore{width}({values}, 0, {buffer} + {first});")
             return
         # a scatter, lane by lane in order; with a uniform index the last lane's value is the one left
-        for lane in range(width) if index in self.varying else [width - 1]:
+        # (a gate that varies: each lane's store under its own condition, and every lane stores)
+        for lane in range(width) if index in self.varying or gate is not None else [width - 1]:
             element, stored = self.lane(index, lane), self.lane(value, lane)
             if dtype == dtypes.float16:
-                self.emit(f"vstore_half({stored}, {element}, {buffer});")
+                statement = f"vstore_half({stored}, {element}, {buffer});"
             elif dtype == dtypes.bool:
-                self.emit(f"{buffer}[{element}] = {stored} != 0;")
+                statement = f"{buffer}[{element}] = {stored} != 0;"
             else:
-                self.emit(f"{buffer}[{element}] = {stored};")
+                statement = f"{buffer}[{element}] = {stored};"
+            self.emit(statement if gate is None else f"if ({self.lane(gate, lane)}) {statement}")
 
     # ---- vector arithmetic --------------------------------------------------------------------------------------
 
