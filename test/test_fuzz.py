@@ -1,5 +1,6 @@
-"""Random-graph fuzz tests on the selected device: seeds of extra/fuzz.py, each comparing lazygrad with NumPy, and
-the programs the fuzzer found wrong, kept as regression tests.
+"""Random-graph fuzz tests on the selected device: seeds of extra/fuzz.py, each comparing lazygrad with NumPy; seeds
+of extra/fuzz_opts.py, each running every kernel of such a program with many optimization action lists; and the
+programs the fuzzer found wrong, kept as regression tests.
 
 Each seed builds a small random program of elementwise, reduce and movement ops over arrays, random numbers and
 aranges (see extra/fuzz.py). A failure names the seed and the ops; ``python extra/fuzz.py --show SEED`` prints a
@@ -22,23 +23,35 @@ from lazygrad import Device, Tensor
 SEEDS = {"LLVM": 500, "CPU": 200, "GPU": 100, "CUDA": 100, "PYTHON": 1500}
 
 
-def load_fuzzer():
-    """Import extra/fuzz.py by its file path (extra/ is not a package)."""
-    path = Path(__file__).resolve().parent.parent / "extra" / "fuzz.py"
-    spec = importlib.util.spec_from_file_location("lazygrad_extra_fuzz", path)
+# seeds of extra/fuzz_opts.py per device: each kernel of a seed's program run with the heuristic's action list, every
+# list BEAM would time and random ones; a seed costs about 0.35 s on LLVM, 1.7 s on GPU (PoCL), 1.6 s on CUDA with
+# MOCKCUDA and 0.1 s on PYTHON, the device that runs GPU-shaped kernels (threads, shared memory, shuffles) cheapest
+OPT_SEEDS = {"LLVM": 40, "CPU": 10, "GPU": 12, "CUDA": 12, "PYTHON": 200}
+
+
+def load_extra(name: str):
+    """Import extra/<name>.py by its file path (extra/ is not a package)."""
+    path = Path(__file__).resolve().parent.parent / "extra" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"lazygrad_extra_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here while it executes
     spec.loader.exec_module(module)
     return module
 
 
-fuzz = load_fuzzer()
+fuzz, fuzz_opts = load_extra("fuzz"), load_extra("fuzz_opts")
 
 
 @pytest.mark.parametrize("seed", range(SEEDS.get(Device.DEFAULT, min(SEEDS.values()))))
 def test_fuzz_seed(seed: int) -> None:
     """The lazygrad and NumPy versions of the seed's random program agree."""
     fuzz.run_seed(seed)
+
+
+@pytest.mark.parametrize("seed", range(OPT_SEEDS.get(Device.DEFAULT, min(OPT_SEEDS.values()))))
+def test_action_lists_keep_each_kernel(seed: int) -> None:
+    """Every kernel of the seed's program computes the same values with any action list it accepts as without one."""
+    assert fuzz_opts.run_seed(seed, lists=4) == []
 
 
 # (op, rows, padding): relu of one array combined with a second, read as rows of two through a pad of both dims
