@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fuzz import build_program, new_program
 
-from lazygrad import Device
+from lazygrad import Device, Tensor
 from lazygrad.codegen.heuristic import candidate_opts, heuristic_opts
 from lazygrad.codegen.lower import lower_kernel
 from lazygrad.codegen.opt import KernelOptError, Opt, OptOp, apply_opt, loops_by_axis, prepare
@@ -35,6 +35,8 @@ from lazygrad.uop.ops import LoopKind
 
 NO_AMOUNT = (OptOp.LOOP, OptOp.MERGE, OptOp.VECTORIZE, OptOp.LANES, OptOp.STASH, OptOp.PACK, OptOp.PIECES)
 WITH_AMOUNT = (OptOp.UPCAST, OptOp.UNROLL, OptOp.SPLIT, OptOp.LOCAL, OptOp.GROUP, OptOp.TILE)
+IN_REGISTERS = (OptOp.UPCAST, OptOp.UNROLL, OptOp.LANES)  # copies of the body: kept small, as the heuristic keeps them
+MOST_COPIES = 16
 ATTEMPTS = 12  # random actions tried per list (those that do not fit are skipped)
 
 
@@ -45,11 +47,14 @@ def random_action(rng: np.random.Generator, kernel, threads: bool) -> Opt:
     size = loop.src[0].arg
     ops = (*WITH_AMOUNT, *NO_AMOUNT, OptOp.PAD) if threads else (*WITH_AMOUNT[:3], *NO_AMOUNT, OptOp.PAD)
     op = ops[int(rng.integers(len(ops)))]
+    if op is OptOp.LANES and size > MOST_COPIES:
+        op = OptOp.UNROLL
     if op in NO_AMOUNT:
         return Opt(op, axis)
     if op is OptOp.PAD:
         return Opt(op, axis, int(rng.choice([4, 8, 16, 32])))
-    divisors = [d for d in range(2, min(size, 256) + 1) if size % d == 0] or [2]
+    most = MOST_COPIES if op in IN_REGISTERS else 256
+    divisors = [d for d in range(2, min(size, most) + 1) if size % d == 0] or [2]
     amount = int(rng.choice(divisors))
     if op is OptOp.GROUP and loop.arg[1] is LoopKind.REDUCE and rng.random() < 0.2:
         amount = size * int(rng.choice([2, 4]))  # (more threads than iterations: see opt.threads_across)
@@ -135,19 +140,65 @@ def check_kernel(item, rng: np.random.Generator, lists: int, verbose: bool = Fal
     return failures
 
 
-def run_seed(seed: int, lists: int, verbose: bool = False) -> list[str]:
-    """Every kernel of fuzz seed `seed`'s program, checked with the heuristic's, BEAM's and `lists` random lists."""
-    program = new_program(seed)
-    output = build_program(program)
-    rng = np.random.default_rng(seed)
+def data(rng: np.random.Generator, *shape: int, dtype=np.float32) -> Tensor:
+    if np.issubdtype(dtype, np.integer):
+        return Tensor(rng.integers(-100, 100, shape).astype(dtype))
+    return Tensor(rng.standard_normal(shape).astype(dtype))
+
+
+def pick(rng: np.random.Generator, *choices: int) -> int:
+    return int(rng.choice(choices))
+
+
+def half_product(rng: np.random.Generator) -> Tensor:
+    """A float16 product (tensor cores), its second operand read along its rows or its columns."""
+    x, columns = data(rng, pick(rng, 16, 32, 48), 64, dtype=np.float16), pick(rng, 16, 32)
+    if rng.random() < 0.5:
+        return x @ data(rng, columns, 64, dtype=np.float16).T
+    return x @ data(rng, 64, columns, dtype=np.float16)
+
+
+def in_place_update(rng: np.random.Generator) -> Tensor:
+    weight = data(rng, pick(rng, 1024, 4096, 1028)).realize()
+    return weight.assign(weight - data(rng, weight.shape[0]) * 0.1)
+
+
+# kernels of the kinds GPU heuristics shape (larger than the random programs' and of other dtypes), one per seed in
+# turn: tensor-core products, rows of a softmax or layer norm, sums read in 16-byte vectors, column sums, a
+# convolution and its weight gradient, an update in place
+GRAPHS = {
+    "half product": half_product,
+    "softmax rows": lambda rng: data(rng, pick(rng, 4, 16), pick(rng, 128, 256, 200)).softmax(-1),
+    "layer norm": lambda rng: data(rng, pick(rng, 8, 12), pick(rng, 96, 128)).layernorm(),
+    "integer sum": lambda rng: data(rng, pick(rng, 1024, 4100), dtype=np.int32).sum(),
+    "float64 row sums": lambda rng: data(rng, pick(rng, 8, 16), pick(rng, 256, 260), dtype=np.float64).sum(1),
+    "column sums": lambda rng: data(rng, pick(rng, 64, 100), pick(rng, 48, 64)).sum(0),
+    "convolution": lambda rng: data(rng, 2, 3, 10, 10).conv2d(data(rng, 4, 3, 3, 3), padding=pick(rng, 0, 1)),
+    "update in place": in_place_update,
+}
+
+
+def check_schedule(tensor: Tensor, rng: np.random.Generator, lists: int, verbose: bool) -> list[str]:
+    """Every kernel that computes `tensor`, in order, checked with the heuristic's, BEAM's and `lists` random lists."""
     failures = []
-    for item in output.tensor.schedule():
+    for item in tensor.schedule():
         if item.kind != "kernel" or buffer_of(item.buffers[0]).size == 0:
             run_item(item)
             continue
         failures += [
             f"kernel {item.ast.key.hex()[:8]} {failure}" for failure in check_kernel(item, rng, lists, verbose)
         ]
+    return failures
+
+
+def run_seed(seed: int, lists: int, verbose: bool = False) -> list[str]:
+    """Fuzz seed `seed`'s random program, and one of GRAPHS in turn, each kernel checked with many action lists."""
+    program = new_program(seed)
+    output = build_program(program)
+    rng = np.random.default_rng(seed)
+    name = list(GRAPHS)[seed % len(GRAPHS)]
+    failures = check_schedule(output.tensor, rng, lists, verbose)
+    failures += [f"{name}: {failure}" for failure in check_schedule(GRAPHS[name](rng), rng, lists, verbose)]
     return failures
 
 
