@@ -177,10 +177,10 @@ def test_an_access_past_either_end_of_a_buffer_is_an_error(lockstep):
             kernel(np.zeros(BLOCKS * THREADS, np.float32))
 
 
-def four_loads_a_thread(offset: int, store_between: int | None = None) -> list[UOp]:
+def four_loads_a_thread(offset: int, store_between: int | None = None, order=(0, 1, 2, 3)) -> list[UOp]:
     """Each thread sums the four floats of `x` from 4 * its number + `offset` on (a float4, where that is aligned)
-    into its output; optionally storing its first value into `x` at its lane `store_between` between its first two
-    loads."""
+    into its output, loading them in `order`; optionally storing its first value into `x` at its lane
+    `store_between` between its first two loads."""
     out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, BLOCKS * THREADS))
     x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, 4 * BLOCKS * THREADS + 4))
     block = UOp(Ops.SPECIAL, dtypes.index, (), ("block", BLOCKS))
@@ -190,6 +190,7 @@ def four_loads_a_thread(offset: int, store_between: int | None = None) -> list[U
     loads = [UOp(Ops.LOAD, dtypes.float32, (x, base + (offset + lane) if offset + lane else base)) for lane in range(4)]
     total = loads[0] + loads[1] + loads[2] + loads[3]
     stored = UOp(Ops.STORE, src=(x, base + store_between if store_between else base, loads[0]))
+    loads = [loads[lane] for lane in order]
     nodes = [loads[0]] if store_between is None else [loads[0], stored]
     program = toposort([*nodes, *loads[1:], UOp(Ops.STORE, src=(out, mine, total))])
     return [node for node in program if node.op is not Ops.CONST]
@@ -199,9 +200,10 @@ def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
     """`wide_accesses` makes a float4 of four loads whose first element is a multiple of four wherever a thread
     reads it; not of four at an offset of 2 (a vector there would straddle two), nor of loads with a store between
     them into an element a later lane reads (read at the first lane, it would miss the store); a store into an
-    element read before it (an update in place) leaves them one. The PYTHON device checks each wide access's index as it runs: a misaligned one (here
+    element read before it (an update in place) leaves them one; lanes loaded out of order are one where nothing
+    writes their memory. The PYTHON device checks each wide access's index as it runs: a misaligned one (here
     marked wide by hand) is an error, as on a GPU."""
-    from lazygrad.codegen.vectorize import wide_accesses
+    from lazygrad.codegen.vectorize import split_offset, wide_accesses
 
     aligned = four_loads_a_thread(0)
     (access,) = wide_accesses(aligned, 16)
@@ -210,10 +212,17 @@ def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
     assert wide_accesses(four_loads_a_thread(0, store_between=1), 16) == []
     assert len(wide_accesses(four_loads_a_thread(0, store_between=0), 16)) == 1
     assert [len(access.nodes) for access in wide_accesses(aligned, 8)] == [2, 2]  # (8 bytes: two float2)
+    # lanes loaded out of order (as an integer sum's are linearized) are one access where nothing writes their memory:
+    # the vector is read at the lane that comes first
+    shuffled = four_loads_a_thread(0, order=(2, 1, 3, 0))
+    (access,) = wide_accesses(shuffled, 16)
+    assert [split_offset(node.src[1])[1] for node in access.nodes] == [0, 1, 2, 3]  # (in lane order)
+    assert access.leader == 2 and access.nodes[2] is min(access.nodes, key=shuffled.index)
+    assert wide_accesses(four_loads_a_thread(0, store_between=0, order=(0, 2, 1, 3)), 16) == []
     x = np.arange(4 * BLOCKS * THREADS + 4, dtype=np.float32)
-    for offset in (0, 2):
+    for offset, order in ((0, (0, 1, 2, 3)), (2, (0, 1, 2, 3)), (0, (2, 1, 3, 0))):
         for lockstep in (True, False):
-            binary = base64.b64encode(pickle.dumps(four_loads_a_thread(offset)))
+            binary = base64.b64encode(pickle.dumps(four_loads_a_thread(offset, order=order)))
             kernel = PythonProgram("summed", binary, (BLOCKS, THREADS))
             kernel.lockstep = lockstep
             out = np.zeros(BLOCKS * THREADS, np.float32)

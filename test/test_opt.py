@@ -780,6 +780,11 @@ def test_the_cuda_source_reads_and_writes_aligned_vectors_and_scalars_elsewhere(
     np.testing.assert_allclose((x[1:] * 2 + 1).numpy(), data[1:] * 2 + 1, rtol=1e-6)
     rows = x[: 1 << 17].reshape(64, -1).sum(axis=1)
     assert "LAZYGRAD_WIDE(const float4, data1 + " in source(rows)
+    # an integer sum's lanes are linearized out of order: its vectors are read at the lane that comes first
+    counts = np.random.default_rng(18).integers(-1000, 1000, 1 << 17).astype(np.int32)
+    total = Tensor(counts, device=device).realize().sum()
+    assert "LAZYGRAD_WIDE(const int4, data1 + " in source(total)
+    assert total.item() == counts.sum()
     weights = Tensor(data[: 1 << 17], device=device).realize()
     update = source(weights.assign(weights - x[: 1 << 17] * 0.5))  # (in place: read, then written back)
     assert "LAZYGRAD_WIDE(const float4, data0 + " in update and "LAZYGRAD_WIDE(float4, data0 + " in update

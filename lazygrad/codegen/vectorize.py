@@ -401,12 +401,14 @@ WIDE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.float64, dtyp
 class WideAccess:
     """Loads (or stores) of consecutive elements of one buffer of device memory, in lane order, that a renderer
     computing in scalars makes as one access of all their bytes (CUDA's float4): the first lane's element is a
-    multiple of the lanes wherever the kernel reads it, so the access is aligned to its size. The lanes come in
-    program order with no loop opened or closed between them: the wide load stands at the first lane's load (every
-    lane's index is the first's plus its lane), the wide store at the last lane's store (every lane's value is
+    multiple of the lanes wherever the kernel reads it, so the access is aligned to its size. No loop opens or
+    closes between the lanes. The wide load stands at the lane that comes first in the program, `leader` (every
+    lane's index is its index plus the difference of their lanes); the lanes come in lane order, except where the
+    kernel never writes the memory they read. The wide store stands at the last lane's store (every lane's value is
     computed by then)."""
 
     nodes: tuple[UOp, ...]
+    leader: int = 0
 
 
 def multiple_of(index: UOp, lanes: int) -> bool:
@@ -429,6 +431,7 @@ def wide_accesses(program: list[UOp], wide_bytes: int) -> list[WideAccess]:
     first element is a multiple of the run's length (see `WideAccess`), where moving the lanes to one place changes
     nothing (see `_apart`): an update in place (an optimizer's) reads its vector and writes it back."""
     position = {node: at for at, node in enumerate(program)}
+    written = {node.src[0] for node in program if node.op is Ops.STORE}
     # (a loop opened twice repeats nodes of its first body: a lane there would be rendered twice, once where its
     # vector is out of scope or not yet read)
     repeated = {node for at, node in enumerate(program) if position[node] != at}
@@ -454,10 +457,11 @@ def wide_accesses(program: list[UOp], wide_bytes: int) -> list[WideAccess]:
             if any(node is None or node in repeated for node in run):
                 continue
             places = [position[node] for node in run]
-            if places != sorted(places):
+            # (lanes out of order cross no access of memory nothing writes: an integer sum's linearized lanes)
+            if places != sorted(places) and (op is not Ops.LOAD or buffer in written):
                 continue
-            if all(_apart(node, run, position) for node in program[places[0] + 1 : places[-1]]):
-                found.append(WideAccess(run))
+            if all(_apart(node, run, position) for node in program[min(places) + 1 : max(places)]):
+                found.append(WideAccess(run, places.index(min(places))))
     return found
 
 

@@ -661,14 +661,16 @@ void {name}_worker(void *unused, {index} team_address, {index} number) {{
         self.declare(node, name, f"{valid} ? {name}_raw : {self.render_const(0, node.dtype)}")
 
     def render_wide_lane(self, position: int, node: UOp, access: WideAccess, lane: int) -> None:
-        """A lane of a wide access (`wide_accesses`): a load's first lane reads every lane's element as one vector,
+        """A lane of a wide access (`wide_accesses`): a load's leading lane reads every lane's element as one vector,
         whose fields the lanes' values are; a store's last lane writes all of their values."""
-        first, lanes = access.nodes[0], len(access.nodes)
+        lanes, leader = len(access.nodes), access.nodes[access.leader]
         dtype = node.dtype if node.op is Ops.LOAD else node.src[2].dtype
         vector = f"{self.wide_types[dtype]}{lanes}"
-        address = f"{self.names[first.src[0]]} + {self.value(first.src[1])}"
+        # (from the index of the lane that comes first, rendered by now: the vector starts that many lanes before it)
+        address = f"{self.names[node.src[0]]} + {self.value(leader.src[1])}"
+        address = f"{address} - {access.leader}" if access.leader else address
         if node.op is Ops.LOAD:
-            if lane == 0:
+            if node is leader:
                 self.wide_names[access] = f"w{position}"
                 self.emit(f"{vector} w{position} = {self.wide_load.format(vector=vector, address=address)};")
             self.declare(node, f"v{position}", f"{self.wide_names[access]}.{'xyzw'[lane]}")
