@@ -9,6 +9,7 @@ kernel runs first without actions, then with the heuristic's list, every list BE
 each on copies of the memory it started from, and every buffer it wrote is compared with the first run's.
 
     PYTHON=1 python extra/fuzz_opts.py --seeds 200 --lists 6
+    GPU=1 python extra/fuzz_opts.py --as-gpu     # PoCL runs the kernels an OpenCL GPU would get
 """
 
 from __future__ import annotations
@@ -208,7 +209,19 @@ def main() -> int:
     parser.add_argument("--start", type=int, default=0, help="first seed")
     parser.add_argument("--lists", type=int, default=6, help="random action lists per kernel")
     parser.add_argument("--verbose", action="store_true", help="print each seed, kernel and list before it runs")
+    parser.add_argument(
+        "--as-gpu",
+        action="store_true",
+        help="with GPU=1: render for an OpenCL GPU's target (scalar code, 16-byte accesses, blocks of 256 of at most "
+        "1,024 threads, 48 KiB of shared memory, as NVIDIA's driver reports) and run that on this OpenCL device",
+    )
     args = parser.parse_args()
+    if args.as_gpu:
+        from lazygrad.codegen.renderer import Target
+        from lazygrad.codegen.renderer.opencl import OpenCLRenderer
+
+        like_gpu = Target(1, max_threads=1024, block_threads=256, shared_memory=48 << 10, cores=132, wide_bytes=16)
+        Device["GPU"].renderer = OpenCLRenderer(like_gpu)
     failed, started = 0, time.perf_counter()
     for seed in range(args.start, args.start + args.seeds):
         if args.verbose:

@@ -234,6 +234,34 @@ def test_four_aligned_loads_of_consecutive_floats_are_one_wide_access():
                     kernel(out, x.copy())
 
 
+def test_a_copy_between_the_lanes_of_a_store_keeps_them_apart():
+    """A copy into shared memory (WIDE_COPY) between a store run's lanes that reads the run's memory would read it
+    before the stores made at the last lane: the stores stay scalar; a copy of other memory leaves them one."""
+    from lazygrad.codegen.vectorize import wide_accesses
+
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, 4 * BLOCKS * THREADS))
+    other = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, 4 * BLOCKS * THREADS))
+    shared = UOp(Ops.DEFINE_LOCAL, dtypes.float32, (), (0, 4 * THREADS))
+    thread = UOp(Ops.SPECIAL, dtypes.index, (), ("thread", THREADS))
+    base = thread * 4
+    value = UOp.const(dtypes.float32, 1.0)
+    stores = [UOp(Ops.STORE, src=(x, base + lane if lane else base, value)) for lane in range(4)]
+    for copied, runs in ((x, 0), (other, 1)):
+        copy = UOp(Ops.WIDE_COPY, src=(shared, base, copied, base), arg=16)
+        program = [
+            x,
+            other,
+            shared,
+            thread,
+            base,
+            *stores[:2],
+            copy,
+            *(node.src[1] for node in stores[1:]),
+            *stores[2:],
+        ]
+        assert len(wide_accesses(list(dict.fromkeys(program)), 16)) == runs
+
+
 def test_loads_a_program_holds_twice_are_no_wide_access():
     """A loop opened twice may repeat the nodes of its first body (here in another order): a wide load of them would
     be rendered where its lanes are read before it, so they stay scalar loads, and CUDA renders the program."""

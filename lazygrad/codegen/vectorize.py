@@ -475,6 +475,8 @@ def _apart(node: UOp, run: tuple[UOp, ...], position: dict[UOp, int]) -> bool:
     if node.op in (Ops.RANGE, Ops.ENDRANGE):
         return False
     first = run[0]
+    if node.op is Ops.WIDE_COPY:  # (a read of its third source, into shared memory: keeps a store run apart)
+        return first.op is Ops.LOAD or node.src[2] is not first.src[0]
     if node in run or node.op not in (Ops.LOAD, Ops.STORE) or not node.src or node.src[0] is not first.src[0]:
         return True
     if first.op is Ops.LOAD and node.op is Ops.LOAD:
