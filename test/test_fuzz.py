@@ -23,10 +23,11 @@ from lazygrad import Device, Tensor
 SEEDS = {"LLVM": 500, "CPU": 200, "GPU": 100, "CUDA": 100, "PYTHON": 1500}
 
 
-# seeds of extra/fuzz_opts.py per device: each kernel of a seed's program run with the heuristic's action list, every
-# list BEAM would time and random ones; a seed costs about 0.35 s on LLVM, 1.7 s on GPU (PoCL), 1.6 s on CUDA with
-# MOCKCUDA and 0.1 s on PYTHON, the device that runs GPU-shaped kernels (threads, shared memory, shuffles) cheapest
-OPT_SEEDS = {"LLVM": 40, "CPU": 10, "GPU": 12, "CUDA": 12, "PYTHON": 200}
+# seeds of extra/fuzz_opts.py per device: each kernel of a seed's random program and of one of its GPU-shaped graphs
+# run with the heuristic's action list, every list BEAM would time and random ones; a seed costs about 0.5 s of a CI
+# run on LLVM, 1.5 s on CPU, 2 s on GPU (PoCL), 4.5 s on CUDA with MOCKCUDA (g++ builds each list) and 0.35 s on
+# PYTHON, the device that runs the GPU-shaped kernels (threads, shared memory, shuffles) cheapest
+OPT_SEEDS = {"LLVM": 40, "CPU": 10, "GPU": 12, "CUDA": 8, "PYTHON": 120}
 
 
 def load_extra(name: str):
